@@ -1,0 +1,29 @@
+# Agent-Reach — the two commands a newcomer needs are `make run` and `make test`.
+GO       ?= go
+BIN      := $(CURDIR)/bin
+TESTTIME ?= 20m
+
+.PHONY: run test build vet fmt-check bench tools clean
+
+## run: the local stack — embedded NATS, a dispatcher and demo agents.
+run:
+	$(GO) run ./cmd/agentreach up --demo
+
+## build: the agentreach binary in ./bin.
+build:
+	$(GO) build -o $(BIN)/agentreach ./cmd/agentreach
+
+## test: vet, format check and every test with the race detector.
+test: vet fmt-check
+	$(GO) test -race -count=1 -timeout $(TESTTIME) ./...
+
+vet:
+	$(GO) mod download
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+clean:
+	rm -rf $(BIN) .agentreach

@@ -1,0 +1,111 @@
+// Package natstest starts embedded nats-servers for tests: one helper, port
+// -1, a temporary store, shut down by t.Cleanup. It also holds the bounded
+// polling helper every test uses instead of sleeping.
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Options returns server options for a loopback server on a random port with
+// JetStream in dir.
+func Options(dir string) *server.Options {
+	return &server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		NoLog:     true,
+		NoSigs:    true,
+		JetStream: true,
+		StoreDir:  dir,
+		// Keep test servers small so a few can run side by side.
+		JetStreamMaxMemory: 256 << 20,
+		JetStreamMaxStore:  1 << 30,
+	}
+}
+
+// RunServer starts an embedded JetStream server in a temporary directory and
+// shuts it down when the test ends.
+func RunServer(tb testing.TB) *server.Server {
+	tb.Helper()
+	return RunServerWith(tb, Options(tb.TempDir()))
+}
+
+// RunServerWith starts an embedded server with opts and shuts it down when
+// the test ends. Shutting it down earlier is harmless.
+func RunServerWith(tb testing.TB, opts *server.Options) *server.Server {
+	tb.Helper()
+	s, err := server.NewServer(opts)
+	if err != nil {
+		tb.Fatalf("natstest: new server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		tb.Fatalf("natstest: server not ready in 10s")
+	}
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Connect opens a client connection to s that is closed when the test ends.
+func Connect(tb testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(s.ClientURL(), opts...)
+	if err != nil {
+		tb.Fatalf("natstest: connect: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// Provision creates the Agent-Reach topology (in memory) on the server nc is
+// connected to.
+func Provision(tb testing.TB, nc *nats.Conn, topo streams.Topology) {
+	tb.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("natstest: jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := streams.Provision(ctx, js, topo); err != nil {
+		tb.Fatalf("natstest: provision: %v", err)
+	}
+}
+
+// WaitFor polls cond every 10 ms until it returns nil or timeout passes, then
+// fails the test with cond's last error.
+func WaitFor(tb testing.TB, timeout time.Duration, cond func() error) {
+	tb.Helper()
+	if err := Poll(timeout, cond); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Poll calls cond every 10 ms until it returns nil or timeout passes, and
+// returns cond's last error wrapped with the time waited.
+func Poll(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natstest: still failing after %v: %w", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,343 @@
+package registry
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// DefaultReconcileInterval is how often a Table re-reads the whole bucket.
+const DefaultReconcileInterval = 30 * time.Second
+
+// Instance is one live agent instance in a Table. Its record is replaced
+// atomically on every heartbeat, so holders always read a consistent one.
+type Instance struct {
+	ID    string
+	entry atomic.Pointer[Entry]
+}
+
+// Entry returns the latest record of the instance.
+func (i *Instance) Entry() *Entry { return i.entry.Load() }
+
+// Table is a routing table fed by a watch on REACH_AGENTS: puts, deletes and
+// TTL expiry (limit markers) apply within milliseconds. Its watcher is
+// re-created whenever the client library closes it (which happens on some
+// reconnects) and every reconcile interval, each time reconciling against the
+// full listing the new watcher delivers.
+//
+// All methods are safe for concurrent use. Close is idempotent.
+type Table struct {
+	reg       *Registry
+	log       zerolog.Logger
+	reconcile time.Duration
+	onRemove  func(id string)
+
+	mu      sync.RWMutex
+	byID    map[string]*Instance
+	byCap   map[string]*capSet
+	changed chan struct{}
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+type capSet struct {
+	members map[string]*Instance
+	routes  []*Instance // routable members sorted by id; nil when stale
+}
+
+// TableOption configures a Table.
+type TableOption func(*Table)
+
+// WithLogger sets the table's logger; the default discards.
+func WithLogger(l zerolog.Logger) TableOption { return func(t *Table) { t.log = l } }
+
+// WithReconcileInterval sets how often the whole bucket is re-read; default
+// DefaultReconcileInterval (30 s).
+func WithReconcileInterval(d time.Duration) TableOption {
+	return func(t *Table) {
+		if d > 0 {
+			t.reconcile = d
+		}
+	}
+}
+
+// WithRemoveHook calls fn (from the table's goroutine) whenever an instance
+// leaves the table: deleted, expired or unreadable.
+func WithRemoveHook(fn func(id string)) TableOption { return func(t *Table) { t.onRemove = fn } }
+
+// NewTable returns a table over reg; call Start to fill it.
+func NewTable(reg *Registry, opts ...TableOption) *Table {
+	t := &Table{
+		reg:       reg,
+		log:       zerolog.Nop(),
+		reconcile: DefaultReconcileInterval,
+		byID:      make(map[string]*Instance),
+		byCap:     make(map[string]*capSet),
+		changed:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// Start loads the full listing, returning once the table holds it (or ctx
+// ends), and keeps the table current until Close.
+func (t *Table) Start(ctx context.Context) error {
+	loopCtx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	ready := make(chan struct{})
+	go t.run(loopCtx, ready)
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		t.Close()
+		return ctx.Err()
+	}
+}
+
+// Close stops watching and waits for the table's goroutine.
+func (t *Table) Close() {
+	t.once.Do(func() {
+		if t.cancel != nil {
+			t.cancel()
+			<-t.done
+		}
+	})
+}
+
+func (t *Table) run(ctx context.Context, ready chan struct{}) {
+	defer close(t.done)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := t.watchOnce(ctx, ready)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			t.log.Warn().Err(err).Dur("retry_in", backoff).Msg("registry watch failed")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+	}
+}
+
+// watchOnce runs one watcher: it reconciles the table with the watcher's
+// initial listing, applies updates, and returns nil when the watcher should
+// be re-created (closed channel or reconcile due).
+func (t *Table) watchOnce(ctx context.Context, ready chan struct{}) error {
+	w, err := t.reg.kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var listing map[string]jetstream.KeyValueEntry // non-nil while loading
+	listing = make(map[string]jetstream.KeyValueEntry)
+	tick := time.NewTimer(t.reconcile)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			return nil
+		case kve, ok := <-w.Updates():
+			if !ok {
+				t.log.Info().Msg("registry watcher closed; re-creating")
+				return nil
+			}
+			switch {
+			case kve == nil && listing != nil:
+				t.replace(listing)
+				listing = nil
+				select {
+				case <-ready:
+				default:
+					close(ready)
+				}
+			case kve == nil:
+			case listing != nil:
+				if kve.Operation() == jetstream.KeyValuePut {
+					listing[kve.Key()] = kve
+				} else {
+					delete(listing, kve.Key())
+				}
+			default:
+				t.apply(kve)
+			}
+		}
+	}
+}
+
+func (t *Table) replace(listing map[string]jetstream.KeyValueEntry) {
+	var gone []string
+	t.mu.Lock()
+	for id := range t.byID {
+		if _, ok := listing[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	t.mu.Unlock()
+	for _, id := range gone {
+		t.remove(id)
+	}
+	for _, kve := range listing {
+		t.apply(kve)
+	}
+}
+
+func (t *Table) apply(kve jetstream.KeyValueEntry) {
+	if kve.Operation() != jetstream.KeyValuePut {
+		t.remove(kve.Key())
+		return
+	}
+	e, err := toEntry(kve)
+	if err != nil {
+		t.log.Warn().Err(err).Str("agent", kve.Key()).Msg("ignoring unreadable agent record")
+		t.remove(kve.Key())
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	inst, ok := t.byID[e.ID]
+	if ok {
+		old := inst.Entry()
+		inst.entry.Store(&e)
+		if old.Status == e.Status && slices.Equal(old.Capabilities, e.Capabilities) {
+			return // a heartbeat: same routes
+		}
+		t.unindex(inst, old)
+	} else {
+		inst = &Instance{ID: e.ID}
+		inst.entry.Store(&e)
+		t.byID[e.ID] = inst
+	}
+	for _, c := range e.Capabilities {
+		cs := t.byCap[c]
+		if cs == nil {
+			cs = &capSet{members: make(map[string]*Instance)}
+			t.byCap[c] = cs
+		}
+		cs.members[e.ID] = inst
+		cs.routes = nil
+	}
+	t.signal()
+}
+
+func (t *Table) remove(id string) {
+	t.mu.Lock()
+	inst, ok := t.byID[id]
+	if ok {
+		delete(t.byID, id)
+		t.unindex(inst, inst.Entry())
+		t.signal()
+	}
+	t.mu.Unlock()
+	if ok && t.onRemove != nil {
+		t.onRemove(id)
+	}
+}
+
+// unindex drops inst from the capability sets of e; t.mu is held.
+func (t *Table) unindex(inst *Instance, e *Entry) {
+	for _, c := range e.Capabilities {
+		if cs := t.byCap[c]; cs != nil {
+			delete(cs.members, inst.ID)
+			cs.routes = nil
+			if len(cs.members) == 0 {
+				delete(t.byCap, c)
+			}
+		}
+	}
+}
+
+// signal wakes everyone waiting on Changed; t.mu is held.
+func (t *Table) signal() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// Changed returns a channel closed at the next change of routes (an instance
+// joining, leaving, or changing status or capabilities).
+func (t *Table) Changed() <-chan struct{} {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.changed
+}
+
+// Candidates returns the routable (status "ready") instances offering
+// capability c, sorted by id. The slice is shared: do not modify it.
+func (t *Table) Candidates(c string) []*Instance {
+	t.mu.RLock()
+	cs := t.byCap[c]
+	if cs == nil {
+		t.mu.RUnlock()
+		return nil
+	}
+	if routes := cs.routes; routes != nil {
+		t.mu.RUnlock()
+		return routes
+	}
+	t.mu.RUnlock()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cs = t.byCap[c]
+	if cs == nil {
+		return nil
+	}
+	if cs.routes == nil {
+		routes := make([]*Instance, 0, len(cs.members))
+		for _, inst := range cs.members {
+			if inst.Entry().Routable() {
+				routes = append(routes, inst)
+			}
+		}
+		sort.Slice(routes, func(i, j int) bool { return routes[i].ID < routes[j].ID })
+		cs.routes = routes
+	}
+	return cs.routes
+}
+
+// Lookup returns instance id, if it is in the table.
+func (t *Table) Lookup(id string) (*Instance, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	inst, ok := t.byID[id]
+	return inst, ok
+}
+
+// Len returns the number of instances in the table.
+func (t *Table) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.byID)
+}
+
+// Entries returns a copy of every record, sorted by id.
+func (t *Table) Entries() []Entry {
+	t.mu.RLock()
+	out := make([]Entry, 0, len(t.byID))
+	for _, inst := range t.byID {
+		out = append(out, *inst.Entry())
+	}
+	t.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

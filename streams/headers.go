@@ -1,0 +1,45 @@
+package streams
+
+// Header names of the wire contract (DESIGN.md §4). Metadata always travels in
+// headers, never in the payload.
+const (
+	HeaderRequestID       = "Reach-Request-Id"
+	HeaderOrchestrationID = "Reach-Orchestration-Id"
+	HeaderTraceParent     = "traceparent"
+	HeaderSource          = "Reach-Source"
+	HeaderAgent           = "Reach-Agent"
+	HeaderCapability      = "Reach-Capability"
+	HeaderIdempotencyKey  = "Reach-Idempotency-Key"
+	HeaderTimeout         = "Reach-Timeout"
+	HeaderDeadline        = "Reach-Deadline"
+	HeaderHops            = "Reach-Hops"
+	HeaderAttempt         = "Reach-Attempt"
+	HeaderStatus          = "Reach-Status"
+	HeaderError           = "Reach-Error"
+	HeaderNode            = "Reach-Node"
+	HeaderCost            = "Reach-Cost"
+	// HeaderAffinityKey selects an instance by consistent hashing when the
+	// capability's strategy is "hash".
+	HeaderAffinityKey = "Reach-Affinity-Key"
+	HeaderContentType = "Content-Type"
+)
+
+// Status is a task's lifecycle state as carried in the Reach-Status header.
+type Status string
+
+// Task states. CREATED and SENT exist only inside the dispatcher; the others
+// travel on the wire.
+const (
+	StatusCreated    Status = "CREATED"
+	StatusSent       Status = "SENT"
+	StatusAcked      Status = "ACKED"
+	StatusProcessing Status = "PROCESSING"
+	StatusFinished   Status = "FINISHED"
+	StatusFailed     Status = "FAILED"
+	StatusTimeout    Status = "TIMEOUT"
+)
+
+// Terminal reports whether a task in state s has ended.
+func (s Status) Terminal() bool {
+	return s == StatusFinished || s == StatusFailed || s == StatusTimeout
+}

@@ -1,0 +1,100 @@
+package streams
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix used when none is configured.
+const DefaultPrefix = "reach"
+
+// Subjects builds the subjects of one Agent-Reach deployment. The zero value
+// uses DefaultPrefix.
+type Subjects struct {
+	// Prefix is the first subject token (or tokens), "reach" when empty.
+	Prefix string
+}
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Task is the direct-tier subject for a capability: reach.task.<cap>.
+func (s Subjects) Task(capability string) string { return s.prefix() + ".task." + capability }
+
+// TaskWildcard matches every direct-tier task: reach.task.>.
+func (s Subjects) TaskWildcard() string { return s.prefix() + ".task.>" }
+
+// CapabilityFromTask returns the capability of a reach.task.<cap> subject, or
+// "" when subject is not a task subject.
+func (s Subjects) CapabilityFromTask(subject string) string {
+	p := s.prefix() + ".task."
+	if !strings.HasPrefix(subject, p) {
+		return ""
+	}
+	return subject[len(p):]
+}
+
+// Broadcast is the subject that delivers to every capable instance.
+func (s Subjects) Broadcast(capability string) string {
+	return s.prefix() + ".broadcast." + capability
+}
+
+// Submit is the durable-tier subject captured by the REACH_TASKS stream.
+func (s Subjects) Submit(capability string) string { return s.prefix() + ".submit." + capability }
+
+// SubmitWildcard matches every durable-tier submission: reach.submit.>.
+func (s Subjects) SubmitWildcard() string { return s.prefix() + ".submit.>" }
+
+// Agent is the delivery subject of one agent instance: reach.agent.<id>.
+func (s Subjects) Agent(instance string) string { return s.prefix() + ".agent." + instance }
+
+// Result is the subject a durable task's result is published on.
+func (s Subjects) Result(requestID string) string { return s.prefix() + ".result." + requestID }
+
+// ResultWildcard matches every durable result: reach.result.>.
+func (s Subjects) ResultWildcard() string { return s.prefix() + ".result.>" }
+
+// API is the control and inspection subject for a verb: reach.api.<verb>.
+func (s Subjects) API(verb string) string { return s.prefix() + ".api." + verb }
+
+var (
+	capabilityRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)*$`)
+	instanceRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+)
+
+// MaxNameLength bounds capability names and instance ids.
+const MaxNameLength = 128
+
+// ValidateCapability reports why name is not a valid capability: capabilities
+// are dotted lowercase tokens such as "inventory.query", each token made of
+// a-z, 0-9, '_' and '-' and starting with a letter or digit.
+func ValidateCapability(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: capability name is empty", ErrInvalidName)
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("%w: capability %q is longer than %d bytes", ErrInvalidName, name, MaxNameLength)
+	case !capabilityRE.MatchString(name):
+		return fmt.Errorf("%w: capability %q must be dotted lowercase tokens of [a-z0-9_-] (e.g. \"inventory.query\")", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// ValidateInstanceID reports why id cannot name an agent instance: it becomes
+// one subject token and one KV key, so it is letters, digits, '_' and '-'.
+func ValidateInstanceID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: instance id is empty", ErrInvalidName)
+	case len(id) > MaxNameLength:
+		return fmt.Errorf("%w: instance id %q is longer than %d bytes", ErrInvalidName, id, MaxNameLength)
+	case !instanceRE.MatchString(id):
+		return fmt.Errorf("%w: instance id %q may hold only letters, digits, '_' and '-'", ErrInvalidName, id)
+	}
+	return nil
+}
