@@ -80,7 +80,7 @@ func TestTableFollowsPutsDeletesAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tab.Close()
-	if got := len(tab.Candidates("echo")); got != 1 {
+	if got := tab.Candidates("echo").Len(); got != 1 {
 		t.Fatalf("initial listing: want 1 candidate, got %d", got)
 	}
 
@@ -89,7 +89,7 @@ func TestTableFollowsPutsDeletesAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, time.Second, func() error {
-		if n := len(tab.Candidates("math.add")); n != 1 {
+		if n := tab.Candidates("math.add").Len(); n != 1 {
 			return fmt.Errorf("math.add candidates %d", n)
 		}
 		return nil
@@ -101,7 +101,7 @@ func TestTableFollowsPutsDeletesAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, time.Second, func() error {
-		if n := len(tab.Candidates("math.add")); n != 0 {
+		if n := tab.Candidates("math.add").Len(); n != 0 {
 			return fmt.Errorf("draining still routable: %d", n)
 		}
 		return nil

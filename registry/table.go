@@ -50,7 +50,50 @@ type Table struct {
 
 type capSet struct {
 	members map[string]*Instance
-	routes  []*Instance // routable members sorted by id; nil when stale
+	routes  *Routes // routable members; nil when stale
+}
+
+// Routes is the set of routable instances of one capability, sorted by id,
+// with their weights summed for weighted sampling. It is immutable: a change
+// in the table builds a new one.
+type Routes struct {
+	// Instances are the routable instances sorted by id. Do not modify.
+	Instances []*Instance
+	cum       []int64 // cum[i] = sum of weights of Instances[:i+1]
+}
+
+func newRoutes(insts []*Instance) *Routes {
+	sort.Slice(insts, func(i, j int) bool { return insts[i].ID < insts[j].ID })
+	r := &Routes{Instances: insts, cum: make([]int64, len(insts))}
+	var sum int64
+	for i, inst := range insts {
+		sum += int64(inst.Entry().Weight)
+		r.cum[i] = sum
+	}
+	return r
+}
+
+// Len returns the number of routable instances.
+func (r *Routes) Len() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.Instances)
+}
+
+// TotalWeight is the sum of the instances' weights.
+func (r *Routes) TotalWeight() int64 {
+	if r.Len() == 0 {
+		return 0
+	}
+	return r.cum[len(r.cum)-1]
+}
+
+// AtWeight returns the index of the instance owning point w of the summed
+// weights, for w in [0, TotalWeight()): sampling w uniformly picks instances
+// in proportion to their weights.
+func (r *Routes) AtWeight(w int64) int {
+	return sort.Search(len(r.cum), func(i int) bool { return r.cum[i] > w })
 }
 
 // TableOption configures a Table.
@@ -219,7 +262,7 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	if ok {
 		old := inst.Entry()
 		inst.entry.Store(&e)
-		if old.Status == e.Status && slices.Equal(old.Capabilities, e.Capabilities) {
+		if old.Status == e.Status && old.Weight == e.Weight && slices.Equal(old.Capabilities, e.Capabilities) {
 			return // a heartbeat: same routes
 		}
 		t.unindex(inst, old)
@@ -282,19 +325,19 @@ func (t *Table) Changed() <-chan struct{} {
 }
 
 // Candidates returns the routable (status "ready") instances offering
-// capability c, sorted by id. The slice is shared: do not modify it.
-func (t *Table) Candidates(c string) []*Instance {
+// capability c; nil when there are none. The Routes value is shared and
+// immutable.
+func (t *Table) Candidates(c string) *Routes {
 	t.mu.RLock()
 	cs := t.byCap[c]
-	if cs == nil {
-		t.mu.RUnlock()
-		return nil
-	}
-	if routes := cs.routes; routes != nil {
-		t.mu.RUnlock()
-		return routes
+	var routes *Routes
+	if cs != nil {
+		routes = cs.routes
 	}
 	t.mu.RUnlock()
+	if cs == nil || routes != nil {
+		return routes
+	}
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -303,14 +346,13 @@ func (t *Table) Candidates(c string) []*Instance {
 		return nil
 	}
 	if cs.routes == nil {
-		routes := make([]*Instance, 0, len(cs.members))
+		insts := make([]*Instance, 0, len(cs.members))
 		for _, inst := range cs.members {
 			if inst.Entry().Routable() {
-				routes = append(routes, inst)
+				insts = append(insts, inst)
 			}
 		}
-		sort.Slice(routes, func(i, j int) bool { return routes[i].ID < routes[j].ID })
-		cs.routes = routes
+		cs.routes = newRoutes(insts)
 	}
 	return cs.routes
 }

@@ -1,0 +1,433 @@
+package agentkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/signal"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxConcurrent = 8
+	DefaultDrainTimeout  = 30 * time.Second
+)
+
+// Config describes an agent instance. The zero value of every field but Type
+// means its default.
+type Config struct {
+	// Type is the agent type, e.g. "inventory" (required; same rules as a
+	// capability name).
+	Type string
+	// ID is the instance id; default "<type>-<random>" with dots replaced.
+	ID string
+	// Version is reported in the record; default "0.0.0".
+	Version string
+	// MaxConcurrent is how many tasks run at once; default 8. A delivery
+	// beyond it is answered TARGET_BUSY.
+	MaxConcurrent int
+	// Weight scales this instance's share of traffic; default 100.
+	Weight int
+	// Heartbeat is the heartbeat interval; default 5 s. It must match the
+	// REACH_AGENTS bucket TTL (3 × heartbeat) that was provisioned.
+	Heartbeat time.Duration
+	// TimeoutHint declares how long a task may take; 0 lets dispatchers
+	// learn it.
+	TimeoutHint time.Duration
+	// DrainTimeout bounds how long a drain waits for in-flight tasks;
+	// default 30 s.
+	DrainTimeout time.Duration
+	// Subjects names the subjects; zero means prefix "reach".
+	Subjects streams.Subjects
+}
+
+// Option configures an Agent.
+type Option func(*Agent)
+
+// WithLogger sets the agent's logger; the default discards.
+func WithLogger(l zerolog.Logger) Option { return func(a *Agent) { a.log = l } }
+
+// WithHeartbeatConn makes heartbeats use nc. By default the agent opens a
+// second connection with the work connection's options, so that heartbeats
+// never queue behind task traffic. The agent does not close a given conn.
+func WithHeartbeatConn(nc *nats.Conn) Option { return func(a *Agent) { a.hbConn = nc } }
+
+// WithoutSignals stops Run from draining on SIGTERM and SIGINT (it still
+// drains when its context ends).
+func WithoutSignals() Option { return func(a *Agent) { a.noSignals = true } }
+
+// Agent serves capabilities over NATS. Register handlers with Handle, then
+// call Run (or Start and later Drain). Its methods are safe for concurrent
+// use; Drain is idempotent.
+type Agent struct {
+	nc        *nats.Conn
+	cfg       Config
+	id        string
+	log       zerolog.Logger
+	hbConn    *nats.Conn
+	ownHBConn bool
+	noSignals bool
+
+	mu       sync.Mutex
+	handlers map[string]Handler
+	started  bool
+	sub      *nats.Subscription
+	hb       *registry.Heartbeat
+
+	slots    chan struct{}
+	inflight sync.WaitGroup
+	ctx      context.Context // cancelled on hard stop
+	stop     context.CancelFunc
+
+	drainOnce sync.Once
+	drainErr  error
+}
+
+// New validates cfg and returns an agent that will serve on nc.
+func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
+	if nc == nil {
+		return nil, errors.New("agentkit: nil NATS connection")
+	}
+	if err := streams.ValidateCapability(cfg.Type); err != nil {
+		return nil, fmt.Errorf("agentkit: type: %w", err)
+	}
+	if cfg.ID == "" {
+		cfg.ID = fmt.Sprintf("%s-%s", dotless(cfg.Type), nuid.Next()[14:])
+	}
+	if err := streams.ValidateInstanceID(cfg.ID); err != nil {
+		return nil, fmt.Errorf("agentkit: %w", err)
+	}
+	if cfg.MaxConcurrent == 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if cfg.MaxConcurrent < 1 {
+		return nil, fmt.Errorf("agentkit: MaxConcurrent must be at least 1, got %d", cfg.MaxConcurrent)
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = streams.DefaultHeartbeat
+	}
+	if cfg.Heartbeat < 100*time.Millisecond {
+		return nil, fmt.Errorf("agentkit: Heartbeat %v is below the 100ms minimum", cfg.Heartbeat)
+	}
+	if cfg.Version == "" {
+		cfg.Version = "0.0.0"
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	a := &Agent{
+		nc:       nc,
+		cfg:      cfg,
+		id:       cfg.ID,
+		log:      zerolog.Nop(),
+		handlers: make(map[string]Handler),
+		slots:    make(chan struct{}, cfg.MaxConcurrent),
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	a.log = a.log.With().Str("agent", a.id).Logger()
+	return a, nil
+}
+
+func dotless(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '.' {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+// ID returns the instance id.
+func (a *Agent) ID() string { return a.id }
+
+// Handle registers the handler of a capability. It must be called before
+// Start; an invalid capability name is refused with the reason.
+func (a *Agent) Handle(capability string, h Handler) error {
+	if err := streams.ValidateCapability(capability); err != nil {
+		return fmt.Errorf("agentkit: %w", err)
+	}
+	if h == nil {
+		return fmt.Errorf("agentkit: nil handler for %q", capability)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started {
+		return ErrAlreadyStarted
+	}
+	if _, dup := a.handlers[capability]; dup {
+		return fmt.Errorf("agentkit: capability %q registered twice", capability)
+	}
+	a.handlers[capability] = h
+	return nil
+}
+
+// Record returns the agent record this agent heartbeats.
+func (a *Agent) Record() registry.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hb != nil {
+		return a.hb.Record()
+	}
+	return a.record()
+}
+
+func (a *Agent) record() registry.Record {
+	caps := make([]string, 0, len(a.handlers))
+	for c := range a.handlers {
+		caps = append(caps, c)
+	}
+	slices.Sort(caps)
+	return registry.Record{
+		ID: a.id, Type: a.cfg.Type, Capabilities: caps, MaxConcurrent: a.cfg.MaxConcurrent,
+		Weight: a.cfg.Weight, Status: registry.StatusReady, TimeoutHintMS: a.cfg.TimeoutHint.Milliseconds(),
+		HeartbeatMS: a.cfg.Heartbeat.Milliseconds(), Version: a.cfg.Version,
+	}
+}
+
+// Run starts the agent and serves until ctx ends or (unless WithoutSignals)
+// the process receives SIGTERM or SIGINT, then drains: status "draining",
+// in-flight tasks finish, the record is deleted.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.noSignals {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+	}
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	dctx, cancel := context.WithTimeout(context.Background(), a.cfg.DrainTimeout+5*time.Second)
+	defer cancel()
+	return a.Drain(dctx)
+}
+
+// Start subscribes to the agent's delivery subject and registers it; the
+// agent is routable once Start returns. Registration errors (an invalid
+// record, a missing bucket) are returned here.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started {
+		return ErrAlreadyStarted
+	}
+	if len(a.handlers) == 0 {
+		return ErrNoHandlers
+	}
+	rec := a.record()
+	rec.Normalize()
+	if err := rec.Validate(); err != nil {
+		return err
+	}
+	if a.hbConn == nil {
+		hc, err := a.nc.Opts.Connect()
+		if err != nil {
+			return fmt.Errorf("agentkit: heartbeat connection: %w", err)
+		}
+		a.hbConn, a.ownHBConn = hc, true
+	}
+	js, err := jetstream.New(a.hbConn)
+	if err != nil {
+		a.closeHBConn()
+		return err
+	}
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		a.closeHBConn()
+		return err
+	}
+	hb, err := registry.NewHeartbeat(reg, rec, a.log)
+	if err != nil {
+		a.closeHBConn()
+		return err
+	}
+	a.ctx, a.stop = context.WithCancel(context.Background())
+	sub, err := a.nc.Subscribe(a.cfg.Subjects.Agent(a.id), a.deliver)
+	if err != nil {
+		a.closeHBConn()
+		return fmt.Errorf("agentkit: subscribe: %w", err)
+	}
+	// Make sure the server has the subscription before anyone can route here.
+	if err := a.nc.FlushWithContext(ctx); err != nil {
+		_ = sub.Unsubscribe()
+		a.closeHBConn()
+		return err
+	}
+	if err := hb.Start(ctx); err != nil {
+		_ = sub.Unsubscribe()
+		a.closeHBConn()
+		return fmt.Errorf("agentkit: register: %w", err)
+	}
+	a.sub, a.hb, a.started = sub, hb, true
+	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).Msg("agent registered")
+	return nil
+}
+
+func (a *Agent) closeHBConn() {
+	if a.ownHBConn && a.hbConn != nil {
+		a.hbConn.Close()
+	}
+}
+
+// Drain stops taking tasks and deregisters: it marks the record "draining",
+// stops the subscription, waits (up to DrainTimeout or ctx) for in-flight
+// tasks, cancels any still running, and deletes the record. Calling it again
+// returns the first result.
+func (a *Agent) Drain(ctx context.Context) error {
+	a.mu.Lock()
+	started := a.started
+	a.mu.Unlock()
+	if !started {
+		return ErrNotStarted
+	}
+	a.drainOnce.Do(func() {
+		var errs []error
+		if err := a.hb.MarkDraining(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("mark draining: %w", err))
+		}
+		if err := a.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, fmt.Errorf("drain subscription: %w", err))
+		}
+		done := make(chan struct{})
+		go func() {
+			a.inflight.Wait()
+			close(done)
+		}()
+		timer := time.NewTimer(a.cfg.DrainTimeout)
+		select {
+		case <-done:
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+		a.stop() // cancel whatever is still running
+		<-done
+		if err := a.hb.Stop(ctx, true); err != nil {
+			errs = append(errs, fmt.Errorf("deregister: %w", err))
+		}
+		a.closeHBConn()
+		a.drainErr = errors.Join(errs...)
+		a.log.Info().Err(a.drainErr).Msg("agent drained")
+	})
+	return a.drainErr
+}
+
+// deliver runs on the subscription's goroutine for each delivery: it takes a
+// slot or answers TARGET_BUSY, acknowledges, and starts the handler.
+func (a *Agent) deliver(m *nats.Msg) {
+	if m.Reply == "" {
+		a.log.Warn().Str("subject", m.Subject).Msg("delivery without reply subject dropped")
+		return
+	}
+	req := newRequest(a, m)
+	a.mu.Lock()
+	h := a.handlers[req.Capability]
+	a.mu.Unlock()
+	if h == nil {
+		a.fail(req, streams.NewError(streams.CodeNoAgent, "agent %s does not serve capability %q", a.id, req.Capability))
+		return
+	}
+	select {
+	case a.slots <- struct{}{}:
+	default:
+		a.fail(req, streams.NewError(streams.CodeTargetBusy, "agent %s has all %d slots busy", a.id, a.cfg.MaxConcurrent))
+		return
+	}
+	a.hb.SetActive(len(a.slots))
+	ack := streams.StatusReply(m.Reply, streams.StatusAcked, req.RequestID)
+	ack.Header.Set(streams.HeaderNode, a.id)
+	if err := a.nc.PublishMsg(ack); err != nil {
+		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("ack failed")
+	}
+	a.inflight.Add(1)
+	go a.run(h, req)
+}
+
+func (a *Agent) run(h Handler, req *Request) {
+	defer func() {
+		<-a.slots
+		a.hb.SetActive(len(a.slots))
+		a.inflight.Done()
+	}()
+	ctx := context.WithValue(a.ctx, requestKey{}, req)
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+	}
+	start := time.Now()
+	out, err := a.call(ctx, h, req)
+	if err != nil {
+		e := classify(err)
+		a.log.Debug().Str("request_id", req.RequestID).Str("code", string(e.Code)).Str("error", e.Message).Msg("task failed")
+		a.fail(req, e)
+		return
+	}
+	a.finish(req, out)
+	a.log.Debug().Str("request_id", req.RequestID).Dur("took", time.Since(start)).Msg("task finished")
+}
+
+// call runs the handler, turning a panic into an INTERNAL error so one bad
+// task never takes the agent down.
+func (a *Agent) call(ctx context.Context, h Handler, req *Request) (out any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error().Str("request_id", req.RequestID).Interface("panic", p).Bytes("stack", debug.Stack()).Msg("handler panicked")
+			err = streams.NewError(streams.CodeInternal, "handler panicked: %v", p)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func (a *Agent) finish(req *Request, out any) {
+	m := streams.StatusReply(req.reply, streams.StatusFinished, req.RequestID)
+	m.Header.Set(streams.HeaderNode, a.id)
+	m.Header.Set(streams.HeaderContentType, req.ContentType)
+	if c := req.costHeader(); c != "" {
+		m.Header.Set(streams.HeaderCost, c)
+	}
+	if b, ok := out.([]byte); ok {
+		m.Data = b
+	} else {
+		b, err := streams.Encode(req.ContentType, out)
+		if err != nil {
+			a.fail(req, classify(err))
+			return
+		}
+		m.Data = b
+	}
+	if err := streams.CheckSize(m, a.nc.MaxPayload()); err != nil {
+		a.fail(req, classify(fmt.Errorf("result: %w", err)))
+		return
+	}
+	if err := a.nc.PublishMsg(m); err != nil {
+		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
+	}
+}
+
+func (a *Agent) fail(req *Request, e *streams.Error) {
+	m := streams.ErrorReply(req.reply, req.ContentType, req.RequestID, e)
+	m.Header.Set(streams.HeaderNode, a.id)
+	if c := req.costHeader(); c != "" {
+		m.Header.Set(streams.HeaderCost, c)
+	}
+	if err := a.nc.PublishMsg(m); err != nil {
+		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("error reply failed")
+	}
+}

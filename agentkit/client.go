@@ -1,0 +1,189 @@
+package agentkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// DefaultCallTimeout bounds a Call whose context has no deadline; it matches
+// the default overall deadline.
+const DefaultCallTimeout = 60 * time.Second
+
+// Client calls capabilities through the dispatchers. It is safe for
+// concurrent use.
+type Client struct {
+	nc       *nats.Conn
+	subjects streams.Subjects
+	source   string
+	ct       string
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithSource sets Reach-Source, the calling agent's id, on every call.
+func WithSource(id string) ClientOption { return func(c *Client) { c.source = id } }
+
+// WithJSON makes the client encode payloads as JSON; the default is msgpack.
+func WithJSON() ClientOption { return func(c *Client) { c.ct = streams.ContentTypeJSON } }
+
+// WithSubjects sets the subject prefix; zero means "reach".
+func WithSubjects(s streams.Subjects) ClientOption { return func(c *Client) { c.subjects = s } }
+
+// NewClient returns a client on nc.
+func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("agentkit: nil NATS connection")
+	}
+	c := &Client{nc: nc, ct: streams.ContentTypeMsgpack}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// CallOption adjusts one call.
+type CallOption func(*nats.Msg)
+
+// ToAgent sends the task to this instance only (unicast, Reach-Agent).
+func ToAgent(id string) CallOption {
+	return func(m *nats.Msg) { m.Header.Set(streams.HeaderAgent, id) }
+}
+
+// WithRequestID sets the request id instead of a fresh UUID v4.
+func WithRequestID(id string) CallOption {
+	return func(m *nats.Msg) { m.Header.Set(streams.HeaderRequestID, id) }
+}
+
+// WithTimeout asks for a per-call timeout (Reach-Timeout).
+func WithTimeout(d time.Duration) CallOption {
+	return func(m *nats.Msg) { m.Header.Set(streams.HeaderTimeout, strconv.FormatInt(d.Milliseconds(), 10)) }
+}
+
+// WithAffinityKey routes calls with the same key to the same instance when
+// the capability uses the consistent-hash strategy.
+func WithAffinityKey(k string) CallOption {
+	return func(m *nats.Msg) { m.Header.Set(streams.HeaderAffinityKey, k) }
+}
+
+// WithIdempotencyKey sets the key under which agents execute a write at most
+// once.
+func WithIdempotencyKey(k string) CallOption {
+	return func(m *nats.Msg) { m.Header.Set(streams.HeaderIdempotencyKey, k) }
+}
+
+// WithHeader sets any header on the call.
+func WithHeader(k, v string) CallOption { return func(m *nats.Msg) { m.Header.Set(k, v) } }
+
+// Result is a finished call: the payload and its Reach-* metadata.
+type Result struct {
+	Data            []byte
+	ContentType     string
+	Status          streams.Status
+	Node            string
+	Attempt         int
+	RequestID       string
+	OrchestrationID string
+	Cost            float64
+	Header          nats.Header
+}
+
+// Decode unmarshals the result payload into v.
+func (r *Result) Decode(v any) error { return streams.Decode(r.ContentType, r.Data, v) }
+
+// Call sends payload to a capability and waits for the result. payload is
+// encoded in the client's content type; []byte is sent as is. Inside a
+// handler, pass the handler's ctx: the orchestration id, hop count and the
+// remaining deadline travel on.
+//
+// Errors carry a wire code: errors.Is(err, streams.ErrNoAgent) and so on.
+// The Result is returned alongside an error reply when there was one.
+func (c *Client) Call(ctx context.Context, capability string, payload any, opts ...CallOption) (*Result, error) {
+	if err := streams.ValidateCapability(capability); err != nil {
+		return nil, streams.NewError(streams.CodeBadRequest, "%v", err)
+	}
+	m := nats.NewMsg(c.subjects.Task(capability))
+	if b, ok := payload.([]byte); ok {
+		m.Data = b
+	} else {
+		b, err := streams.Encode(c.ct, payload)
+		if err != nil {
+			return nil, err
+		}
+		m.Data = b
+	}
+	m.Header.Set(streams.HeaderContentType, c.ct)
+	if c.source != "" {
+		m.Header.Set(streams.HeaderSource, c.source)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
+		defer cancel()
+	}
+	propagate(ctx, m)
+	for _, o := range opts {
+		o(m)
+	}
+	if m.Header.Get(streams.HeaderRequestID) == "" {
+		m.Header.Set(streams.HeaderRequestID, uuid.NewString())
+	}
+	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
+		return nil, err
+	}
+	reply, err := c.nc.RequestMsgWithContext(ctx, m)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, streams.NewError(streams.CodeNoAgent, "no dispatcher is listening on %s", m.Subject)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no result for %s within the caller's deadline", capability)
+	case err != nil:
+		return nil, fmt.Errorf("agentkit: call %s: %w", capability, err)
+	}
+	res := resultOf(reply)
+	if e := streams.ErrorFromMessage(reply); e != nil {
+		return res, e
+	}
+	return res, nil
+}
+
+// propagate copies what travels across hops from the handler's request (if
+// ctx belongs to one) and sets Reach-Deadline from ctx.
+func propagate(ctx context.Context, m *nats.Msg) {
+	if req, ok := RequestFromContext(ctx); ok {
+		if req.OrchestrationID != "" {
+			m.Header.Set(streams.HeaderOrchestrationID, req.OrchestrationID)
+		}
+		if tp := req.Header.Get(streams.HeaderTraceParent); tp != "" {
+			m.Header.Set(streams.HeaderTraceParent, tp)
+		}
+		m.Header.Set(streams.HeaderHops, strconv.Itoa(req.Hops))
+		m.Header.Set(streams.HeaderSource, req.agent.id)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
+	}
+}
+
+func resultOf(m *nats.Msg) *Result {
+	r := &Result{
+		Data:            m.Data,
+		ContentType:     streams.ContentType(m.Header, m.Data),
+		Status:          streams.Status(m.Header.Get(streams.HeaderStatus)),
+		Node:            m.Header.Get(streams.HeaderNode),
+		Attempt:         int(streams.IntHeader(m.Header, streams.HeaderAttempt)),
+		RequestID:       m.Header.Get(streams.HeaderRequestID),
+		OrchestrationID: m.Header.Get(streams.HeaderOrchestrationID),
+		Header:          m.Header,
+	}
+	r.Cost, _ = strconv.ParseFloat(m.Header.Get(streams.HeaderCost), 64)
+	return r
+}

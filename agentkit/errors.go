@@ -1,0 +1,45 @@
+package agentkit
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+var (
+	// ErrNotStarted is returned by methods that need a running agent.
+	ErrNotStarted = errors.New("agentkit: agent not started")
+	// ErrAlreadyStarted is returned by Handle or Start after Start.
+	ErrAlreadyStarted = errors.New("agentkit: agent already started")
+	// ErrNoHandlers is returned by Start when no capability is registered.
+	ErrNoHandlers = errors.New("agentkit: no capability handlers registered")
+)
+
+// Reject returns a business rejection (BIZ_REJECT): the task is understood
+// but refused, and is never retried.
+func Reject(format string, args ...any) error {
+	return streams.NewError(streams.CodeBizReject, format, args...)
+}
+
+// Busy returns a TARGET_BUSY error: the caller may retry elsewhere.
+func Busy(format string, args ...any) error {
+	return streams.NewError(streams.CodeTargetBusy, format, args...)
+}
+
+// BadRequest returns a BAD_REQUEST error: the input is malformed and a retry
+// cannot help.
+func BadRequest(format string, args ...any) error {
+	return streams.NewError(streams.CodeBadRequest, format, args...)
+}
+
+// classify maps a handler error to its wire error: an *streams.Error keeps its
+// code, an error wrapping a wire sentinel gets that code, and anything else
+// is a failure (INTERNAL).
+func classify(err error) *streams.Error {
+	e := streams.AsError(err)
+	if e.Message == "" {
+		e.Message = fmt.Sprint(err)
+	}
+	return e
+}

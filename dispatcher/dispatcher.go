@@ -1,0 +1,259 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Option configures a Dispatcher.
+type Option func(*Dispatcher)
+
+// WithLogger sets the dispatcher's logger; the default discards.
+func WithLogger(l zerolog.Logger) Option { return func(d *Dispatcher) { d.log = l } }
+
+// Dispatcher routes tasks to agents. Create it with New, run it with Start,
+// stop it with Drain (graceful) or Close. Its methods are safe for
+// concurrent use; Drain and Close are idempotent.
+type Dispatcher struct {
+	nc  *nats.Conn
+	cfg Config
+	log zerolog.Logger
+
+	table *registry.Table
+	inbox *inbox
+	sub   *nats.Subscription
+	rr    counters
+
+	mu      sync.Mutex
+	started bool
+	loads   sync.Map // instance id → *instLoad
+
+	inflight atomic.Int64
+	tasks    sync.WaitGroup
+	stats    stats
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// instLoad is this replica's view of one instance's load.
+type instLoad struct {
+	inflight atomic.Int64
+}
+
+// New validates cfg and returns a dispatcher on nc.
+func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil NATS connection", ErrInvalidConfig)
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		cfg.Name = "dispatcher-" + nuid.Next()[16:]
+	}
+	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop()}
+	for _, o := range opts {
+		o(d)
+	}
+	d.log = d.log.With().Str("dispatcher", cfg.Name).Logger()
+	return d, nil
+}
+
+// Name returns the replica's name.
+func (d *Dispatcher) Name() string { return d.cfg.Name }
+
+// Table returns the dispatcher's routing table (nil before Start).
+func (d *Dispatcher) Table() *registry.Table {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.table
+}
+
+// Start loads the routing table and joins the queue group. REACH_AGENTS must
+// exist (streams.Provision).
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return ErrAlreadyStarted
+	}
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		return err
+	}
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		return err
+	}
+	table := registry.NewTable(reg, registry.WithLogger(d.log), registry.WithRemoveHook(d.forget))
+	if err := table.Start(ctx); err != nil {
+		return fmt.Errorf("dispatcher: load routing table: %w", err)
+	}
+	ib, err := newInbox(d.nc)
+	if err != nil {
+		table.Close()
+		return err
+	}
+	sub, err := d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
+	if err == nil {
+		err = sub.SetPendingLimits(-1, 256<<20)
+	}
+	if err == nil {
+		err = d.nc.FlushWithContext(ctx)
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		_ = ib.stop()
+		table.Close()
+		return fmt.Errorf("dispatcher: subscribe: %w", err)
+	}
+	d.table, d.inbox, d.sub, d.started = table, ib, sub, true
+	d.log.Info().Str("subject", sub.Subject).Str("queue", d.cfg.QueueGroup).Int("agents", table.Len()).Msg("dispatcher started")
+	return nil
+}
+
+// Drain leaves the queue group, so new tasks go to other replicas, lets
+// every task already received finish (or ctx end), then stops. Calling it
+// again returns the first result.
+func (d *Dispatcher) Drain(ctx context.Context) error {
+	return d.shutdown(ctx, true)
+}
+
+// Close stops at once: tasks still running end when their waits do.
+func (d *Dispatcher) Close() error {
+	return d.shutdown(context.Background(), false)
+}
+
+func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
+	d.mu.Lock()
+	started := d.started
+	d.mu.Unlock()
+	if !started {
+		return ErrNotStarted
+	}
+	d.stopOnce.Do(func() {
+		var errs []error
+		if graceful {
+			closed := d.sub.StatusChanged(nats.SubscriptionClosed)
+			if err := d.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				errs = append(errs, err)
+			}
+			select { // every received task has been handed to a goroutine
+			case <-closed:
+			case <-ctx.Done():
+			}
+			done := make(chan struct{})
+			go func() { d.tasks.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				errs = append(errs, fmt.Errorf("dispatcher: drain: %w with %d tasks in flight", ctx.Err(), d.inflight.Load()))
+			}
+		} else if err := d.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, err)
+		}
+		if err := d.inbox.stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, err)
+		}
+		d.table.Close()
+		d.stopErr = errors.Join(errs...)
+		d.log.Info().Err(d.stopErr).Msg("dispatcher stopped")
+	})
+	return d.stopErr
+}
+
+// receive runs on the subscription's goroutine: it admits the task or
+// answers OVERLOADED, and hands it to its own goroutine.
+func (d *Dispatcher) receive(m *nats.Msg) {
+	d.stats.received.Add(1)
+	if m.Reply == "" {
+		d.stats.dropped.Add(1)
+		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
+		return
+	}
+	if n := d.inflight.Add(1); n > int64(d.cfg.MaxInFlight) {
+		d.inflight.Add(-1)
+		d.stats.overloaded.Add(1)
+		d.replyError(m, "", "", streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight))
+		return
+	}
+	d.tasks.Add(1)
+	go func() {
+		defer func() {
+			d.inflight.Add(-1)
+			d.tasks.Done()
+		}()
+		d.handle(m)
+	}()
+}
+
+// loadOf returns this replica's load record for an instance.
+func (d *Dispatcher) loadOf(id string) *instLoad {
+	if l, ok := d.loads.Load(id); ok {
+		return l.(*instLoad)
+	}
+	l, _ := d.loads.LoadOrStore(id, &instLoad{})
+	return l.(*instLoad)
+}
+
+// forget drops per-instance state when an instance leaves the table.
+func (d *Dispatcher) forget(id string) {
+	d.loads.Delete(id)
+}
+
+// load is (own in-flight + reported active) / max_concurrent.
+func (d *Dispatcher) load(inst *registry.Instance) float64 {
+	e := inst.Entry()
+	own := d.loadOf(inst.ID).inflight.Load()
+	return (float64(own) + float64(e.Active)) / float64(e.MaxConcurrent)
+}
+
+// Stats is a snapshot of a replica's counters since Start.
+type Stats struct {
+	Name       string `json:"name"`
+	Received   int64  `json:"received"`
+	Finished   int64  `json:"finished"`
+	Failed     int64  `json:"failed"`
+	Overloaded int64  `json:"overloaded"`
+	Dropped    int64  `json:"dropped"`
+	Redirected int64  `json:"redirected"`
+	InFlight   int64  `json:"in_flight"`
+	Agents     int    `json:"agents"`
+}
+
+type stats struct {
+	received, finished, failed, overloaded, dropped, redirected atomic.Int64
+}
+
+// Stats returns the replica's counters.
+func (d *Dispatcher) Stats() Stats {
+	s := Stats{
+		Name:       d.cfg.Name,
+		Received:   d.stats.received.Load(),
+		Finished:   d.stats.finished.Load(),
+		Failed:     d.stats.failed.Load(),
+		Overloaded: d.stats.overloaded.Load(),
+		Dropped:    d.stats.dropped.Load(),
+		Redirected: d.stats.redirected.Load(),
+		InFlight:   d.inflight.Load(),
+	}
+	if t := d.Table(); t != nil {
+		s.Agents = t.Len()
+	}
+	return s
+}

@@ -1,0 +1,14 @@
+// Package dispatcher routes tasks from publishers to agent instances.
+//
+// A Dispatcher subscribes to reach.task.> in a queue group, so any number of
+// replicas share the load. For each task it resolves the target (one
+// instance for unicast, else every routable instance offering the
+// capability), picks one with the capability's strategy, delivers the task
+// on reach.agent.<id> and follows it through ACKED, PROCESSING and the
+// result. An instance that does not acknowledge within the ack timeout, has
+// no subscription, or answers TARGET_BUSY is skipped and the same request
+// (same request id) goes to another instance.
+//
+// The dispatcher holds no state that matters beyond caches: its routing
+// table is rebuilt from REACH_AGENTS, and its in-flight counts start at zero.
+package dispatcher

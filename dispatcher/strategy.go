@@ -1,0 +1,160 @@
+package dispatcher
+
+import (
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/agent-reach/agentreach/registry"
+)
+
+// Strategy names, chosen per capability in Config.Strategies.
+const (
+	// StrategyLeastLoad: power-of-two choices. Two instances are sampled in
+	// proportion to their weights and the one with the lower load,
+	// (own in-flight + reported active) / max_concurrent, wins.
+	StrategyLeastLoad = "least_load"
+	// StrategyRoundRobin: instances in turn, ignoring weights and load.
+	StrategyRoundRobin = "round_robin"
+	// StrategyWeightedRoundRobin: instances in turn, each in proportion to
+	// its weight, interleaved.
+	StrategyWeightedRoundRobin = "weighted_round_robin"
+	// StrategyHash: weighted rendezvous hashing on Reach-Affinity-Key, so a
+	// key keeps its instance while that instance lives; tasks without the
+	// header fall back to least load.
+	StrategyHash = "hash"
+)
+
+// strategy picks the index of an instance in rs for t, never one t has
+// tried; -1 when none is left.
+type strategy func(d *Dispatcher, capability string, rs *registry.Routes, t *task) int
+
+var strategies = map[string]strategy{
+	StrategyLeastLoad:          leastLoad,
+	StrategyRoundRobin:         roundRobin,
+	StrategyWeightedRoundRobin: weightedRoundRobin,
+	StrategyHash:               consistentHash,
+}
+
+// StrategyNames lists the strategy names, sorted.
+func StrategyNames() []string {
+	names := make([]string, 0, len(strategies))
+	for n := range strategies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
+	a := sampleWeighted(rs, t)
+	if a < 0 {
+		return -1
+	}
+	b := a
+	for range 3 {
+		if b = sampleWeighted(rs, t); b != a {
+			break
+		}
+	}
+	if b != a && d.load(rs.Instances[b]) < d.load(rs.Instances[a]) {
+		return b
+	}
+	return a
+}
+
+// sampleWeighted draws an untried instance in proportion to weight.
+func sampleWeighted(rs *registry.Routes, t *task) int {
+	total := rs.TotalWeight()
+	if total <= 0 {
+		return -1
+	}
+	for range 4 {
+		i := rs.AtWeight(rand.Int64N(total))
+		if !t.tried(rs.Instances[i].ID) {
+			return i
+		}
+	}
+	return nextUntried(rs, t, rand.IntN(rs.Len()))
+}
+
+// nextUntried returns the first untried index at or after start, cyclically.
+func nextUntried(rs *registry.Routes, t *task, start int) int {
+	n := rs.Len()
+	for k := range n {
+		i := (start + k) % n
+		if !t.tried(rs.Instances[i].ID) {
+			return i
+		}
+	}
+	return -1
+}
+
+// counters holds one round-robin counter per capability.
+type counters struct{ m sync.Map }
+
+func (c *counters) next(capability string) uint64 {
+	v, ok := c.m.Load(capability)
+	if !ok {
+		v, _ = c.m.LoadOrStore(capability, new(atomic.Uint64))
+	}
+	return v.(*atomic.Uint64).Add(1) - 1
+}
+
+func roundRobin(d *Dispatcher, capability string, rs *registry.Routes, t *task) int {
+	return nextUntried(rs, t, int(d.rr.next(capability)%uint64(rs.Len())))
+}
+
+func weightedRoundRobin(d *Dispatcher, capability string, rs *registry.Routes, t *task) int {
+	total := rs.TotalWeight()
+	if total <= 0 {
+		return -1
+	}
+	// Step through the summed weights with a stride coprime to the total:
+	// each cycle of `total` picks visits every weight unit once, so every
+	// instance gets exactly its share, interleaved rather than in blocks.
+	stride := coprimeStride(total)
+	k := int64(d.rr.next(capability) % uint64(total))
+	w := int64((uint64(k) * uint64(stride)) % uint64(total))
+	return nextUntried(rs, t, rs.AtWeight(w))
+}
+
+func coprimeStride(total int64) int64 {
+	s := max(int64(float64(total)*0.6180339887), 1)
+	for gcd(s, total) != 1 {
+		s++
+	}
+	return s
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func consistentHash(d *Dispatcher, capability string, rs *registry.Routes, t *task) int {
+	if t.affinity == "" {
+		return leastLoad(d, capability, rs, t)
+	}
+	best, bestScore := -1, math.Inf(-1)
+	for i, inst := range rs.Instances {
+		if t.tried(inst.ID) {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(t.affinity))
+		h.Write([]byte{0})
+		h.Write([]byte(inst.ID))
+		u := (float64(h.Sum64()>>11) + 0.5) / (1 << 53) // in (0,1)
+		score := float64(inst.Entry().Weight) / -math.Log(u)
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
+}

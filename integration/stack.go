@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Stack is an embedded server with the topology provisioned, plus helpers to
+// add dispatchers, agents and clients that are all stopped when the test ends.
+type Stack struct {
+	T         testing.TB
+	Server    *server.Server
+	Heartbeat time.Duration
+}
+
+// NewStack starts a server and provisions the topology with heartbeat hb.
+func NewStack(tb testing.TB, hb time.Duration) *Stack {
+	tb.Helper()
+	s := natstest.RunServer(tb)
+	nc := natstest.Connect(tb, s)
+	natstest.Provision(tb, nc, streams.Topology{Heartbeat: hb, Memory: true})
+	return &Stack{T: tb, Server: s, Heartbeat: hb}
+}
+
+// Conn opens a connection closed at the end of the test.
+func (st *Stack) Conn() *nats.Conn { return natstest.Connect(st.T, st.Server) }
+
+// Dispatcher starts a dispatcher on its own connection.
+func (st *Stack) Dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
+	st.T.Helper()
+	d, err := dispatcher.New(st.Conn(), cfg)
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Start(ctx); err != nil {
+		st.T.Fatal(err)
+	}
+	st.T.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// Agent starts an agent serving handlers, on connections of its own.
+func (st *Stack) Agent(cfg agentkit.Config, handlers map[string]agentkit.Handler) *agentkit.Agent {
+	st.T.Helper()
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = st.Heartbeat
+	}
+	a, err := agentkit.New(st.Conn(), cfg, agentkit.WithoutSignals())
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	for c, h := range handlers {
+		if err := a.Handle(c, h); err != nil {
+			st.T.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		st.T.Fatal(err)
+	}
+	st.T.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Drain(ctx)
+	})
+	return a
+}
+
+// Client returns a client on its own connection.
+func (st *Stack) Client(opts ...agentkit.ClientOption) *agentkit.Client {
+	c, err := agentkit.NewClient(st.Conn(), opts...)
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	return c
+}
+
+// WaitRoutable waits until every dispatcher routes capability to n instances.
+func WaitRoutable(tb testing.TB, capability string, n int, ds ...*dispatcher.Dispatcher) {
+	tb.Helper()
+	natstest.WaitFor(tb, 5*time.Second, func() error {
+		for _, d := range ds {
+			if got := d.Table().Candidates(capability).Len(); got != n {
+				return fmt.Errorf("%s routes %s to %d instances, want %d", d.Name(), capability, got, n)
+			}
+		}
+		return nil
+	})
+}
