@@ -102,7 +102,9 @@ func (r *Record) Has(c string) bool {
 func (r *Record) Routable() bool { return r.Status == StatusReady }
 
 // TimeoutHint returns the agent's declared timeout hint, 0 when none.
-func (r *Record) TimeoutHint() time.Duration { return time.Duration(r.TimeoutHintMS) * time.Millisecond }
+func (r *Record) TimeoutHint() time.Duration {
+	return time.Duration(r.TimeoutHintMS) * time.Millisecond
+}
 
 // Entry is a record as the bucket holds it, with the server's metadata.
 type Entry struct {
