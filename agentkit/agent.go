@@ -24,6 +24,8 @@ import (
 const (
 	DefaultMaxConcurrent = 8
 	DefaultDrainTimeout  = 30 * time.Second
+	// DefaultStartTimeout bounds Start when its context has no deadline.
+	DefaultStartTimeout = 10 * time.Second
 )
 
 // Config describes an agent instance. The zero value of every field but Type
@@ -220,8 +222,14 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // Start subscribes to the agent's delivery subject and registers it; the
 // agent is routable once Start returns. Registration errors (an invalid
-// record, a missing bucket) are returned here.
+// record, a missing bucket) are returned here. Without a deadline on ctx,
+// Start gives up after DefaultStartTimeout.
 func (a *Agent) Start(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
+		defer cancel()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.started {

@@ -16,6 +16,8 @@ const (
 	DefaultMaxAttempts = 3
 	DefaultMaxHops     = 8
 	DefaultStrategy    = StrategyLeastLoad
+	// DefaultStartTimeout bounds Start when its context has no deadline.
+	DefaultStartTimeout = 10 * time.Second
 	// CallTimeoutSlack is added to max(caller's wish, agent's hint).
 	CallTimeoutSlack = 2 * time.Second
 	// MinCallTimeout and MaxCallTimeout clamp the per-call timeout.

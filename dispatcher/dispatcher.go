@@ -83,8 +83,14 @@ func (d *Dispatcher) Table() *registry.Table {
 }
 
 // Start loads the routing table and joins the queue group. REACH_AGENTS must
-// exist (streams.Provision).
+// exist (streams.Provision). Without a deadline on ctx, Start gives up after
+// DefaultStartTimeout.
 func (d *Dispatcher) Start(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
+		defer cancel()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.started {
@@ -216,11 +222,13 @@ func (d *Dispatcher) forget(id string) {
 	d.loads.Delete(id)
 }
 
-// load is (own in-flight + reported active) / max_concurrent.
+// load is (own in-flight + reported active) / max_concurrent, divided by the
+// weight so that, with equal service times, busy instances settle at
+// in-flight counts (and so throughput) in proportion to their weights.
 func (d *Dispatcher) load(inst *registry.Instance) float64 {
 	e := inst.Entry()
 	own := d.loadOf(inst.ID).inflight.Load()
-	return (float64(own) + float64(e.Active)) / float64(e.MaxConcurrent)
+	return (float64(own) + float64(e.Active)) / float64(e.MaxConcurrent) / float64(e.Weight)
 }
 
 // Stats is a snapshot of a replica's counters since Start.

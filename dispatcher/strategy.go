@@ -15,7 +15,8 @@ import (
 const (
 	// StrategyLeastLoad: power-of-two choices. Two instances are sampled in
 	// proportion to their weights and the one with the lower load,
-	// (own in-flight + reported active) / max_concurrent, wins.
+	// (own in-flight + reported active) / max_concurrent / weight, wins; a
+	// tie keeps the first sample, so idle instances share by weight too.
 	StrategyLeastLoad = "least_load"
 	// StrategyRoundRobin: instances in turn, ignoring weights and load.
 	StrategyRoundRobin = "round_robin"

@@ -23,10 +23,15 @@ type Stack struct {
 	Heartbeat time.Duration
 }
 
-// NewStack starts a server and provisions the topology with heartbeat hb.
-func NewStack(tb testing.TB, hb time.Duration) *Stack {
+// NewStack starts a server and provisions the topology with heartbeat hb;
+// tune, when given, adjusts the server's options first.
+func NewStack(tb testing.TB, hb time.Duration, tune ...func(*server.Options)) *Stack {
 	tb.Helper()
-	s := natstest.RunServer(tb)
+	opts := natstest.Options(tb.TempDir())
+	for _, f := range tune {
+		f(opts)
+	}
+	s := natstest.RunServerWith(tb, opts)
 	nc := natstest.Connect(tb, s)
 	natstest.Provision(tb, nc, streams.Topology{Heartbeat: hb, Memory: true})
 	return &Stack{T: tb, Server: s, Heartbeat: hb}

@@ -1,0 +1,305 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
+
+// counting returns an echo handler that counts its calls.
+func counting(n *atomic.Int64) agentkit.Handler {
+	return func(_ context.Context, r *agentkit.Request) (any, error) {
+		n.Add(1)
+		return r.Data, nil
+	}
+}
+
+// load runs callers calling capability until stop is closed, and returns
+// the count of successes and the errors seen.
+func load(ctx context.Context, c *agentkit.Client, capability string, callers int, stop <-chan struct{}) (ok *atomic.Int64, errs func() []error, wait func()) {
+	ok = new(atomic.Int64)
+	var mu sync.Mutex
+	var seen []error
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := c.Call(cctx, capability, []byte(`{"n":1}`))
+				cancel()
+				if err != nil {
+					mu.Lock()
+					seen = append(seen, err)
+					mu.Unlock()
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	return ok, func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), seen...)
+	}, wg.Wait
+}
+
+// (a) 3 agents, 3,000 tasks, every one answered, spread within ±20% of weights.
+func TestSpreadFollowsWeights(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	weights := []int{100, 200, 300}
+	counts := make([]atomic.Int64, len(weights))
+	for i, w := range weights {
+		st.Agent(agentkit.Config{Type: "echo", ID: fmt.Sprintf("w%d", w), Weight: w, MaxConcurrent: 64},
+			map[string]agentkit.Handler{"echo": counting(&counts[i])})
+	}
+	WaitRoutable(t, "echo", 3, d)
+	c := st.Client()
+	const tasks, callers = 3000, 8
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	next := make(chan struct{}, tasks)
+	for range tasks {
+		next <- struct{}{}
+	}
+	close(next)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				if _, err := c.Call(context.Background(), "echo", []byte(`{}`)); err != nil {
+					t.Errorf("call: %v", err)
+					continue
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if answered.Load() != tasks {
+		t.Fatalf("answered %d of %d", answered.Load(), tasks)
+	}
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	for i, w := range weights {
+		want := float64(tasks) * float64(w) / float64(total)
+		got := float64(counts[i].Load())
+		t.Logf("weight %d: %v tasks (expected %v)", w, got, want)
+		if math.Abs(got-want) > 0.2*want {
+			t.Errorf("weight %d got %v tasks, want %v ±20%%", w, got, want)
+		}
+	}
+}
+
+// (b) a newly started agent gets traffic within 1 s.
+func TestNewAgentGetsTrafficWithinASecond(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	var old, fresh atomic.Int64
+	st.Agent(agentkit.Config{Type: "echo", ID: "old"}, map[string]agentkit.Handler{"echo": counting(&old)})
+	WaitRoutable(t, "echo", 1, d)
+	stop := make(chan struct{})
+	_, errs, wait := load(context.Background(), st.Client(), "echo", 4, stop)
+	defer func() { close(stop); wait() }()
+
+	first := make(chan time.Time, 1)
+	start := time.Now()
+	st.Agent(agentkit.Config{Type: "echo", ID: "fresh"}, map[string]agentkit.Handler{"echo": func(_ context.Context, r *agentkit.Request) (any, error) {
+		if fresh.Add(1) == 1 {
+			first <- time.Now()
+		}
+		return r.Data, nil
+	}})
+	select {
+	case at := <-first:
+		t.Logf("first task reached the new agent %v after its Start began", at.Sub(start))
+		if at.Sub(start) > time.Second {
+			t.Fatalf("new agent got its first task after %v", at.Sub(start))
+		}
+	case <-time.After(time.Second):
+		t.Fatal("new agent got no task within 1s")
+	}
+	if e := errs(); len(e) > 0 {
+		t.Fatalf("%d calls failed, first: %v", len(e), e[0])
+	}
+}
+
+// (c) an agent whose process dies without deregistering leaves routing within
+// TTL + 1 s, and tasks sent its way are answered by another instance; a hung
+// instance that never acknowledges has its tasks answered elsewhere too.
+func TestDeadAgentLeavesRoutingAndTasksGoElsewhere(t *testing.T) {
+	const hb = 300 * time.Millisecond
+	ttl := 3 * hb
+	st := NewStack(t, hb)
+	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond, MaxAttempts: 4})
+	var alive atomic.Int64
+	st.Agent(agentkit.Config{Type: "echo", ID: "alive"}, map[string]agentkit.Handler{"echo": counting(&alive)})
+	child := StartAgentProcess(t, st.Server.ClientURL(), "child", hb)
+	hung := NeverAck(t, st.Conn(), "hung", hb, "echo")
+	WaitRoutable(t, "echo", 3, d)
+
+	stop := make(chan struct{})
+	ok, errs, wait := load(context.Background(), st.Client(), "echo", 4, stop)
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if ok.Load() < 50 {
+			return fmt.Errorf("only %d calls done", ok.Load())
+		}
+		return nil
+	})
+	// The child process dies hard; the hung agent stops heartbeating too.
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	if err := hung.Stop(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	natstest.WaitFor(t, ttl+time.Second, func() error {
+		for _, id := range []string{"child", "hung"} {
+			if _, ok := d.Table().Lookup(id); ok {
+				return fmt.Errorf("%s still routed", id)
+			}
+		}
+		return nil
+	})
+	t.Logf("dead instances left routing %v after the kill (TTL %v)", time.Since(killed), ttl)
+	before := ok.Load()
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if ok.Load() < before+50 {
+			return errors.New("calls not flowing after the deaths")
+		}
+		return nil
+	})
+	close(stop)
+	wait()
+	if e := errs(); len(e) > 0 {
+		t.Fatalf("%d of %d calls failed, first: %v", len(e), ok.Load()+int64(len(e)), e[0])
+	}
+	if s := d.Stats(); s.Redirected == 0 {
+		t.Fatalf("no task was redirected from the dead or hung instance: %+v", s)
+	}
+	t.Logf("stats: %+v", d.Stats())
+}
+
+// (d) an agent with every slot busy for 3 heartbeat intervals is never
+// declared dead.
+func TestBusyAgentKeepsHeartbeating(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	st := NewStack(t, hb)
+	d := st.Dispatcher(dispatcher.Config{})
+	release := make(chan struct{})
+	var started atomic.Int64
+	st.Agent(agentkit.Config{Type: "busy", ID: "busy", MaxConcurrent: 2}, map[string]agentkit.Handler{
+		"busy": func(ctx context.Context, _ *agentkit.Request) (any, error) {
+			started.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return "done", nil
+		}})
+	WaitRoutable(t, "busy", 1, d)
+	c := st.Client()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Call(context.Background(), "busy", nil, agentkit.WithTimeout(10*time.Second)); err != nil {
+				t.Errorf("busy call: %v", err)
+			}
+		}()
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if started.Load() != 2 {
+			return errors.New("slots not yet full")
+		}
+		return nil
+	})
+	busyUntil := time.Now().Add(4 * hb)
+	sawActive := false
+	for time.Now().Before(busyUntil) {
+		inst, ok := d.Table().Lookup("busy")
+		if !ok {
+			t.Fatal("busy agent was dropped from routing")
+		}
+		sawActive = sawActive || inst.Entry().Active == 2
+		select {
+		case <-d.Table().Changed():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if !sawActive {
+		t.Error("heartbeats never reported 2 active tasks")
+	}
+	close(release)
+	wg.Wait()
+}
+
+// (e) two dispatcher replicas share the load and draining one fails no task.
+func TestReplicasShareLoadAndDrainFailsNothing(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d1 := st.Dispatcher(dispatcher.Config{Name: "d1"})
+	d2 := st.Dispatcher(dispatcher.Config{Name: "d2"})
+	var n atomic.Int64
+	for i := range 3 {
+		st.Agent(agentkit.Config{Type: "echo", ID: fmt.Sprintf("e%d", i)}, map[string]agentkit.Handler{"echo": counting(&n)})
+	}
+	WaitRoutable(t, "echo", 3, d1, d2)
+	stop := make(chan struct{})
+	ok, errs, wait := load(context.Background(), st.Client(), "echo", 8, stop)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if s1, s2 := d1.Stats().Finished, d2.Stats().Finished; s1 < 200 || s2 < 200 {
+			return fmt.Errorf("d1 finished %d, d2 finished %d", s1, s2)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d1.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := ok.Load()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if ok.Load() < after+500 {
+			return errors.New("calls not flowing through the remaining replica")
+		}
+		return nil
+	})
+	close(stop)
+	wait()
+	s1, s2 := d1.Stats(), d2.Stats()
+	t.Logf("d1 %+v", s1)
+	t.Logf("d2 %+v", s2)
+	if e := errs(); len(e) > 0 {
+		t.Fatalf("%d calls failed, first: %v", len(e), e[0])
+	}
+	if s1.Failed+s2.Failed != 0 {
+		t.Fatalf("replicas report failed tasks: %d, %d", s1.Failed, s2.Failed)
+	}
+	if s1.Finished+s2.Finished != ok.Load() {
+		t.Fatalf("replicas finished %d tasks, callers saw %d", s1.Finished+s2.Finished, ok.Load())
+	}
+}
