@@ -2,6 +2,8 @@
 GO       ?= go
 BIN      := $(CURDIR)/bin
 TESTTIME ?= 20m
+NATSCLI_VERSION := v0.5.0
+NATS     := $(BIN)/nats
 
 .PHONY: run test build vet fmt-check bench tools clean
 
@@ -13,9 +15,15 @@ run:
 build:
 	$(GO) build -o $(BIN)/agentreach ./cmd/agentreach
 
-## test: vet, format check and every test with the race detector.
-test: vet fmt-check
-	$(GO) test -race -count=1 -timeout $(TESTTIME) ./...
+## test: vet, format check and every test with the race detector. The nats
+## CLI is installed into ./bin first: a test checks the wire contract with it.
+test: vet fmt-check tools
+	AGENTREACH_NATS_CLI=$(NATS) $(GO) test -race -count=1 -timeout $(TESTTIME) ./...
+
+## tools: natscli $(NATSCLI_VERSION) in ./bin (skipped when already there).
+tools: $(NATS)
+$(NATS):
+	GOBIN=$(BIN) $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION)
 
 vet:
 	$(GO) mod download
