@@ -56,12 +56,15 @@ func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
 		return -1
 	}
 	b := a
-	for range 3 {
+	for range 2 {
 		if b = sampleWeighted(rs, t); b != a {
 			break
 		}
 	}
-	if b != a && d.load(rs.Instances[b]) < d.load(rs.Instances[a]) {
+	if b == a && rs.Len() > 1 { // a heavy weight keeps winning the draw: take any other
+		b = nextUntried(rs, t, (a+1+rand.IntN(rs.Len()-1))%rs.Len())
+	}
+	if b >= 0 && b != a && d.load(rs.Instances[b]) < d.load(rs.Instances[a]) {
 		return b
 	}
 	return a

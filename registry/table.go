@@ -62,7 +62,16 @@ type Routes struct {
 	cum       []int64 // cum[i] = sum of weights of Instances[:i+1]
 }
 
-func newRoutes(insts []*Instance) *Routes {
+// NewInstance returns an instance holding e, for building Routes by hand
+// (tests, simulations); tables make their own.
+func NewInstance(e Entry) *Instance {
+	inst := &Instance{ID: e.ID}
+	inst.entry.Store(&e)
+	return inst
+}
+
+// NewRoutes sorts insts by id and indexes their weights.
+func NewRoutes(insts []*Instance) *Routes {
 	sort.Slice(insts, func(i, j int) bool { return insts[i].ID < insts[j].ID })
 	r := &Routes{Instances: insts, cum: make([]int64, len(insts))}
 	var sum int64
@@ -267,8 +276,7 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 		}
 		t.unindex(inst, old)
 	} else {
-		inst = &Instance{ID: e.ID}
-		inst.entry.Store(&e)
+		inst = NewInstance(e)
 		t.byID[e.ID] = inst
 	}
 	for _, c := range e.Capabilities {
@@ -352,7 +360,7 @@ func (t *Table) Candidates(c string) *Routes {
 				insts = append(insts, inst)
 			}
 		}
-		cs.routes = newRoutes(insts)
+		cs.routes = NewRoutes(insts)
 	}
 	return cs.routes
 }

@@ -1,0 +1,165 @@
+package dispatcher
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/registry"
+)
+
+func routes(weights ...int) *registry.Routes {
+	insts := make([]*registry.Instance, len(weights))
+	for i, w := range weights {
+		insts[i] = registry.NewInstance(registry.Entry{Record: registry.Record{
+			ID: fmt.Sprintf("i%d", i), Capabilities: []string{"c"}, MaxConcurrent: 4, Weight: w, Status: registry.StatusReady}})
+	}
+	return registry.NewRoutes(insts)
+}
+
+func testDispatcher(t *testing.T) *Dispatcher {
+	t.Helper()
+	cfg := Config{}
+	cfg.setDefaults()
+	return &Dispatcher{cfg: cfg}
+}
+
+func counts(t *testing.T, d *Dispatcher, s strategy, rs *registry.Routes, n int, tk *task) []int {
+	t.Helper()
+	out := make([]int, rs.Len())
+	for range n {
+		i := s(d, "c", rs, tk)
+		if i < 0 {
+			t.Fatal("no pick")
+		}
+		out[i]++
+	}
+	return out
+}
+
+func TestRoundRobinIsExact(t *testing.T) {
+	d := testDispatcher(t)
+	got := counts(t, d, roundRobin, routes(1, 5, 9), 300, &task{})
+	for i, c := range got {
+		if c != 100 {
+			t.Fatalf("instance %d got %d of 300", i, c)
+		}
+	}
+}
+
+func TestWeightedRoundRobinIsExactPerCycleAndInterleaved(t *testing.T) {
+	d := testDispatcher(t)
+	rs := routes(100, 200, 300)
+	got := counts(t, d, weightedRoundRobin, rs, 600*3, &task{})
+	if got[0] != 300 || got[1] != 600 || got[2] != 900 {
+		t.Fatalf("shares %v, want 300/600/900", got)
+	}
+	// Interleaved: the heaviest never runs more than a few times in a row.
+	run, longest, prev := 0, 0, -1
+	for range 600 {
+		i := weightedRoundRobin(d, "c", rs, &task{})
+		if i == prev {
+			run++
+		} else {
+			run = 1
+		}
+		prev, longest = i, max(longest, run)
+	}
+	if longest > 4 {
+		t.Fatalf("runs of %d picks of one instance: not interleaved", longest)
+	}
+}
+
+func TestLeastLoadSharesByWeightWhenIdleAndAvoidsLoad(t *testing.T) {
+	d := testDispatcher(t)
+	rs := routes(100, 300)
+	got := counts(t, d, leastLoad, rs, 40000, &task{})
+	if share := float64(got[1]) / 40000; math.Abs(share-0.75) > 0.02 {
+		t.Fatalf("idle share of the weight-300 instance %.3f, want 0.75", share)
+	}
+	// Load the heavy one: it should now lose every comparison it is in.
+	d.loadOf("i1").inflight.Store(4)
+	got = counts(t, d, leastLoad, rs, 10000, &task{})
+	if got[1] != 0 { // every pick compares both
+		t.Fatalf("loaded instance still got %d of 10000", got[1])
+	}
+}
+
+func TestStrategiesSkipTriedInstances(t *testing.T) {
+	d := testDispatcher(t)
+	rs := routes(1, 1, 1)
+	for name, s := range strategies {
+		tk := &task{triedIDs: []string{"i0", "i2"}, affinity: "k"}
+		for range 50 {
+			if i := s(d, "c", rs, tk); i != 1 {
+				t.Fatalf("%s picked %d, want the only untried (1)", name, i)
+			}
+		}
+		tk.triedIDs = append(tk.triedIDs, "i1")
+		if i := s(d, "c", rs, tk); i != -1 {
+			t.Fatalf("%s picked %d with every instance tried", name, i)
+		}
+	}
+}
+
+func TestHashIsStickyAndMovesOnlyTheLeaversKeys(t *testing.T) {
+	d := testDispatcher(t)
+	full := routes(1, 1, 1, 1)
+	before := map[string]string{}
+	for k := range 1000 {
+		key := fmt.Sprintf("user-%d", k)
+		i := consistentHash(d, "c", full, &task{affinity: key})
+		if j := consistentHash(d, "c", full, &task{affinity: key}); j != i {
+			t.Fatalf("key %s moved between picks", key)
+		}
+		before[key] = full.Instances[i].ID
+	}
+	// Remove i3: only its keys may move.
+	less := registry.NewRoutes(full.Instances[:3:3])
+	moved := 0
+	for key, was := range before {
+		now := less.Instances[consistentHash(d, "c", less, &task{affinity: key})].ID
+		if now != was {
+			if was != "i3" {
+				t.Fatalf("key %s moved from %s to %s though %s stayed", key, was, now, was)
+			}
+			moved++
+		}
+	}
+	if moved < 150 || moved > 350 {
+		t.Fatalf("%d keys moved, want about a quarter", moved)
+	}
+}
+
+func TestCallTimeoutClamp(t *testing.T) {
+	cases := []struct{ wish, hint, want int }{ // seconds
+		{0, 0, 5}, {10, 0, 12}, {1, 20, 22}, {200, 0, 120},
+	}
+	for _, c := range cases {
+		got := callTimeout(sec(c.wish), sec(c.hint))
+		if got != sec(c.want) {
+			t.Errorf("callTimeout(%ds,%ds) = %v, want %ds", c.wish, c.hint, got, c.want)
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+	}{
+		{"unknown default strategy", Config{DefaultStrategy: "fastest"}},
+		{"unknown capability strategy", Config{Strategies: map[string]string{"echo": "fastest"}}},
+		{"bad capability", Config{Strategies: map[string]string{"Echo": StrategyHash}}},
+		{"negative in-flight", Config{MaxInFlight: -1}},
+	}
+	for _, tc := range cases {
+		tc.cfg.setDefaults()
+		if err := tc.cfg.validate(); err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+}
+
+func sec(n int) (d time.Duration) { return time.Duration(n) * 1e9 }
