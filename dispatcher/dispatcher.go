@@ -47,11 +47,6 @@ type Dispatcher struct {
 	stopErr  error
 }
 
-// instLoad is this replica's view of one instance's load.
-type instLoad struct {
-	inflight atomic.Int64
-}
-
 // New validates cfg and returns a dispatcher on nc.
 func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 	if nc == nil {
@@ -206,29 +201,6 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 		}()
 		d.handle(m)
 	}()
-}
-
-// loadOf returns this replica's load record for an instance.
-func (d *Dispatcher) loadOf(id string) *instLoad {
-	if l, ok := d.loads.Load(id); ok {
-		return l.(*instLoad)
-	}
-	l, _ := d.loads.LoadOrStore(id, &instLoad{})
-	return l.(*instLoad)
-}
-
-// forget drops per-instance state when an instance leaves the table.
-func (d *Dispatcher) forget(id string) {
-	d.loads.Delete(id)
-}
-
-// load is (own in-flight + reported active) / max_concurrent, divided by the
-// weight so that, with equal service times, busy instances settle at
-// in-flight counts (and so throughput) in proportion to their weights.
-func (d *Dispatcher) load(inst *registry.Instance) float64 {
-	e := inst.Entry()
-	own := d.loadOf(inst.ID).inflight.Load()
-	return (float64(own) + float64(e.Active)) / float64(e.MaxConcurrent) / float64(e.Weight)
 }
 
 // Stats is a snapshot of a replica's counters since Start.

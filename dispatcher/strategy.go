@@ -14,9 +14,10 @@ import (
 // Strategy names, chosen per capability in Config.Strategies.
 const (
 	// StrategyLeastLoad: power-of-two choices. Two instances are sampled in
-	// proportion to their weights and the one with the lower load,
-	// (own in-flight + reported active) / max_concurrent / weight, wins; a
-	// tie keeps the first sample, so idle instances share by weight too.
+	// proportion to their weights and the lighter one wins: by latency ×
+	// load when one is clearly slower, else by (own in-flight + reported
+	// active) / max_concurrent / weight (see Dispatcher.lighter). A tie keeps
+	// the first sample, so idle instances share by weight too.
 	StrategyLeastLoad = "least_load"
 	// StrategyRoundRobin: instances in turn, ignoring weights and load.
 	StrategyRoundRobin = "round_robin"
@@ -64,7 +65,7 @@ func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
 	if b == a && rs.Len() > 1 { // a heavy weight keeps winning the draw: take any other
 		b = nextUntried(rs, t, (a+1+rand.IntN(rs.Len()-1))%rs.Len())
 	}
-	if b >= 0 && b != a && d.load(rs.Instances[b]) < d.load(rs.Instances[a]) {
+	if b >= 0 && b != a && d.lighter(rs.Instances[a], rs.Instances[b]) {
 		return b
 	}
 	return a

@@ -163,3 +163,27 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func sec(n int) (d time.Duration) { return time.Duration(n) * 1e9 }
+
+func TestLeastLoadAvoidsASlowIdleInstanceAndProbesItLater(t *testing.T) {
+	d := testDispatcher(t)
+	rs := routes(100, 100, 100, 100)
+	now := time.Now()
+	for i, ms := range []int{20, 2, 2, 2} {
+		d.loadOf(fmt.Sprintf("i%d", i)).observe(time.Duration(ms)*time.Millisecond, now)
+	}
+	got := counts(t, d, leastLoad, rs, 10000, &task{})
+	if got[0] != 0 {
+		t.Fatalf("the 10× slower idle instance got %d of 10000 picks", got[0])
+	}
+	// Noise below the margin does not count as slower.
+	if clearlySlower(float64(900*time.Microsecond), float64(300*time.Microsecond)) {
+		t.Fatal("sub-millisecond differences must not count")
+	}
+	// After a long quiet spell the slow instance's average has faded: it is
+	// probed again.
+	d.loadOf("i0").lastAt = now.Add(-time.Minute)
+	got = counts(t, d, leastLoad, rs, 10000, &task{})
+	if got[0] == 0 {
+		t.Fatal("a long-idle slow instance is never probed again")
+	}
+}

@@ -220,6 +220,7 @@ func (d *Dispatcher) attempt(t *task, inst *registry.Instance) (res *nats.Msg, e
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
 		return nil, streams.AsError(err), false
 	}
+	sent := time.Now()
 	if err := d.nc.PublishMsg(out); err != nil {
 		return nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), !errors.Is(err, nats.ErrConnectionClosed)
 	}
@@ -238,6 +239,8 @@ func (d *Dispatcher) attempt(t *task, inst *registry.Instance) (res *nats.Msg, e
 				status = streams.StatusProcessing
 				timer.Reset(min(callTimeout(t.wish, inst.Entry().TimeoutHint()), time.Until(t.deadline)))
 			case streams.StatusFinished:
+				now := time.Now()
+				load.observe(now.Sub(sent), now)
 				return m, nil, false
 			default:
 				e := streams.ErrorFromMessage(m)
@@ -250,6 +253,8 @@ func (d *Dispatcher) attempt(t *task, inst *registry.Instance) (res *nats.Msg, e
 			if time.Until(t.deadline) <= 0 {
 				return nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", inst.ID), false
 			}
+			now := time.Now()
+			load.observe(now.Sub(sent), now) // a timeout is the slowest answer
 			if status == streams.StatusSent {
 				return nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", inst.ID, d.cfg.AckTimeout), true
 			}
