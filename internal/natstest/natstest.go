@@ -43,20 +43,33 @@ func RunServer(tb testing.TB) *server.Server {
 // the test ends. Shutting it down earlier is harmless.
 func RunServerWith(tb testing.TB, opts *server.Options) *server.Server {
 	tb.Helper()
+	s, err := Start(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { Stop(s) })
+	return s
+}
+
+// Start starts an embedded server with opts and waits until it takes
+// connections; for code without a testing.TB (examples, benchmarks).
+func Start(opts *server.Options) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
-		tb.Fatalf("natstest: new server: %v", err)
+		return nil, fmt.Errorf("natstest: new server: %w", err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
-		tb.Fatalf("natstest: server not ready in 10s")
+		return nil, fmt.Errorf("natstest: server not ready in 10s")
 	}
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return s, nil
+}
+
+// Stop shuts s down and waits for it; stopping twice is harmless.
+func Stop(s *server.Server) {
+	s.Shutdown()
+	s.WaitForShutdown()
 }
 
 // Connect opens a client connection to s that is closed when the test ends.
