@@ -88,6 +88,7 @@ type Agent struct {
 	started  bool
 	sub      *nats.Subscription
 	hb       *registry.Heartbeat
+	idem     *idempotency
 
 	slots    chan struct{}
 	inflight sync.WaitGroup
@@ -250,38 +251,48 @@ func (a *Agent) Start(ctx context.Context) error {
 		}
 		a.hbConn, a.ownHBConn = hc, true
 	}
+	registered := false
+	defer func() {
+		if !registered {
+			a.closeHBConn()
+		}
+	}()
 	js, err := jetstream.New(a.hbConn)
 	if err != nil {
-		a.closeHBConn()
 		return err
 	}
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
-		a.closeHBConn()
 		return err
 	}
 	hb, err := registry.NewHeartbeat(reg, rec, a.log)
 	if err != nil {
-		a.closeHBConn()
 		return err
 	}
+	wjs, err := jetstream.New(a.nc)
+	if err != nil {
+		return err
+	}
+	ikv, err := wjs.KeyValue(ctx, streams.BucketIdempotency)
+	if err != nil {
+		return fmt.Errorf("agentkit: open %s (run provisioning first): %w", streams.BucketIdempotency, err)
+	}
+	a.idem = &idempotency{kv: ikv, reg: reg, owner: a.id, check: a.cfg.Heartbeat}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	sub, err := a.nc.Subscribe(a.cfg.Subjects.Agent(a.id), a.deliver)
 	if err != nil {
-		a.closeHBConn()
 		return fmt.Errorf("agentkit: subscribe: %w", err)
 	}
 	// Make sure the server has the subscription before anyone can route here.
 	if err := a.nc.FlushWithContext(ctx); err != nil {
 		_ = sub.Unsubscribe()
-		a.closeHBConn()
 		return err
 	}
 	if err := hb.Start(ctx); err != nil {
 		_ = sub.Unsubscribe()
-		a.closeHBConn()
 		return fmt.Errorf("agentkit: register: %w", err)
 	}
+	registered = true
 	a.sub, a.hb, a.started = sub, hb, true
 	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).Msg("agent registered")
 	return nil
@@ -379,16 +390,60 @@ func (a *Agent) run(h Handler, req *Request) {
 		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
 		defer cancel()
 	}
+	var key string
+	if k := req.Header.Get(streams.HeaderIdempotencyKey); k != "" {
+		key = idemKey(req.Capability, k)
+		stored, err := a.idem.begin(ctx, key, req.RequestID)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeTimeout, "waiting for another execution of idempotency key %q", k)))
+			return
+		case err != nil:
+			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeInternal, "idempotency key %q: %v", k, err)))
+			return
+		case stored != nil:
+			a.log.Debug().Str("request_id", req.RequestID).Str("key", key).Msg("replaying stored outcome")
+			a.publish(req, replayMsg(req.reply, req.RequestID, a.id, stored))
+			return
+		}
+	}
 	start := time.Now()
-	out, err := a.call(ctx, h, req)
-	if err != nil {
+	var m *nats.Msg
+	if out, err := a.call(ctx, h, req); err != nil {
 		e := classify(err)
 		a.log.Debug().Str("request_id", req.RequestID).Str("code", string(e.Code)).Str("error", e.Message).Msg("task failed")
-		a.fail(req, e)
-		return
+		m = a.errorMsg(req, e)
+	} else {
+		m = a.resultMsg(req, out)
+		a.log.Debug().Str("request_id", req.RequestID).Dur("took", time.Since(start)).Msg("task finished")
 	}
-	a.finish(req, out)
-	a.log.Debug().Str("request_id", req.RequestID).Dur("took", time.Since(start)).Msg("task finished")
+	if key != "" {
+		a.settle(key, req, m)
+	}
+	a.publish(req, m)
+}
+
+// settle records the outcome of an idempotent task before its reply goes
+// out, so a retry after a lost reply replays it. A TARGET_BUSY outcome means
+// nothing ran: the claim is released for a retry to execute.
+func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e := streams.ErrorFromMessage(m)
+	var err error
+	switch {
+	case e != nil && e.Code == streams.CodeTargetBusy:
+		err = a.idem.release(ctx, key)
+	case e != nil:
+		err = a.idem.store(ctx, key, &idemRecord{RequestID: req.RequestID, ContentType: req.ContentType, Error: e,
+			Cost: m.Header.Get(streams.HeaderCost)})
+	default:
+		err = a.idem.store(ctx, key, &idemRecord{RequestID: req.RequestID, ContentType: req.ContentType, Data: m.Data,
+			Cost: m.Header.Get(streams.HeaderCost)})
+	}
+	if err != nil {
+		a.log.Error().Err(err).Str("request_id", req.RequestID).Str("key", key).Msg("idempotency outcome not recorded")
+	}
 }
 
 // call runs the handler, turning a panic into an INTERNAL error so one bad
@@ -403,7 +458,9 @@ func (a *Agent) call(ctx context.Context, h Handler, req *Request) (out any, err
 	return h(ctx, req)
 }
 
-func (a *Agent) finish(req *Request, out any) {
+// resultMsg builds the FINISHED reply carrying out, or an error reply when
+// out cannot be encoded or exceeds the server's max_payload.
+func (a *Agent) resultMsg(req *Request, out any) *nats.Msg {
 	m := streams.StatusReply(req.reply, streams.StatusFinished, req.RequestID)
 	m.Header.Set(streams.HeaderNode, a.id)
 	m.Header.Set(streams.HeaderContentType, req.ContentType)
@@ -415,27 +472,31 @@ func (a *Agent) finish(req *Request, out any) {
 	} else {
 		b, err := streams.Encode(req.ContentType, out)
 		if err != nil {
-			a.fail(req, classify(err))
-			return
+			return a.errorMsg(req, classify(err))
 		}
 		m.Data = b
 	}
 	if err := streams.CheckSize(m, a.nc.MaxPayload()); err != nil {
-		a.fail(req, classify(fmt.Errorf("result: %w", err)))
-		return
+		return a.errorMsg(req, classify(fmt.Errorf("result: %w", err)))
 	}
-	if err := a.nc.PublishMsg(m); err != nil {
-		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
-	}
+	return m
 }
 
-func (a *Agent) fail(req *Request, e *streams.Error) {
+// errorMsg builds a FAILED reply with code and message.
+func (a *Agent) errorMsg(req *Request, e *streams.Error) *nats.Msg {
 	m := streams.ErrorReply(req.reply, req.ContentType, req.RequestID, e)
 	m.Header.Set(streams.HeaderNode, a.id)
 	if c := req.costHeader(); c != "" {
 		m.Header.Set(streams.HeaderCost, c)
 	}
+	return m
+}
+
+func (a *Agent) publish(req *Request, m *nats.Msg) {
 	if err := a.nc.PublishMsg(m); err != nil {
-		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("error reply failed")
+		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
 	}
 }
+
+// fail answers a delivery with an error at once.
+func (a *Agent) fail(req *Request, e *streams.Error) { a.publish(req, a.errorMsg(req, e)) }

@@ -1,0 +1,165 @@
+package agentkit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// HeaderReplayed marks a result served from REACH_IDEMPOTENCY instead of a
+// new execution.
+const HeaderReplayed = "Reach-Replayed"
+
+// Idempotency record states.
+const (
+	idemPending = "pending"
+	idemDone    = "done"
+)
+
+// idemRecord is what REACH_IDEMPOTENCY holds per key (msgpack): a claim by
+// the executing instance, then the outcome to replay.
+type idemRecord struct {
+	State       string         `msgpack:"state"`
+	Owner       string         `msgpack:"owner"`
+	RequestID   string         `msgpack:"request_id"`
+	ContentType string         `msgpack:"content_type,omitempty"`
+	Data        []byte         `msgpack:"data,omitempty"`
+	Error       *streams.Error `msgpack:"error,omitempty"`
+	Cost        string         `msgpack:"cost,omitempty"`
+}
+
+// idempotency executes each key at most once across every instance.
+type idempotency struct {
+	kv    jetstream.KeyValue
+	reg   *registry.Registry
+	owner string
+	check time.Duration // how often a waiter checks the owner is alive
+}
+
+var kvKeyRE = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,128}$`)
+
+// idemKey scopes a caller's key to the capability and makes it a valid KV
+// key (hashing keys that are not).
+func idemKey(capability, key string) string {
+	if !kvKeyRE.MatchString(key) {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256-" + hex.EncodeToString(sum[:16])
+	}
+	return capability + "." + key
+}
+
+// errInDoubt is returned when the instance executing a key died before
+// recording its outcome: the side effect may or may not have happened, so
+// the key is not executed again.
+var errInDoubt = errors.New("outcome in doubt")
+
+// begin claims key for this instance. It returns (nil, nil) when the caller
+// should execute, a stored outcome to replay, or an error. A key claimed by a
+// live instance is waited for until it is done or ctx ends.
+func (id *idempotency) begin(ctx context.Context, key, requestID string) (*idemRecord, error) {
+	claim, _ := msgpack.Marshal(&idemRecord{State: idemPending, Owner: id.owner, RequestID: requestID})
+	for {
+		_, err := id.kv.Create(ctx, key, claim)
+		if err == nil {
+			return nil, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("claim idempotency key: %w", err)
+		}
+		rec, err := id.wait(ctx, key)
+		if rec != nil || err != nil {
+			return rec, err
+		}
+		// The claim was released (the owner gave the task back): try again.
+	}
+}
+
+// wait follows key until its outcome is stored (returned), the claim is
+// released (nil, nil), its owner is gone (errInDoubt), or ctx ends.
+func (id *idempotency) wait(ctx context.Context, key string) (*idemRecord, error) {
+	w, err := id.kv.Watch(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	tick := time.NewTicker(id.check)
+	defer tick.Stop()
+	var owner string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+			if owner == "" || owner == id.owner {
+				continue
+			}
+			if _, err := id.reg.Get(ctx, owner); errors.Is(err, registry.ErrNotFound) {
+				return nil, fmt.Errorf("%w: instance %s died while executing this key; it is not executed again", errInDoubt, owner)
+			}
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("idempotency watch closed")
+			}
+			if e == nil {
+				continue // end of the initial value
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				return nil, nil
+			}
+			var rec idemRecord
+			if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
+				return nil, fmt.Errorf("unreadable idempotency record %s: %w", key, err)
+			}
+			if rec.State == idemDone {
+				return &rec, nil
+			}
+			owner = rec.Owner
+		}
+	}
+}
+
+// release gives a claim back without an outcome (the task never ran), so a
+// retry may execute it.
+func (id *idempotency) release(ctx context.Context, key string) error {
+	return id.kv.Delete(ctx, key)
+}
+
+// store records the outcome of key for replay.
+func (id *idempotency) store(ctx context.Context, key string, rec *idemRecord) error {
+	rec.State, rec.Owner = idemDone, id.owner
+	b, err := msgpack.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = id.kv.Put(ctx, key, b)
+	return err
+}
+
+// replayMsg turns a stored outcome into a reply.
+func replayMsg(subject, requestID, node string, rec *idemRecord) *nats.Msg {
+	var m *nats.Msg
+	if rec.Error != nil {
+		m = streams.ErrorReply(subject, rec.ContentType, requestID, rec.Error)
+	} else {
+		m = streams.StatusReply(subject, streams.StatusFinished, requestID)
+		m.Header.Set(streams.HeaderContentType, rec.ContentType)
+		m.Data = rec.Data
+	}
+	m.Header.Set(streams.HeaderNode, node)
+	m.Header.Set(HeaderReplayed, "true")
+	if rec.Cost != "" {
+		m.Header.Set(streams.HeaderCost, rec.Cost)
+	}
+	return m
+}

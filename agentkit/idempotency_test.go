@@ -1,0 +1,129 @@
+package agentkit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// writer returns a handler whose side effect is counted, gated by release.
+func writer(effects *atomic.Int64, release <-chan struct{}) agentkit.Handler {
+	return func(ctx context.Context, r *agentkit.Request) (any, error) {
+		n := effects.Add(1)
+		if release != nil {
+			<-release
+		}
+		return map[string]int64{"effect": n}, nil
+	}
+}
+
+func TestIdempotentKeyRunsOnceAcrossInstances(t *testing.T) {
+	nc, d, _ := setup(t)
+	var effects atomic.Int64
+	release := make(chan struct{})
+	for _, id := range []string{"w1", "w2"} {
+		startAgent(t, nc, agentkit.Config{Type: "pay", ID: id, Heartbeat: 200 * time.Millisecond},
+			map[string]agentkit.Handler{"pay.charge": writer(&effects, release)})
+	}
+	// Two identical requests race on two instances.
+	var wg sync.WaitGroup
+	results := make([][]*nats.Msg, 2)
+	for i, id := range []string{"w1", "w2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = d.deliver(id, "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-42")
+		}()
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if effects.Load() == 0 {
+			return errors.New("no execution yet")
+		}
+		return nil
+	})
+	close(release)
+	wg.Wait()
+	if effects.Load() != 1 {
+		t.Fatalf("side effect ran %d times", effects.Load())
+	}
+	replayed := 0
+	for _, r := range results {
+		last := r[len(r)-1]
+		if string(last.Data) != `{"effect":1}` {
+			t.Fatalf("result %s", last.Data)
+		}
+		if last.Header.Get(agentkit.HeaderReplayed) == "true" {
+			replayed++
+		}
+	}
+	if replayed != 1 {
+		t.Fatalf("want exactly one replayed result, got %d", replayed)
+	}
+	// A later retry replays too.
+	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-42")
+	if last := r[len(r)-1]; last.Header.Get(agentkit.HeaderReplayed) != "true" || effects.Load() != 1 {
+		t.Fatalf("retry re-executed: %v, effects %d", last.Header, effects.Load())
+	}
+	// Another key, and the same key for another capability, execute.
+	d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-43")
+	if effects.Load() != 2 {
+		t.Fatalf("a new key did not execute: %d", effects.Load())
+	}
+}
+
+func TestIdempotentKeyOfDeadOwnerIsInDoubt(t *testing.T) {
+	nc, d, _ := setup(t)
+	var effects atomic.Int64
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: 200 * time.Millisecond},
+		map[string]agentkit.Handler{"pay.charge": writer(&effects, nil)})
+	// A claim left by an instance that died after its side effect.
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), streams.BucketIdempotency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, _ := msgpack.Marshal(map[string]string{"state": "pending", "owner": "crashed-1", "request_id": "r"})
+	if _, err := kv.Create(context.Background(), "pay.charge.order-7", claim); err != nil {
+		t.Fatal(err)
+	}
+	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-7")
+	e := streams.ErrorFromMessage(r[len(r)-1])
+	if e == nil || e.Code != streams.CodeInternal || effects.Load() != 0 {
+		t.Fatalf("want INTERNAL in doubt without execution, got %v (effects %d)", e, effects.Load())
+	}
+	t.Log(e)
+}
+
+func TestBusyOutcomeReleasesTheKey(t *testing.T) {
+	nc, d, _ := setup(t)
+	var calls atomic.Int64
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: 200 * time.Millisecond},
+		map[string]agentkit.Handler{"pay.charge": func(context.Context, *agentkit.Request) (any, error) {
+			if calls.Add(1) == 1 {
+				return nil, agentkit.Busy("rate limited")
+			}
+			return "charged", nil
+		}})
+	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "k1")
+	if e := streams.ErrorFromMessage(r[len(r)-1]); e == nil || e.Code != streams.CodeTargetBusy {
+		t.Fatalf("first: %v", e)
+	}
+	r = d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "k1")
+	if last := r[len(r)-1]; string(last.Data) != `"charged"` || last.Header.Get(agentkit.HeaderReplayed) != "" {
+		t.Fatalf("retry after busy: %s %v", last.Data, last.Header)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("calls %d", calls.Load())
+	}
+}
