@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/internal/kvwatch"
 )
 
 // DefaultReconcileInterval is how often a Table re-reads the whole bucket.
@@ -170,72 +172,14 @@ func (t *Table) Close() {
 
 func (t *Table) run(ctx context.Context, ready chan struct{}) {
 	defer close(t.done)
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		err := t.watchOnce(ctx, ready)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			t.log.Warn().Err(err).Dur("retry_in", backoff).Msg("registry watch failed")
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-	}
+	kvwatch.Run(ctx, t.reg.kv, t.reconcile, tableHandler{t}, t.log, ready)
 }
 
-// watchOnce runs one watcher: it reconciles the table with the watcher's
-// initial listing, applies updates, and returns nil when the watcher should
-// be re-created (closed channel or reconcile due).
-func (t *Table) watchOnce(ctx context.Context, ready chan struct{}) error {
-	w, err := t.reg.kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	var listing map[string]jetstream.KeyValueEntry // non-nil while loading
-	listing = make(map[string]jetstream.KeyValueEntry)
-	tick := time.NewTimer(t.reconcile)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			return nil
-		case kve, ok := <-w.Updates():
-			if !ok {
-				t.log.Info().Msg("registry watcher closed; re-creating")
-				return nil
-			}
-			switch {
-			case kve == nil && listing != nil:
-				t.replace(listing)
-				listing = nil
-				select {
-				case <-ready:
-				default:
-					close(ready)
-				}
-			case kve == nil:
-			case listing != nil:
-				if kve.Operation() == jetstream.KeyValuePut {
-					listing[kve.Key()] = kve
-				} else {
-					delete(listing, kve.Key())
-				}
-			default:
-				t.apply(kve)
-			}
-		}
-	}
-}
+// tableHandler feeds kvwatch updates into the table.
+type tableHandler struct{ t *Table }
+
+func (h tableHandler) Replace(listing map[string]jetstream.KeyValueEntry) { h.t.replace(listing) }
+func (h tableHandler) Apply(e jetstream.KeyValueEntry)                    { h.t.apply(e) }
 
 func (t *Table) replace(listing map[string]jetstream.KeyValueEntry) {
 	var gone []string
