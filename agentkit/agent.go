@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -368,8 +369,11 @@ func (a *Agent) deliver(m *nats.Msg) {
 		a.fail(req, streams.NewError(streams.CodeTargetBusy, "agent %s has all %d slots busy", a.id, a.cfg.MaxConcurrent))
 		return
 	}
-	a.hb.SetActive(len(a.slots))
+	req.holdsSlot = true
+	active := len(a.slots)
+	a.hb.SetActive(active)
 	ack := streams.StatusReply(m.Reply, streams.StatusAcked, req.RequestID)
+	ack.Header.Set(streams.HeaderActive, strconv.Itoa(active))
 	ack.Header.Set(streams.HeaderNode, a.id)
 	if err := a.nc.PublishMsg(ack); err != nil {
 		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("ack failed")
@@ -493,6 +497,11 @@ func (a *Agent) errorMsg(req *Request, e *streams.Error) *nats.Msg {
 }
 
 func (a *Agent) publish(req *Request, m *nats.Msg) {
+	active := len(a.slots)
+	if req.holdsSlot {
+		active-- // released right after this reply
+	}
+	m.Header.Set(streams.HeaderActive, strconv.Itoa(max(active, 0)))
 	if err := a.nc.PublishMsg(m); err != nil {
 		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
 	}

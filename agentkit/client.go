@@ -162,8 +162,10 @@ func propagate(ctx context.Context, m *nats.Msg) {
 		if req.OrchestrationID != "" {
 			m.Header.Set(streams.HeaderOrchestrationID, req.OrchestrationID)
 		}
-		if tp := req.Header.Get(streams.HeaderTraceParent); tp != "" {
-			m.Header.Set(streams.HeaderTraceParent, tp)
+		for _, k := range []string{streams.HeaderTraceParent, streams.HeaderVisits} {
+			if v := req.Header.Get(k); v != "" {
+				m.Header.Set(k, v)
+			}
 		}
 		m.Header.Set(streams.HeaderHops, strconv.Itoa(req.Hops))
 		m.Header.Set(streams.HeaderSource, req.agent.id)

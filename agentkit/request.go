@@ -33,8 +33,9 @@ type Request struct {
 	// Header is the delivery's headers (read only).
 	Header nats.Header
 
-	agent *Agent
-	reply string
+	agent     *Agent
+	reply     string
+	holdsSlot bool
 
 	mu   sync.Mutex
 	cost float64

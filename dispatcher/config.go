@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/agent-reach/agentreach/streams"
@@ -9,13 +10,19 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultQueueGroup  = "reach-dispatchers"
-	DefaultAckTimeout  = 3 * time.Second
-	DefaultDeadline    = 60 * time.Second
-	DefaultMaxInFlight = 5000
-	DefaultMaxAttempts = 3
-	DefaultMaxHops     = 8
-	DefaultStrategy    = StrategyLeastLoad
+	DefaultQueueGroup   = "reach-dispatchers"
+	DefaultAckTimeout   = 3 * time.Second
+	DefaultDeadline     = 60 * time.Second
+	DefaultMaxInFlight  = 5000
+	DefaultRetries      = 2
+	DefaultWriteRetries = 1
+	DefaultBackoffBase  = 100 * time.Millisecond
+	DefaultBackoffMax   = 2 * time.Second
+	DefaultMaxHops      = 8
+	DefaultMaxVisits    = 3
+	DefaultPenalty      = 0.1
+	DefaultPenaltyDecay = 5 * time.Minute
+	DefaultStrategy     = StrategyLeastLoad
 	// DefaultStartTimeout bounds Start when its context has no deadline.
 	DefaultStartTimeout = 10 * time.Second
 	// CallTimeoutSlack is added to max(caller's wish, agent's hint).
@@ -25,6 +32,9 @@ const (
 	MaxCallTimeout = 120 * time.Second
 )
 
+// NoRetries disables retries where a retry count is asked for.
+const NoRetries = -1
+
 // Config configures a Dispatcher. The zero value means all defaults.
 type Config struct {
 	// Subjects names the subjects; zero means prefix "reach".
@@ -33,8 +43,8 @@ type Config struct {
 	QueueGroup string
 	// Name identifies this replica in logs and stats; default a random id.
 	Name string
-	// AckTimeout is how long an instance has to answer ACKED before the task
-	// goes elsewhere; default 3 s.
+	// AckTimeout is how long an instance has to answer ACKED before it is
+	// treated as unreachable and the task goes elsewhere; default 3 s.
 	AckTimeout time.Duration
 	// Deadline is the overall deadline of a task whose caller sets no
 	// Reach-Deadline; default 60 s.
@@ -42,11 +52,35 @@ type Config struct {
 	// MaxInFlight caps the tasks this replica handles at once; beyond it
 	// callers get OVERLOADED at once. Default 5000.
 	MaxInFlight int
-	// MaxAttempts bounds deliveries per task (no ACK, no responders and
-	// TARGET_BUSY each use one); default 3.
-	MaxAttempts int
+	// Retries is how many times a task is delivered again after TIMEOUT,
+	// TARGET_BUSY, no ACK or a transport failure (never after BIZ_REJECT,
+	// BAD_REQUEST or other errors); default 2, NoRetries for none.
+	Retries int
+	// WriteRetries replaces Retries for capabilities in Writes; default 1.
+	WriteRetries int
+	// CapabilityRetries overrides the retries of single capabilities.
+	CapabilityRetries map[string]int
+	// Writes lists capabilities that change state. For them the dispatcher
+	// sets Reach-Idempotency-Key to the request id when the caller set none,
+	// so agents execute each task at most once across retries.
+	Writes []string
+	// BackoffBase and BackoffMax bound the exponential backoff (with full
+	// jitter, and never more than a quarter of the remaining deadline)
+	// before retrying after TIMEOUT or TARGET_BUSY; defaults 100 ms and 2 s.
+	// Unreachable instances (no ACK, no subscription) are left at once.
+	BackoffBase, BackoffMax time.Duration
 	// MaxHops is the hop limit beyond which a task is LOOP_DETECTED; default 8.
 	MaxHops int
+	// MaxVisits is how often one chain (Reach-Visits) may reach the same
+	// instance; beyond it the instance is skipped, and the task is
+	// LOOP_DETECTED if no other remains. Default 3.
+	MaxVisits int
+	// Breaker configures the per-instance circuit breakers.
+	Breaker BreakerConfig
+	// Penalty is the load added to an instance after a failure or timeout,
+	// fading linearly to nothing over PenaltyDecay; defaults 0.1 and 5 min.
+	Penalty      float64
+	PenaltyDecay time.Duration
 	// DefaultStrategy picks instances for capabilities not in Strategies;
 	// default "least_load".
 	DefaultStrategy string
@@ -57,26 +91,26 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.QueueGroup == "" {
-		c.QueueGroup = DefaultQueueGroup
-	}
-	if c.AckTimeout == 0 {
-		c.AckTimeout = DefaultAckTimeout
-	}
-	if c.Deadline == 0 {
-		c.Deadline = DefaultDeadline
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.MaxHops == 0 {
-		c.MaxHops = DefaultMaxHops
-	}
-	if c.DefaultStrategy == "" {
-		c.DefaultStrategy = DefaultStrategy
+	setDefault(&c.QueueGroup, DefaultQueueGroup)
+	setDefault(&c.AckTimeout, DefaultAckTimeout)
+	setDefault(&c.Deadline, DefaultDeadline)
+	setDefault(&c.MaxInFlight, DefaultMaxInFlight)
+	setDefault(&c.Retries, DefaultRetries)
+	setDefault(&c.WriteRetries, DefaultWriteRetries)
+	setDefault(&c.BackoffBase, DefaultBackoffBase)
+	setDefault(&c.BackoffMax, DefaultBackoffMax)
+	setDefault(&c.MaxHops, DefaultMaxHops)
+	setDefault(&c.MaxVisits, DefaultMaxVisits)
+	setDefault(&c.Penalty, DefaultPenalty)
+	setDefault(&c.PenaltyDecay, DefaultPenaltyDecay)
+	setDefault(&c.DefaultStrategy, DefaultStrategy)
+	c.Breaker.setDefaults()
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
 	}
 }
 
@@ -85,14 +119,19 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case c.AckTimeout < 0 || c.Deadline < 0:
-		return bad("timeouts must not be negative")
+	case c.AckTimeout < 0 || c.Deadline < 0 || c.BackoffBase < 0 || c.BackoffMax < c.BackoffBase:
+		return bad("timeouts must not be negative and BackoffMax must be at least BackoffBase")
 	case c.MaxInFlight < 1:
 		return bad("MaxInFlight must be at least 1, got %d", c.MaxInFlight)
-	case c.MaxAttempts < 1:
-		return bad("MaxAttempts must be at least 1, got %d", c.MaxAttempts)
-	case c.MaxHops < 1:
-		return bad("MaxHops must be at least 1, got %d", c.MaxHops)
+	case c.Retries < NoRetries || c.WriteRetries < NoRetries:
+		return bad("retries must be %d (none) or more", NoRetries)
+	case c.MaxHops < 1 || c.MaxVisits < 1:
+		return bad("MaxHops and MaxVisits must be at least 1")
+	case c.Penalty < 0 || c.PenaltyDecay < 0:
+		return bad("Penalty and PenaltyDecay must not be negative")
+	}
+	if err := c.Breaker.validate(); err != nil {
+		return bad("%v", err)
 	}
 	if _, ok := strategies[c.DefaultStrategy]; !ok {
 		return bad("unknown default strategy %q (want one of %v)", c.DefaultStrategy, StrategyNames())
@@ -105,7 +144,36 @@ func (c *Config) validate() error {
 			return bad("unknown strategy %q for %s (want one of %v)", name, capability, StrategyNames())
 		}
 	}
+	for capability, n := range c.CapabilityRetries {
+		if err := streams.ValidateCapability(capability); err != nil {
+			return bad("retries for %v", err)
+		}
+		if n < NoRetries {
+			return bad("retries for %s must be %d (none) or more", capability, NoRetries)
+		}
+	}
+	for _, capability := range c.Writes {
+		if err := streams.ValidateCapability(capability); err != nil {
+			return bad("writes: %v", err)
+		}
+	}
 	return nil
+}
+
+// isWrite reports whether capability is configured as a write.
+func (c *Config) isWrite(capability string) bool { return slices.Contains(c.Writes, capability) }
+
+// retries returns how many retries a task of capability gets.
+func (c *Config) retries(capability string) int {
+	n, ok := c.CapabilityRetries[capability]
+	switch {
+	case ok:
+	case c.isWrite(capability):
+		n = c.WriteRetries
+	default:
+		n = c.Retries
+	}
+	return max(n, 0)
 }
 
 // callTimeout is max(wish, hint) + slack, clamped to [MinCallTimeout,

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -30,14 +31,18 @@ type Dispatcher struct {
 	cfg Config
 	log zerolog.Logger
 
-	table *registry.Table
-	inbox *inbox
-	sub   *nats.Subscription
-	rr    counters
+	table     *registry.Table
+	inbox     *inbox
+	sub       *nats.Subscription
+	breakerKV jetstream.KeyValue
+	stopWatch func() // stops the breaker watch and waits for it
+	watchDone chan struct{}
+	rr        counters
 
 	mu      sync.Mutex
 	started bool
 	loads   sync.Map // instance id → *instLoad
+	hints   sync.Map // agent type → *typeLatency
 
 	inflight atomic.Int64
 	tasks    sync.WaitGroup
@@ -99,32 +104,49 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	table := registry.NewTable(reg, registry.WithLogger(d.log), registry.WithRemoveHook(d.forget))
-	if err := table.Start(ctx); err != nil {
+	if d.breakerKV, err = js.KeyValue(ctx, streams.BucketBreakers); err != nil {
+		return fmt.Errorf("dispatcher: open %s (run provisioning first): %w", streams.BucketBreakers, err)
+	}
+	var cleanup []func()
+	defer func() {
+		if !d.started {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+	d.table = registry.NewTable(reg, registry.WithLogger(d.log), registry.WithRemoveHook(d.forget))
+	if err := d.table.Start(ctx); err != nil {
 		return fmt.Errorf("dispatcher: load routing table: %w", err)
 	}
-	ib, err := newInbox(d.nc)
-	if err != nil {
-		table.Close()
+	cleanup = append(cleanup, d.table.Close)
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	d.watchDone = make(chan struct{})
+	go func() {
+		defer close(d.watchDone)
+		kvwatch.Run(watchCtx, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
+	}()
+	d.stopWatch = func() { stopWatch(); <-d.watchDone }
+	cleanup = append(cleanup, d.stopWatch)
+
+	if d.inbox, err = newInbox(d.nc); err != nil {
 		return err
 	}
-	sub, err := d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
-	if err == nil {
-		err = sub.SetPendingLimits(-1, 256<<20)
-	}
-	if err == nil {
-		err = d.nc.FlushWithContext(ctx)
-	}
+	cleanup = append(cleanup, func() { _ = d.inbox.stop() })
+	d.sub, err = d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
 	if err != nil {
-		if sub != nil {
-			_ = sub.Unsubscribe()
-		}
-		_ = ib.stop()
-		table.Close()
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
-	d.table, d.inbox, d.sub, d.started = table, ib, sub, true
-	d.log.Info().Str("subject", sub.Subject).Str("queue", d.cfg.QueueGroup).Int("agents", table.Len()).Msg("dispatcher started")
+	cleanup = append(cleanup, func() { _ = d.sub.Unsubscribe() })
+	if err := d.sub.SetPendingLimits(-1, 64<<20); err != nil {
+		return err
+	}
+	if err := d.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("dispatcher: subscribe: %w", err)
+	}
+	d.started = true
+	d.log.Info().Str("subject", d.sub.Subject).Str("queue", d.cfg.QueueGroup).Int("agents", d.table.Len()).Msg("dispatcher started")
 	return nil
 }
 
@@ -171,6 +193,7 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 		if err := d.inbox.stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			errs = append(errs, err)
 		}
+		d.stopWatch()
 		d.table.Close()
 		d.stopErr = errors.Join(errs...)
 		d.log.Info().Err(d.stopErr).Msg("dispatcher stopped")

@@ -2,64 +2,112 @@ package dispatcher
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
 )
 
 // Latency tracking of the least-load strategy.
 const (
-	// latencyAlpha weighs a new latency sample in the moving average.
+	// latencyAlpha weighs a new latency sample in the moving average, which
+	// is taken over logarithms (a geometric mean): one stray spike moves it
+	// little, a consistently slow instance fast.
 	latencyAlpha = 0.2
 	// latencyDecay is the time constant with which an instance's average
 	// fades while it gets no task, so an instance once found slow is probed
 	// again rather than starved forever.
-	latencyDecay = 10 * time.Second
+	latencyDecay = 5 * time.Second
 	// slowerRatio and slowerMargin say when one instance counts as slower
 	// than another: both must hold, so that noise among equally fast
 	// instances never overrides their weights.
-	slowerRatio  = 1.5
-	slowerMargin = time.Millisecond
+	slowerRatio  = 2
+	slowerMargin = 5 * time.Millisecond
+	// minSamples is how many latencies an instance needs before it can be
+	// judged slower or faster: a first task that meets a cold cache or a
+	// GC pause must not brand an instance.
+	minSamples = 5
+	// placing counts the task being placed as a quarter slot in the
+	// weighted comparison. In-flight counts are small integers, and with 0
+	// the lightly weighted instances were measured to get about 10% more
+	// than their share, with 0.5 about 10% less; 0.25 cancels that bias.
+	placing = 0.25
 )
 
 // instLoad is this replica's view of one instance: its tasks in flight from
-// here and a moving average of how long its tasks take.
+// here, a moving average of how long its tasks take, its failure penalty and
+// its circuit breaker.
 type instLoad struct {
 	inflight atomic.Int64
+	// others estimates the instance's tasks from other replicas, from the
+	// Reach-Active count on its latest reply; -1 until a reply carried one.
+	others  atomic.Int64
+	breaker *breaker
+	gone    chan struct{} // closed when the instance leaves the table
 
-	mu     sync.Mutex
-	ewma   float64 // nanoseconds; 0 before the first sample
-	lastAt time.Time
+	mu        sync.Mutex
+	logEWMA   float64 // moving average of ln(latency in ns)
+	samples   int
+	lastAt    time.Time
+	penalty   float64 // as of penaltyAt
+	penaltyAt time.Time
 }
 
 // observe adds one task's latency to the average.
 func (l *instLoad) observe(d time.Duration, now time.Time) {
+	x := math.Log(float64(max(d, time.Microsecond)))
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ewma == 0 {
-		l.ewma = float64(d)
+	if l.samples == 0 {
+		l.logEWMA = x
 	} else {
-		l.ewma = latencyAlpha*float64(d) + (1-latencyAlpha)*l.latency(now)
+		l.logEWMA = latencyAlpha*x + (1-latencyAlpha)*l.logLatency(now)
 	}
+	l.samples++
 	l.lastAt = now
 }
 
-// latency is the average faded by the time since the last sample; l.mu is
-// held or the value may be slightly stale, which is harmless.
-func (l *instLoad) latency(now time.Time) float64 {
-	if l.ewma == 0 {
-		return 0
-	}
-	idle := now.Sub(l.lastAt)
-	return l.ewma * math.Exp(-float64(idle)/float64(latencyDecay))
+// logLatency is the average faded by the time since the last sample; l.mu
+// is held.
+func (l *instLoad) logLatency(now time.Time) float64 {
+	return l.logEWMA - float64(now.Sub(l.lastAt))/float64(latencyDecay)
 }
 
+// currentLatency is the average in nanoseconds, 0 until minSamples.
 func (l *instLoad) currentLatency(now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.latency(now)
+	if l.samples < minSamples {
+		return 0
+	}
+	return math.Exp(l.logLatency(now))
+}
+
+// penalize adds p to the instance's penalty, which then fades linearly to
+// zero over decay.
+func (l *instLoad) penalize(p float64, decay time.Duration, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.penalty = l.penaltyLocked(decay, now) + p
+	l.penaltyAt = now
+}
+
+func (l *instLoad) currentPenalty(decay time.Duration, now time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.penaltyLocked(decay, now)
+}
+
+func (l *instLoad) penaltyLocked(decay time.Duration, now time.Time) float64 {
+	if l.penalty == 0 || decay <= 0 {
+		return 0
+	}
+	return l.penalty * max(0, 1-float64(now.Sub(l.penaltyAt))/float64(decay))
 }
 
 // loadOf returns this replica's record of an instance.
@@ -67,38 +115,67 @@ func (d *Dispatcher) loadOf(id string) *instLoad {
 	if l, ok := d.loads.Load(id); ok {
 		return l.(*instLoad)
 	}
-	l, _ := d.loads.LoadOrStore(id, &instLoad{})
+	fresh := &instLoad{breaker: newBreaker(&d.cfg.Breaker), gone: make(chan struct{})}
+	fresh.others.Store(-1)
+	l, _ := d.loads.LoadOrStore(id, fresh)
 	return l.(*instLoad)
 }
 
-// forget drops per-instance state when an instance leaves the table.
+// forget drops per-instance state when an instance leaves the table, and
+// ends the waits of tasks delivered to it so they can go elsewhere.
 func (d *Dispatcher) forget(id string) {
-	d.loads.Delete(id)
+	if l, ok := d.loads.LoadAndDelete(id); ok {
+		close(l.(*instLoad).gone)
+	}
 }
 
-// busy is the fraction of an instance's slots in use, counting this
-// replica's in-flight tasks and the instance's reported active count.
-func (d *Dispatcher) busy(inst *registry.Instance, l *instLoad) float64 {
+// noteActive reads the Reach-Active count of a reply: the instance's tasks
+// minus this replica's own (mine, counted at the same moment) are other
+// replicas' load.
+func (l *instLoad) noteActive(m *nats.Msg, mine int64) {
+	if v := m.Header.Get(streams.HeaderActive); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			l.others.Store(max(n-mine, 0))
+		}
+	}
+}
+
+// busy is the fraction of an instance's slots in use, plus its failure
+// penalty. Slots in use are this replica's in-flight tasks plus the other
+// replicas' share: from the instance's latest reply, or else from its last
+// heartbeat (whose count includes this replica's tasks, so only the excess
+// is taken).
+func (d *Dispatcher) busy(inst *registry.Instance, l *instLoad, now time.Time) float64 {
 	e := inst.Entry()
-	return (float64(l.inflight.Load()) + float64(e.Active)) / float64(e.MaxConcurrent)
+	own := l.inflight.Load()
+	others := l.others.Load()
+	if others < 0 {
+		others = max(int64(e.Active)-own, 0)
+	}
+	return float64(own+others)/float64(e.MaxConcurrent) + l.currentPenalty(d.cfg.PenaltyDecay, now)
 }
 
 // lighter reports whether instance b should get the next task rather than
 // a. When one is clearly slower (by slowerRatio and slowerMargin) the cost
 // is latency × (busy + 1/max_concurrent), as in peak-EWMA balancers, so a
 // slow instance gets work only when the fast ones queue up. Otherwise the
-// cost is busy / weight, so equally fast instances settle at in-flight
-// counts, and throughput, in proportion to their weights.
+// cost is (busy + placing/max_concurrent) / weight, so equally fast
+// instances settle at in-flight counts, and throughput, in proportion to
+// their weights; two idle instances tie, and the weighted draw decides.
 func (d *Dispatcher) lighter(a, b *registry.Instance) bool {
 	la, lb := d.loadOf(a.ID), d.loadOf(b.ID)
 	now := time.Now()
 	ta, tb := la.currentLatency(now), lb.currentLatency(now)
 	if clearlySlower(ta, tb) || clearlySlower(tb, ta) {
-		ca := ta * (d.busy(a, la) + 1/float64(a.Entry().MaxConcurrent))
-		cb := tb * (d.busy(b, lb) + 1/float64(b.Entry().MaxConcurrent))
+		ca := ta * (d.busy(a, la, now) + 1/float64(a.Entry().MaxConcurrent))
+		cb := tb * (d.busy(b, lb, now) + 1/float64(b.Entry().MaxConcurrent))
 		return cb < ca
 	}
-	return d.busy(b, lb)/float64(b.Entry().Weight) < d.busy(a, la)/float64(a.Entry().Weight)
+	ba, bb := d.busy(a, la, now), d.busy(b, lb, now)
+	if ba == 0 && bb == 0 {
+		return false // both idle: the weighted draw decides
+	}
+	return (bb+placing/float64(b.Entry().MaxConcurrent))/float64(b.Entry().Weight) < (ba+placing/float64(a.Entry().MaxConcurrent))/float64(a.Entry().Weight)
 }
 
 // clearlySlower reports whether latency x is clearly above y.

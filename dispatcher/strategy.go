@@ -52,38 +52,46 @@ func StrategyNames() []string {
 }
 
 func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
-	a := sampleWeighted(rs, t)
+	a := sampleWeighted(rs, t, -1)
 	if a < 0 {
 		return -1
 	}
-	b := a
-	for range 2 {
-		if b = sampleWeighted(rs, t); b != a {
-			break
-		}
-	}
-	if b == a && rs.Len() > 1 { // a heavy weight keeps winning the draw: take any other
-		b = nextUntried(rs, t, (a+1+rand.IntN(rs.Len()-1))%rs.Len())
-	}
-	if b >= 0 && b != a && d.lighter(rs.Instances[a], rs.Instances[b]) {
+	b := sampleWeighted(rs, t, a)
+	if b >= 0 && d.lighter(rs.Instances[a], rs.Instances[b]) {
 		return b
 	}
 	return a
 }
 
-// sampleWeighted draws an untried instance in proportion to weight.
-func sampleWeighted(rs *registry.Routes, t *task) int {
+// sampleWeighted draws an untried instance other than except in proportion
+// to weight (sampling without replacement when except >= 0); -1 if none.
+func sampleWeighted(rs *registry.Routes, t *task, except int) int {
 	total := rs.TotalWeight()
-	if total <= 0 {
+	var skipFrom, skipLen int64
+	if except >= 0 {
+		start, end := rs.Span(except)
+		skipFrom, skipLen = start, end-start
+	}
+	if total-skipLen <= 0 {
 		return -1
 	}
 	for range 4 {
-		i := rs.AtWeight(rand.Int64N(total))
+		w := rand.Int64N(total - skipLen)
+		if skipLen > 0 && w >= skipFrom {
+			w += skipLen
+		}
+		i := rs.AtWeight(w)
 		if !t.tried(rs.Instances[i].ID) {
 			return i
 		}
 	}
-	return nextUntried(rs, t, rand.IntN(rs.Len()))
+	n := rs.Len()
+	for k, start := 0, rand.IntN(n); k < n; k++ {
+		if i := (start + k) % n; i != except && !t.tried(rs.Instances[i].ID) {
+			return i
+		}
+	}
+	return -1
 }
 
 // nextUntried returns the first untried index at or after start, cyclically.

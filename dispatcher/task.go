@@ -1,8 +1,11 @@
 package dispatcher
 
 import (
-	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,19 +28,31 @@ type task struct {
 	hops        int
 	wish        time.Duration // caller's Reach-Timeout
 	deadline    time.Time
+	budget      float64 // 0: none
+	spent       float64
+	visits      []string // Reach-Visits as received
 	attempts    int
-	triedIDs    []string
-	node        string // the instance that produced the outcome
+	triedIDs    []string // instances that failed this task
+	skipIDs     []string // instances passed over in the current pick
+	retryTried  bool     // the current pick may reuse tried instances
+	node        string   // the instance that produced the outcome
 	log         zerolog.Logger
 }
 
+// tried reports whether a strategy must not pick id now.
 func (t *task) tried(id string) bool {
-	for _, x := range t.triedIDs {
-		if x == id {
-			return true
+	return slices.Contains(t.skipIDs, id) || (!t.retryTried && slices.Contains(t.triedIDs, id))
+}
+
+// visitsOf counts how often this chain has reached instance id.
+func (t *task) visitsOf(id string) int {
+	n := 0
+	for _, v := range t.visits {
+		if v == id {
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // newTask reads a request's headers, filling in what the caller left out.
@@ -90,6 +105,19 @@ func (d *Dispatcher) newTask(m *nats.Msg) (*task, *streams.Error) {
 		return t, err
 	}
 	t.wish = time.Duration(wish) * time.Millisecond
+	if v := h.Get(streams.HeaderBudget); v != "" {
+		b, perr := strconv.ParseFloat(v, 64)
+		if perr != nil || b < 0 || math.IsNaN(b) || math.IsInf(b, 0) {
+			return t, streams.NewError(streams.CodeBadRequest, "header %s must be a non-negative number, got %q", streams.HeaderBudget, v)
+		}
+		t.budget = b
+	}
+	if v := h.Get(streams.HeaderVisits); v != "" {
+		t.visits = strings.Split(v, ",")
+	}
+	if d.cfg.isWrite(t.capability) && h.Get(streams.HeaderIdempotencyKey) == "" {
+		h.Set(streams.HeaderIdempotencyKey, t.requestID)
+	}
 	dl, err := intHeader(h, streams.HeaderDeadline)
 	if err != nil {
 		return t, err
@@ -137,74 +165,171 @@ func (d *Dispatcher) handle(m *nats.Msg) {
 	d.replyError(m, t.requestID, t.orchID, e, t.attemptHeaders()...)
 }
 
-// route delivers t to instances until one produces an outcome: a result, an
-// error that is not worth another instance, or no instance left to try.
+// outcome classifies how one delivery ended.
+type outcome int
+
+const (
+	outcomeDone        outcome = iota // FINISHED
+	outcomeFinal                      // an error answer no retry can help
+	outcomeBusy                       // TARGET_BUSY
+	outcomeSlow                       // acknowledged, but no result in time
+	outcomeUnreachable                // no ACK, no subscription, gone, or a transport failure
+)
+
+// retryable reports whether another delivery may help.
+func (o outcome) retryable() bool { return o >= outcomeBusy }
+
+// route delivers t until it has an outcome: a result, an error that no
+// retry can help, or no retry left (by count, cost budget or deadline).
 func (d *Dispatcher) route(t *task) (*nats.Msg, *streams.Error) {
+	retries := d.cfg.retries(t.capability)
 	var last *streams.Error
-	for t.attempts < d.cfg.MaxAttempts {
+	for {
 		if time.Until(t.deadline) <= 0 {
 			return nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts)
 		}
-		inst := d.resolve(t)
+		inst, probe, e := d.resolve(t)
+		kind := outcomeBusy // waiting for a free slot
 		if inst == nil {
-			break
-		}
-		t.attempts++
-		t.node = inst.ID
-		res, e, retry := d.attempt(t, inst)
-		if e == nil {
-			return res, nil
+			if e.Code != streams.CodeTargetBusy {
+				if last != nil && e.Code == streams.CodeNoAgent {
+					return nil, last
+				}
+				return nil, e
+			}
+			t.attempts++ // a wait for capacity uses a retry too
+		} else {
+			t.attempts++
+			t.node = inst.ID
+			var res *nats.Msg
+			res, e, kind = d.attempt(t, inst, probe)
+			if !kind.retryable() {
+				return res, e
+			}
+			t.triedIDs = append(t.triedIDs, inst.ID)
+			t.log.Debug().Str("node", inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
 		}
 		last = e
-		if !retry {
-			return nil, e
+		if t.attempts > retries {
+			return nil, last
 		}
-		t.triedIDs = append(t.triedIDs, inst.ID)
+		if t.budget > 0 && t.spent >= t.budget {
+			return nil, streams.NewError(last.Code, "%s (cost budget %v spent: %v)", last.Message, t.budget, t.spent)
+		}
+		if kind != outcomeUnreachable && !d.backoff(t) {
+			return nil, last
+		}
 		d.stats.redirected.Add(1)
-		t.log.Debug().Str("node", inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("trying another instance")
 	}
-	if last != nil {
-		return nil, last
-	}
-	if t.unicast != "" {
-		return nil, streams.NewError(streams.CodeNoAgent, "instance %q is not routable for %s", t.unicast, t.capability)
-	}
-	return nil, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
 }
 
-// resolve picks the next instance for t, or nil.
-func (d *Dispatcher) resolve(t *task) *registry.Instance {
-	if t.unicast != "" {
-		inst, ok := d.table.Lookup(t.unicast)
-		if !ok || t.tried(inst.ID) {
-			return nil
-		}
-		if e := inst.Entry(); !e.Routable() || !e.Has(t.capability) {
-			return nil
-		}
-		return inst
+// backoff waits before the next retry: exponential with full jitter, capped
+// by BackoffMax and a quarter of the remaining deadline. It reports false
+// when the deadline leaves no time for another attempt.
+func (d *Dispatcher) backoff(t *task) bool {
+	ceiling := min(d.cfg.BackoffBase<<min(max(t.attempts-1, 0), 16), d.cfg.BackoffMax, time.Until(t.deadline)/4)
+	if ceiling <= 0 {
+		return false
 	}
-	rs := d.table.Candidates(t.capability)
+	time.Sleep(time.Duration(rand.Int64N(int64(ceiling)) + 1))
+	return time.Until(t.deadline) > 0
+}
+
+// resolve picks the next instance for t. It prefers instances t has not
+// tried, and passes over instances that are full (own in-flight at
+// max_concurrent), whose breaker refuses, or that this chain visited too
+// often. When none is left it returns the error that says why.
+func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, e *streams.Error) {
+	var rs *registry.Routes
+	if t.unicast != "" {
+		if u, ok := d.table.Lookup(t.unicast); ok && u.Entry().Routable() && u.Entry().Has(t.capability) {
+			rs = registry.NewRoutes([]*registry.Instance{u})
+		} else {
+			return nil, false, streams.NewError(streams.CodeNoAgent, "instance %q is not routable for %s", t.unicast, t.capability)
+		}
+	} else {
+		rs = d.table.Candidates(t.capability)
+	}
 	if rs.Len() == 0 {
-		return nil
+		return nil, false, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
 	}
 	name, ok := d.cfg.Strategies[t.capability]
 	if !ok {
 		name = d.cfg.DefaultStrategy
 	}
-	if i := strategies[name](d, t.capability, rs, t); i >= 0 {
-		return rs.Instances[i]
+	var full, open, looped int
+	now := time.Now()
+	for _, retryTried := range []bool{false, true} {
+		t.retryTried, t.skipIDs = retryTried, t.skipIDs[:0]
+		for {
+			i := strategies[name](d, t.capability, rs, t)
+			if i < 0 {
+				break
+			}
+			cand := rs.Instances[i]
+			l := d.loadOf(cand.ID)
+			switch {
+			case t.visitsOf(cand.ID) >= d.cfg.MaxVisits:
+				looped++
+			case l.inflight.Load() >= int64(cand.Entry().MaxConcurrent):
+				full++
+			default:
+				admit, isProbe := l.breaker.allow(now)
+				if admit {
+					return cand, isProbe, nil
+				}
+				open++
+			}
+			t.skipIDs = append(t.skipIDs, cand.ID)
+		}
 	}
-	return nil
+	switch {
+	case full > 0:
+		return nil, false, streams.NewError(streams.CodeTargetBusy, "every instance of %s has all its slots in use", t.capability)
+	case open > 0:
+		return nil, false, streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
+	case looped > 0:
+		return nil, false, streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
+	}
+	return nil, false, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
 }
 
-// attempt delivers t to inst and follows it to an outcome. retry reports
-// whether another instance should get the task.
-func (d *Dispatcher) attempt(t *task, inst *registry.Instance) (res *nats.Msg, e *streams.Error, retry bool) {
+// attempt delivers t to inst and follows it to an outcome, which it records
+// in the instance's breaker, penalty and latency. retry reports whether
+// another delivery may help.
+func (d *Dispatcher) attempt(t *task, inst *registry.Instance, probe bool) (res *nats.Msg, e *streams.Error, kind outcome) {
 	load := d.loadOf(inst.ID)
 	load.inflight.Add(1)
 	defer load.inflight.Add(-1)
+	sent := time.Now()
+	res, e, kind = d.deliver(t, inst, load)
+	now := time.Now()
+	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
+	if state, changed := load.breaker.record(now, healthy, probe); changed {
+		d.breakerChanged(inst.ID, state)
+	}
+	if !healthy {
+		load.penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
+	}
+	if kind == outcomeDone || kind == outcomeSlow {
+		load.observe(now.Sub(sent), now)
+		if kind == outcomeDone {
+			d.typeLatency(inst.Entry().Type).observe(now.Sub(sent))
+		}
+	}
+	if res != nil {
+		t.spent += costOf(res)
+	}
+	return res, e, kind
+}
 
+func costOf(m *nats.Msg) float64 {
+	c, _ := strconv.ParseFloat(m.Header.Get(streams.HeaderCost), 64)
+	return c
+}
+
+// deliver sends t to inst and waits for ACKED, PROCESSING and the outcome.
+func (d *Dispatcher) deliver(t *task, inst *registry.Instance, load *instLoad) (res *nats.Msg, e *streams.Error, kind outcome) {
 	reply, ch := d.inbox.open()
 	defer d.inbox.close(reply)
 	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: reply, Data: t.req.Data, Header: nats.Header{}}
@@ -217,48 +342,59 @@ func (d *Dispatcher) attempt(t *task, inst *registry.Instance) (res *nats.Msg, e
 	out.Header.Set(streams.HeaderHops, strconv.Itoa(t.hops))
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
+	out.Header.Set(streams.HeaderVisits, strings.Join(append(slices.Clip(t.visits), inst.ID), ","))
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		return nil, streams.AsError(err), false
+		return nil, streams.AsError(err), outcomeFinal
 	}
-	sent := time.Now()
 	if err := d.nc.PublishMsg(out); err != nil {
-		return nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), !errors.Is(err, nats.ErrConnectionClosed)
+		return nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable
 	}
 
-	status := streams.StatusSent
+	acked := false
 	timer := time.NewTimer(min(d.cfg.AckTimeout, time.Until(t.deadline)))
 	defer timer.Stop()
 	for {
 		select {
 		case m := <-ch:
 			if m.Header.Get("Status") == "503" {
-				return nil, streams.NewError(streams.CodeNoAgent, "instance %s has no subscription", inst.ID), true
+				return nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", inst.ID), outcomeUnreachable
 			}
-			switch streams.Status(m.Header.Get(streams.HeaderStatus)) {
+			status := streams.Status(m.Header.Get(streams.HeaderStatus))
+			mine := load.inflight.Load()
+			if status.Terminal() {
+				mine-- // the agent no longer counts this task
+			}
+			load.noteActive(m, mine)
+			switch status {
 			case streams.StatusAcked, streams.StatusProcessing:
-				status = streams.StatusProcessing
-				timer.Reset(min(callTimeout(t.wish, inst.Entry().TimeoutHint()), time.Until(t.deadline)))
+				acked = true
+				timer.Reset(min(callTimeout(t.wish, d.timeoutHint(inst.Entry())), time.Until(t.deadline)))
 			case streams.StatusFinished:
-				now := time.Now()
-				load.observe(now.Sub(sent), now)
-				return m, nil, false
+				return m, nil, outcomeDone
 			default:
 				e := streams.ErrorFromMessage(m)
 				if e == nil {
 					e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", inst.ID, m.Header.Get(streams.HeaderStatus))
 				}
-				return nil, e, e.Code == streams.CodeTargetBusy
+				t.spent += costOf(m)
+				switch e.Code {
+				case streams.CodeTargetBusy:
+					return nil, e, outcomeBusy
+				case streams.CodeTimeout:
+					return nil, e, outcomeSlow
+				}
+				return nil, e, outcomeFinal
 			}
+		case <-load.gone:
+			return nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", inst.ID), outcomeUnreachable
 		case <-timer.C:
 			if time.Until(t.deadline) <= 0 {
-				return nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", inst.ID), false
+				return nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", inst.ID), outcomeFinal
 			}
-			now := time.Now()
-			load.observe(now.Sub(sent), now) // a timeout is the slowest answer
-			if status == streams.StatusSent {
-				return nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", inst.ID, d.cfg.AckTimeout), true
+			if !acked {
+				return nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", inst.ID, d.cfg.AckTimeout), outcomeUnreachable
 			}
-			return nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", inst.ID), false
+			return nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", inst.ID), outcomeSlow
 		}
 	}
 }

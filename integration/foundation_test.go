@@ -98,6 +98,7 @@ func TestSpreadFollowsWeights(t *testing.T) {
 	if answered.Load() != tasks {
 		t.Fatalf("answered %d of %d", answered.Load(), tasks)
 	}
+	t.Logf("routing state: %+v", d.Breakers())
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -152,7 +153,7 @@ func TestDeadAgentLeavesRoutingAndTasksGoElsewhere(t *testing.T) {
 	const hb = 300 * time.Millisecond
 	ttl := 3 * hb
 	st := NewStack(t, hb)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond, MaxAttempts: 4})
+	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond, Retries: 3})
 	var alive atomic.Int64
 	st.Agent(agentkit.Config{Type: "echo", ID: "alive"}, map[string]agentkit.Handler{"echo": counting(&alive)})
 	child := StartAgentProcess(t, st.Server.ClientURL(), "child", hb)

@@ -100,6 +100,14 @@ func (r *Routes) TotalWeight() int64 {
 	return r.cum[len(r.cum)-1]
 }
 
+// Span returns the range [start, end) of instance i in the summed weights.
+func (r *Routes) Span(i int) (start, end int64) {
+	if i > 0 {
+		start = r.cum[i-1]
+	}
+	return start, r.cum[i]
+}
+
 // AtWeight returns the index of the instance owning point w of the summed
 // weights, for w in [0, TotalWeight()): sampling w uniformly picks instances
 // in proportion to their weights.

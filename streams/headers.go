@@ -21,6 +21,17 @@ const (
 	// HeaderAffinityKey selects an instance by consistent hashing when the
 	// capability's strategy is "hash".
 	HeaderAffinityKey = "Reach-Affinity-Key"
+	// HeaderBudget is the caller's cost budget: each attempt's Reach-Cost
+	// draws it down, and no retry starts once it is spent.
+	HeaderBudget = "Reach-Budget"
+	// HeaderActive is set by agents on ACKED and final replies: how many
+	// tasks the instance is running (a final reply does not count its own
+	// task). Dispatchers use it as a fresh load report between heartbeats.
+	HeaderActive = "Reach-Active"
+	// HeaderVisits lists the instances a chain has reached (comma
+	// separated), for loop protection; dispatchers append, agentkit carries
+	// it across hops.
+	HeaderVisits      = "Reach-Visits"
 	HeaderContentType = "Content-Type"
 )
 

@@ -16,6 +16,9 @@ const (
 	BucketCaps        = "REACH_CAPS"
 	BucketIdempotency = "REACH_IDEMPOTENCY"
 	BucketPolicy      = "REACH_POLICY"
+	// BucketBreakers holds circuit-breaker transitions per instance, so
+	// dispatcher replicas agree on which breakers are open.
+	BucketBreakers = "REACH_BREAKERS"
 
 	StreamTasks   = "REACH_TASKS"
 	StreamResults = "REACH_RESULTS"
@@ -107,6 +110,8 @@ func (t Topology) KeyValueConfigs() []jetstream.KeyValueConfig {
 			History: 1, TTL: idemTTL, LimitMarkerTTL: time.Minute, Storage: st, Replicas: r},
 		{Bucket: BucketPolicy, Description: "Agent-Reach: routing policy, ACL and limits",
 			History: 10, Storage: st, Replicas: r},
+		{Bucket: BucketBreakers, Description: "Agent-Reach: circuit-breaker transitions per instance",
+			History: 1, TTL: time.Hour, LimitMarkerTTL: time.Minute, Storage: st, Replicas: r},
 	}
 }
 

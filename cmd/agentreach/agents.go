@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/registry"
+)
+
+const agentsAbout = `
+Lists the live agent instances registered in the REACH_AGENTS bucket: id, type,
+capabilities, busy slots, status and the age of the last heartbeat (by the
+server's clock when it was stored, compared with this machine's clock now).
+With --json it prints the records as a JSON array, each with "updated" (the
+server's timestamp of the last heartbeat) and "revision".`
+
+// agentJSON is one entry of `agents --json`: the record's fields plus the
+// bucket's metadata.
+type agentJSON struct {
+	registry.Record
+	Updated  time.Time `json:"updated"`
+	Revision uint64    `json:"revision"`
+}
+
+func runAgents(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		conn   connFlags
+		asJSON bool
+	)
+	cl := newCmdline("agents", "agentreach agents [flags]", agentsAbout)
+	cl.group("Flags", func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the records as a JSON array")
+	})
+	cl.group("Connection flags", func(fs *flag.FlagSet) {
+		conn.register(fs, 10*time.Second, "bound on connecting and reading the registry")
+	})
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cl.usageError(stderr, "unexpected argument %q", pos[0])
+	}
+	conn.log = conn.logger(stderr)
+	entries, err := listAgents(ctx, &conn)
+	if err != nil && !errors.Is(err, registry.ErrInvalidRecord) {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	if err != nil { // some records did not decode: list the others
+		fmt.Fprintf(stderr, "warning: skipped records: %v\n", err)
+	}
+	if asJSON {
+		err = printAgentsJSON(stdout, entries)
+	} else {
+		err = printAgentsTable(stdout, entries, time.Now())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// listAgents reads every live record. Records that do not decode are
+// reported in an error wrapping registry.ErrInvalidRecord beside the others.
+func listAgents(ctx context.Context, conn *connFlags) ([]registry.Entry, error) {
+	nc, err := conn.connect("agentreach-agents")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return reg.List(ctx)
+}
+
+func printAgentsJSON(w io.Writer, entries []registry.Entry) error {
+	out := make([]agentJSON, len(entries))
+	for i, e := range entries {
+		out[i] = agentJSON{Record: e.Record, Updated: e.Updated, Revision: e.Revision}
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func printAgentsTable(w io.Writer, entries []registry.Entry, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tCAPABILITIES\tACTIVE/MAX\tSTATUS\tHEARTBEAT AGE")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", e.ID, e.Type, strings.Join(e.Capabilities, ","),
+			e.Active, e.MaxConcurrent, e.Status, heartbeatAge(now.Sub(e.Updated)))
+	}
+	return tw.Flush()
+}
+
+// heartbeatAge rounds an age for display: tenths of a second under a
+// minute, whole seconds above. A negative age (clock skew) shows as 0s.
+func heartbeatAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const callAbout = `
+Calls a capability through the dispatchers with a JSON payload (default {})
+and prints the result: the body on stdout (indented when it is JSON) and the
+metadata (status, node, attempt, request id, orchestration id, cost) on stderr.
+With --json, stdout gets one object {"result": …, "meta": {…}} instead.
+
+On failure it prints "error: <CODE>: <message>" to stderr (with --json also
+{"error": {"code", "message"}, "meta": …} on stdout) and exits with status 1;
+usage errors, such as a payload that is not JSON, exit with status 2.
+
+Example:
+  agentreach call echo '{"text":"hi"}'
+  agentreach call --agent echo-x1Yz2 --header traceparent=00-… echo '{}'`
+
+// callMeta is the metadata of a call's outcome.
+type callMeta struct {
+	Status          string  `json:"status"`
+	Node            string  `json:"node,omitempty"`
+	Attempt         int     `json:"attempt"`
+	RequestID       string  `json:"request_id"`
+	OrchestrationID string  `json:"orchestration_id,omitempty"`
+	Cost            float64 `json:"cost"`
+}
+
+type callOutput struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *streams.Error  `json:"error,omitempty"`
+	Meta   *callMeta       `json:"meta,omitempty"`
+}
+
+func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		conn     connFlags
+		agent    string
+		affinity string
+		headers  pairList
+		asJSON   bool
+	)
+	cl := newCmdline("call", "agentreach call [flags] <capability> [<json>]", callAbout)
+	cl.group("Flags", func(fs *flag.FlagSet) {
+		fs.StringVar(&agent, "agent", "", "send the task to this instance `id` only (unicast)")
+		fs.StringVar(&affinity, "affinity-key", "", "Reach-Affinity-Key: with the hash strategy, equal `key`s go to the same instance")
+		fs.Var(&headers, "header", "extra header as `key=value` (repeatable)")
+		fs.BoolVar(&asJSON, "json", false, `print one JSON object {"result": …, "meta": {…}} on stdout`)
+	})
+	cl.group("Connection flags", func(fs *flag.FlagSet) {
+		conn.register(fs, 30*time.Second, "how long to wait for the result: the call's overall deadline (Reach-Deadline)")
+	})
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		return cl.usageError(stderr, "want <capability> and optionally a JSON payload, got %d arguments", len(pos))
+	}
+	capability, payload := pos[0], []byte("{}")
+	if len(pos) == 2 {
+		payload = []byte(pos[1])
+	}
+	if err := streams.ValidateCapability(capability); err != nil {
+		return cl.usageError(stderr, "%v", err)
+	}
+	var probe any
+	if err := json.Unmarshal(payload, &probe); err != nil {
+		return cl.usageError(stderr, "payload is not valid JSON: %v", err)
+	}
+	if agent != "" {
+		if err := streams.ValidateInstanceID(agent); err != nil {
+			return cl.usageError(stderr, "--agent: %v", err)
+		}
+	}
+	requestID := uuid.NewString()
+	opts := []agentkit.CallOption{agentkit.WithRequestID(requestID)}
+	if agent != "" {
+		opts = append(opts, agentkit.ToAgent(agent))
+	}
+	if affinity != "" {
+		opts = append(opts, agentkit.WithAffinityKey(affinity))
+	}
+	for _, h := range headers.pairs {
+		opts = append(opts, agentkit.WithHeader(h.key, h.value))
+	}
+
+	conn.log = conn.logger(stderr)
+	nc, err := conn.connect("agentreach-call")
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	defer nc.Close()
+	client, err := agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	res, err := client.Call(cctx, capability, payload, opts...)
+	return printCall(stdout, stderr, res, err, requestID, asJSON)
+}
+
+// printCall prints a call's outcome and returns the exit code.
+func printCall(stdout, stderr io.Writer, res *agentkit.Result, callErr error, requestID string, asJSON bool) int {
+	meta := &callMeta{RequestID: requestID}
+	if res != nil {
+		meta = &callMeta{Status: string(res.Status), Node: res.Node, Attempt: res.Attempt,
+			RequestID: res.RequestID, OrchestrationID: res.OrchestrationID, Cost: res.Cost}
+		if meta.RequestID == "" {
+			meta.RequestID = requestID
+		}
+	}
+	if callErr != nil {
+		e := streams.AsError(callErr)
+		if meta.Status == "" {
+			meta.Status = string(streams.StatusFailed)
+		}
+		if asJSON {
+			writeJSONLine(stdout, callOutput{Error: e, Meta: meta})
+		} else {
+			printMeta(stderr, meta)
+		}
+		fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
+		return exitFail
+	}
+	body := resultJSON(res)
+	if asJSON {
+		writeJSONLine(stdout, callOutput{Result: body, Meta: meta})
+		return exitOK
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, body, "", "  "); err != nil {
+		pretty.Reset()
+		pretty.Write(body)
+	}
+	fmt.Fprintf(stdout, "%s\n", pretty.Bytes())
+	printMeta(stderr, meta)
+	return exitOK
+}
+
+// resultJSON returns the result body as JSON: JSON as is, msgpack decoded,
+// anything else as a JSON string; an empty body is null.
+func resultJSON(res *agentkit.Result) json.RawMessage {
+	if len(bytes.TrimSpace(res.Data)) == 0 {
+		return json.RawMessage("null")
+	}
+	if res.ContentType == streams.ContentTypeJSON && json.Valid(res.Data) {
+		return res.Data
+	}
+	if res.ContentType == streams.ContentTypeMsgpack {
+		var v any
+		if res.Decode(&v) == nil {
+			if b, err := json.Marshal(v); err == nil {
+				return b
+			}
+		}
+	}
+	b, _ := json.Marshal(string(res.Data))
+	return b
+}
+
+func printMeta(w io.Writer, m *callMeta) {
+	fmt.Fprintf(w, "status=%s node=%s attempt=%d request_id=%s orchestration_id=%s cost=%g\n",
+		orDash(m.Status), orDash(m.Node), m.Attempt, orDash(m.RequestID), orDash(m.OrchestrationID), m.Cost)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func writeJSONLine(w io.Writer, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // every field marshals; keep the output well-formed regardless
+		b = []byte(`{"error":{"code":"INTERNAL","message":"encode output"}}`)
+	}
+	fmt.Fprintf(w, "%s\n", b)
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// startStack runs an embedded server with the topology, and the dispatcher
+// and demo commands against it, until the test ends. It returns the URL.
+func startStack(t *testing.T) string {
+	t.Helper()
+	s := natstest.RunServer(t)
+	natstest.Provision(t, natstest.Connect(t, s), streams.Topology{Memory: true})
+	url := s.ClientURL()
+	// The dispatcher provisions too: on existing resources it is a no-op.
+	// Calls wait until it has started (see the report on dispatcher.Start).
+	dlog := background(t, "dispatcher", runDispatcher, "--server", url)
+	waitOutput(t, dlog, "dispatcher running")
+	background(t, "demo", runDemo, "--server", url, "--slow-delay", "200ms", "--log-level", "warn")
+	waitCallable(t, url)
+	return url
+}
+
+func TestCommands(t *testing.T) {
+	url := startStack(t)
+	srv := []string{"--server", url, "--timeout", "10s"}
+	call := func(t *testing.T, args ...string) result {
+		t.Helper()
+		return runCmd(t, runCall, append(append([]string{}, srv...), args...)...)
+	}
+
+	t.Run("call echo", func(t *testing.T) {
+		r := call(t, "echo", `{"text":"hi"}`)
+		if r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		if want := "{\n  \"text\": \"hi\"\n}\n"; r.stdout != want {
+			t.Fatalf("stdout %q, want %q", r.stdout, want)
+		}
+		for _, want := range []string{"status=FINISHED", "node=echo-", "attempt=1", "request_id=", "orchestration_id="} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr %q lacks %q", r.stderr, want)
+			}
+		}
+	})
+
+	t.Run("call echo --json", func(t *testing.T) {
+		r := call(t, "--json", "echo", `{"text":"hi","n":[1,2]}`)
+		if r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		var out struct {
+			Result map[string]any `json:"result"`
+			Meta   callMeta       `json:"meta"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("stdout %q: %v", r.stdout, err)
+		}
+		if out.Result["text"] != "hi" || out.Meta.Status != "FINISHED" || out.Meta.Attempt != 1 ||
+			out.Meta.RequestID == "" || !strings.HasPrefix(out.Meta.Node, "echo-") {
+			t.Fatalf("got %+v", out)
+		}
+	})
+
+	t.Run("call slow", func(t *testing.T) {
+		r := call(t, "slow", `{"job":7}`)
+		if r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		var out slowResult
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.SleptMS != 200 || out.Input.(map[string]any)["job"] != 7.0 {
+			t.Fatalf("got %+v", out)
+		}
+	})
+
+	t.Run("call math.add", func(t *testing.T) {
+		r := call(t, "math.add", `{"a":1,"b":2}`)
+		if r.code != exitOK || strings.Join(strings.Fields(r.stdout), "") != `{"sum":3}` {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("call unicast", func(t *testing.T) {
+		first := call(t, "--json", "echo", `{}`)
+		var out struct{ Meta callMeta }
+		if err := json.Unmarshal([]byte(first.stdout), &out); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			r := call(t, "--json", "--agent", out.Meta.Node, "echo", `{}`)
+			var again struct{ Meta callMeta }
+			if err := json.Unmarshal([]byte(r.stdout), &again); err != nil || again.Meta.Node != out.Meta.Node {
+				t.Fatalf("unicast to %s answered by %+v (%v)", out.Meta.Node, again.Meta, err)
+			}
+		}
+	})
+
+	errTests := []struct {
+		name string
+		args []string
+		code string
+	}{
+		{"unknown capability", []string{"nope", `{"text":"hi"}`}, "NO_AGENT"},
+		{"unknown instance", []string{"--agent", "ghost-1", "echo", `{}`}, "NO_AGENT"},
+		{"business rejection", []string{"math.add", `{"a":1}`}, "BIZ_REJECT"},
+		{"malformed input", []string{"math.add", `{"a":"one","b":2}`}, "BAD_REQUEST"},
+	}
+	for _, tt := range errTests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := call(t, tt.args...)
+			if r.code != exitFail || !strings.Contains(r.stderr, "error: "+tt.code+": ") {
+				t.Fatalf("exit %d, stderr %q; want %d and error: %s", r.code, r.stderr, exitFail, tt.code)
+			}
+			r = call(t, append([]string{"--json"}, tt.args...)...)
+			var out callOutput
+			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitFail ||
+				out.Error == nil || out.Error.Code != streams.Code(tt.code) || out.Meta == nil || out.Meta.RequestID == "" {
+				t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+			}
+		})
+	}
+
+	t.Run("server from the environment", func(t *testing.T) {
+		t.Setenv("AGENTREACH_SERVER", url)
+		if r := runCmd(t, runCall, "echo", `{}`); r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+	})
+
+	t.Run("agents --json", func(t *testing.T) {
+		r := runCmd(t, runAgents, append(srv, "--json")...)
+		if r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		var entries []agentJSON
+		if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+			t.Fatalf("stdout %q: %v", r.stdout, err)
+		}
+		types := map[string]int{}
+		for _, e := range entries {
+			types[e.Type]++
+			if e.Updated.IsZero() || e.Revision == 0 || e.Status != "ready" || e.HeartbeatMS != 5000 {
+				t.Errorf("entry %+v", e)
+			}
+		}
+		if types["echo"] != 2 || types["slow"] != 1 || types["math"] != 1 || len(entries) != 4 {
+			t.Fatalf("agent types %v, want 2 echo, 1 slow, 1 math", types)
+		}
+	})
+
+	t.Run("agents table", func(t *testing.T) {
+		r := runCmd(t, runAgents, srv...)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if r.code != exitOK || len(lines) != 5 {
+			t.Fatalf("exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+		for _, col := range []string{"ID", "TYPE", "CAPABILITIES", "ACTIVE/MAX", "STATUS", "HEARTBEAT AGE"} {
+			if !strings.Contains(lines[0], col) {
+				t.Errorf("header %q lacks %s", lines[0], col)
+			}
+		}
+		if !strings.Contains(r.stdout, "math.add") || !strings.Contains(r.stdout, "0/8") {
+			t.Errorf("table:\n%s", r.stdout)
+		}
+	})
+}
+
+func TestCallNoServer(t *testing.T) {
+	// A port nobody listens on: connecting fails at once.
+	r := runCmd(t, runCall, "--server", "nats://127.0.0.1:1", "--timeout", "2s", "echo", "{}")
+	if r.code != exitFail || !strings.Contains(r.stderr, "error: connect to nats://127.0.0.1:1") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}

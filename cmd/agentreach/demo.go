@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const demoAbout = `
+Runs the demo agents against an existing NATS server or cluster whose buckets
+are provisioned (by a dispatcher or ` + "`agentreach up`" + `):
+
+  echo      capability "echo": returns its input unchanged (--instances of them)
+  slow      capability "slow": works --slow-delay, reports progress halfway, then
+            returns {"slept_ms": N, "input": <input>}
+  math      capability "math.add": {"a":1,"b":2} → {"sum":3}; a malformed input is
+            BAD_REQUEST, a missing field a business rejection (BIZ_REJECT)
+
+On SIGTERM or Ctrl-C every agent drains: it stops taking tasks, finishes the
+ones it has and deregisters.`
+
+// demoDrainTimeout bounds how long a demo agent waits for its tasks when it
+// drains.
+const demoDrainTimeout = 10 * time.Second
+
+// demoFlags configure the demo agents; `up --demo` and `demo` share them.
+type demoFlags struct {
+	instances int
+	slowDelay time.Duration
+}
+
+func (f *demoFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.instances, "instances", 2, "how many echo instances to run")
+	fs.DurationVar(&f.slowDelay, "slow-delay", 2*time.Second, "how long the slow agent works on each task")
+}
+
+func (f *demoFlags) validate() error {
+	switch {
+	case f.instances < 0:
+		return fmt.Errorf("--instances must not be negative, got %d", f.instances)
+	case f.slowDelay < 0:
+		return fmt.Errorf("--slow-delay must not be negative, got %v", f.slowDelay)
+	}
+	return nil
+}
+
+// demoAgent describes one demo agent instance.
+type demoAgent struct {
+	typ         string
+	handlers    map[string]agentkit.Handler
+	timeoutHint time.Duration
+}
+
+// demoAgentSet lists the demo agents of f: the echo instances, one slow
+// agent and one math agent.
+func (f *demoFlags) demoAgentSet() []demoAgent {
+	var set []demoAgent
+	for range f.instances {
+		set = append(set, demoAgent{typ: "echo", handlers: map[string]agentkit.Handler{"echo": echo}})
+	}
+	return append(set,
+		demoAgent{typ: "slow", handlers: map[string]agentkit.Handler{"slow": slow(f.slowDelay)}, timeoutHint: f.slowDelay},
+		demoAgent{typ: "math", handlers: map[string]agentkit.Handler{"math.add": mathAdd}},
+	)
+}
+
+// echo returns the payload unchanged; the reply carries the request's
+// content type, so JSON stays JSON and msgpack stays msgpack.
+func echo(_ context.Context, req *agentkit.Request) (any, error) {
+	return req.Data, nil
+}
+
+type slowResult struct {
+	SleptMS int64 `json:"slept_ms"`
+	Input   any   `json:"input"`
+}
+
+// slow works for delay, sending a progress message halfway, and returns how
+// long it slept with its input. It stops early when its context ends.
+func slow(delay time.Duration) agentkit.Handler {
+	return func(ctx context.Context, req *agentkit.Request) (any, error) {
+		var in any
+		if err := req.Decode(&in); err != nil {
+			return nil, err
+		}
+		if err := sleep(ctx, delay/2); err != nil {
+			return nil, err
+		}
+		_ = req.Progress() // best effort: a lost progress message only shortens the wait
+		if err := sleep(ctx, delay-delay/2); err != nil {
+			return nil, err
+		}
+		return slowResult{SleptMS: delay.Milliseconds(), Input: in}, nil
+	}
+}
+
+// sleep waits d or until ctx ends, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return streams.NewError(streams.CodeDeadlineExceeded, "slow: the caller's deadline passed while working")
+		}
+		return fmt.Errorf("slow: interrupted: %w", ctx.Err())
+	}
+}
+
+type addInput struct {
+	A *float64 `json:"a"`
+	B *float64 `json:"b"`
+}
+
+type addResult struct {
+	Sum float64 `json:"sum"`
+}
+
+// mathAdd adds a and b. Input that does not decode is BAD_REQUEST (from
+// agentkit.Typed); a missing field is a business rejection.
+var mathAdd = agentkit.Typed(func(_ context.Context, _ *agentkit.Request, in addInput) (addResult, error) {
+	switch {
+	case in.A == nil:
+		return addResult{}, agentkit.Reject(`math.add needs field "a"`)
+	case in.B == nil:
+		return addResult{}, agentkit.Reject(`math.add needs field "b"`)
+	}
+	return addResult{Sum: *in.A + *in.B}, nil
+})
+
+// demoAgents are running demo agents, each on a connection of its own.
+type demoAgents struct {
+	agents []*agentkit.Agent
+	conns  []*nats.Conn
+}
+
+// startDemo starts the demo agents of f, each on a connection opened by
+// connect. When one fails to start, those already started are drained.
+func startDemo(ctx context.Context, f *demoFlags, heartbeat time.Duration, subjects streams.Subjects,
+	connect func(name string) (*nats.Conn, error), log zerolog.Logger) (*demoAgents, error) {
+	d := &demoAgents{}
+	for _, spec := range f.demoAgentSet() {
+		if err := d.start(ctx, spec, heartbeat, subjects, connect, log); err != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), demoDrainTimeout)
+			defer cancel()
+			_ = d.Drain(dctx)
+			return nil, fmt.Errorf("demo agent %s: %w", spec.typ, err)
+		}
+	}
+	return d, nil
+}
+
+func (d *demoAgents) start(ctx context.Context, spec demoAgent, heartbeat time.Duration, subjects streams.Subjects,
+	connect func(name string) (*nats.Conn, error), log zerolog.Logger) error {
+	nc, err := connect("agentreach-demo-" + spec.typ)
+	if err != nil {
+		return err
+	}
+	a, err := agentkit.New(nc, agentkit.Config{
+		Type:         spec.typ,
+		Version:      shortVersion(),
+		Heartbeat:    heartbeat,
+		TimeoutHint:  spec.timeoutHint,
+		DrainTimeout: demoDrainTimeout,
+		Subjects:     subjects,
+	}, agentkit.WithLogger(log), agentkit.WithoutSignals())
+	if err == nil {
+		for capability, h := range spec.handlers {
+			if err = a.Handle(capability, h); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = a.Start(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	d.agents = append(d.agents, a)
+	d.conns = append(d.conns, nc)
+	return nil
+}
+
+// IDs returns the instance ids of the agents.
+func (d *demoAgents) IDs() []string {
+	ids := make([]string, len(d.agents))
+	for i, a := range d.agents {
+		ids[i] = a.ID()
+	}
+	return ids
+}
+
+// Drain drains every agent at once and closes their connections.
+func (d *demoAgents) Drain(ctx context.Context) error {
+	errs := make([]error, len(d.agents))
+	var wg sync.WaitGroup
+	for i, a := range d.agents {
+		wg.Go(func() {
+			if err := a.Drain(ctx); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", a.ID(), err)
+			}
+			errs[i] = errors.Join(errs[i], closeConn(d.conns[i])(ctx))
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		conn      connFlags
+		df        demoFlags
+		heartbeat time.Duration
+	)
+	cl := newCmdline("demo", "agentreach demo [flags]", demoAbout)
+	cl.group("Flags", func(fs *flag.FlagSet) {
+		df.register(fs)
+		registerHeartbeat(fs, &heartbeat)
+	})
+	cl.group("Connection flags", func(fs *flag.FlagSet) {
+		conn.register(fs, 10*time.Second, "bound on connecting and registering each agent")
+	})
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cl.usageError(stderr, "unexpected argument %q", pos[0])
+	}
+	if err := df.validate(); err != nil {
+		return cl.usageError(stderr, "%v", err)
+	}
+	log := conn.logger(stderr)
+	conn.log = log
+	if err := serveDemo(ctx, &conn, &df, heartbeat, log); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// serveDemo runs the demo agents until ctx ends, then drains them.
+func serveDemo(ctx context.Context, conn *connFlags, df *demoFlags, heartbeat time.Duration, log zerolog.Logger) error {
+	if _, err := conn.options("check"); err != nil { // fail on bad flags before dialling per agent
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	agents, err := startDemo(sctx, df, heartbeat, conn.subjects(), conn.connect, log)
+	if err != nil {
+		return err
+	}
+	log.Info().Strs("agents", agents.IDs()).Msg("demo agents running")
+	<-ctx.Done()
+	log.Info().Msg("stopping: draining the demo agents")
+	dctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	return agents.Drain(dctx)
+}

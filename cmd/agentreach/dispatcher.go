@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const dispatcherAbout = `
+Runs a dispatcher against an existing NATS server or cluster. It provisions the
+buckets and streams (idempotently, unless --provision=false), joins the
+dispatchers' queue group on <prefix>.task.> and routes every task to a capable
+agent instance. Run as many replicas as you like.
+
+It reconnects forever. On SIGTERM or Ctrl-C it leaves the queue group, lets the
+tasks it holds finish (up to 25 s) and exits.`
+
+// dispatcherFlags tune a dispatcher; `up` and `dispatcher` share them.
+type dispatcherFlags struct {
+	name          string
+	queueGroup    string
+	strategy      string
+	ackTimeout    time.Duration
+	maxInFlight   int
+	capStrategies pairList
+}
+
+func (f *dispatcherFlags) register(fs *flag.FlagSet) {
+	names := strings.Join(dispatcher.StrategyNames(), ", ")
+	f.strategy = dispatcher.DefaultStrategy
+	f.capStrategies.check = func(capability, strategy string) error {
+		if err := streams.ValidateCapability(capability); err != nil {
+			return err
+		}
+		return checkStrategy(strategy)
+	}
+	fs.StringVar(&f.name, "name", "", "this replica's `name` in logs and stats; none means dispatcher-<random>")
+	fs.StringVar(&f.queueGroup, "queue-group", dispatcher.DefaultQueueGroup, "queue `group` shared by all dispatcher replicas")
+	fs.Var(checkedString{&f.strategy, checkStrategy}, "strategy", "default selection `strategy`: "+names)
+	fs.Var(&f.capStrategies, "capability-strategy",
+		"per-capability strategy as `cap=strategy`, e.g. echo=round_robin (repeatable)")
+	fs.DurationVar(&f.ackTimeout, "ack-timeout", dispatcher.DefaultAckTimeout,
+		"how long an instance has to answer ACKED before the task goes elsewhere")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatcher.DefaultMaxInFlight,
+		"tasks this replica handles at once; beyond it callers get OVERLOADED")
+}
+
+func checkStrategy(s string) error {
+	if !slices.Contains(dispatcher.StrategyNames(), s) {
+		return fmt.Errorf("unknown strategy %q (want one of %s)", s, strings.Join(dispatcher.StrategyNames(), ", "))
+	}
+	return nil
+}
+
+// config returns the dispatcher configuration of the flags.
+func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
+	cfg := dispatcher.Config{
+		Subjects:        subjects,
+		QueueGroup:      f.queueGroup,
+		Name:            f.name,
+		AckTimeout:      f.ackTimeout,
+		MaxInFlight:     f.maxInFlight,
+		DefaultStrategy: f.strategy,
+	}
+	if len(f.capStrategies.pairs) > 0 {
+		cfg.Strategies = make(map[string]string, len(f.capStrategies.pairs))
+		for _, p := range f.capStrategies.pairs {
+			cfg.Strategies[p.key] = p.value
+		}
+	}
+	return cfg
+}
+
+// start creates and starts a dispatcher on nc.
+func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger) (*dispatcher.Dispatcher, error) {
+	d, err := dispatcher.New(nc, f.config(subjects), dispatcher.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// provision creates the buckets and streams of topo that do not exist yet.
+func provision(ctx context.Context, nc *nats.Conn, topo streams.Topology) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := streams.Provision(ctx, js, topo); err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	return nil
+}
+
+func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		conn      connFlags
+		df        dispatcherFlags
+		replicas  int
+		heartbeat time.Duration
+		doProv    bool
+	)
+	cl := newCmdline("dispatcher", "agentreach dispatcher [flags]", dispatcherAbout)
+	cl.group("Flags", func(fs *flag.FlagSet) {
+		df.register(fs)
+		fs.IntVar(&replicas, "replicas", 1, "replicas of every bucket and stream when provisioning (3 on a cluster)")
+		fs.BoolVar(&doProv, "provision", true, "create missing buckets and streams at start (idempotent)")
+		registerHeartbeat(fs, &heartbeat)
+	})
+	cl.group("Connection flags", func(fs *flag.FlagSet) {
+		conn.register(fs, 10*time.Second, "bound on connecting, provisioning and joining the queue group")
+	})
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cl.usageError(stderr, "unexpected argument %q", pos[0])
+	}
+	topo := streams.Topology{Subjects: conn.subjects(), Replicas: replicas, Heartbeat: heartbeat}
+	if err := topo.Validate(); err != nil {
+		return cl.usageError(stderr, "%v", err)
+	}
+	log := conn.logger(stderr)
+	conn.log = log
+	if err := serveDispatcher(ctx, &conn, &df, topo, doProv, log); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// serveDispatcher runs a dispatcher until ctx ends, then drains it.
+func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, topo streams.Topology, doProv bool, log zerolog.Logger) (err error) {
+	var st stopper
+	defer func() {
+		if serr := st.stop(stopTimeout); err == nil {
+			err = serr
+		}
+	}()
+	nc, err := conn.connect("agentreach-dispatcher")
+	if err != nil {
+		return err
+	}
+	st.add("connection", closeConn(nc))
+	sctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	if doProv {
+		if err := provision(sctx, nc, topo); err != nil {
+			return err
+		}
+	}
+	d, err := df.start(sctx, nc, topo.Subjects, log)
+	if err != nil {
+		return err
+	}
+	st.add("dispatcher", d.Drain)
+	log.Info().Str("server", nc.ConnectedUrlRedacted()).Str("name", d.Name()).Msg("dispatcher running")
+	<-ctx.Done()
+	log.Info().Msg("stopping: draining the dispatcher")
+	return nil
+}

@@ -1,0 +1,20 @@
+// Command agentreach is the one Agent-Reach binary.
+//
+//	agentreach up [--demo]            local stack: embedded NATS, dispatcher, demo agents
+//	agentreach dispatcher             a dispatcher replica against an existing cluster
+//	agentreach demo                   the demo agents (echo, slow, math.add)
+//	agentreach agents [--json]        the live agent instances
+//	agentreach call <cap> '<json>'    call a capability and print the result
+//	agentreach version
+//
+// Each command has --help, which lists every flag with its default and its
+// environment variable: any flag can be set as AGENTREACH_<FLAG>, with dashes
+// as underscores (--data-dir ← AGENTREACH_DATA_DIR); a flag given on the
+// command line wins. Commands that talk to NATS share one set of connection
+// flags (--server, --user, --password, --token, --creds, --nkey, --tls-*,
+// --prefix, --log-level, --timeout).
+//
+// Long-running commands stop gracefully on SIGTERM or Ctrl-C: agents and
+// dispatchers drain before the process exits. Exit status is 0 on success, 1
+// on failure and 2 on a usage error.
+package main

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// envPrefix starts the environment variable of every flag.
+const envPrefix = "AGENTREACH_"
+
+// envName returns the environment variable that can set a flag:
+// --data-dir ← AGENTREACH_DATA_DIR.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// bindEnv sets every flag of fs that was not given on the command line from
+// its environment variable, when that variable is set and not empty; flags
+// given explicitly win. A repeatable flag reads a comma-separated list. A
+// value the flag refuses is an error that names the variable.
+func bindEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		name := envName(f.Name)
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			return
+		}
+		values := []string{v}
+		if _, ok := f.Value.(repeatable); ok {
+			values = splitList(v)
+		}
+		for _, x := range values {
+			if err := fs.Set(f.Name, x); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q: invalid value for --%s: %w", name, v, f.Name, explain(f, err)))
+				return
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// explain replaces the flag package's bare "parse error" with what the flag
+// wants.
+func explain(f *flag.Flag, err error) error {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	switch g.Get().(type) {
+	case bool:
+		return errors.New("want true or false")
+	case time.Duration:
+		return errors.New("want a duration such as 500ms, 5s or 1m30s")
+	case int, int64, uint, uint64:
+		return errors.New("want an integer")
+	case float64:
+		return errors.New("want a number")
+	}
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// parseArgs parses args into fs, allowing flags before, between and after
+// the positional arguments ("--" ends the flags), and returns the positional
+// arguments in order.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// cmdline is one command's flag set and help text.
+type cmdline struct {
+	fs       *flag.FlagSet
+	synopsis string
+	about    string
+	groups   []flagGroup
+}
+
+type flagGroup struct {
+	title string
+	names []string
+}
+
+// newCmdline returns the command line of command name; synopsis and about
+// open its --help.
+func newCmdline(name, synopsis, about string) *cmdline {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {} // parse prints the help itself
+	return &cmdline{fs: fs, synopsis: synopsis, about: about}
+}
+
+// group defines flags with define and lists them under title in the help.
+func (c *cmdline) group(title string, define func(*flag.FlagSet)) {
+	before := make(map[string]bool)
+	c.fs.VisitAll(func(f *flag.Flag) { before[f.Name] = true })
+	define(c.fs)
+	g := flagGroup{title: title}
+	c.fs.VisitAll(func(f *flag.Flag) {
+		if !before[f.Name] {
+			g.names = append(g.names, f.Name)
+		}
+	})
+	c.groups = append(c.groups, g)
+}
+
+// parse parses the command line and then the environment. It returns the
+// positional arguments, or ok=false and the exit code when the command must
+// stop: 0 after --help, exitUsage after a bad flag.
+func (c *cmdline) parse(args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
+	c.fs.SetOutput(stderr)
+	pos, err := parseArgs(c.fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.usage(stdout)
+		return nil, exitOK, false
+	case err != nil: // the flag package has printed the error
+		fmt.Fprintf(stderr, "Run 'agentreach %s --help' for usage.\n", c.fs.Name())
+		return nil, exitUsage, false
+	}
+	if err := bindEnv(c.fs, os.LookupEnv); err != nil {
+		return nil, c.usageError(stderr, "%v", err), false
+	}
+	return pos, exitOK, true
+}
+
+// usageError prints a usage error and returns exitUsage.
+func (c *cmdline) usageError(stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "error: %s\nRun 'agentreach %s --help' for usage.\n", fmt.Sprintf(format, args...), c.fs.Name())
+	return exitUsage
+}
+
+// usage prints the help: synopsis, description, then every flag with its
+// default and environment variable.
+func (c *cmdline) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.synopsis, strings.TrimSpace(c.about))
+	for _, g := range c.groups {
+		if len(g.names) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, name := range g.names {
+			printFlag(w, c.fs.Lookup(name))
+		}
+	}
+	fmt.Fprintf(w, "\nEvery flag can also be set from its environment variable; a flag on the command line wins.\n")
+}
+
+func printFlag(w io.Writer, f *flag.Flag) {
+	typ, usage := flag.UnquoteUsage(f)
+	if typ != "" {
+		typ = " " + typ
+	}
+	def := f.DefValue
+	switch {
+	case def == "":
+		def = "none"
+	case needsQuotes(f):
+		def = fmt.Sprintf("%q", def)
+	}
+	fmt.Fprintf(w, "  --%s%s\n", f.Name, typ)
+	for _, line := range strings.Split(usage, "\n") {
+		fmt.Fprintf(w, "      %s\n", line)
+	}
+	env := envName(f.Name)
+	if _, ok := f.Value.(repeatable); ok {
+		env += " (comma-separated)"
+	}
+	fmt.Fprintf(w, "      default %s; env %s\n", def, env)
+}
+
+func needsQuotes(f *flag.Flag) bool {
+	if g, ok := f.Value.(flag.Getter); ok {
+		if _, ok := g.Get().(string); ok {
+			return true
+		}
+	}
+	_, ok := f.Value.(checkedString)
+	return ok
+}
+
+// checkedString is a string flag whose value is checked when it is set, on
+// the command line or from the environment.
+type checkedString struct {
+	v     *string
+	check func(string) error
+}
+
+func (c checkedString) String() string {
+	if c.v == nil {
+		return ""
+	}
+	return *c.v
+}
+
+func (c checkedString) Set(s string) error {
+	if err := c.check(s); err != nil {
+		return err
+	}
+	*c.v = s
+	return nil
+}
+
+// repeatable is a flag that may be given several times; its environment
+// variable holds a comma-separated list.
+type repeatable interface {
+	flag.Value
+	repeatable()
+}
+
+// pairList is a repeatable key=value flag.
+type pairList struct {
+	pairs []pair
+	check func(key, value string) error
+}
+
+type pair struct{ key, value string }
+
+func (p *pairList) String() string {
+	if p == nil {
+		return ""
+	}
+	s := make([]string, len(p.pairs))
+	for i, kv := range p.pairs {
+		s[i] = kv.key + "=" + kv.value
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *pairList) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	k = strings.TrimSpace(k)
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	if p.check != nil {
+		if err := p.check(k, v); err != nil {
+			return err
+		}
+	}
+	p.pairs = append(p.pairs, pair{k, v})
+	return nil
+}
+
+func (*pairList) repeatable() {}
+
+// globalFlags are the flags of every command that runs or talks to NATS.
+type globalFlags struct {
+	prefix   string
+	logLevel string
+}
+
+func (g *globalFlags) register(fs *flag.FlagSet) {
+	g.prefix = streams.DefaultPrefix
+	g.logLevel = zerolog.LevelInfoValue
+	fs.Var(checkedString{&g.prefix, validatePrefix}, "prefix",
+		"first `token`(s) of every Agent-Reach subject (reach.task.<cap> …)")
+	fs.Var(checkedString{&g.logLevel, checkLevel}, "log-level",
+		"log `level`: trace, debug, info, warn, error or disabled (logs go to stderr:\nconsole format on a terminal, JSON otherwise)")
+}
+
+// subjects returns the subject builder of --prefix.
+func (g *globalFlags) subjects() streams.Subjects { return streams.Subjects{Prefix: g.prefix} }
+
+// logger returns the logger of --log-level, writing to w.
+func (g *globalFlags) logger(w io.Writer) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(g.logLevel) // checked when set
+	return newLogger(w, level)
+}
+
+func checkLevel(s string) error {
+	if _, err := zerolog.ParseLevel(s); err != nil || s == "" {
+		return fmt.Errorf("unknown log level %q (want trace, debug, info, warn, error or disabled)", s)
+	}
+	return nil
+}
+
+// validatePrefix accepts one or more dot-separated subject tokens without
+// wildcards or spaces.
+func validatePrefix(p string) error {
+	if p == "" {
+		return errors.New("subject prefix is empty")
+	}
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return fmt.Errorf("subject prefix %q must be dot-separated tokens without spaces or wildcards", p)
+		}
+	}
+	return nil
+}
+
+// registerHeartbeat defines --heartbeat, which up, dispatcher and demo share.
+func registerHeartbeat(fs *flag.FlagSet, d *time.Duration) {
+	fs.DurationVar(d, "heartbeat", streams.DefaultHeartbeat,
+		"agents' heartbeat interval; REACH_AGENTS forgets an agent after 3 missed beats.\nProvisioning (up, dispatcher) and the agents must use the same value")
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
+
+// TestMain fails the package when any test leaves a goroutine behind.
+func TestMain(m *testing.M) {
+	before := goroutines()
+	code := m.Run()
+	if code == 0 {
+		if err := natstest.Poll(10*time.Second, func() error { return leaked(before) }); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// goroutines returns the stack of every goroutine by id.
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := make(map[string]string)
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if f := strings.Fields(g); len(f) > 1 && f[0] == "goroutine" {
+			out[f[1]] = g
+		}
+	}
+	return out
+}
+
+// leaked reports the goroutines that run now but did not in before.
+func leaked(before map[string]string) error {
+	var extra []string
+	for id, stack := range goroutines() {
+		if _, ok := before[id]; !ok {
+			extra = append(extra, stack)
+		}
+	}
+	if len(extra) > 0 {
+		return fmt.Errorf("%d leaked goroutines:\n\n%s", len(extra), strings.Join(extra, "\n\n"))
+	}
+	return nil
+}
+
+// checkNoLeaks fails t when goroutines started since before are still
+// running after a bounded wait.
+func checkNoLeaks(t *testing.T, before map[string]string) {
+	t.Helper()
+	natstest.WaitFor(t, 10*time.Second, func() error { return leaked(before) })
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// result is the outcome of one command run.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runCmd runs a command to completion with a bounded context.
+func runCmd(t *testing.T, run runFunc, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	code := run(ctx, args, &stdout, &stderr)
+	return result{code, stdout.String(), stderr.String()}
+}
+
+// background runs a long-running command until the test ends, then stops it
+// and checks that it exits 0 within a bound. It returns the command's stderr.
+func background(t *testing.T, name string, run runFunc, args ...string) *syncBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := new(syncBuffer)
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, io.Discard, stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != exitOK {
+				t.Errorf("%s exited %d; stderr:\n%s", name, code, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s did not stop within 30s", name)
+		}
+	})
+	return stderr
+}
+
+// waitOutput polls until w holds want.
+func waitOutput(t *testing.T, w *syncBuffer, want string) {
+	t.Helper()
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if !strings.Contains(w.String(), want) {
+			return fmt.Errorf("no %q in output:\n%s", want, w.String())
+		}
+		return nil
+	})
+}
+
+// waitCallable polls `call echo` against url until it succeeds.
+func waitCallable(t *testing.T, url string, extra ...string) {
+	t.Helper()
+	args := append([]string{"--server", url, "--timeout", "2s"}, extra...)
+	args = append(args, "echo", `{"ping":true}`)
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if r := runCmd(t, runCall, args...); r.code != exitOK {
+			return fmt.Errorf("call echo: exit %d: %s", r.code, r.stderr)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const upAbout = `
+Runs a local Agent-Reach stack in one process: an embedded nats-server with
+JetStream (file store in --data-dir), the buckets and streams, a dispatcher
+and, with --demo, the demo agents (echo, slow, math.add; see 'agentreach demo
+--help'). Other processes reach it at --nats-listen: agents, 'agentreach
+call', the nats CLI.
+
+Ctrl-C or SIGTERM drains the demo agents, then the dispatcher, then stops the
+server; the data directory keeps the durable state for the next run.`
+
+// startupTimeout bounds starting the embedded server and everything on it.
+const startupTimeout = 30 * time.Second
+
+// upFlags are the flags of `up`.
+type upFlags struct {
+	global     globalFlags
+	dataDir    string
+	listen     string
+	syncAlways bool
+	demo       bool
+	heartbeat  time.Duration
+	dispatcher dispatcherFlags
+	demoAgents demoFlags
+}
+
+func (f *upFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dataDir, "data-dir", ".agentreach", "`directory` of the JetStream file store (created if missing)")
+	fs.StringVar(&f.listen, "nats-listen", "127.0.0.1:4222", "`host:port` of the NATS client listener (port 0: any free port)")
+	fs.BoolVar(&f.syncAlways, "sync-always", false,
+		"fsync every JetStream write before acknowledging it (sync_interval: always).\n"+
+			"By default the store fsyncs every 2 minutes, so a power loss may lose up to\n"+
+			"2 minutes of acknowledged writes; always costs throughput on the durable tier")
+	fs.BoolVar(&f.demo, "demo", false, "also run the demo agents in this process")
+	registerHeartbeat(fs, &f.heartbeat)
+}
+
+func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f upFlags
+	cl := newCmdline("up", "agentreach up [flags]", upAbout)
+	cl.group("Flags", f.register)
+	cl.group("Dispatcher flags", f.dispatcher.register)
+	cl.group("Demo flags (with --demo)", f.demoAgents.register)
+	cl.group("Common flags", f.global.register)
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cl.usageError(stderr, "unexpected argument %q", pos[0])
+	}
+	if err := f.demoAgents.validate(); err != nil {
+		return cl.usageError(stderr, "%v", err)
+	}
+	if err := (streams.Topology{Heartbeat: f.heartbeat}).Validate(); err != nil {
+		return cl.usageError(stderr, "--heartbeat: %v", err)
+	}
+	if _, _, err := splitListen(f.listen); err != nil {
+		return cl.usageError(stderr, "%v", err)
+	}
+	if err := up(ctx, &f, stdout, f.global.logger(stderr)); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// up runs the stack until ctx ends, then stops it.
+func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (err error) {
+	var st stopper
+	defer func() {
+		if serr := st.stop(stopTimeout); err == nil {
+			err = serr
+		}
+	}()
+	srv, dataDir, err := startServer(f, log)
+	if err != nil {
+		return err
+	}
+	st.add("nats-server", func(context.Context) error {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil
+	})
+	url := srv.ClientURL()
+	connect := func(name string) (*nats.Conn, error) {
+		return nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(reconnectWait))
+	}
+	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+
+	nc, err := connect("agentreach-dispatcher")
+	if err != nil {
+		return fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	st.add("dispatcher connection", closeConn(nc))
+	subjects := f.global.subjects()
+	if err := provision(sctx, nc, streams.Topology{Subjects: subjects, Heartbeat: f.heartbeat}); err != nil {
+		return err
+	}
+	d, err := f.dispatcher.start(sctx, nc, subjects, log)
+	if err != nil {
+		return err
+	}
+	st.add("dispatcher", d.Drain)
+	var agentIDs []string
+	if f.demo {
+		agents, err := startDemo(sctx, &f.demoAgents, f.heartbeat, subjects, connect, log)
+		if err != nil {
+			return err
+		}
+		st.add("demo agents", agents.Drain)
+		agentIDs = agents.IDs()
+	}
+	printBanner(stdout, url, dataDir, subjects, d.Name(), f.demo, agentIDs)
+	log.Info().Str("url", url).Str("data_dir", dataDir).Str("dispatcher", d.Name()).Strs("agents", agentIDs).Msg("agentreach up")
+	<-ctx.Done()
+	log.Info().Msg("stopping: draining agents and dispatcher, then the server")
+	return nil
+}
+
+// splitListen parses --nats-listen; port 0 becomes the server's "any free
+// port" (-1).
+func splitListen(listen string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(listen)
+	if err == nil {
+		port, err = strconv.Atoi(p)
+	}
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("--nats-listen %q: want host:port, e.g. 127.0.0.1:4222", listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// startServer starts the embedded nats-server with JetStream in --data-dir
+// and waits until it takes connections. It returns the absolute data dir.
+func startServer(f *upFlags, log zerolog.Logger) (*server.Server, string, error) {
+	host, port, err := splitListen(f.listen)
+	if err != nil {
+		return nil, "", err
+	}
+	if port != server.RANDOM_PORT {
+		// The server only logs a taken port; find out first and say so.
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, "", fmt.Errorf("cannot listen on %s: %w (is another `agentreach up` or nats-server running? choose another address with --nats-listen)", f.listen, err)
+		}
+		_ = l.Close()
+	}
+	dir, err := filepath.Abs(f.dataDir)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o750)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("--data-dir: %w", err)
+	}
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "agentreach-up",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		SyncAlways: f.syncAlways,
+		NoSigs:     true, // this process handles signals and stops the server itself
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("nats-server: %w", err)
+	}
+	sl := newServerLogger(log)
+	trace := log.GetLevel() <= zerolog.TraceLevel
+	srv.SetLoggerV2(sl, trace, trace, false)
+	go srv.Start()
+	if err := waitReady(srv, sl.fatal, startupTimeout); err != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, "", err
+	}
+	return srv, dir, nil
+}
+
+// waitReady waits until srv takes connections with JetStream on, the server
+// reports a fatal error, or timeout passes.
+func waitReady(srv *server.Server, fatal <-chan string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case msg := <-fatal:
+			return fmt.Errorf("nats-server did not start: %s", msg)
+		default:
+		}
+		if srv.ReadyForConnections(100*time.Millisecond) && srv.JetStreamEnabled() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("nats-server did not start within " + timeout.String())
+		}
+	}
+}
+
+// printBanner tells the user where the stack is and what to try.
+func printBanner(w io.Writer, url, dataDir string, subjects streams.Subjects, dispatcherName string, demo bool, agentIDs []string) {
+	var cliArgs, natsArgs string
+	if url != defaultServer {
+		cliArgs += " --server " + url
+		natsArgs += " -s " + url
+	}
+	if p := subjects.Prefix; p != "" && p != streams.DefaultPrefix {
+		cliArgs += " --prefix " + p
+	}
+	agents := "none (add --demo, or run `agentreach demo`)"
+	if demo {
+		agents = strings.Join(agentIDs, ", ")
+	}
+	fmt.Fprintf(w, `Agent-Reach is up.
+  NATS        %s (JetStream, data in %s)
+  dispatcher  %s
+  agents      %s
+
+Try:
+  agentreach call%s echo '{"text":"hi"}'
+  nats%s req %s '{"text":"hi"}'
+  nats%s kv ls %s
+  agentreach agents%s
+
+Ctrl-C stops everything.
+`, url, dataDir, dispatcherName, agents,
+		cliArgs, natsArgs, subjects.Task("echo"), natsArgs, streams.BucketAgents, cliArgs)
+}

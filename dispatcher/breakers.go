@@ -1,0 +1,69 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// breakerRecord is a breaker transition as stored in REACH_BREAKERS under the
+// instance id; the entry's server timestamp is the time of the transition.
+type breakerRecord struct {
+	State BreakerState `json:"state"`
+	By    string       `json:"by"`
+}
+
+// breakerChanged shares a transition this replica made with the others.
+func (d *Dispatcher) breakerChanged(id string, state BreakerState) {
+	d.log.Info().Str("node", id).Str("state", string(state)).Msg("breaker changed")
+	b, _ := json.Marshal(breakerRecord{State: state, By: d.cfg.Name})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := d.breakerKV.Put(ctx, id, b); err != nil {
+		d.log.Warn().Err(err).Str("node", id).Msg("breaker transition not shared")
+	}
+}
+
+// breakerFeed applies other replicas' transitions (kvwatch handler).
+type breakerFeed struct{ d *Dispatcher }
+
+func (f breakerFeed) Replace(listing map[string]jetstream.KeyValueEntry) {
+	for _, e := range listing {
+		f.Apply(e)
+	}
+}
+
+func (f breakerFeed) Apply(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	var rec breakerRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.By == f.d.cfg.Name {
+		return
+	}
+	if _, live := f.d.table.Lookup(e.Key()); !live {
+		return
+	}
+	f.d.loadOf(e.Key()).breaker.adopt(rec.State, e.Created())
+}
+
+// Breakers returns the breaker of every instance this replica has routed to,
+// sorted by instance id.
+func (d *Dispatcher) Breakers() []BreakerStatus {
+	now := time.Now()
+	var out []BreakerStatus
+	d.loads.Range(func(k, v any) bool {
+		l := v.(*instLoad)
+		s := l.breaker.status(now)
+		s.Instance = k.(string)
+		s.Penalty = l.currentPenalty(d.cfg.PenaltyDecay, now)
+		s.LatencyMS = l.currentLatency(now) / 1e6
+		out = append(out, s)
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
+	return out
+}
