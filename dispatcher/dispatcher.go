@@ -35,6 +35,7 @@ type Dispatcher struct {
 	inbox     *inbox
 	sub       *nats.Subscription
 	breakerKV jetstream.KeyValue
+	apiSubs   []*nats.Subscription
 	stopWatch func() // stops the breaker watch and waits for it
 	watchDone chan struct{}
 	rr        counters
@@ -142,6 +143,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err := d.sub.SetPendingLimits(-1, 64<<20); err != nil {
 		return err
 	}
+	if d.apiSubs, err = d.subscribeAPI(); err != nil {
+		return fmt.Errorf("dispatcher: api: %w", err)
+	}
+	cleanup = append(cleanup, d.stopAPI)
 	if err := d.nc.FlushWithContext(ctx); err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
@@ -193,12 +198,19 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 		if err := d.inbox.stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			errs = append(errs, err)
 		}
+		d.stopAPI()
 		d.stopWatch()
 		d.table.Close()
 		d.stopErr = errors.Join(errs...)
 		d.log.Info().Err(d.stopErr).Msg("dispatcher stopped")
 	})
 	return d.stopErr
+}
+
+func (d *Dispatcher) stopAPI() {
+	for _, s := range d.apiSubs {
+		_ = s.Unsubscribe()
+	}
 }
 
 // receive runs on the subscription's goroutine: it admits the task or

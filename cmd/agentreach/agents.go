@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -97,12 +96,7 @@ func printAgentsJSON(w io.Writer, entries []registry.Entry) error {
 	for i, e := range entries {
 		out[i] = agentJSON{Record: e.Record, Updated: e.Updated, Revision: e.Revision}
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	return writeJSON(w, out)
 }
 
 func printAgentsTable(w io.Writer, entries []registry.Entry, now time.Time) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,11 @@ type dispatcherFlags struct {
 	ackTimeout    time.Duration
 	maxInFlight   int
 	capStrategies pairList
+	retries       int
+	writeRetries  int
+	writes        string
+	capRetries    pairList
+	deadline      time.Duration
 }
 
 func (f *dispatcherFlags) register(fs *flag.FlagSet) {
@@ -54,6 +60,21 @@ func (f *dispatcherFlags) register(fs *flag.FlagSet) {
 		"how long an instance has to answer ACKED before the task goes elsewhere")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatcher.DefaultMaxInFlight,
 		"tasks this replica handles at once; beyond it callers get OVERLOADED")
+	fs.IntVar(&f.retries, "retries", dispatcher.DefaultRetries,
+		"deliveries after the first on TIMEOUT, TARGET_BUSY, no ACK or transport failure (-1: none)")
+	fs.IntVar(&f.writeRetries, "write-retries", dispatcher.DefaultWriteRetries, "--retries for the capabilities in --writes (-1: none)")
+	fs.StringVar(&f.writes, "writes", "", "comma-separated `capabilities` that change state: each task gets an idempotency key")
+	f.capRetries.check = func(capability, n string) error {
+		if err := streams.ValidateCapability(capability); err != nil {
+			return err
+		}
+		if v, err := strconv.Atoi(n); err != nil || v < dispatcher.NoRetries {
+			return fmt.Errorf("retries %q must be a whole number, -1 or more", n)
+		}
+		return nil
+	}
+	fs.Var(&f.capRetries, "capability-retries", "per-capability retries as `cap=n` (repeatable)")
+	fs.DurationVar(&f.deadline, "deadline", dispatcher.DefaultDeadline, "overall deadline of a task whose caller sets no Reach-Deadline")
 }
 
 func checkStrategy(s string) error {
@@ -72,6 +93,22 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 		AckTimeout:      f.ackTimeout,
 		MaxInFlight:     f.maxInFlight,
 		DefaultStrategy: f.strategy,
+		Retries:         f.retries,
+		WriteRetries:    f.writeRetries,
+		Writes:          splitList(f.writes),
+		Deadline:        f.deadline,
+	}
+	if f.retries == 0 {
+		cfg.Retries = dispatcher.NoRetries // an explicit 0 means none, not the default
+	}
+	if f.writeRetries == 0 {
+		cfg.WriteRetries = dispatcher.NoRetries
+	}
+	for _, p := range f.capRetries.pairs {
+		if cfg.CapabilityRetries == nil {
+			cfg.CapabilityRetries = make(map[string]int)
+		}
+		cfg.CapabilityRetries[p.key], _ = strconv.Atoi(p.value)
 	}
 	if len(f.capStrategies.pairs) > 0 {
 		cfg.Strategies = make(map[string]string, len(f.capStrategies.pairs))

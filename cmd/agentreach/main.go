@@ -32,6 +32,8 @@ var commands = []command{
 	{"demo", "run the demo agents (echo, slow, math.add) against an existing server", runDemo},
 	{"agents", "list the live agent instances from the registry", runAgents},
 	{"call", "call a capability with a JSON payload and print the result", runCall},
+	{"stats", "print every dispatcher replica's counters", runStats},
+	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
 	{"version", "print the version", runVersion},
 }
 

@@ -136,15 +136,17 @@ func waitOutput(t *testing.T, w *syncBuffer, want string) {
 	})
 }
 
-// waitCallable polls `call echo` against url until it succeeds.
+// waitCallable polls each demo capability against url until its call succeeds.
 func waitCallable(t *testing.T, url string, extra ...string) {
 	t.Helper()
-	args := append([]string{"--server", url, "--timeout", "2s"}, extra...)
-	args = append(args, "echo", `{"ping":true}`)
-	natstest.WaitFor(t, 20*time.Second, func() error {
-		if r := runCmd(t, runCall, args...); r.code != exitOK {
-			return fmt.Errorf("call echo: exit %d: %s", r.code, r.stderr)
-		}
-		return nil
-	})
+	// Every demo capability, the slow one last (it takes its delay).
+	for _, c := range [][2]string{{"echo", `{"ping":true}`}, {"math.add", `{"a":1,"b":2}`}, {"slow", `{}`}} {
+		args := append(append([]string{"--server", url, "--timeout", "5s"}, extra...), c[0], c[1])
+		natstest.WaitFor(t, 20*time.Second, func() error {
+			if r := runCmd(t, runCall, args...); r.code != exitOK {
+				return fmt.Errorf("call %s: exit %d: %s", c[0], r.code, r.stderr)
+			}
+			return nil
+		})
+	}
 }

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+)
+
+const breakersAbout = `
+Asks every running dispatcher replica (on <prefix>.api.breakers) for the circuit
+breakers of the instances it routes to, and prints one row per replica and
+instance: state (CLOSED, OPEN, HALF_OPEN), consecutive failures, failures and
+outcomes in the last window, the share of traffic admitted while ramping up
+after a close, the failure penalty and the latency average. Replicas share
+OPEN and CLOSED transitions through the REACH_BREAKERS bucket.`
+
+const statsAbout = `
+Asks every running dispatcher replica (on <prefix>.api.stats) for its counters
+since start: tasks received, finished, failed, answered OVERLOADED, dropped,
+sent to another instance, in flight, and the agents in its routing table.`
+
+// gather sends an empty request on subject and collects every reply that
+// arrives within wait: one per dispatcher replica.
+func gather(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration) ([][]byte, error) {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var out [][]byte
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return out, nil // the wait is over
+		}
+		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+			return nil, fmt.Errorf("no dispatcher is answering on %s", subject)
+		}
+		out = append(out, m.Data)
+	}
+}
+
+// inspect runs a gathering command: flags, connection, gather, print.
+func inspect(ctx context.Context, name, about, verb string, args []string, stdout, stderr io.Writer,
+	print func(w io.Writer, replies [][]byte, asJSON bool) error) int {
+	var (
+		conn   connFlags
+		asJSON bool
+		wait   time.Duration
+	)
+	cl := newCmdline(name, "agentreach "+name+" [flags]", about)
+	cl.group("Flags", func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the replies as a JSON array")
+		fs.DurationVar(&wait, "wait", 500*time.Millisecond, "how long to collect replies from the replicas")
+	})
+	cl.group("Connection flags", func(fs *flag.FlagSet) {
+		conn.register(fs, 10*time.Second, "bound on connecting")
+	})
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cl.usageError(stderr, "unexpected argument %q", pos[0])
+	}
+	conn.log = conn.logger(stderr)
+	nc, err := conn.connect("agentreach-" + name)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	defer nc.Close()
+	replies, err := gather(ctx, nc, conn.subjects().API(verb), wait)
+	if err == nil {
+		err = print(stdout, replies, asJSON)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func runBreakers(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return inspect(ctx, "breakers", breakersAbout, dispatcher.APIBreakers, args, stdout, stderr, printBreakers)
+}
+
+func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return inspect(ctx, "stats", statsAbout, dispatcher.APIStats, args, stdout, stderr, printStats)
+}
+
+func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {
+	var all []dispatcher.BreakersReply
+	for _, r := range replies {
+		var br dispatcher.BreakersReply
+		if err := json.Unmarshal(r, &br); err != nil {
+			return fmt.Errorf("unreadable reply: %w", err)
+		}
+		all = append(all, br)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Dispatcher < all[j].Dispatcher })
+	if asJSON {
+		return writeJSON(w, all)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DISPATCHER\tINSTANCE\tSTATE\tCONSECUTIVE\tFAILED/TOTAL (1m)\tSHARE\tPENALTY\tLATENCY")
+	for _, br := range all {
+		for _, b := range br.Breakers {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d/%d\t%.0f%%\t%.2f\t%.1fms\n", br.Dispatcher, b.Instance, b.State,
+				b.ConsecutiveFailures, b.WindowFailures, b.WindowTotal, 100*b.Share, b.Penalty, b.LatencyMS)
+		}
+	}
+	return tw.Flush()
+}
+
+func printStats(w io.Writer, replies [][]byte, asJSON bool) error {
+	var all []dispatcher.Stats
+	for _, r := range replies {
+		var s dispatcher.Stats
+		if err := json.Unmarshal(r, &s); err != nil {
+			return fmt.Errorf("unreadable reply: %w", err)
+		}
+		all = append(all, s)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	if asJSON {
+		return writeJSON(w, all)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DISPATCHER\tRECEIVED\tFINISHED\tFAILED\tOVERLOADED\tDROPPED\tREDIRECTED\tIN FLIGHT\tAGENTS")
+	for _, s := range all {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Name, s.Received, s.Finished, s.Failed,
+			s.Overloaded, s.Dropped, s.Redirected, s.InFlight, s.Agents)
+	}
+	return tw.Flush()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
