@@ -27,9 +27,10 @@ const (
 	DefaultStartTimeout = 10 * time.Second
 	// CallTimeoutSlack is added to max(caller's wish, agent's hint).
 	CallTimeoutSlack = 2 * time.Second
-	// MinCallTimeout and MaxCallTimeout clamp the per-call timeout.
-	MinCallTimeout = 5 * time.Second
-	MaxCallTimeout = 120 * time.Second
+	// DefaultMinCallTimeout and DefaultMaxCallTimeout clamp the per-call
+	// timeout.
+	DefaultMinCallTimeout = 5 * time.Second
+	DefaultMaxCallTimeout = 120 * time.Second
 )
 
 // NoRetries disables retries where a retry count is asked for.
@@ -49,6 +50,9 @@ type Config struct {
 	// Deadline is the overall deadline of a task whose caller sets no
 	// Reach-Deadline; default 60 s.
 	Deadline time.Duration
+	// MinCallTimeout and MaxCallTimeout clamp the per-call timeout,
+	// max(caller's Reach-Timeout, agent's hint) + 2 s; defaults 5 s and 120 s.
+	MinCallTimeout, MaxCallTimeout time.Duration
 	// MaxInFlight caps the tasks this replica handles at once; beyond it
 	// callers get OVERLOADED at once. Default 5000.
 	MaxInFlight int
@@ -95,6 +99,8 @@ func (c *Config) setDefaults() {
 	setDefault(&c.AckTimeout, DefaultAckTimeout)
 	setDefault(&c.Deadline, DefaultDeadline)
 	setDefault(&c.MaxInFlight, DefaultMaxInFlight)
+	setDefault(&c.MinCallTimeout, DefaultMinCallTimeout)
+	setDefault(&c.MaxCallTimeout, DefaultMaxCallTimeout)
 	setDefault(&c.Retries, DefaultRetries)
 	setDefault(&c.WriteRetries, DefaultWriteRetries)
 	setDefault(&c.BackoffBase, DefaultBackoffBase)
@@ -121,6 +127,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.AckTimeout < 0 || c.Deadline < 0 || c.BackoffBase < 0 || c.BackoffMax < c.BackoffBase:
 		return bad("timeouts must not be negative and BackoffMax must be at least BackoffBase")
+	case c.MinCallTimeout < 0 || c.MaxCallTimeout < c.MinCallTimeout:
+		return bad("MaxCallTimeout (%v) must be at least MinCallTimeout (%v)", c.MaxCallTimeout, c.MinCallTimeout)
 	case c.MaxInFlight < 1:
 		return bad("MaxInFlight must be at least 1, got %d", c.MaxInFlight)
 	case c.Retries < NoRetries || c.WriteRetries < NoRetries:
@@ -178,6 +186,6 @@ func (c *Config) retries(capability string) int {
 
 // callTimeout is max(wish, hint) + slack, clamped to [MinCallTimeout,
 // MaxCallTimeout].
-func callTimeout(wish, hint time.Duration) time.Duration {
-	return min(max(max(wish, hint)+CallTimeoutSlack, MinCallTimeout), MaxCallTimeout)
+func (c *Config) callTimeout(wish, hint time.Duration) time.Duration {
+	return min(max(max(wish, hint)+CallTimeoutSlack, c.MinCallTimeout), c.MaxCallTimeout)
 }

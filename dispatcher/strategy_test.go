@@ -137,7 +137,9 @@ func TestCallTimeoutClamp(t *testing.T) {
 		{0, 0, 5}, {10, 0, 12}, {1, 20, 22}, {200, 0, 120},
 	}
 	for _, c := range cases {
-		got := callTimeout(sec(c.wish), sec(c.hint))
+		cfg := Config{}
+		cfg.setDefaults()
+		got := cfg.callTimeout(sec(c.wish), sec(c.hint))
 		if got != sec(c.want) {
 			t.Errorf("callTimeout(%ds,%ds) = %v, want %ds", c.wish, c.hint, got, c.want)
 		}

@@ -210,11 +210,11 @@ func (d *Dispatcher) route(t *task) (*nats.Msg, *streams.Error) {
 			t.log.Debug().Str("node", inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
 		}
 		last = e
-		if t.attempts > retries {
+		if !mayRetry(kind, t.attempts, retries, t.spent, t.budget) {
+			if t.budget > 0 && t.spent >= t.budget {
+				return nil, streams.NewError(last.Code, "%s (cost budget %v spent: %v)", last.Message, t.budget, t.spent)
+			}
 			return nil, last
-		}
-		if t.budget > 0 && t.spent >= t.budget {
-			return nil, streams.NewError(last.Code, "%s (cost budget %v spent: %v)", last.Message, t.budget, t.spent)
 		}
 		if kind != outcomeUnreachable && !d.backoff(t) {
 			return nil, last
@@ -223,11 +223,25 @@ func (d *Dispatcher) route(t *task) (*nats.Msg, *streams.Error) {
 	}
 }
 
-// backoff waits before the next retry: exponential with full jitter, capped
-// by BackoffMax and a quarter of the remaining deadline. It reports false
-// when the deadline leaves no time for another attempt.
+// mayRetry is the retry rule: only a retryable outcome (TARGET_BUSY, a
+// timeout after ACK, an unreachable instance) is retried, while deliveries
+// so far (attempts) have not exceeded 1 + retries and the cost budget (if
+// any) is not spent.
+func mayRetry(kind outcome, attempts, retries int, spent, budget float64) bool {
+	return kind.retryable() && attempts <= retries && (budget <= 0 || spent < budget)
+}
+
+// backoffCeiling bounds the wait before retry number attempts: base doubled
+// per earlier attempt, at most limit and a quarter of what remains of the
+// deadline.
+func backoffCeiling(base, limit time.Duration, attempts int, remaining time.Duration) time.Duration {
+	return min(base<<min(max(attempts-1, 0), 16), limit, remaining/4)
+}
+
+// backoff waits a random time up to backoffCeiling (full jitter). It
+// reports false when the deadline leaves no time for another attempt.
 func (d *Dispatcher) backoff(t *task) bool {
-	ceiling := min(d.cfg.BackoffBase<<min(max(t.attempts-1, 0), 16), d.cfg.BackoffMax, time.Until(t.deadline)/4)
+	ceiling := backoffCeiling(d.cfg.BackoffBase, d.cfg.BackoffMax, t.attempts, time.Until(t.deadline))
 	if ceiling <= 0 {
 		return false
 	}
@@ -368,7 +382,7 @@ func (d *Dispatcher) deliver(t *task, inst *registry.Instance, load *instLoad) (
 			switch status {
 			case streams.StatusAcked, streams.StatusProcessing:
 				acked = true
-				timer.Reset(min(callTimeout(t.wish, d.timeoutHint(inst.Entry())), time.Until(t.deadline)))
+				timer.Reset(min(d.cfg.callTimeout(t.wish, d.timeoutHint(inst.Entry())), time.Until(t.deadline)))
 			case streams.StatusFinished:
 				return m, nil, outcomeDone
 			default:

@@ -2,9 +2,14 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -50,47 +56,104 @@ func NeverAck(tb testing.TB, nc *nats.Conn, id string, hb time.Duration, caps ..
 	return h
 }
 
-// Environment of a child agent process started by StartAgentProcess.
+// Child processes: the test binary re-executed in one of these roles, so
+// fault tests can kill a real process.
 const (
-	envChildURL = "AGENTREACH_TEST_CHILD_URL"
-	envChildID  = "AGENTREACH_TEST_CHILD_ID"
-	envChildHB  = "AGENTREACH_TEST_CHILD_HEARTBEAT"
+	// ChildEcho is an echo agent (capability "echo").
+	ChildEcho = "echo"
+	// ChildCrasher serves "pay.charge": it records its side effect by
+	// publishing on EffectsSubject, then dies before replying.
+	ChildCrasher = "crasher"
+	// ChildDispatcher is a dispatcher with the default configuration.
+	ChildDispatcher = "dispatcher"
+
+	// EffectsSubject carries one message per side effect of a write agent.
+	EffectsSubject = "test.effects"
+
+	envChildRole = "AGENTREACH_TEST_CHILD"
+	envChildURL  = "AGENTREACH_TEST_CHILD_URL"
+	envChildID   = "AGENTREACH_TEST_CHILD_ID"
+	envChildHB   = "AGENTREACH_TEST_CHILD_HEARTBEAT"
+	envChildCfg  = "AGENTREACH_TEST_CHILD_CONFIG"
 )
 
-// RunChildAgentIfAsked turns the test binary into an echo agent process when
-// started by StartAgentProcess; call it first in TestMain. It never returns
-// in the child.
-func RunChildAgentIfAsked() {
-	url := os.Getenv(envChildURL)
-	if url == "" {
+// RunChildIfAsked turns the test binary into a child process when started
+// by StartChild; call it first in TestMain. It never returns in the child.
+func RunChildIfAsked() {
+	role := os.Getenv(envChildRole)
+	if role == "" {
 		return
 	}
-	hb, _ := time.ParseDuration(os.Getenv(envChildHB))
-	nc, err := nats.Connect(url)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child agent:", err)
+	if err := runChild(role); err != nil {
+		fmt.Fprintln(os.Stderr, "child", role+":", err)
 		os.Exit(3)
-	}
-	a, err := agentkit.New(nc, agentkit.Config{Type: "echo", ID: os.Getenv(envChildID), Heartbeat: hb})
-	if err == nil {
-		err = a.Handle("echo", func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil })
-	}
-	if err == nil {
-		err = a.Run(context.Background())
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child agent:", err)
-		os.Exit(4)
 	}
 	os.Exit(0)
 }
 
-// StartAgentProcess starts an echo agent in a child process (the test binary
-// itself) and kills it when the test ends.
-func StartAgentProcess(tb testing.TB, url, id string, hb time.Duration) *exec.Cmd {
+func runChild(role string) error {
+	nc, err := nats.Connect(os.Getenv(envChildURL), nats.MaxReconnects(-1))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if role == ChildDispatcher {
+		var cfg dispatcher.Config
+		if c := os.Getenv(envChildCfg); c != "" {
+			if err := json.Unmarshal([]byte(c), &cfg); err != nil {
+				return err
+			}
+		}
+		d, err := dispatcher.New(nc, cfg)
+		if err != nil {
+			return err
+		}
+		if err := d.Start(ctx); err != nil {
+			return err
+		}
+		fmt.Println("ready")
+		<-ctx.Done()
+		return d.Drain(context.Background())
+	}
+	hb, _ := time.ParseDuration(os.Getenv(envChildHB))
+	a, err := agentkit.New(nc, agentkit.Config{Type: role, ID: os.Getenv(envChildID), Heartbeat: hb})
+	if err != nil {
+		return err
+	}
+	switch role {
+	case ChildEcho:
+		err = a.Handle("echo", func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil })
+	case ChildCrasher:
+		err = a.Handle("pay.charge", func(_ context.Context, r *agentkit.Request) (any, error) {
+			_ = nc.Publish(EffectsSubject, []byte(r.RequestID))
+			_ = nc.Flush()
+			os.Exit(1) // dies after the side effect, before any reply
+			return nil, nil
+		})
+	default:
+		return fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// StartChild starts the test binary as a child process in role, connected
+// to url, and kills it when the test ends. id and hb name an agent; cfg
+// configures a dispatcher (JSON of dispatcher.Config).
+func StartChild(tb testing.TB, role, url, id string, hb time.Duration, cfg *dispatcher.Config) *exec.Cmd {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChildURL+"="+url, envChildID+"="+id, envChildHB+"="+hb.String())
+	cmd.Env = append(os.Environ(), envChildRole+"="+role, envChildURL+"="+url, envChildID+"="+id, envChildHB+"="+hb.String())
+	if cfg != nil {
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, envChildCfg+"="+string(b))
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -100,4 +163,36 @@ func StartAgentProcess(tb testing.TB, url, id string, hb time.Duration) *exec.Cm
 		_ = cmd.Wait()
 	})
 	return cmd
+}
+
+// Slow returns a handler that takes d (or until its context ends).
+func Slow(d time.Duration) agentkit.Handler {
+	return func(ctx context.Context, r *agentkit.Request) (any, error) {
+		select {
+		case <-time.After(d):
+			return r.Data, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Failing returns a handler that fails every task with an INTERNAL error,
+// counting its calls in n.
+func Failing(n *atomic.Int64) agentkit.Handler {
+	return func(context.Context, *agentkit.Request) (any, error) {
+		n.Add(1)
+		return nil, errors.New("injected failure")
+	}
+}
+
+// Flapping returns a handler that fails while broken is true and echoes
+// otherwise; flip it to make the agent flap.
+func Flapping(broken *atomic.Bool) agentkit.Handler {
+	return func(_ context.Context, r *agentkit.Request) (any, error) {
+		if broken.Load() {
+			return nil, errors.New("injected failure (flapping)")
+		}
+		return r.Data, nil
+	}
 }

@@ -156,7 +156,7 @@ func TestDeadAgentLeavesRoutingAndTasksGoElsewhere(t *testing.T) {
 	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond, Retries: 3})
 	var alive atomic.Int64
 	st.Agent(agentkit.Config{Type: "echo", ID: "alive"}, map[string]agentkit.Handler{"echo": counting(&alive)})
-	child := StartAgentProcess(t, st.Server.ClientURL(), "child", hb)
+	child := StartChild(t, ChildEcho, st.Server.ClientURL(), "child", hb, nil)
 	hung := NeverAck(t, st.Conn(), "hung", hb, "echo")
 	WaitRoutable(t, "echo", 3, d)
 

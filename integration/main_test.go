@@ -6,6 +6,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	RunChildAgentIfAsked()
+	RunChildIfAsked()
 	os.Exit(m.Run())
 }

@@ -1,0 +1,34 @@
+package dispatcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/registry"
+)
+
+func TestTimeoutHintIsLearnedPerTypeUnlessDeclared(t *testing.T) {
+	d := testDispatcher(t)
+	for i := range 100 {
+		ms := 10
+		if i%20 == 0 { // 5% slow outliers
+			ms = 100
+		}
+		d.typeLatency("llm").observe(time.Duration(ms) * time.Millisecond)
+	}
+	learned := d.timeoutHint(&registry.Entry{Record: registry.Record{Type: "llm"}})
+	if learned != 200*time.Millisecond {
+		t.Fatalf("learned hint %v, want 2 × p95 = 200ms", learned)
+	}
+	declared := d.timeoutHint(&registry.Entry{Record: registry.Record{Type: "llm", TimeoutHintMS: 30000}})
+	if declared != 30*time.Second {
+		t.Fatalf("declared hint %v, want 30s", declared)
+	}
+	if h := d.timeoutHint(&registry.Entry{Record: registry.Record{Type: "new"}}); h != 0 {
+		t.Fatalf("a type never seen has hint %v", h)
+	}
+	cfg := d.cfg
+	if got := cfg.callTimeout(0, learned); got != 5*time.Second {
+		t.Fatalf("call timeout %v, want the 5s floor", got)
+	}
+}

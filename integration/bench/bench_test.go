@@ -1,0 +1,86 @@
+package bench_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/integration/bench"
+)
+
+// TestQuickSuite runs every scenario in quick mode and checks that the
+// report holds the figures `agentreach bench --json` promises. It checks
+// no timing: CI machines (and the race detector) are too noisy for that.
+func TestQuickSuite(t *testing.T) {
+	methods := []string{"queue_group", "pull", "least_load", "round_robin"}
+	var skewKeys []string
+	for _, prefix := range []string{"", "three_slow_", "stall_"} {
+		for _, m := range methods {
+			for _, k := range []string{"_p50_ms", "_p99_ms", "_p999_ms", "_timeouts", "_errors"} {
+				skewKeys = append(skewKeys, prefix+m+k)
+			}
+		}
+	}
+	for _, m := range methods {
+		skewKeys = append(skewKeys, m+"_max_rate")
+	}
+	cases := []struct {
+		scenario string
+		positive []string // must be > 0
+		present  []string // must exist (finite, any sign)
+	}{
+		{bench.ScenarioOverhead,
+			[]string{"direct_rps", "routed_rps", "throughput_ratio", "direct_p50_us_c1", "routed_p50_us_c1", "p50_ratio_c1"},
+			[]string{"added_p99_us_50pct", "dispatcher_cpu_per_1k_rps"}},
+		{bench.ScenarioSkew,
+			[]string{"queue_group_p99_ms", "pull_p99_ms", "least_load_p99_ms", "round_robin_p99_ms",
+				"p99_ratio_vs_queue_group", "p99_ratio_vs_pull"},
+			append([]string{"max_rate_ratio_vs_queue_group", "three_slow_p99_ratio_vs_queue_group", "stall_p99_ratio_vs_pull"}, skewKeys...)},
+		{bench.ScenarioDurable,
+			[]string{"raw_publish_rps", "submit_rps", "submit_ratio"},
+			[]string{"durable_e2e_available"}},
+		{bench.ScenarioRegistry,
+			[]string{"agents_200_join_p99_ms", "agents_1000_join_p99_ms", "ttl_ms", "crash_record_gone_ms", "crash_table_gone_ms"},
+			[]string{"agents_1000_table_mb", "agents_1000_heap_mb", "agents_1000_rss_mb", "agents_1000_cpu_cores", "crash_no_task_ms"}},
+	}
+	if got := len(bench.Scenarios()); got != len(cases) {
+		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))
+	}
+	for _, tc := range cases {
+		t.Run(tc.scenario, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			rep, err := bench.Run(ctx, tc.scenario, bench.Options{Quick: true, Logf: t.Logf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Scenario != tc.scenario || strings.TrimSpace(rep.Table) == "" || len(rep.Notes) == 0 {
+				t.Fatalf("incomplete report: scenario %q, %d table bytes, %d notes", rep.Scenario, len(rep.Table), len(rep.Notes))
+			}
+			for k, v := range rep.Figures {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Errorf("%s = %v is not finite", k, v)
+				}
+			}
+			for _, k := range tc.present {
+				if _, ok := rep.Figures[k]; !ok {
+					t.Errorf("missing figure %s", k)
+				}
+			}
+			for _, k := range tc.positive {
+				if v, ok := rep.Figures[k]; !ok || v <= 0 {
+					t.Errorf("figure %s = %v (present %v), want > 0", k, v, ok)
+				}
+			}
+			if tc.scenario == bench.ScenarioDurable && rep.Figures["durable_e2e_available"] != 0 {
+				t.Errorf("durable_e2e_available = %v before the durable tier exists", rep.Figures["durable_e2e_available"])
+			}
+		})
+	}
+	if _, err := bench.Run(context.Background(), "nope", bench.Options{Quick: true}); !errors.Is(err, bench.ErrUnknownScenario) {
+		t.Fatalf("unknown scenario: %v", err)
+	}
+}

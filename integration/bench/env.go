@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// env is an embedded nats-server on loopback with the Agent-Reach topology
+// provisioned, and every connection opened to it. close stops all of it.
+type env struct {
+	srv  *server.Server
+	dir  string
+	topo streams.Topology
+
+	mu    sync.Mutex
+	conns []*nats.Conn
+}
+
+// startEnv starts a JetStream server in a temporary directory and
+// provisions topo on it.
+func startEnv(ctx context.Context, topo streams.Topology) (*env, error) {
+	dir, err := os.MkdirTemp("", "agentreach-bench-")
+	if err != nil {
+		return nil, err
+	}
+	opts := natstest.Options(dir)
+	opts.JetStreamMaxMemory = 1 << 30
+	opts.JetStreamMaxStore = 8 << 30
+	s, err := server.NewServer(opts)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("embedded server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		_ = os.RemoveAll(dir)
+		return nil, errors.New("embedded server: not ready within 10s")
+	}
+	e := &env{srv: s, dir: dir, topo: topo}
+	nc, err := e.connect("provision")
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = streams.Provision(pctx, js, topo)
+		cancel()
+	}
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("provision: %w", err)
+	}
+	return e, nil
+}
+
+// connect opens a connection that close will close.
+func (e *env) connect(name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(e.srv.ClientURL(), nats.Name("bench-"+name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", name, err)
+	}
+	e.mu.Lock()
+	e.conns = append(e.conns, nc)
+	e.mu.Unlock()
+	return nc, nil
+}
+
+// connectN opens n connections.
+func (e *env) connectN(name string, n int) ([]*nats.Conn, error) {
+	out := make([]*nats.Conn, n)
+	for i := range out {
+		nc, err := e.connect(fmt.Sprintf("%s-%d", name, i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = nc
+	}
+	return out, nil
+}
+
+// js returns a JetStream context on a new connection.
+func (e *env) js(name string, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, *nats.Conn, error) {
+	nc, err := e.connect(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc, opts...)
+	return js, nc, err
+}
+
+// close closes every connection, shuts the server down and removes its
+// store. Calling it again does nothing.
+func (e *env) close() {
+	e.mu.Lock()
+	conns := e.conns
+	e.conns = nil
+	e.mu.Unlock()
+	for _, nc := range conns {
+		nc.Close()
+	}
+	if e.srv != nil {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+		e.srv = nil
+		_ = os.RemoveAll(e.dir)
+	}
+}

@@ -1,0 +1,536 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const (
+	simConns        = 4
+	simTick         = 10 * time.Millisecond
+	simCapability   = "sim.work"
+	crashCapability = "crash.echo"
+)
+
+// runRegistry grows a population of simulated agents that heartbeat every
+// interval, as records put into REACH_AGENTS, and measures how fast a
+// dispatcher's routing table sees a joining agent, what the population
+// costs, and how a crashed real agent leaves.
+func runRegistry(r *run) error {
+	hb := pick(r, streams.DefaultHeartbeat, time.Second)
+	topo := streams.Topology{Heartbeat: hb} // file storage, as in production
+	e, err := startEnv(r.ctx, topo)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	ds, err := r.startDispatcher(e, dispatcher.Config{})
+	if err != nil {
+		return err
+	}
+	defer ds.stop()
+	runtime.GC()
+	baseHeap := heapInuse()
+
+	s, err := newSim(e, hb)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	w := newJoinWatcher(ds.d.Table())
+	defer w.close()
+
+	levels := pick(r, []int{1000, 5000, 10000}, []int{200, 1000})
+	var rows [][]string
+	joined := 0
+	for _, level := range levels {
+		key := fmt.Sprintf("agents_%d_", level)
+		// Join the new agents at an even pace over one interval, on top of
+		// the heartbeats of those already there.
+		r.prog.begin(fmt.Sprintf("registry: %d → %d agents joining", joined, level), func() string {
+			return fmt.Sprintf("%d pending, %d beats", w.pendingCount(), s.beats.Load())
+		})
+		if err := s.join(r, w, joined, level, hb); err != nil {
+			return err
+		}
+		r.poll(10*time.Second, func() bool { return w.pendingCount() == 0 })
+		missing := w.pendingCount()
+		h := w.take()
+		joined = level
+		r.set(key+"join_p50_ms", msUS(h.ValueAtQuantile(50)))
+		r.set(key+"join_p99_ms", msUS(h.ValueAtQuantile(99)))
+		r.set(key+"join_max_ms", msUS(h.Max()))
+		r.set(key+"join_missing", float64(missing))
+
+		// Steady state: one full interval of heartbeats.
+		r.prog.begin(fmt.Sprintf("registry: %d agents heartbeating", level), func() string {
+			return fmt.Sprintf("%d beats", s.beats.Load())
+		})
+		cpu0, beats0, t0 := processCPU(), s.beats.Load(), time.Now()
+		if err := r.sleep(hb); err != nil {
+			return err
+		}
+		el := time.Since(t0)
+		cores := ratio((processCPU() - cpu0).Seconds(), el.Seconds())
+		beatRate := float64(s.beats.Load()-beats0) / el.Seconds()
+		r.set(key+"cpu_cores", cores)
+		r.set(key+"beats_per_s", beatRate)
+
+		runtime.GC()
+		heap := float64(int64(heapInuse())-int64(baseHeap)) / (1 << 20)
+		rss := float64(processRSS()) / (1 << 20)
+		r.prog.begin(fmt.Sprintf("registry: %d agents, measuring a routing table", level), nil)
+		tableMB, err := r.tableHeap(e, level)
+		if err != nil {
+			return err
+		}
+		r.set(key+"heap_mb", heap)
+		r.set(key+"rss_mb", rss)
+		r.set(key+"table_mb", tableMB)
+		rows = append(rows, []string{fmt.Sprint(level), f(msUS(h.ValueAtQuantile(50))), f(msUS(h.ValueAtQuantile(99))),
+			f(msUS(h.Max())), fmt.Sprint(missing), f(beatRate), f(cores), f(tableMB), f(heap), f(rss)})
+		r.logf("registry %d agents: join p50 %.1fms p99 %.1fms max %.1fms missing %d, %.0f beats/s, %.2f cores, table %.1f MB, heap +%.1f MB, rss %.0f MB",
+			level, msUS(h.ValueAtQuantile(50)), msUS(h.ValueAtQuantile(99)), msUS(h.Max()), missing, beatRate, cores, tableMB, heap, rss)
+	}
+	top := levels[len(levels)-1]
+	topKey := fmt.Sprintf("agents_%d_", top)
+	fig := func(k string) float64 { return r.rep.Figures[k] }
+	r.set("table_mb_per_1k_agents", fig(topKey+"table_mb")/float64(top)*1000)
+	r.set("heap_mb_per_1k_agents", fig(topKey+"heap_mb")/float64(top)*1000)
+	r.set("cpu_cores_per_1k_agents", fig(topKey+"cpu_cores")/float64(top)*1000)
+	r.set("heartbeat_ms", ms(hb))
+	r.set("ttl_ms", ms(topo.AgentTTL()))
+	r.set("agents_max", float64(top))
+	r.set("heartbeat_errors", float64(s.errs.Load()))
+
+	if err := r.crash(e, ds, topo, top); err != nil {
+		return err
+	}
+
+	r.addTable(fmt.Sprintf("registry: simulated agents heartbeating every %v (record TTL %v)", hb, topo.AgentTTL()),
+		[]string{"agents", "join p50 ms", "join p99 ms", "join max ms", "missing", "beats/s", "CPU cores", "table MB", "heap +MB", "RSS MB"}, rows)
+	r.addTable("registry: a crashed agent (connections closed while others heartbeat)", []string{"figure", "value"}, [][]string{
+		{"calls after the crash", f(fig("crash_calls"))},
+		{"… answered by the crashed agent", f(fig("crash_calls_landed"))},
+		{"… redirected to another instance", f(fig("crash_redirected_calls"))},
+		{"… failed", f(fig("crash_failed_calls"))},
+		{"crash_no_task_ms", f(fig("crash_no_task_ms"))},
+		{"crash_table_gone_ms", f(fig("crash_table_gone_ms"))},
+		{"crash_record_gone_ms", f(fig("crash_record_gone_ms"))},
+		{"… after its last heartbeat", f(fig("crash_record_gone_after_last_beat_ms"))},
+		{"ttl_ms", f(fig("ttl_ms"))},
+	})
+	r.note("Each simulated agent is a valid registry record put every %v (key = its id) on %d shared connections, "+
+		"spread evenly over the interval; joining agents are put at an even pace over one interval. Join-to-routable "+
+		"is the time from just before an agent's first put until the dispatcher's routing table holds it.", hb, simConns)
+	r.note("Everything runs in one process, so CPU and RSS cannot be split between dispatcher, nats-server and the " +
+		"simulation: agents_N_cpu_cores and agents_N_rss_mb are whole-process figures during one steady interval, and " +
+		"agents_N_heap_mb is the growth of the live heap (server stream + routing table + simulation). agents_N_table_mb " +
+		"isolates the dispatcher's share: the live-heap growth when a second routing table loads the same N records.")
+	r.note("The crashed agent is a real agentkit agent whose two connections are closed at once; a caller then calls its "+
+		"capability for %v. crash_no_task_ms is the time until the last call answered by it (0 when none was: the server "+
+		"drops its subscription at once, the dispatcher gets no responders and redirects).", pick(r, time.Second, 500*time.Millisecond))
+
+	tableMB := fig(topKey + "table_mb")
+	rssBound := fig(topKey + "rss_mb")
+	r.goal("registry_rss", fmt.Sprintf("%d agents with dispatcher RSS ≤ 100 MB: routing table %.1f MB live heap; whole process "+
+		"(server + dispatcher + simulation) RSS %.0f MB", top, tableMB, rssBound), rssBound <= 100 || 2*tableMB+16 <= 100)
+	r.goal("registry_join", fmt.Sprintf("join-to-routable p99 ≤ 100 ms at %d agents: %.1f ms", top, fig(topKey+"join_p99_ms")),
+		fig(topKey+"join_p99_ms") <= 100 && fig(topKey+"join_missing") == 0)
+	r.goal("registry_crash_no_task", fmt.Sprintf("a crashed agent gets no new task 1 s after its crash: %.0f ms",
+		fig("crash_no_task_ms")), fig("crash_no_task_ms") <= 1000)
+	r.goal("registry_crash_record", fmt.Sprintf("its record leaves within TTL + 1 s (%.0f ms): %.0f ms after the crash",
+		fig("ttl_ms")+1000, fig("crash_record_gone_ms")), fig("crash_record_gone_ms") > 0 && fig("crash_record_gone_ms") <= fig("ttl_ms")+1000)
+	return nil
+}
+
+func heapInuse() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+func msUS(v int64) float64 { return float64(v) / 1000 }
+
+// tableHeap loads a second routing table over the bucket, on its own
+// connection, and returns the growth of the live heap in MB: what a
+// dispatcher's table of want records costs.
+func (r *run) tableHeap(e *env, want int) (float64, error) {
+	nc, err := e.connect("table-probe")
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		return 0, err
+	}
+	runtime.GC()
+	runtime.GC()
+	h0 := heapInuse()
+	t := registry.NewTable(reg)
+	if err := t.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer t.Close()
+	r.poll(10*time.Second, func() bool { return t.Len() >= want })
+	runtime.GC()
+	runtime.GC()
+	return float64(int64(heapInuse())-int64(h0)) / (1 << 20), nil
+}
+
+// sim heartbeats simulated agents: each is a pre-encoded record put every
+// interval by one of the workers, each worker on its own connection with a
+// timing wheel of 10 ms slots.
+type sim struct {
+	interval time.Duration
+	slots    int
+	start    time.Time
+	workers  []*simWorker
+
+	beats, errs atomic.Int64
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	once        sync.Once
+}
+
+type simWorker struct {
+	kv    jetstream.KeyValue
+	mu    sync.Mutex
+	wheel [][]simAgent
+}
+
+type simAgent struct {
+	id  string
+	rec []byte
+}
+
+func newSim(e *env, interval time.Duration) (*sim, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &sim{interval: interval, slots: int(interval / simTick), start: time.Now(), cancel: cancel}
+	for i := range simConns {
+		js, _, err := e.js(fmt.Sprintf("sim-%d", i))
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		kv, err := js.KeyValue(ctx, streams.BucketAgents)
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		sw := &simWorker{kv: kv, wheel: make([][]simAgent, s.slots)}
+		s.workers = append(s.workers, sw)
+		s.wg.Add(1)
+		go s.loop(ctx, sw)
+	}
+	return s, nil
+}
+
+func (s *sim) tickAt(t time.Time) int { return int(t.Sub(s.start) / simTick) }
+
+func (s *sim) loop(ctx context.Context, w *simWorker) {
+	defer s.wg.Done()
+	t := time.NewTicker(simTick)
+	defer t.Stop()
+	next := s.tickAt(time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for now := s.tickAt(time.Now()); next <= now && ctx.Err() == nil; next++ {
+			w.mu.Lock()
+			due := w.wheel[next%s.slots]
+			w.mu.Unlock()
+			for _, a := range due {
+				if s.put(ctx, w, a) != nil && ctx.Err() == nil {
+					s.errs.Add(1)
+				}
+			}
+		}
+	}
+}
+
+func (s *sim) put(ctx context.Context, w *simWorker, a simAgent) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.kv.Put(pctx, a.id, a.rec)
+	if err == nil {
+		s.beats.Add(1)
+	}
+	return err
+}
+
+// join adds agents [from, to) at an even pace over d, each registered with
+// the watcher just before its first put, then heartbeating one interval
+// after it.
+func (s *sim) join(r *run, jw *joinWatcher, from, to int, d time.Duration) error {
+	n := to - from
+	begin := time.Now()
+	var wg sync.WaitGroup
+	errc := make(chan error, simConns)
+	for g := range simConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := from + g; k < to; k += simConns {
+				if err := r.sleep(time.Until(begin.Add(d * time.Duration(k-from) / time.Duration(n)))); err != nil {
+					errc <- err
+					return
+				}
+				a, err := simRecord(k, s.interval)
+				if err != nil {
+					errc <- err
+					return
+				}
+				w := s.workers[k%simConns]
+				jw.expect(a.id, time.Now())
+				if err := s.put(r.ctx, w, a); err != nil {
+					s.errs.Add(1)
+				}
+				w.mu.Lock()
+				slot := s.tickAt(time.Now()) % s.slots
+				w.wheel[slot] = append(w.wheel[slot], a)
+				w.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+func simRecord(k int, hb time.Duration) (simAgent, error) {
+	rec := registry.Record{ID: fmt.Sprintf("sim-%05d", k), Type: "sim", Capabilities: []string{simCapability},
+		MaxConcurrent: 4, Weight: registry.DefaultWeight, Status: registry.StatusReady,
+		HeartbeatMS: hb.Milliseconds(), Version: "1.0.0"}
+	if err := rec.Validate(); err != nil {
+		return simAgent{}, err
+	}
+	b, err := json.Marshal(rec)
+	return simAgent{id: rec.ID, rec: b}, err
+}
+
+// stop ends the heartbeats and waits for the workers; calling it again does
+// nothing.
+func (s *sim) stop() {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+}
+
+// joinWatcher times agents from their first put until a routing table holds
+// them, checking its pending agents whenever the table changes.
+type joinWatcher struct {
+	tbl *registry.Table
+
+	mu      sync.Mutex
+	pending map[string]time.Time
+	hist    *hdrhistogram.Histogram
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newJoinWatcher(tbl *registry.Table) *joinWatcher {
+	w := &joinWatcher{tbl: tbl, pending: make(map[string]time.Time), hist: newHist(),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *joinWatcher) expect(id string, t time.Time) {
+	w.mu.Lock()
+	w.pending[id] = t
+	w.mu.Unlock()
+}
+
+func (w *joinWatcher) run() {
+	defer close(w.done)
+	t := time.NewTimer(time.Millisecond)
+	defer t.Stop()
+	for {
+		changed := w.tbl.Changed()
+		w.scan()
+		t.Reset(2 * time.Millisecond)
+		select {
+		case <-w.stop:
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+func (w *joinWatcher) scan() {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, t0 := range w.pending {
+		if _, ok := w.tbl.Lookup(id); ok {
+			_ = w.hist.RecordValue(max(now.Sub(t0).Microseconds(), 1))
+			delete(w.pending, id)
+		}
+	}
+}
+
+func (w *joinWatcher) pendingCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
+// take returns the join times recorded so far and starts a new histogram;
+// agents still pending are dropped.
+func (w *joinWatcher) take() *hdrhistogram.Histogram {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.hist
+	w.hist = newHist()
+	clear(w.pending)
+	return h
+}
+
+func (w *joinWatcher) close() {
+	w.once.Do(func() {
+		close(w.stop)
+		<-w.done
+	})
+}
+
+// crash starts two real agents for one capability, closes both connections
+// of one of them at once, then calls the capability for a while and watches
+// the crashed agent's record leave the table and the bucket.
+func (r *run) crash(e *env, ds *dispatch, topo streams.Topology, population int) error {
+	r.prog.begin("registry: crashing an agent", nil)
+	set, err := r.startAgents(e, crashCapability, "crash", 2, 64, func(int) agentkit.Handler {
+		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
+	})
+	if err != nil {
+		return err
+	}
+	defer set.stop()
+	if err := r.waitRoutable(ds, crashCapability, 2); err != nil {
+		return err
+	}
+	caller, err := e.connect("crash-caller")
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(caller)
+	if err != nil {
+		return err
+	}
+	reg, err := registry.Open(r.ctx, js)
+	if err != nil {
+		return err
+	}
+	subject := streams.Subjects{}.Task(crashCapability)
+	call := func() (node string, attempt int64, err error) {
+		m, err := caller.RequestMsg(&nats.Msg{Subject: subject, Data: []byte(`{"ping":1}`), Header: jsonHeader}, 10*time.Second)
+		if err != nil {
+			return "", 0, err
+		}
+		if isFailure(m) {
+			return "", 0, fmt.Errorf("error reply %s", m.Header.Get(streams.HeaderError))
+		}
+		return m.Header.Get(streams.HeaderNode), streams.IntHeader(m.Header, streams.HeaderAttempt), nil
+	}
+	victim := set.agents[0].ID()
+	for range 20 { // both agents have served
+		if _, _, err := call(); err != nil {
+			return fmt.Errorf("call before the crash: %w", err)
+		}
+	}
+	entry, err := reg.Get(r.ctx, victim)
+	if err != nil {
+		return err
+	}
+	lastBeat := entry.Updated
+
+	crashed := time.Now()
+	set.conns[0].Close() // work connection
+	set.conns[1].Close() // heartbeat connection
+	window := pick(r, time.Second, 500*time.Millisecond)
+	var calls, landed, redirected, failed int
+	var lastLanding time.Time
+	for time.Since(crashed) < window && r.ctx.Err() == nil {
+		node, attempt, err := call()
+		calls++
+		switch {
+		case err != nil:
+			failed++
+		case node == victim:
+			landed++
+			lastLanding = time.Now()
+		case attempt > 1:
+			redirected++
+		}
+	}
+	noTask := 0.0
+	if !lastLanding.IsZero() {
+		noTask = ms(lastLanding.Sub(crashed))
+	}
+	r.set("crash_calls", float64(calls))
+	r.set("crash_calls_landed", float64(landed))
+	r.set("crash_redirected_calls", float64(redirected))
+	r.set("crash_failed_calls", float64(failed))
+	r.set("crash_no_task_ms", noTask)
+
+	r.prog.begin(fmt.Sprintf("registry: waiting for the crashed agent's record to expire (TTL %v)", topo.AgentTTL()), nil)
+	var tableGone, recordGone time.Time
+	r.poll(topo.AgentTTL()+10*time.Second, func() bool {
+		now := time.Now()
+		if _, ok := ds.d.Table().Lookup(victim); !ok && tableGone.IsZero() {
+			tableGone = now
+		}
+		if recordGone.IsZero() {
+			_, err := reg.KeyValue().Get(r.ctx, victim)
+			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+				recordGone = now
+			}
+		}
+		return !tableGone.IsZero() && !recordGone.IsZero()
+	})
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	gone := func(t time.Time, from time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return ms(t.Sub(from))
+	}
+	r.set("crash_table_gone_ms", gone(tableGone, crashed))
+	r.set("crash_record_gone_ms", gone(recordGone, crashed))
+	r.set("crash_record_gone_after_last_beat_ms", gone(recordGone, lastBeat))
+	r.set("crash_population", float64(population))
+	r.logf("registry crash: %d calls, %d landed, %d redirected, %d failed; table gone %.0f ms, record gone %.0f ms after the crash",
+		calls, landed, redirected, failed, gone(tableGone, crashed), gone(recordGone, crashed))
+	return nil
+}

@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
+)
+
+// agentSet is a group of agentkit agents, each on two connections of its
+// own (work and heartbeat), as separate processes would be.
+type agentSet struct {
+	agents []*agentkit.Agent
+	conns  []*nats.Conn
+}
+
+// startAgents starts n agents serving capability; agent i is named
+// "<prefix>-<i>" and runs handler(i) with maxConc slots.
+func (r *run) startAgents(e *env, capability, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) (*agentSet, error) {
+	set := &agentSet{}
+	for i := range n {
+		nc, err := e.connect(fmt.Sprintf("%s-%d", prefix, i))
+		if err != nil {
+			set.stop()
+			return nil, err
+		}
+		hb, err := e.connect(fmt.Sprintf("%s-%d-hb", prefix, i))
+		if err != nil {
+			set.stop()
+			return nil, err
+		}
+		set.conns = append(set.conns, nc, hb)
+		a, err := agentkit.New(nc, agentkit.Config{
+			Type: "bench", ID: fmt.Sprintf("%s-%d", prefix, i), MaxConcurrent: maxConc,
+			Heartbeat: e.topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond,
+		}, agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb))
+		if err == nil {
+			err = a.Handle(capability, handler(i))
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+			err = a.Start(ctx)
+			cancel()
+		}
+		if err != nil {
+			set.stop()
+			return nil, fmt.Errorf("agent %d: %w", i, err)
+		}
+		set.agents = append(set.agents, a)
+	}
+	return set, nil
+}
+
+// stop drains every agent (in-flight handlers get 100 ms, then their
+// context ends), which deletes their records, and closes their connections.
+func (s *agentSet) stop() {
+	var wg sync.WaitGroup
+	for _, a := range s.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = a.Drain(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+	s.agents, s.conns = nil, nil
+}
+
+// dispatch is a dispatcher on a connection of its own.
+type dispatch struct {
+	d  *dispatcher.Dispatcher
+	nc *nats.Conn
+}
+
+func (r *run) startDispatcher(e *env, cfg dispatcher.Config) (*dispatch, error) {
+	nc, err := e.connect("dispatcher")
+	if err != nil {
+		return nil, err
+	}
+	d, err := dispatcher.New(nc, cfg)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		err = d.Start(ctx)
+		cancel()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	return &dispatch{d: d, nc: nc}, nil
+}
+
+// waitRoutable waits until the dispatcher routes capability to n instances.
+func (r *run) waitRoutable(ds *dispatch, capability string, n int) error {
+	if !r.poll(10*time.Second, func() bool { return ds.d.Table().Candidates(capability).Len() == n }) {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("dispatcher routes %s to %d instances after 10s, want %d",
+			capability, ds.d.Table().Candidates(capability).Len(), n)
+	}
+	return nil
+}
+
+// stop drains the dispatcher (up to 3 s) and closes its connection.
+func (ds *dispatch) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = ds.d.Drain(ctx) // an error means tasks were still waiting: closing the connection ends them
+	ds.nc.Close()
+}
