@@ -8,8 +8,9 @@ NATS     := $(BIN)/nats
 .PHONY: run test build vet fmt-check bench tools clean
 
 ## run: the local stack — embedded NATS, a dispatcher and demo agents.
-run:
-	$(GO) run ./cmd/agentreach up --demo
+## (Built, then run directly, so that Ctrl-C reaches only the stack.)
+run: build
+	exec $(BIN)/agentreach up --demo
 
 ## build: the agentreach binary in ./bin.
 build:
