@@ -428,22 +428,24 @@ func (a *Agent) run(h Handler, req *Request) {
 }
 
 // settle records the outcome of an idempotent task before its reply goes
-// out, so a retry after a lost reply replays it. A TARGET_BUSY outcome means
-// nothing ran: the claim is released for a retry to execute.
+// out, so a retry after a lost reply replays it. Only answers are recorded:
+// a result or a business rejection. After any other error the claim is
+// released, so a later retry or dead-letter replay executes the key again
+// once the fault is fixed.
 func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e := streams.ErrorFromMessage(m)
 	var err error
 	switch {
-	case e != nil && e.Code == streams.CodeTargetBusy:
-		err = a.idem.release(ctx, key)
-	case e != nil:
+	case e == nil:
+		err = a.idem.store(ctx, key, &idemRecord{RequestID: req.RequestID, ContentType: req.ContentType, Data: m.Data,
+			Cost: m.Header.Get(streams.HeaderCost)})
+	case e.Code == streams.CodeBizReject:
 		err = a.idem.store(ctx, key, &idemRecord{RequestID: req.RequestID, ContentType: req.ContentType, Error: e,
 			Cost: m.Header.Get(streams.HeaderCost)})
 	default:
-		err = a.idem.store(ctx, key, &idemRecord{RequestID: req.RequestID, ContentType: req.ContentType, Data: m.Data,
-			Cost: m.Header.Get(streams.HeaderCost)})
+		err = a.idem.release(ctx, key)
 	}
 	if err != nil {
 		a.log.Error().Err(err).Str("request_id", req.RequestID).Str("key", key).Msg("idempotency outcome not recorded")

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -21,6 +21,7 @@ const DefaultCallTimeout = 60 * time.Second
 // concurrent use.
 type Client struct {
 	nc       *nats.Conn
+	js       jetstream.JetStream
 	subjects streams.Subjects
 	source   string
 	ct       string
@@ -43,7 +44,11 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("agentkit: nil NATS connection")
 	}
-	c := &Client{nc: nc, ct: streams.ContentTypeMsgpack}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{nc: nc, js: js, ct: streams.ContentTypeMsgpack}
 	for _, o := range opts {
 		o(c)
 	}
@@ -80,6 +85,18 @@ func WithIdempotencyKey(k string) CallOption {
 	return func(m *nats.Msg) { m.Header.Set(streams.HeaderIdempotencyKey, k) }
 }
 
+// WithDeadline sets the overall deadline (Reach-Deadline) of a call or a
+// durable submission explicitly.
+func WithDeadline(t time.Time) CallOption {
+	return func(m *nats.Msg) { m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.UnixMilli(), 10)) }
+}
+
+// WithBudget sets the cost budget (Reach-Budget): retries stop once the
+// attempts' reported Reach-Cost reaches it.
+func WithBudget(cost float64) CallOption {
+	return func(m *nats.Msg) { m.Header.Set(streams.HeaderBudget, strconv.FormatFloat(cost, 'f', -1, 64)) }
+}
+
 // WithHeader sets any header on the call.
 func WithHeader(k, v string) CallOption { return func(m *nats.Msg) { m.Header.Set(k, v) } }
 
@@ -107,36 +124,13 @@ func (r *Result) Decode(v any) error { return streams.Decode(r.ContentType, r.Da
 // Errors carry a wire code: errors.Is(err, streams.ErrNoAgent) and so on.
 // The Result is returned alongside an error reply when there was one.
 func (c *Client) Call(ctx context.Context, capability string, payload any, opts ...CallOption) (*Result, error) {
-	if err := streams.ValidateCapability(capability); err != nil {
-		return nil, streams.NewError(streams.CodeBadRequest, "%v", err)
-	}
-	m := nats.NewMsg(c.subjects.Task(capability))
-	if b, ok := payload.([]byte); ok {
-		m.Data = b
-	} else {
-		b, err := streams.Encode(c.ct, payload)
-		if err != nil {
-			return nil, err
-		}
-		m.Data = b
-	}
-	m.Header.Set(streams.HeaderContentType, c.ct)
-	if c.source != "" {
-		m.Header.Set(streams.HeaderSource, c.source)
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
 		defer cancel()
 	}
-	propagate(ctx, m)
-	for _, o := range opts {
-		o(m)
-	}
-	if m.Header.Get(streams.HeaderRequestID) == "" {
-		m.Header.Set(streams.HeaderRequestID, uuid.NewString())
-	}
-	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
+	m, err := c.message(ctx, c.subjects.Task(capability), capability, payload, false, opts)
+	if err != nil {
 		return nil, err
 	}
 	reply, err := c.nc.RequestMsgWithContext(ctx, m)
@@ -148,17 +142,16 @@ func (c *Client) Call(ctx context.Context, capability string, payload any, opts 
 	case err != nil:
 		return nil, fmt.Errorf("agentkit: call %s: %w", capability, err)
 	}
-	res := resultOf(reply)
-	if e := streams.ErrorFromMessage(reply); e != nil {
-		return res, e
-	}
-	return res, nil
+	return outcome(reply)
 }
 
 // propagate copies what travels across hops from the handler's request (if
-// ctx belongs to one) and sets Reach-Deadline from ctx.
-func propagate(ctx context.Context, m *nats.Msg) {
-	if req, ok := RequestFromContext(ctx); ok {
+// ctx belongs to one). A call also sets Reach-Deadline from ctx; a durable
+// submission only carries a handler's deadline on (its ctx bounds the
+// publish, not the task).
+func propagate(ctx context.Context, m *nats.Msg, durable bool) {
+	req, inHandler := RequestFromContext(ctx)
+	if inHandler {
 		if req.OrchestrationID != "" {
 			m.Header.Set(streams.HeaderOrchestrationID, req.OrchestrationID)
 		}
@@ -170,8 +163,11 @@ func propagate(ctx context.Context, m *nats.Msg) {
 		m.Header.Set(streams.HeaderHops, strconv.Itoa(req.Hops))
 		m.Header.Set(streams.HeaderSource, req.agent.id)
 	}
-	if dl, ok := ctx.Deadline(); ok {
+	switch dl, ok := ctx.Deadline(); {
+	case ok && !durable:
 		m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
+	case durable && inHandler && !req.Deadline.IsZero():
+		m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(req.Deadline.UnixMilli(), 10))
 	}
 }
 

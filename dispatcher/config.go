@@ -85,6 +85,28 @@ type Config struct {
 	// fading linearly to nothing over PenaltyDecay; defaults 0.1 and 5 min.
 	Penalty      float64
 	PenaltyDecay time.Duration
+	// NoDurable keeps this replica off the durable tier (REACH_TASKS).
+	NoDurable bool
+	// DurableConsumer names the consumer all replicas share; default
+	// "reach-dispatchers".
+	DurableConsumer string
+	// DurableDeadline is the overall deadline of a durable task whose
+	// submitter sets no Reach-Deadline, from its submission (the server's
+	// timestamp); past it the task goes to REACH_REVIEW. Default 1 h.
+	DurableDeadline time.Duration
+	// DurablePending bounds the durable tasks this consumer has delivered
+	// and not yet acknowledged (MaxAckPending); default 1000.
+	DurablePending int
+	// DurableAckWait is the consumer's ack wait; in-progress acks extend it
+	// while a task runs, and a crashed replica's tasks are redelivered after
+	// it. Default 30 s.
+	DurableAckWait time.Duration
+	// DeadLetterRetryInterval is how often dead letters are replayed (when
+	// a healthy capable instance exists); default 1 h, negative disables.
+	DeadLetterRetryInterval time.Duration
+	// DeadLetterReplayRate throttles replays, in tasks per second, so a
+	// recovering agent is not flooded; default 20.
+	DeadLetterReplayRate float64
 	// DefaultStrategy picks instances for capabilities not in Strategies;
 	// default "least_load".
 	DefaultStrategy string
@@ -110,6 +132,12 @@ func (c *Config) setDefaults() {
 	setDefault(&c.Penalty, DefaultPenalty)
 	setDefault(&c.PenaltyDecay, DefaultPenaltyDecay)
 	setDefault(&c.DefaultStrategy, DefaultStrategy)
+	setDefault(&c.DurableConsumer, DefaultDurableConsumer)
+	setDefault(&c.DurableDeadline, DefaultDurableDeadline)
+	setDefault(&c.DurablePending, DefaultDurablePending)
+	setDefault(&c.DurableAckWait, DefaultDurableAckWait)
+	setDefault(&c.DeadLetterRetryInterval, DefaultDeadLetterRetryInterval)
+	setDefault(&c.DeadLetterReplayRate, DefaultDeadLetterReplayRate)
 	c.Breaker.setDefaults()
 }
 
@@ -135,6 +163,8 @@ func (c *Config) validate() error {
 		return bad("retries must be %d (none) or more", NoRetries)
 	case c.MaxHops < 1 || c.MaxVisits < 1:
 		return bad("MaxHops and MaxVisits must be at least 1")
+	case c.DurablePending < 1 || c.DurableAckWait < time.Second || c.DurableDeadline < 0 || c.DeadLetterReplayRate <= 0:
+		return bad("DurablePending must be at least 1, DurableAckWait at least 1s, DeadLetterReplayRate positive")
 	case c.Penalty < 0 || c.PenaltyDecay < 0:
 		return bad("Penalty and PenaltyDecay must not be negative")
 	}

@@ -36,6 +36,9 @@ type Dispatcher struct {
 	sub       *nats.Subscription
 	breakerKV jetstream.KeyValue
 	apiSubs   []*nats.Subscription
+	js        jetstream.JetStream
+	consume   jetstream.ConsumeContext
+	stopReplay func()
 	stopWatch func() // stops the breaker watch and waits for it
 	watchDone chan struct{}
 	rr        counters
@@ -101,6 +104,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.js = js
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return err
@@ -150,6 +154,13 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err := d.nc.FlushWithContext(ctx); err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
+	if !d.cfg.NoDurable {
+		if err := d.startDurable(ctx, js); err != nil {
+			return err
+		}
+		cleanup = append(cleanup, d.stopDurable)
+		d.startReplayer()
+	}
 	d.started = true
 	d.log.Info().Str("subject", d.sub.Subject).Str("queue", d.cfg.QueueGroup).Int("agents", d.table.Len()).Msg("dispatcher started")
 	return nil
@@ -176,6 +187,8 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 	}
 	d.stopOnce.Do(func() {
 		var errs []error
+		d.stopReplayer()
+		d.stopDurable()
 		if graceful {
 			closed := d.sub.StatusChanged(nats.SubscriptionClosed)
 			if err := d.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -247,12 +260,16 @@ type Stats struct {
 	Overloaded int64  `json:"overloaded"`
 	Dropped    int64  `json:"dropped"`
 	Redirected int64  `json:"redirected"`
+	Durable    int64  `json:"durable"`
+	Buffered   int64  `json:"buffered"`
+	Replayed   int64  `json:"replayed"`
 	InFlight   int64  `json:"in_flight"`
 	Agents     int    `json:"agents"`
 }
 
 type stats struct {
 	received, finished, failed, overloaded, dropped, redirected atomic.Int64
+	durable, buffered, replayed                                  atomic.Int64
 }
 
 // Stats returns the replica's counters.
@@ -265,6 +282,9 @@ func (d *Dispatcher) Stats() Stats {
 		Overloaded: d.stats.overloaded.Load(),
 		Dropped:    d.stats.dropped.Load(),
 		Redirected: d.stats.redirected.Load(),
+		Durable:    d.stats.durable.Load(),
+		Buffered:   d.stats.buffered.Load(),
+		Replayed:   d.stats.replayed.Load(),
 		InFlight:   d.inflight.Load(),
 	}
 	if t := d.Table(); t != nil {

@@ -55,8 +55,10 @@ func (t *task) visitsOf(id string) int {
 	return n
 }
 
-// newTask reads a request's headers, filling in what the caller left out.
-func (d *Dispatcher) newTask(m *nats.Msg) (*task, *streams.Error) {
+// newTask reads a request's headers, filling in what the caller left out:
+// the request id (a fresh UUID), the orchestration id (the request id) and
+// the deadline (defaultDeadline).
+func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline time.Time) (*task, *streams.Error) {
 	h := m.Header
 	if h == nil {
 		h = nats.Header{}
@@ -64,7 +66,7 @@ func (d *Dispatcher) newTask(m *nats.Msg) (*task, *streams.Error) {
 	}
 	t := &task{
 		req:         m,
-		capability:  d.cfg.Subjects.CapabilityFromTask(m.Subject),
+		capability:  capability,
 		requestID:   h.Get(streams.HeaderRequestID),
 		orchID:      h.Get(streams.HeaderOrchestrationID),
 		affinity:    h.Get(streams.HeaderAffinityKey),
@@ -128,7 +130,7 @@ func (d *Dispatcher) newTask(m *nats.Msg) (*task, *streams.Error) {
 			return t, streams.NewError(streams.CodeDeadlineExceeded, "the deadline passed before dispatch")
 		}
 	} else {
-		t.deadline = time.Now().Add(d.cfg.Deadline)
+		t.deadline = defaultDeadline
 	}
 	return t, nil
 }
@@ -147,7 +149,7 @@ func intHeader(h nats.Header, k string) (int64, *streams.Error) {
 
 // handle takes one task from receipt to reply.
 func (d *Dispatcher) handle(m *nats.Msg) {
-	t, e := d.newTask(m)
+	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), time.Now().Add(d.cfg.Deadline))
 	if e == nil {
 		var res *nats.Msg
 		res, e = d.route(t)

@@ -33,6 +33,14 @@ const (
 	// it across hops.
 	HeaderVisits      = "Reach-Visits"
 	HeaderContentType = "Content-Type"
+
+	// Durable tier: set on dead letters, review entries and replays.
+	HeaderDLQReason   = "Reach-DLQ-Reason"
+	HeaderDLQAttempts = "Reach-DLQ-Attempts"
+	HeaderDLQCount    = "Reach-DLQ-Count"
+	// HeaderMsgID is JetStream's deduplication id; submissions use the
+	// request id.
+	HeaderMsgID = "Nats-Msg-Id"
 )
 
 // Status is a task's lifecycle state as carried in the Reach-Status header.

@@ -31,8 +31,35 @@ func (s Subjects) TaskWildcard() string { return s.prefix() + ".task.>" }
 
 // CapabilityFromTask returns the capability of a reach.task.<cap> subject, or
 // "" when subject is not a task subject.
-func (s Subjects) CapabilityFromTask(subject string) string {
-	p := s.prefix() + ".task."
+func (s Subjects) CapabilityFromTask(subject string) string { return s.CapabilityAfter("task", subject) }
+
+// CapabilityFromSubmit returns the capability of a reach.submit.<cap>
+// subject, or "".
+func (s Subjects) CapabilityFromSubmit(subject string) string {
+	return s.CapabilityAfter("submit", subject)
+}
+
+// DeadLetter is the subject of the REACH_DLQ stream for a capability.
+func (s Subjects) DeadLetter(capability string) string { return s.prefix() + ".dlq." + capability }
+
+// DeadLetterWildcard matches every dead letter.
+func (s Subjects) DeadLetterWildcard() string { return s.prefix() + ".dlq.>" }
+
+// Review is the subject of the REACH_REVIEW stream for a capability.
+func (s Subjects) Review(capability string) string { return s.prefix() + ".review." + capability }
+
+// ReviewWildcard matches every review entry.
+func (s Subjects) ReviewWildcard() string { return s.prefix() + ".review.>" }
+
+// Event is the subject of the REACH_EVENTS stream for a capability.
+func (s Subjects) Event(capability string) string { return s.prefix() + ".event." + capability }
+
+// EventWildcard matches every event record.
+func (s Subjects) EventWildcard() string { return s.prefix() + ".event.>" }
+
+// CapabilityAfter returns what follows "<prefix>.<kind>." in subject, or "".
+func (s Subjects) CapabilityAfter(kind, subject string) string {
+	p := s.prefix() + "." + kind + "."
 	if !strings.HasPrefix(subject, p) {
 		return ""
 	}

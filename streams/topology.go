@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,6 +53,19 @@ type Topology struct {
 	Memory bool
 	// IdempotencyTTL is how long stored results are kept; 0 means 24 h.
 	IdempotencyTTL time.Duration
+	// PendingPerCapability bounds the durable tasks waiting per capability
+	// in REACH_TASKS; beyond it the server refuses submissions (see
+	// IsBufferFull). 0 means DefaultPendingPerCapability.
+	PendingPerCapability int64
+}
+
+// DefaultPendingPerCapability is the durable buffer bound per capability.
+const DefaultPendingPerCapability = 10000
+
+// IsBufferFull reports whether a submission error is the server refusing a
+// durable task because its capability's buffer is full.
+func IsBufferFull(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "maximum messages per subject exceeded")
 }
 
 func (t Topology) replicas() int {
@@ -117,8 +131,11 @@ func (t Topology) KeyValueConfigs() []jetstream.KeyValueConfig {
 
 // StreamConfigs returns the configuration of every stream.
 func (t Topology) StreamConfigs() []jetstream.StreamConfig {
-	p := t.Subjects.prefix()
 	r, st := t.replicas(), t.storage()
+	pending := t.PendingPerCapability
+	if pending <= 0 {
+		pending = DefaultPendingPerCapability
+	}
 	eventsMax := int64(DefaultEventsMaxBytes)
 	if t.Memory {
 		eventsMax = 64 << 20
@@ -126,15 +143,18 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		{Name: StreamTasks, Description: "Agent-Reach: durable-tier tasks",
 			Subjects: []string{t.Subjects.SubmitWildcard()}, Retention: jetstream.WorkQueuePolicy,
-			Duplicates: 2 * time.Minute, Storage: st, Replicas: r},
+			Duplicates: 2 * time.Minute, Storage: st, Replicas: r,
+			// The buffer bound per capability: the server refuses the
+			// submission (never a silent drop) once a subject holds this many.
+			MaxMsgsPerSubject: pending, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true},
 		{Name: StreamResults, Description: "Agent-Reach: durable-tier results",
 			Subjects: []string{t.Subjects.ResultWildcard()}, MaxAge: DefaultResultsMaxAge, Storage: st, Replicas: r},
 		{Name: StreamDLQ, Description: "Agent-Reach: dead letters",
-			Subjects: []string{p + ".dlq.>"}, Storage: st, Replicas: r},
+			Subjects: []string{t.Subjects.DeadLetterWildcard()}, Storage: st, Replicas: r},
 		{Name: StreamReview, Description: "Agent-Reach: tasks past their deadline, for review",
-			Subjects: []string{p + ".review.>"}, Storage: st, Replicas: r},
+			Subjects: []string{t.Subjects.ReviewWildcard()}, Storage: st, Replicas: r},
 		{Name: StreamEvents, Description: "Agent-Reach: one feedback record per task",
-			Subjects: []string{p + ".event.>"}, MaxAge: DefaultEventsMaxAge, MaxBytes: eventsMax,
+			Subjects: []string{t.Subjects.EventWildcard()}, MaxAge: DefaultEventsMaxAge, MaxBytes: eventsMax,
 			Storage: st, Replicas: r},
 	}
 }

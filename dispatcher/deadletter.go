@@ -1,0 +1,227 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Dead-letter replay defaults.
+const (
+	DefaultDeadLetterRetryInterval = time.Hour
+	DefaultDeadLetterReplayRate    = 20
+)
+
+// Parked is a task held in REACH_DLQ or REACH_REVIEW.
+type Parked struct {
+	Stream     string      `json:"stream"`
+	Seq        uint64      `json:"seq"`
+	Capability string      `json:"capability"`
+	RequestID  string      `json:"request_id"`
+	Reason     string      `json:"reason"`
+	Code       string      `json:"code"`
+	LastError  string      `json:"last_error"`
+	Attempts   int         `json:"attempts"`
+	Count      int         `json:"count"` // how often the task was dead-lettered before
+	Time       time.Time   `json:"time"`
+	Header     nats.Header `json:"header"`
+	Data       []byte      `json:"data"`
+}
+
+// HeaderLastError carries the last error message of a parked task.
+const HeaderLastError = "Reach-Last-Error"
+
+// ListParked returns every task held in stream (streams.StreamDLQ or
+// streams.StreamReview), oldest first.
+func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string) ([]Parked, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Parked
+	if info.State.Msgs == 0 {
+		return out, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			return out, fmt.Errorf("read %s: %w", stream, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, parkedOf(subjects, stream, md, msg.Subject(), msg.Headers(), msg.Data()))
+		if md.NumPending == 0 || md.Sequence.Stream >= info.State.LastSeq {
+			return out, nil
+		}
+	}
+}
+
+// GetParked returns one task held in stream by sequence.
+func GetParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string, seq uint64) (Parked, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return Parked{}, err
+	}
+	raw, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return Parked{}, err
+	}
+	p := parkedOf(subjects, stream, nil, raw.Subject, raw.Header, raw.Data)
+	p.Seq, p.Time = raw.Sequence, raw.Time
+	return p, nil
+}
+
+func parkedOf(subjects streams.Subjects, stream string, md *jetstream.MsgMetadata, subject string, h nats.Header, data []byte) Parked {
+	kind := "dlq"
+	if stream == streams.StreamReview {
+		kind = "review"
+	}
+	p := Parked{
+		Stream:     stream,
+		Capability: subjects.CapabilityAfter(kind, subject),
+		RequestID:  h.Get(streams.HeaderRequestID),
+		Reason:     h.Get(streams.HeaderDLQReason),
+		Code:       h.Get(streams.HeaderError),
+		LastError:  h.Get(HeaderLastError),
+		Attempts:   int(streams.IntHeader(h, streams.HeaderDLQAttempts)),
+		Count:      int(streams.IntHeader(h, streams.HeaderDLQCount)),
+		Header:     h,
+		Data:       data,
+	}
+	if md != nil {
+		p.Seq, p.Time = md.Sequence.Stream, md.Timestamp
+	}
+	return p
+}
+
+// Replay resubmits a parked task to the durable tier with its original
+// headers and payload, then removes it from its stream. The resubmission is
+// deduplicated per replay, so replicas replaying at once submit it once.
+func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked) error {
+	if p.Capability == "" {
+		return fmt.Errorf("%s seq %d: no capability in its subject", p.Stream, p.Seq)
+	}
+	m := nats.NewMsg(subjects.Submit(p.Capability))
+	m.Data = p.Data
+	for k, v := range p.Header {
+		m.Header[k] = v
+	}
+	for _, k := range []string{streams.HeaderDLQReason, streams.HeaderDLQAttempts, streams.HeaderError, streams.HeaderStatus,
+		HeaderLastError, streams.HeaderNode, streams.HeaderDeadline} {
+		m.Header.Del(k)
+	}
+	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
+	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s-replay-%d", p.RequestID, p.Count+1))
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("resubmit %s: %w", p.RequestID, err)
+	}
+	return DeleteParked(ctx, js, p.Stream, p.Seq)
+}
+
+// DeleteParked removes one entry (a resolved review, a purged dead letter).
+// An entry already gone is not an error.
+func DeleteParked(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return err
+	}
+	return nil
+}
+
+// startReplayer replays dead letters every DeadLetterRetryInterval.
+func (d *Dispatcher) startReplayer() {
+	if d.cfg.DeadLetterRetryInterval < 0 {
+		d.stopReplay = func() {}
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(d.cfg.DeadLetterRetryInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if n, err := d.ReplayDeadLetters(ctx); err != nil || n > 0 {
+					d.log.Info().Err(err).Int("replayed", n).Msg("dead letters replayed")
+				}
+			}
+		}
+	}()
+	d.stopReplay = func() { cancel(); <-done }
+}
+
+func (d *Dispatcher) stopReplayer() {
+	if d.stopReplay != nil {
+		d.stopReplay()
+	}
+}
+
+// ReplayDeadLetters resubmits the dead letters of every capability that has
+// a healthy instance now, at most DeadLetterReplayRate per second, and
+// returns how many it resubmitted. Entries that fail again come back with
+// their count raised.
+func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
+	list, err := ListParked(ctx, d.js, d.cfg.Subjects, streams.StreamDLQ)
+	if err != nil {
+		return 0, err
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
+	gap := time.Duration(float64(time.Second) / d.cfg.DeadLetterReplayRate)
+	n := 0
+	for _, p := range list {
+		if !d.healthy(p.Capability) {
+			continue
+		}
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return n, ctx.Err()
+			case <-time.After(gap):
+			}
+		}
+		if err := Replay(ctx, d.js, d.cfg.Subjects, p); err != nil {
+			return n, err
+		}
+		n++
+		d.stats.replayed.Add(1)
+	}
+	return n, nil
+}
+
+// healthy reports whether capability has a routable instance whose breaker
+// is closed.
+func (d *Dispatcher) healthy(capability string) bool {
+	rs := d.table.Candidates(capability)
+	now := time.Now()
+	for i := 0; i < rs.Len(); i++ {
+		if d.loadOf(rs.Instances[i].ID).breaker.status(now).State == BreakerClosed {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,245 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Defaults of the durable tier.
+const (
+	DefaultDurableConsumer = "reach-dispatchers"
+	DefaultDurableDeadline = time.Hour
+	DefaultDurablePending  = 1000
+	DefaultDurableAckWait  = 30 * time.Second
+	// Buffered tasks (no capable instance has capacity) are put back with a
+	// delay growing from bufferDelayBase to bufferDelayMax.
+	bufferDelayBase = 250 * time.Millisecond
+	bufferDelayMax  = 2 * time.Second
+)
+
+// Reasons recorded with a dead letter or review entry.
+const (
+	ReasonFailed   = "failed"   // the task failed, or exhausted its attempts
+	ReasonPoison   = "poison"   // the task can never succeed (BAD_REQUEST and the like)
+	ReasonDeadline = "deadline" // the overall deadline passed
+)
+
+// startDurable joins the durable consumer shared by every replica.
+func (d *Dispatcher) startDurable(ctx context.Context, js jetstream.JetStream) error {
+	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamTasks, jetstream.ConsumerConfig{
+		Durable:       d.cfg.DurableConsumer,
+		Description:   "Agent-Reach dispatchers: durable-tier tasks",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       d.cfg.DurableAckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: d.cfg.DurablePending,
+		FilterSubject: d.cfg.Subjects.SubmitWildcard(),
+	})
+	if err != nil {
+		return fmt.Errorf("dispatcher: durable consumer: %w", err)
+	}
+	cc, err := cons.Consume(d.receiveDurable,
+		jetstream.PullMaxMessages(min(d.cfg.DurablePending, 500)),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			d.log.Debug().Err(err).Msg("durable consume")
+		}))
+	if err != nil {
+		return fmt.Errorf("dispatcher: durable consume: %w", err)
+	}
+	d.consume = cc
+	return nil
+}
+
+// stopDurable stops pulling; the tasks already pulled are handed to
+// goroutines (which Drain waits for).
+func (d *Dispatcher) stopDurable() {
+	if d.consume != nil {
+		d.consume.Drain()
+		<-d.consume.Closed()
+	}
+}
+
+func (d *Dispatcher) receiveDurable(msg jetstream.Msg) {
+	d.stats.durable.Add(1)
+	d.tasks.Add(1)
+	go func() {
+		defer d.tasks.Done()
+		d.handleDurable(msg)
+	}()
+}
+
+// handleDurable takes a durable task to exactly one recorded outcome before
+// acknowledging it: a result in REACH_RESULTS, a dead letter, a review entry
+// — or, while no capable instance has capacity, back into the stream to wait.
+func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		d.log.Error().Err(err).Msg("durable task without metadata")
+		return
+	}
+	h := msg.Headers()
+	if h == nil {
+		h = nats.Header{}
+	}
+	if h.Get(streams.HeaderRequestID) == "" {
+		id := h.Get(streams.HeaderMsgID)
+		if streams.ValidateInstanceID(id) != nil {
+			id = "task-" + strconv.FormatUint(md.Sequence.Stream, 10)
+		}
+		h.Set(streams.HeaderRequestID, id)
+	}
+	m := &nats.Msg{Subject: msg.Subject(), Header: h, Data: msg.Data()}
+	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()), md.Timestamp.Add(d.cfg.DurableDeadline))
+	if e == nil && h.Get(streams.HeaderIdempotencyKey) == "" {
+		// Durable delivery is at least once: a redelivery after a crash must
+		// replay, not re-execute.
+		h.Set(streams.HeaderIdempotencyKey, t.requestID)
+	}
+	t.log = t.log.With().Str("tier", "durable").Uint64("seq", md.Sequence.Stream).Logger()
+
+	stop := d.keepInProgress(msg)
+	var res *nats.Msg
+	if e == nil {
+		res, e = d.route(t)
+	}
+	stop()
+
+	var outcome error
+	switch {
+	case e == nil:
+		outcome = d.recordResult(t, res, nil)
+	case e.Code == streams.CodeBizReject:
+		outcome = d.recordResult(t, nil, e)
+	case e.Code == streams.CodeDeadlineExceeded:
+		outcome = d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
+	case buffered(e.Code):
+		if time.Now().After(t.deadline) {
+			outcome = d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
+			break
+		}
+		delay := min(bufferDelayBase<<min(md.NumDelivered-1, 8), bufferDelayMax)
+		d.stats.buffered.Add(1)
+		t.log.Debug().Str("code", string(e.Code)).Dur("retry_in", delay).Msg("no capacity: task waits in the stream")
+		if err := msg.NakWithDelay(delay); err != nil {
+			t.log.Warn().Err(err).Msg("durable nak")
+		}
+		return
+	case e.Code == streams.CodeBadRequest || e.Code == streams.CodePayloadTooLarge || e.Code == streams.CodeLoopDetected:
+		outcome = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
+	default:
+		outcome = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonFailed, e)
+	}
+	if outcome != nil {
+		// Not recorded: leave the task unacknowledged, so it is redelivered.
+		t.log.Error().Err(outcome).Msg("durable outcome not recorded; the task will be redelivered")
+		_ = msg.NakWithDelay(bufferDelayMax)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := msg.DoubleAck(ctx); err != nil {
+		// Recorded but not acknowledged: the redelivery replays the stored
+		// outcome (idempotency key) and the record is deduplicated.
+		t.log.Warn().Err(err).Msg("durable ack")
+	}
+}
+
+// buffered reports whether a code means "no capacity now": the durable task
+// waits instead of failing.
+func buffered(c streams.Code) bool {
+	switch c {
+	case streams.CodeNoAgent, streams.CodeCircuitOpen, streams.CodeTargetBusy, streams.CodeOverloaded:
+		return true
+	}
+	return false
+}
+
+// keepInProgress tells JetStream the task is being worked on until the
+// returned stop is called, so its ack wait never expires mid-task.
+func (d *Dispatcher) keepInProgress(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(d.cfg.DurableAckWait / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// recordResult stores a durable task's result (or business rejection) in
+// REACH_RESULTS, which also publishes it on reach.result.<request-id>.
+func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) error {
+	out := nats.NewMsg(d.cfg.Subjects.Result(t.requestID))
+	if res != nil {
+		out.Data = res.Data
+		for k, v := range res.Header {
+			out.Header[k] = v
+		}
+	} else {
+		out = streams.ErrorReply(out.Subject, t.contentType, t.requestID, e)
+		out.Header.Set(streams.HeaderNode, t.node)
+	}
+	out.Header.Set(streams.HeaderRequestID, t.requestID)
+	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
+	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
+	out.Header.Set(streams.HeaderMsgID, "result-"+t.requestID)
+	if err := d.publishDurable(out); err != nil {
+		return err
+	}
+	d.stats.finished.Add(1)
+	t.log.Debug().Str("node", t.node).Msg("durable result recorded")
+	return nil
+}
+
+// park records a task that has no result in REACH_DLQ or REACH_REVIEW, with
+// its original headers and payload, the reason, the attempts and the error.
+func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *streams.Error) error {
+	out := nats.NewMsg(subject)
+	out.Data = m.Data
+	for k, v := range m.Header {
+		out.Header[k] = v
+	}
+	count := streams.IntHeader(m.Header, streams.HeaderDLQCount)
+	out.Header.Set(streams.HeaderDLQReason, reason)
+	out.Header.Set(streams.HeaderDLQAttempts, strconv.Itoa(t.attempts))
+	out.Header.Set(streams.HeaderError, string(e.Code))
+	out.Header.Set(streams.HeaderStatus, string(streams.StatusFailed))
+	out.Header.Set(HeaderLastError, e.Message)
+	if t.node != "" {
+		out.Header.Set(streams.HeaderNode, t.node)
+	}
+	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", t.requestID, count))
+	if err := d.publishDurable(out); err != nil {
+		return err
+	}
+	d.stats.failed.Add(1)
+	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).Msg("durable task parked")
+	return nil
+}
+
+func (d *Dispatcher) publishDurable(m *nats.Msg) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := d.js.PublishMsg(ctx, m)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("publish %s: no JetStream ack in 5s", m.Subject)
+	}
+	return err
+}

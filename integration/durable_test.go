@@ -1,0 +1,161 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// payer is an idempotent write agent: each execution publishes one side
+// effect (its request id) on EffectsSubject.
+func payer(nc *nats.Conn) agentkit.Handler { return writer(nc, 0) }
+
+func jsOf(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return js
+}
+
+func submitAll(t *testing.T, l *Ledger, c *agentkit.Client, capability string, n int) {
+	t.Helper()
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.Submit(ctx, c, capability, map[string]int{"n": i})
+		cancel()
+		if err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+	}
+}
+
+func TestDurableSubmitResultAndWait(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.Agent(agentkit.Config{Type: "echo", ID: "echo-d"}, map[string]agentkit.Handler{"echo": echoHandler(),
+		"order.place": func(context.Context, *agentkit.Request) (any, error) { return nil, agentkit.Reject("closed") }})
+	WaitRoutable(t, "echo", 1, d)
+	c := st.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.SubmitAndWait(ctx, "echo", echoIn{Text: "durable"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out echoIn
+	if err := res.Decode(&out); err != nil || out.Text != "durable" || res.Node != "echo-d" {
+		t.Fatalf("result %+v %v node %s", out, err, res.Node)
+	}
+	// Fetched later, the same result.
+	again, err := c.Result(ctx, res.RequestID)
+	if err != nil || string(again.Data) != string(res.Data) {
+		t.Fatalf("Result: %v %s", err, again.Data)
+	}
+	// A business rejection is an outcome too, recorded as such.
+	_, err = c.SubmitAndWait(ctx, "order.place", echoIn{})
+	if !errors.Is(err, streams.ErrBizReject) {
+		t.Fatalf("want BIZ_REJECT, got %v", err)
+	}
+	if _, err := c.Result(ctx, "never-submitted"); !errors.Is(err, agentkit.ErrNoResult) {
+		t.Fatalf("want ErrNoResult, got %v", err)
+	}
+	// Resubmitting the same request id is deduplicated.
+	id, err := c.Submit(ctx, "echo", echoIn{Text: "once"}, agentkit.WithRequestID("fixed-id-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, "echo", echoIn{Text: "once"}, agentkit.WithRequestID(id)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Submission beyond the buffer bound is refused with OVERLOADED.
+func TestDurableBufferBoundRefusesSubmission(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Memory: true, PendingPerCapability: 50})
+	c, _ := agentkit.NewClient(nc)
+	ctx := context.Background()
+	for i := range 50 {
+		if _, err := c.Submit(ctx, "nobody.home", map[string]int{"i": i}); err != nil {
+			t.Fatalf("submission %d within the bound: %v", i+1, err)
+		}
+	}
+	_, err := c.Submit(ctx, "nobody.home", map[string]int{"i": 50})
+	if !errors.Is(err, streams.ErrOverloaded) {
+		t.Fatalf("submission 51 of a bound of 50: want OVERLOADED, got %v", err)
+	}
+	t.Log(err)
+	// Other capabilities are not affected.
+	if _, err := c.Submit(ctx, "other.cap", map[string]int{}); err != nil {
+		t.Fatalf("another capability: %v", err)
+	}
+}
+
+// An agent failing every task sends them to the DLQ with the reason; once it
+// is fixed, the replayer (interval shortened) completes all of them.
+func TestDeadLettersAreReplayedOnceTheAgentIsFixed(t *testing.T) {
+	const tasks = 40
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{DeadLetterRetryInterval: 500 * time.Millisecond, DeadLetterReplayRate: 200,
+		Breaker: dispatcher.BreakerConfig{ConsecutiveFailures: 1000, MinVolume: 1000}})
+	var broken atomic.Bool
+	broken.Store(true)
+	st.Agent(agentkit.Config{Type: "flap", ID: "flappy"}, map[string]agentkit.Handler{"flap": Flapping(&broken)})
+	WaitRoutable(t, "flap", 1, d)
+	nc := st.Conn()
+	js := jsOf(t, nc)
+	l := NewLedger(t, nc)
+	c := st.Client()
+	submitAll(t, l, c, "flap", tasks)
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		o, err := ReadOutcomes(context.Background(), js)
+		if err != nil {
+			return err
+		}
+		if len(o.DeadLettered) != tasks {
+			return fmt.Errorf("%d dead letters", len(o.DeadLettered))
+		}
+		return nil
+	})
+	list, err := dispatcher.ListParked(context.Background(), js, streams.Subjects{}, streams.StreamDLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := list[0]
+	if first.Reason != dispatcher.ReasonFailed || first.Code != string(streams.CodeInternal) || first.Attempts != 1 || first.LastError == "" {
+		t.Fatalf("dead letter lacks its reason: %+v", first)
+	}
+	t.Logf("dead letter: reason %s, code %s, attempts %d, last error %q", first.Reason, first.Code, first.Attempts, first.LastError)
+
+	broken.Store(false)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		o, err := ReadOutcomes(context.Background(), js)
+		if err != nil {
+			return err
+		}
+		if len(o.Completed) != tasks || len(o.DeadLettered) != 0 {
+			return fmt.Errorf("%d completed, %d still dead letters", len(o.Completed), len(o.DeadLettered))
+		}
+		return nil
+	})
+	l.Check(t, js)
+	if s := d.Stats(); s.Replayed < tasks {
+		t.Fatalf("replayed %d", s.Replayed)
+	}
+}
