@@ -31,17 +31,17 @@ type Dispatcher struct {
 	cfg Config
 	log zerolog.Logger
 
-	table     *registry.Table
-	inbox     *inbox
-	sub       *nats.Subscription
-	breakerKV jetstream.KeyValue
-	apiSubs   []*nats.Subscription
-	js        jetstream.JetStream
-	consume   jetstream.ConsumeContext
+	table      *registry.Table
+	inbox      *inbox
+	sub        *nats.Subscription
+	breakerKV  jetstream.KeyValue
+	apiSubs    []*nats.Subscription
+	js         jetstream.JetStream
+	consume    jetstream.ConsumeContext
 	stopReplay func()
-	stopWatch func() // stops the breaker watch and waits for it
-	watchDone chan struct{}
-	rr        counters
+	stopWatch  func() // stops the breaker watch and waits for it
+	watchDone  chan struct{}
+	rr         counters
 
 	mu      sync.Mutex
 	started bool
@@ -269,7 +269,7 @@ type Stats struct {
 
 type stats struct {
 	received, finished, failed, overloaded, dropped, redirected atomic.Int64
-	durable, buffered, replayed                                  atomic.Int64
+	durable, buffered, replayed                                 atomic.Int64
 }
 
 // Stats returns the replica's counters.

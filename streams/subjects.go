@@ -31,7 +31,9 @@ func (s Subjects) TaskWildcard() string { return s.prefix() + ".task.>" }
 
 // CapabilityFromTask returns the capability of a reach.task.<cap> subject, or
 // "" when subject is not a task subject.
-func (s Subjects) CapabilityFromTask(subject string) string { return s.CapabilityAfter("task", subject) }
+func (s Subjects) CapabilityFromTask(subject string) string {
+	return s.CapabilityAfter("task", subject)
+}
 
 // CapabilityFromSubmit returns the capability of a reach.submit.<cap>
 // subject, or "".

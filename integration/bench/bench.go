@@ -83,7 +83,7 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 		prog: newProgress(o.Progress, scenario),
 	}
 	defer r.prog.close()
-	start := time.Now()
+	start, cpu0, sys0 := time.Now(), processCPU(), systemCPU()
 	err := fn(r)
 	if err == nil {
 		err = ctx.Err()
@@ -91,7 +91,18 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", scenario, err)
 	}
-	r.set("elapsed_s", time.Since(start).Seconds())
+	elapsed := time.Since(start)
+	r.set("elapsed_s", elapsed.Seconds())
+	// Other processes on the machine take cores from the benchmark; say how
+	// much, so a reader can tell a quiet run from a disturbed one.
+	if sys1 := systemCPU(); sys1 > 0 {
+		others := max((sys1-sys0)-(processCPU()-cpu0), 0)
+		r.set("other_processes_cpu_cores", others.Seconds()/elapsed.Seconds())
+		if c := others.Seconds() / elapsed.Seconds(); c > 0.1 {
+			r.note("Other processes used %.2f of the machine's %d cores on average during this run: "+
+				"the figures are disturbed, ratios less so than absolute values.", c, runtime.NumCPU())
+		}
+	}
 	r.set("quick", b2f(o.Quick))
 	r.rep.Table = r.table.String()
 	return r.rep, nil

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -25,7 +26,8 @@ const (
 // with a request id as Nats-Msg-Id for deduplication. Both streams are file
 // streams, as in production.
 func runDurable(r *run) error {
-	e, err := startEnv(r.ctx, streams.Topology{Memory: false})
+	topo := streams.Topology{Memory: false}
+	e, err := startEnv(r.ctx, topo)
 	if err != nil {
 		return err
 	}
@@ -34,12 +36,21 @@ func runDurable(r *run) error {
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
-	_, err = js.CreateStream(cctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{"bench.raw.>"},
-		Storage: jetstream.FileStorage})
-	cancel()
-	if err != nil {
-		return err
+	// fresh empties both streams (and REACH_TASKS's duplicate window), so
+	// that every run starts from the same state.
+	fresh := func() error {
+		ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+		defer cancel()
+		for _, name := range []string{rawStream, streams.StreamTasks} {
+			if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return err
+			}
+		}
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: rawStream, Subjects: []string{"bench.raw.>"},
+			Storage: jetstream.FileStorage}); err != nil {
+			return err
+		}
+		return streams.Provision(ctx, js, topo)
 	}
 
 	payload := []byte(`{"order":"A-1042","items":3,"note":"durable benchmark task"}`)
@@ -56,8 +67,8 @@ func runDurable(r *run) error {
 		return pjs.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithStallWait(10*time.Second))
 	}
 
-	dur := pick(r, 5*time.Second, 500*time.Millisecond)
-	rounds := pick(r, 2, 1)
+	dur := pick(r, 3*time.Second, 500*time.Millisecond)
+	rounds := pick(r, 3, 1)
 	sum := map[string]float64{}
 	var rows [][]string
 	for round := range rounds {
@@ -65,6 +76,9 @@ func runDurable(r *run) error {
 			name string
 			pub  func(jetstream.JetStream) (jetstream.PubAckFuture, error)
 		}{{"raw_publish", raw}, {"submit", submit}} {
+			if err := fresh(); err != nil {
+				return err
+			}
 			rps, acked, failed, err := r.publishAsync(e, fmt.Sprintf("%s, round %d", m.name, round+1), dur, m.pub)
 			if err != nil {
 				return err
@@ -94,7 +108,8 @@ func runDurable(r *run) error {
 	r.note("raw_publish: js.PublishAsync of the payload to a plain limits stream. submit: the same payload to %s "+
 		"(stream %s, work-queue retention, 2 min duplicate window) with Content-Type, Reach-Request-Id and "+
 		"Nats-Msg-Id set to a fresh UUID v4, as a real submission does. At most %d publishes are unacknowledged; "+
-		"throughput counts acknowledged messages, %v per run, rounds alternating, the mean reported.",
+		"throughput counts acknowledged messages, %v per run, each run on freshly created streams, rounds "+
+		"alternating, the mean reported.",
 		submitSubject, streams.StreamTasks, durableMaxPend, dur)
 	r.note("End-to-end durable tasks/s (submit → dispatcher's durable consumer → agent → REACH_RESULTS) is not " +
 		"available yet: no durable consumer exists in the dispatcher. durable_e2e_available is 0 until it does.")

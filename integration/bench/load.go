@@ -26,9 +26,9 @@ type latency struct {
 	// lag is how late the generator sent each request after its intended
 	// time (open loop only): the part of the latency that is the load
 	// generator's own, e.g. waiting for a core.
-	lag *hdrhistogram.Histogram
-	elapsed  time.Duration
-	cpu      time.Duration // process CPU time used during elapsed
+	lag     *hdrhistogram.Histogram
+	elapsed time.Duration
+	cpu     time.Duration // process CPU time used during elapsed
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000, 3) }

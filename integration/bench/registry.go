@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,7 @@ func runRegistry(r *run) error {
 		return err
 	}
 	defer ds.stop()
-	runtime.GC()
+	settle()
 	baseHeap := heapInuse()
 
 	s, err := newSim(e, hb)
@@ -91,7 +92,7 @@ func runRegistry(r *run) error {
 		r.set(key+"cpu_cores", cores)
 		r.set(key+"beats_per_s", beatRate)
 
-		runtime.GC()
+		settle()
 		heap := float64(int64(heapInuse())-int64(baseHeap)) / (1 << 20)
 		rss := float64(processRSS()) / (1 << 20)
 		r.prog.begin(fmt.Sprintf("registry: %d agents, measuring a routing table", level), nil)
@@ -157,6 +158,13 @@ func runRegistry(r *run) error {
 	r.goal("registry_crash_record", fmt.Sprintf("its record leaves within TTL + 1 s (%.0f ms): %.0f ms after the crash",
 		fig("ttl_ms")+1000, fig("crash_record_gone_ms")), fig("crash_record_gone_ms") > 0 && fig("crash_record_gone_ms") <= fig("ttl_ms")+1000)
 	return nil
+}
+
+// settle collects garbage and returns free memory to the OS, so heap and
+// RSS figures do not carry what earlier work left behind.
+func settle() {
+	runtime.GC()
+	debug.FreeOSMemory()
 }
 
 func heapInuse() uint64 {

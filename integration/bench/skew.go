@@ -333,13 +333,13 @@ func runSkew(r *run) error {
 	if err != nil {
 		return err
 	}
-	dur := pick(r, 4*time.Second, 500*time.Millisecond)
+	dur := pick(r, 5*time.Second, 500*time.Millisecond)
 	clock := &stallClock{
 		offset: pick(r, time.Second, 100*time.Millisecond),
 		period: pick(r, 5*time.Second, time.Second),
 		length: pick(r, 2*time.Second, 300*time.Millisecond),
 	}
-	rates := pick(r, []float64{100, 250, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000}, []float64{250, 1000, 2000})
+	rates := pick(r, []float64{250, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000}, []float64{250, 1000, 2000})
 	compare := pick(r, []float64{500, 1000, 2000}, []float64{1000})
 	point := 0
 	measure := func(m skewMethod, p *skewProfile, rate float64) (*latency, error) {
@@ -369,16 +369,19 @@ func runSkew(r *run) error {
 	}
 	fig := func(k string) float64 { return r.rep.Figures[k] }
 
-	// one_slow: every method stepped up in rate; the compare rates are
-	// always measured, the others only while the method sustains the load.
+	// one_slow: every method stepped up in rate until it fails to sustain
+	// two steps in a row (one failure can be noise: a p99 from a few
+	// thousand samples); its maximum is the highest step it sustained.
+	// The compare rates are always measured.
 	oneSlow := &skewProfile{v: skewVariants[0], clock: clock}
 	var sweepRows [][]string
 	byRate := map[string]map[float64]*latency{}
 	for _, m := range skewMethods {
 		byRate[m.name] = map[float64]*latency{}
-		passing, maxRate := true, 0.0
+		fails, maxRate := 0, 0.0
 		for _, rate := range rates {
-			if !passing && (!slices.Contains(compare, rate) || rate > slices.Max(compare)) {
+			stepping := fails < 2
+			if !stepping && !slices.Contains(compare, rate) {
 				continue
 			}
 			l, err := measure(m, oneSlow, rate)
@@ -387,10 +390,11 @@ func runSkew(r *run) error {
 			}
 			byRate[m.name][rate] = l
 			ok := sustained(l)
-			if passing && ok {
-				maxRate = rate
-			} else {
-				passing = false
+			switch {
+			case stepping && ok:
+				maxRate, fails = rate, 0
+			case stepping:
+				fails++
 			}
 			sweepRows = append(sweepRows, []string{m.name, f(rate), f(ms(l.p(50))), f(ms(l.p(99))), f(ms(l.p(99.9))),
 				fmt.Sprint(l.timeouts), fmt.Sprint(l.errors), yesNo(ok)})
@@ -451,7 +455,8 @@ func runSkew(r *run) error {
 
 	r.addTable(fmt.Sprintf("skew: %.0f req/s offered, Poisson, %v timeout (latencies in ms)", skewHeadline, skewTimeout),
 		[]string{"variant", "method", "p50", "p99", "p99.9", "timeouts", "errors"}, varRows)
-	r.addTable(fmt.Sprintf("skew one_slow: stepping the offered rate (sustained = p99 ≤ %v, nothing failed)", skewSustainP99),
+	r.addTable(fmt.Sprintf("skew one_slow: stepping the offered rate (sustained = p99 ≤ %v, nothing failed; "+
+		"a method stops after two unsustained steps in a row)", skewSustainP99),
 		[]string{"method", "req/s", "p50", "p99", "p99.9", "timeouts", "errors", "sustained"}, sweepRows)
 	var maxRows [][]string
 	for _, m := range skewMethods {
@@ -468,6 +473,9 @@ func runSkew(r *run) error {
 	r.note("The pull work-queue uses a memory stream (its best case; a file stream adds storage cost) and publishes " +
 		"with core NATS, reply inbox in a header. Dispatcher requests carry Reach-Deadline, so a stalled agent's " +
 		"handler is cancelled at the caller's deadline; the queue group and pull workers have no such signal.")
+	r.note("With one agent 10× slower and an even spread (queue group, round robin), 1 task in 8 takes an "+
+		"exponential time of mean 20 ms, whose 92nd percentile is 50.5 ms: the overall p99 sits on the %v line at "+
+		"any load, so whether those methods sustain a low rate is close to a coin toss.", skewSustainP99)
 	r.note("Headline figures are variant one_slow at %.0f req/s; other variants' figures carry their prefix "+
 		"(three_slow_, stall_).", skewHeadline)
 	r.goal("skew_p99_vs_queue_group", fmt.Sprintf("least-load p99 ≤ 0.33 × queue group p99 (one_slow, %.0f req/s): %.2f (%.1f ms vs %.1f ms)",

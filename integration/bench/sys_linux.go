@@ -53,3 +53,24 @@ func pacerSleep(d time.Duration) {
 	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
 	}
 }
+
+// systemCPU returns the CPU time all processes have used (user, nice,
+// system, irq, softirq from /proc/stat), 0 when unknown.
+func systemCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 8 || fields[0] != "cpu" {
+		return 0
+	}
+	var jiffies int64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		v, _ := strconv.ParseInt(fields[i], 10, 64)
+		jiffies += v
+	}
+	const userHZ = 100 // the kernel's fixed USER_HZ for /proc/stat
+	return time.Duration(jiffies) * time.Second / userHZ
+}

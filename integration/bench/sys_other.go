@@ -23,3 +23,6 @@ func pacerThread() { runtime.LockOSThread() }
 
 // pacerSleep sleeps d with Go's timers.
 func pacerSleep(d time.Duration) { time.Sleep(d) }
+
+// systemCPU is unknown off Linux: 0.
+func systemCPU() time.Duration { return 0 }
