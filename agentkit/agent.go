@@ -402,8 +402,11 @@ func (a *Agent) run(h Handler, req *Request) {
 		case errors.Is(err, context.DeadlineExceeded):
 			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeTimeout, "waiting for another execution of idempotency key %q", k)))
 			return
-		case err != nil:
+		case errors.Is(err, errInDoubt):
 			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeInternal, "idempotency key %q: %v", k, err)))
+			return
+		case err != nil: // the bucket is unreachable now: nothing ran, another attempt may do better
+			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeTargetBusy, "idempotency key %q: %v", k, err)))
 			return
 		case stored != nil:
 			a.log.Debug().Str("request_id", req.RequestID).Str("key", key).Msg("replaying stored outcome")

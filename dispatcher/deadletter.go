@@ -58,8 +58,13 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Su
 	if err != nil {
 		return nil, err
 	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(500))
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
 	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return out, fmt.Errorf("read %s: %w", stream, err)
 		}

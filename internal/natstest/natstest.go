@@ -6,6 +6,9 @@ package natstest
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +124,54 @@ func Poll(timeout time.Duration, cond func() error) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// RunCluster starts an n-node JetStream cluster on loopback, each node with
+// its own store, and shuts it down when the test ends. It returns once the
+// cluster has a JetStream meta leader.
+func RunCluster(tb testing.TB, n int) []*server.Server {
+	tb.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(tb)
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	servers := make([]*server.Server, n)
+	for i := range n {
+		opts := Options(tb.TempDir())
+		opts.ServerName = fmt.Sprintf("n%d", i+1)
+		opts.Cluster = server.ClusterOpts{Name: "reach-test", Host: "127.0.0.1", Port: ports[i]}
+		opts.Routes = routes
+		servers[i] = RunServerWith(tb, opts)
+	}
+	WaitFor(tb, 20*time.Second, func() error {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return nil
+			}
+		}
+		return fmt.Errorf("no JetStream meta leader yet")
+	})
+	return servers
+}
+
+// ClusterURL joins the client URLs of servers for a client that fails over.
+func ClusterURL(servers []*server.Server) string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+func freePort(tb testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
