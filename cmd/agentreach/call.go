@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/streams"
@@ -57,7 +58,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cl.group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&agent, "agent", "", "send the task to this instance `id` only (unicast)")
 		fs.StringVar(&affinity, "affinity-key", "", "Reach-Affinity-Key: with the hash strategy, equal `key`s go to the same instance")
-		fs.Var(&headers, "header", "extra header as `key=value` (repeatable)")
+		registerHeaders(fs, &headers)
 		fs.BoolVar(&asJSON, "json", false, `print one JSON object {"result": …, "meta": {…}} on stdout`)
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
@@ -67,19 +68,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(pos) < 1 || len(pos) > 2 {
-		return cl.usageError(stderr, "want <capability> and optionally a JSON payload, got %d arguments", len(pos))
-	}
-	capability, payload := pos[0], []byte("{}")
-	if len(pos) == 2 {
-		payload = []byte(pos[1])
-	}
-	if err := streams.ValidateCapability(capability); err != nil {
-		return cl.usageError(stderr, "%v", err)
-	}
-	var probe any
-	if err := json.Unmarshal(payload, &probe); err != nil {
-		return cl.usageError(stderr, "payload is not valid JSON: %v", err)
+	capability, payload, code, ok := taskArgs(cl, pos, stderr)
+	if !ok {
+		return code
 	}
 	if agent != "" {
 		if err := streams.ValidateInstanceID(agent); err != nil {
@@ -87,37 +78,83 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	requestID := uuid.NewString()
-	opts := []agentkit.CallOption{agentkit.WithRequestID(requestID)}
+	opts := append(headerOptions(headers), agentkit.WithRequestID(requestID))
 	if agent != "" {
 		opts = append(opts, agentkit.ToAgent(agent))
 	}
 	if affinity != "" {
 		opts = append(opts, agentkit.WithAffinityKey(affinity))
 	}
-	for _, h := range headers.pairs {
-		opts = append(opts, agentkit.WithHeader(h.key, h.value))
-	}
 
 	conn.log = conn.logger(stderr)
-	nc, err := conn.connect("agentreach-call")
+	nc, client, err := openClient(&conn, "agentreach-call")
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitFail
 	}
 	defer nc.Close()
-	client, err := agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
-	}
 	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
 	defer cancel()
 	res, err := client.Call(cctx, capability, payload, opts...)
-	return printCall(stdout, stderr, res, err, requestID, asJSON)
+	return printResult(stdout, stderr, res, err, requestID, asJSON)
 }
 
-// printCall prints a call's outcome and returns the exit code.
-func printCall(stdout, stderr io.Writer, res *agentkit.Result, callErr error, requestID string, asJSON bool) int {
+// taskArgs checks the positional arguments of a command that sends a task,
+// <capability> [<json>], and returns the capability and the payload (default
+// {}): the JSON bytes as given, sent as they are. On a usage error ok is
+// false and code is the exit code.
+func taskArgs(cl *cmdline, pos []string, stderr io.Writer) (capability string, payload []byte, code int, ok bool) {
+	if len(pos) < 1 || len(pos) > 2 {
+		return "", nil, cl.usageError(stderr, "want <capability> and optionally a JSON payload, got %d arguments", len(pos)), false
+	}
+	capability, payload = pos[0], []byte("{}")
+	if len(pos) == 2 {
+		payload = []byte(pos[1])
+	}
+	if err := streams.ValidateCapability(capability); err != nil {
+		return "", nil, cl.usageError(stderr, "%v", err), false
+	}
+	var probe any
+	if err := json.Unmarshal(payload, &probe); err != nil {
+		return "", nil, cl.usageError(stderr, "payload is not valid JSON: %v", err), false
+	}
+	return capability, payload, exitOK, true
+}
+
+// registerHeaders defines --header, which call and submit share.
+func registerHeaders(fs *flag.FlagSet, headers *pairList) {
+	fs.Var(headers, "header", "extra header as `key=value` (repeatable)")
+}
+
+// headerOptions turns --header pairs into call options.
+func headerOptions(headers pairList) []agentkit.CallOption {
+	var opts []agentkit.CallOption
+	for _, h := range headers.pairs {
+		opts = append(opts, agentkit.WithHeader(h.key, h.value))
+	}
+	return opts
+}
+
+// openClient connects (a connection called name) and returns a JSON client
+// on the subjects of --prefix. The caller closes the connection.
+func openClient(conn *connFlags, name string) (*nats.Conn, *agentkit.Client, error) {
+	nc, err := conn.connect(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, client, nil
+}
+
+// printResult prints the outcome of a call or a durable task and returns the
+// exit code: the body on stdout and the metadata on stderr, or with asJSON
+// one callOutput object on stdout; an error as "error: <CODE>: <message>" on
+// stderr. requestID fills the metadata when the outcome has none.
+func printResult(stdout, stderr io.Writer, res *agentkit.Result, callErr error, requestID string, asJSON bool) int {
 	meta := &callMeta{RequestID: requestID}
 	if res != nil {
 		meta = &callMeta{Status: string(res.Status), Node: res.Node, Attempt: res.Attempt,
@@ -139,39 +176,44 @@ func printCall(stdout, stderr io.Writer, res *agentkit.Result, callErr error, re
 		fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
 		return exitFail
 	}
-	body := resultJSON(res)
+	body := bodyJSON(res.ContentType, res.Data)
 	if asJSON {
 		writeJSONLine(stdout, callOutput{Result: body, Meta: meta})
 		return exitOK
 	}
+	printBody(stdout, body)
+	printMeta(stderr, meta)
+	return exitOK
+}
+
+// printBody prints a JSON body indented, followed by a newline.
+func printBody(w io.Writer, body json.RawMessage) {
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, body, "", "  "); err != nil {
 		pretty.Reset()
 		pretty.Write(body)
 	}
-	fmt.Fprintf(stdout, "%s\n", pretty.Bytes())
-	printMeta(stderr, meta)
-	return exitOK
+	fmt.Fprintf(w, "%s\n", pretty.Bytes())
 }
 
-// resultJSON returns the result body as JSON: JSON as is, msgpack decoded,
-// anything else as a JSON string; an empty body is null.
-func resultJSON(res *agentkit.Result) json.RawMessage {
-	if len(bytes.TrimSpace(res.Data)) == 0 {
+// bodyJSON returns a message body of contentType as JSON: JSON as is,
+// msgpack decoded, anything else as a JSON string; an empty body is null.
+func bodyJSON(contentType string, data []byte) json.RawMessage {
+	if len(bytes.TrimSpace(data)) == 0 {
 		return json.RawMessage("null")
 	}
-	if res.ContentType == streams.ContentTypeJSON && json.Valid(res.Data) {
-		return res.Data
+	if contentType == streams.ContentTypeJSON && json.Valid(data) {
+		return data
 	}
-	if res.ContentType == streams.ContentTypeMsgpack {
+	if contentType == streams.ContentTypeMsgpack {
 		var v any
-		if res.Decode(&v) == nil {
+		if streams.Decode(contentType, data, &v) == nil {
 			if b, err := json.Marshal(v); err == nil {
 				return b
 			}
 		}
 	}
-	b, _ := json.Marshal(string(res.Data))
+	b, _ := json.Marshal(string(data))
 	return b
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -19,14 +22,21 @@ const (
 	rawStream      = "BENCH_RAW"
 	rawSubject     = "bench.raw.echo"
 	durableMaxPend = 1024
+	// durableWindow bounds the durable tasks submitted but not finished in
+	// the end-to-end run, well below the capability's buffer bound.
+	durableWindow = 2000
 )
 
-// runDurable compares raw JetStream async publishing to a plain stream with
-// durable-tier submission: reach.submit.<cap>, captured by REACH_TASKS,
-// with a request id as Nats-Msg-Id for deduplication. Both streams are file
-// streams, as in production.
+// runDurable measures the durable tier. First submission alone: raw
+// JetStream async publishing to a plain stream versus reach.submit.<cap>
+// (REACH_TASKS, deduplicated by Nats-Msg-Id), with no consumer running.
+// Then end to end: durable tasks through the dispatcher's durable consumer
+// to echo agents and into REACH_RESULTS, versus direct-tier tasks on the
+// same stack. File streams, as in production.
 func runDurable(r *run) error {
-	topo := streams.Topology{Memory: false}
+	// The capability's buffer bound is raised so the submission runs (no
+	// consumer) are not refused; the bound's per-subject check still runs.
+	topo := streams.Topology{PendingPerCapability: 1 << 40}
 	e, err := startEnv(r.ctx, topo)
 	if err != nil {
 		return err
@@ -58,12 +68,15 @@ func runDurable(r *run) error {
 	raw := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
 		return pjs.PublishAsync(rawSubject, payload, jetstream.WithStallWait(10*time.Second))
 	}
-	submit := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
+	submitMsg := func() (*nats.Msg, string) {
 		id := uuid.NewString()
-		m := &nats.Msg{Subject: submitSubject, Data: payload, Header: nats.Header{
+		return &nats.Msg{Subject: submitSubject, Data: payload, Header: nats.Header{
 			streams.HeaderContentType: []string{streams.ContentTypeJSON},
 			streams.HeaderRequestID:   []string{id},
-		}}
+		}}, id
+	}
+	submit := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
+		m, id := submitMsg()
 		return pjs.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithStallWait(10*time.Second))
 	}
 
@@ -92,27 +105,81 @@ func runDurable(r *run) error {
 	r.set("raw_publish_rps", rawRPS)
 	r.set("submit_rps", submitRPS)
 	r.set("submit_ratio", ratio(submitRPS, rawRPS))
-	r.set("durable_e2e_available", 0)
 	r.set("point_seconds", dur.Seconds())
 	r.set("rounds", float64(rounds))
 	r.set("max_pending", durableMaxPend)
 
-	r.addTable("durable: JetStream async publish, one publisher connection, file streams",
+	// End to end, on an empty REACH_TASKS: the same echo agents and
+	// dispatcher serve the direct tier and the durable tier.
+	if err := fresh(); err != nil {
+		return err
+	}
+	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
+		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
+	})
+	if err != nil {
+		return err
+	}
+	defer agents.stop()
+	ds, err := r.startDispatcher(e, dispatcher.Config{})
+	if err != nil {
+		return err
+	}
+	defer ds.stop()
+	if err := r.waitRoutable(ds, echoCapability, overheadAgents); err != nil {
+		return err
+	}
+	e2eDur := pick(r, 5*time.Second, 500*time.Millisecond)
+	callers, err := e.connectN("caller", 4)
+	if err != nil {
+		return err
+	}
+	taskSubject := streams.Subjects{}.Task(echoCapability)
+	direct, err := r.closedLoop(callers, closedSpec{step: "durable: direct tier, 64 callers", callers: overheadCallers,
+		dur: e2eDur, timeout: 5 * time.Second, build: func() *nats.Msg {
+			return &nats.Msg{Subject: taskSubject, Data: payload, Header: jsonHeader}
+		}})
+	if err != nil {
+		return err
+	}
+	r.logf("durable direct tier: %v", direct)
+	e2e, e2eRPS, err := r.durableE2E(e, e2eDur, submitMsg)
+	if err != nil {
+		return err
+	}
+	r.logf("durable end to end: %.0f tasks/s; %v", e2eRPS, e2e)
+	r.set("durable_e2e_available", 1)
+	r.set("direct_tier_rps", direct.rps())
+	r.set("durable_e2e_rps", e2eRPS)
+	r.set("durable_e2e_ratio", ratio(e2eRPS, direct.rps()))
+	r.set("durable_e2e_p50_ms", ms(e2e.p(50)))
+	r.set("durable_e2e_p99_ms", ms(e2e.p(99)))
+	r.set("durable_e2e_failed", float64(e2e.failed()))
+	r.set("durable_e2e_window", durableWindow)
+
+	r.addTable("durable: JetStream async publish, one publisher connection, file streams, no consumer",
 		[]string{"method", "round", "acked", "failed", "acked/s"}, rows)
 	r.addTable("durable: summary", []string{"figure", "value"}, [][]string{
 		{"raw_publish_rps (mean)", f(rawRPS)},
 		{"submit_rps (mean)", f(submitRPS)},
 		{"submit_ratio", f(r.rep.Figures["submit_ratio"])},
-		{"durable end-to-end tasks/s", "not available yet"},
+		{"direct_tier_rps (64 callers, reach.task)", f(direct.rps())},
+		{"durable_e2e_rps (submit → result)", f(e2eRPS)},
+		{"durable_e2e_ratio", f(r.rep.Figures["durable_e2e_ratio"])},
+		{"durable_e2e p50 / p99 ms", f(ms(e2e.p(50))) + " / " + f(ms(e2e.p(99)))},
+		{"durable_e2e_failed", fmt.Sprint(e2e.failed())},
 	})
 	r.note("raw_publish: js.PublishAsync of the payload to a plain limits stream. submit: the same payload to %s "+
-		"(stream %s, work-queue retention, 2 min duplicate window) with Content-Type, Reach-Request-Id and "+
-		"Nats-Msg-Id set to a fresh UUID v4, as a real submission does. At most %d publishes are unacknowledged; "+
-		"throughput counts acknowledged messages, %v per run, each run on freshly created streams, rounds "+
-		"alternating, the mean reported.",
-		submitSubject, streams.StreamTasks, durableMaxPend, dur)
-	r.note("End-to-end durable tasks/s (submit → dispatcher's durable consumer → agent → REACH_RESULTS) is not " +
-		"available yet: no durable consumer exists in the dispatcher. durable_e2e_available is 0 until it does.")
+		"(stream %s: work-queue retention, 2 min duplicate window, per-capability bound checked) with Content-Type, "+
+		"Reach-Request-Id and Nats-Msg-Id set to a fresh UUID v4, as agentkit.Client.Submit does, but asynchronously. "+
+		"At most %d publishes are unacknowledged; throughput counts acknowledged messages, %v per run, each run on "+
+		"freshly created streams, rounds alternating, the mean reported. No consumer runs, so the bound is raised "+
+		"for these runs.", submitSubject, streams.StreamTasks, durableMaxPend, dur)
+	r.note("End to end: %d echo agents behind one dispatcher (default config, so its durable consumer runs). "+
+		"direct_tier_rps is %d callers' closed-loop requests on %s; durable_e2e_rps is tasks submitted to %s "+
+		"(at most %d unfinished at a time) whose result reached reach.result.<id> (REACH_RESULTS), per second, "+
+		"%v each. Durable latency is submit to result under that window, so mostly queueing.",
+		overheadAgents, overheadCallers, taskSubject, submitSubject, durableWindow, e2eDur)
 	r.goal("durable_submit_ratio", fmt.Sprintf("submission ≥ 0.8 × raw async publish: %.2f", r.rep.Figures["submit_ratio"]),
 		r.rep.Figures["submit_ratio"] >= 0.8)
 	return nil
@@ -147,4 +214,104 @@ func (r *run) publishAsync(e *env, step string, dur time.Duration, pub func(jets
 	}
 	elapsed := time.Since(start)
 	return float64(acked.Load()) / elapsed.Seconds(), acked.Load(), failed.Load(), nil
+}
+
+// durableE2E submits durable tasks for dur, keeping at most durableWindow
+// unfinished, and times each from its submission until its result is
+// published on reach.result.<id>. Tasks without a result within 10 s of
+// the end count as timeouts.
+func (r *run) durableE2E(e *env, dur time.Duration, submitMsg func() (*nats.Msg, string)) (*latency, float64, error) {
+	res := newLatency()
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	var finished atomic.Int64
+	nc, err := e.connect("durable-results")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe(streams.Subjects{}.ResultWildcard(), func(m *nats.Msg) {
+		id := m.Header.Get(streams.HeaderRequestID)
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		t0, ok := sent[id]
+		if !ok {
+			return
+		}
+		delete(sent, id)
+		if isFailure(m) {
+			res.errors++
+			res.codes[errorCode(m)]++
+		} else {
+			res.ok++
+		}
+		_ = res.hist.RecordValue(max(now.Sub(t0).Microseconds(), 1))
+		finished.Add(1)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, 0, err
+	}
+	if err := nc.Flush(); err != nil {
+		return nil, 0, err
+	}
+	var submitted atomic.Int64
+	pjs, pnc, err := e.js("durable-submitter", jetstream.WithPublishAsyncMaxPending(durableMaxPend),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			mu.Lock()
+			if _, ok := sent[m.Header.Get(streams.HeaderRequestID)]; ok {
+				delete(sent, m.Header.Get(streams.HeaderRequestID))
+				res.errors++
+				res.codes["submit: "+err.Error()]++
+				finished.Add(1)
+			}
+			mu.Unlock()
+		}))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer pnc.Close()
+	r.prog.begin("durable: end to end", func() string {
+		return fmt.Sprintf("%d submitted, %d finished", submitted.Load(), finished.Load())
+	})
+	start := time.Now()
+	end := start.Add(dur)
+	var okAtEnd int64
+	for time.Now().Before(end) && r.ctx.Err() == nil {
+		if submitted.Load()-finished.Load() >= durableWindow {
+			time.Sleep(100 * time.Microsecond)
+			continue
+		}
+		m, id := submitMsg()
+		mu.Lock()
+		sent[id] = time.Now()
+		mu.Unlock()
+		if _, err := pjs.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithStallWait(10*time.Second)); err != nil {
+			mu.Lock()
+			delete(sent, id)
+			res.errors++
+			res.codes["submit: "+err.Error()]++
+			finished.Add(1)
+			mu.Unlock()
+		}
+		submitted.Add(1)
+	}
+	mu.Lock()
+	okAtEnd = res.ok
+	mu.Unlock()
+	res.elapsed = time.Since(start)
+	// Wait for the stragglers' results, so that the latencies are complete.
+	r.poll(10*time.Second, func() bool { return finished.Load() >= submitted.Load() })
+	mu.Lock()
+	defer mu.Unlock()
+	for range sent {
+		res.timeouts++
+		_ = res.hist.RecordValue((10 * time.Second).Microseconds())
+	}
+	clear(sent)
+	// The rate counts only the results that arrived within the run.
+	return res, float64(okAtEnd) / res.elapsed.Seconds(), r.ctx.Err()
 }
