@@ -118,9 +118,12 @@ func parkedOf(subjects streams.Subjects, stream string, md *jetstream.MsgMetadat
 }
 
 // Replay resubmits a parked task to the durable tier with its original
-// headers and payload, then removes it from its stream. The resubmission is
-// deduplicated per replay, so replicas replaying at once submit it once.
-func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked) error {
+// headers and payload, then removes it from its stream. The task's old
+// deadline is dropped (it has usually passed): a zero deadline lets the
+// dispatchers apply their default from the resubmission, any other sets it.
+// The resubmission is deduplicated per replay, so replicas replaying at once
+// submit it once.
+func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, deadline time.Time) error {
 	if p.Capability == "" {
 		return fmt.Errorf("%s seq %d: no capability in its subject", p.Stream, p.Seq)
 	}
@@ -132,6 +135,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 	for _, k := range []string{streams.HeaderDLQReason, streams.HeaderDLQAttempts, streams.HeaderError, streams.HeaderStatus,
 		HeaderLastError, streams.HeaderNode, streams.HeaderDeadline} {
 		m.Header.Del(k)
+	}
+	if !deadline.IsZero() {
+		m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	}
 	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
 	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s-replay-%d", p.RequestID, p.Count+1))
@@ -209,7 +215,7 @@ func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
 			case <-time.After(gap):
 			}
 		}
-		if err := Replay(ctx, d.js, d.cfg.Subjects, p); err != nil {
+		if err := Replay(ctx, d.js, d.cfg.Subjects, p, time.Time{}); err != nil {
 			return n, err
 		}
 		n++

@@ -40,6 +40,7 @@ type dispatcherFlags struct {
 	writes        string
 	capRetries    pairList
 	deadline      time.Duration
+	dlqInterval   int
 }
 
 func (f *dispatcherFlags) register(fs *flag.FlagSet) {
@@ -75,6 +76,8 @@ func (f *dispatcherFlags) register(fs *flag.FlagSet) {
 	}
 	fs.Var(&f.capRetries, "capability-retries", "per-capability retries as `cap=n` (repeatable)")
 	fs.DurationVar(&f.deadline, "deadline", dispatcher.DefaultDeadline, "overall deadline of a task whose caller sets no Reach-Deadline")
+	fs.IntVar(&f.dlqInterval, "dead-letter-retry-interval", int(dispatcher.DefaultDeadLetterRetryInterval/time.Second),
+		"`seconds` between replays of the dead letters whose capability has a healthy instance (-1: never)")
 }
 
 func checkStrategy(s string) error {
@@ -87,16 +90,20 @@ func checkStrategy(s string) error {
 // config returns the dispatcher configuration of the flags.
 func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 	cfg := dispatcher.Config{
-		Subjects:        subjects,
-		QueueGroup:      f.queueGroup,
-		Name:            f.name,
-		AckTimeout:      f.ackTimeout,
-		MaxInFlight:     f.maxInFlight,
-		DefaultStrategy: f.strategy,
-		Retries:         f.retries,
-		WriteRetries:    f.writeRetries,
-		Writes:          splitList(f.writes),
-		Deadline:        f.deadline,
+		Subjects:                subjects,
+		QueueGroup:              f.queueGroup,
+		Name:                    f.name,
+		AckTimeout:              f.ackTimeout,
+		MaxInFlight:             f.maxInFlight,
+		DefaultStrategy:         f.strategy,
+		Retries:                 f.retries,
+		WriteRetries:            f.writeRetries,
+		Writes:                  splitList(f.writes),
+		Deadline:                f.deadline,
+		DeadLetterRetryInterval: time.Duration(f.dlqInterval) * time.Second,
+	}
+	if f.dlqInterval < 0 {
+		cfg.DeadLetterRetryInterval = -1
 	}
 	if f.retries == 0 {
 		cfg.Retries = dispatcher.NoRetries // an explicit 0 means none, not the default

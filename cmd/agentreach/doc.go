@@ -5,6 +5,10 @@
 //	agentreach demo                   the demo agents (echo, slow, math.add)
 //	agentreach agents [--json]        the live agent instances
 //	agentreach call <cap> '<json>'    call a capability and print the result
+//	agentreach submit <cap> '<json>'  submit a durable task; prints its request id (--wait: the outcome)
+//	agentreach result <request-id>    the recorded outcome of a durable task
+//	agentreach dlq ls|show|replay|purge        dead letters (REACH_DLQ)
+//	agentreach review ls|show|replay|resolve   tasks past their deadline (REACH_REVIEW)
 //	agentreach version
 //
 // Each command has --help, which lists every flag with its default and its

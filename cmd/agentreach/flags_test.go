@@ -180,18 +180,26 @@ func commandFlags(t *testing.T, name string) []string {
 	case "up":
 		return []string{"data-dir", "nats-listen", "sync-always", "demo", "heartbeat", "instances", "slow-delay",
 			"strategy", "capability-strategy", "ack-timeout", "max-in-flight", "queue-group", "name", "prefix", "log-level",
-			"retries", "write-retries", "writes", "capability-retries", "deadline"}
+			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval"}
 	case "dispatcher":
 		return append(conn, "replicas", "heartbeat", "provision", "ack-timeout", "max-in-flight", "queue-group", "strategy", "capability-strategy", "name",
-			"retries", "write-retries", "writes", "capability-retries", "deadline")
+			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval")
 	case "demo":
 		return append(conn, "instances", "slow-delay", "heartbeat")
 	case "agents":
 		return append(conn, "json")
 	case "call":
 		return append(conn, "agent", "affinity-key", "header", "json")
+	case "submit":
+		return append(conn, "wait", "request-id", "header", "json")
+	case "result":
+		return append(conn, "wait", "json")
+	case "dlq":
+		return append(conn, "json", "all", "new-deadline", "yes")
+	case "review":
+		return append(conn, "json", "all", "new-deadline")
 	case "breakers", "stats":
-		return append(conn, "json", "wait")
+		return append(conn, "json", "gather")
 	case "version":
 		return nil
 	}

@@ -66,7 +66,7 @@ func inspect(ctx context.Context, name, about, verb string, args []string, stdou
 	cl := newCmdline(name, "agentreach "+name+" [flags]", about)
 	cl.group("Flags", func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print the replies as a JSON array")
-		fs.DurationVar(&wait, "wait", 500*time.Millisecond, "how long to collect replies from the replicas")
+		fs.DurationVar(&wait, "gather", 500*time.Millisecond, "how long to collect replies from the replicas")
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 )
 
@@ -18,9 +19,10 @@ func newLogger(w io.Writer, level zerolog.Level) zerolog.Logger {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
 
+// isTerminal reports whether f is a terminal (not merely a character
+// device: /dev/null is none).
 func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 // serverLogger sends the embedded nats-server's log to zerolog. The server's

@@ -1,0 +1,431 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// park publishes a parked task straight to subject (reach.dlq.<cap> or
+// reach.review.<cap>), as a dispatcher would, and returns its sequence.
+func park(t *testing.T, url, subject, requestID, reason, body string, extra ...string) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = []byte(body)
+	m.Header.Set(streams.HeaderRequestID, requestID)
+	m.Header.Set(streams.HeaderDLQReason, reason)
+	m.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
+	for i := 0; i+1 < len(extra); i += 2 {
+		m.Header.Set(extra[i], extra[i+1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// listParked runs `<cmd> ls --json` and decodes the entries.
+func listParked(t *testing.T, run runFunc, srv []string) []parkedJSON {
+	t.Helper()
+	r := runCmd(t, run, append(append([]string{}, srv...), "ls", "--json")...)
+	if r.code != exitOK {
+		t.Fatalf("ls: exit %d: %s", r.code, r.stderr)
+	}
+	var out []parkedJSON
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("ls --json: %q: %v", r.stdout, err)
+	}
+	return out
+}
+
+// setConfirmInput makes purge read its confirmation from answer, as if from
+// a terminal or not, until the test ends.
+func setConfirmInput(t *testing.T, answer string, terminal bool) {
+	old := confirmInput
+	confirmInput = func() (io.Reader, bool) { return strings.NewReader(answer), terminal }
+	t.Cleanup(func() { confirmInput = old })
+}
+
+func TestDurableCommands(t *testing.T) {
+	url := startStack(t)
+	srv := []string{"--server", url, "--timeout", "10s"}
+	with := func(args ...string) []string { return append(append([]string{}, srv...), args...) }
+
+	t.Run("submit then result", func(t *testing.T) {
+		r := runCmd(t, runSubmit, with("echo", `{"text":"durable"}`)...)
+		if r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		id := strings.TrimSpace(r.stdout)
+		if _, err := uuid.Parse(id); err != nil {
+			t.Fatalf("stdout %q is not a request id: %v", r.stdout, err)
+		}
+		r = runCmd(t, runResult, with("--wait", id)...)
+		if want := "{\n  \"text\": \"durable\"\n}\n"; r.code != exitOK || r.stdout != want {
+			t.Fatalf("result --wait: exit %d, stdout %q (want %q), stderr %q", r.code, r.stdout, want, r.stderr)
+		}
+		for _, want := range []string{"status=FINISHED", "node=echo-", "attempt=1", "request_id=" + id} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr %q lacks %q", r.stderr, want)
+			}
+		}
+		// Recorded: without --wait too, and as JSON.
+		r = runCmd(t, runResult, with("--json", id)...)
+		var out struct {
+			Result map[string]any `json:"result"`
+			Meta   callMeta       `json:"meta"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK {
+			t.Fatalf("result --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+		}
+		if out.Result["text"] != "durable" || out.Meta.Status != "FINISHED" || out.Meta.RequestID != id {
+			t.Fatalf("result --json: %+v", out)
+		}
+	})
+
+	t.Run("submit --wait", func(t *testing.T) {
+		id := "cli-" + uuid.NewString()
+		r := runCmd(t, runSubmit, with("--wait", "--request-id", id, "--header", "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			"echo", `{"n":[1,2]}`)...)
+		if r.code != exitOK || strings.Join(strings.Fields(r.stdout), "") != `{"n":[1,2]}` {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "status=FINISHED") || !strings.Contains(r.stderr, "request_id="+id) {
+			t.Fatalf("stderr %q", r.stderr)
+		}
+		r = runCmd(t, runSubmit, with("--json", "--wait", "math.add", `{"a":1,"b":2}`)...)
+		var out callOutput
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK ||
+			strings.Join(strings.Fields(string(out.Result)), "") != `{"sum":3}` || out.Meta == nil || out.Meta.RequestID == "" {
+			t.Fatalf("--json --wait: exit %d, stdout %q (%v), stderr %q", r.code, r.stdout, err, r.stderr)
+		}
+		r = runCmd(t, runSubmit, with("--json", "echo")...)
+		var sub submitOutput
+		if err := json.Unmarshal([]byte(r.stdout), &sub); err != nil || r.code != exitOK || sub.RequestID == "" {
+			t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+		}
+	})
+
+	t.Run("business rejection is an outcome", func(t *testing.T) {
+		r := runCmd(t, runSubmit, with("--wait", "math.add", `{"a":1}`)...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "error: BIZ_REJECT: ") {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+
+	t.Run("no capable agent: the task waits", func(t *testing.T) {
+		r := runCmd(t, runSubmit, with("nobody.home", `{}`)...)
+		if r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		id := strings.TrimSpace(r.stdout)
+		r = runCmd(t, runResult, with(id)...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "error: no result recorded yet for "+id+"\n") || r.stdout != "" {
+			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		r = runCmd(t, runResult, with("--wait", "--timeout", "300ms", id)...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "error: DEADLINE_EXCEEDED: ") ||
+			!strings.Contains(r.stderr, "'agentreach result "+id+"'") {
+			t.Fatalf("result --wait: exit %d, stderr %q", r.code, r.stderr)
+		}
+		// It waits in REACH_TASKS, not in a queue for people.
+		for _, e := range append(listParked(t, runDLQ, srv), listParked(t, runReview, srv)...) {
+			if e.RequestID == id {
+				t.Fatalf("waiting task parked: %+v", e)
+			}
+		}
+	})
+
+	t.Run("poison dead letter: ls, show, purge", func(t *testing.T) {
+		r := runCmd(t, runSubmit, with("math.add", `{"a":"x","b":1}`)...)
+		if r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		id := strings.TrimSpace(r.stdout)
+		var dead parkedJSON
+		natstest.WaitFor(t, 20*time.Second, func() error {
+			for _, e := range listParked(t, runDLQ, srv) {
+				if e.RequestID == id {
+					dead = e
+					return nil
+				}
+			}
+			return fmt.Errorf("no dead letter for %s yet", id)
+		})
+		if dead.Reason != dispatcher.ReasonPoison || dead.Code != string(streams.CodeBadRequest) || dead.Capability != "math.add" ||
+			dead.Seq == 0 || dead.Attempts != 1 || dead.Stream != streams.StreamDLQ ||
+			strings.Join(strings.Fields(string(dead.Data)), "") != `{"a":"x","b":1}` {
+			t.Fatalf("dead letter %+v, data %s", dead, dead.Data)
+		}
+		seq := strconv.FormatUint(dead.Seq, 10)
+
+		r = runCmd(t, runDLQ, with("ls")...)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if r.code != exitOK || len(lines) != 2 {
+			t.Fatalf("ls: exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+		for _, col := range []string{"SEQ", "CAPABILITY", "REQUEST ID", "REASON", "CODE", "ATTEMPTS", "COUNT", "AGE", "LAST ERROR"} {
+			if !strings.Contains(lines[0], col) {
+				t.Errorf("header %q lacks %s", lines[0], col)
+			}
+		}
+		if f := strings.Fields(lines[1]); len(f) < 9 || f[0] != seq || f[1] != "math.add" || f[2] != id || f[3] != "poison" || f[4] != "BAD_REQUEST" {
+			t.Errorf("row %q", lines[1])
+		}
+
+		r = runCmd(t, runDLQ, with("show", seq)...)
+		for _, want := range []string{"Stream:     REACH_DLQ\n", "Seq:        " + seq + "\n", "Reason:     poison\n", "Code:       BAD_REQUEST\n",
+			"Request ID: " + id + "\n", "Headers:\n", "  Reach-Request-Id: " + id + "\n", "  Reach-DLQ-Reason: poison\n",
+			"Payload:\n{\n  \"a\": \"x\",\n  \"b\": 1\n}\n"} {
+			if r.code != exitOK || !strings.Contains(r.stdout, want) {
+				t.Errorf("show: exit %d, stdout lacks %q:\n%s", r.code, want, r.stdout)
+			}
+		}
+		r = runCmd(t, runDLQ, with("show", "--json", seq)...)
+		var shown parkedJSON
+		if err := json.Unmarshal([]byte(r.stdout), &shown); err != nil || shown.RequestID != id || shown.Header.Get(streams.HeaderRequestID) != id {
+			t.Fatalf("show --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+		}
+
+		// No outcome is recorded for a dead letter.
+		if r := runCmd(t, runResult, with(id)...); r.code != exitFail || !strings.Contains(r.stderr, "no result recorded yet") {
+			t.Fatalf("result: exit %d, stderr %q", r.code, r.stderr)
+		}
+
+		setConfirmInput(t, "", false)
+		r = runCmd(t, runDLQ, with("purge")...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "pass --yes") {
+			t.Fatalf("purge without a terminal: exit %d, stderr %q", r.code, r.stderr)
+		}
+		setConfirmInput(t, "n\n", true)
+		r = runCmd(t, runDLQ, with("purge")...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "Purge 1 dead letter? [y/N] ") || !strings.Contains(r.stderr, "nothing purged") {
+			t.Fatalf("purge declined: exit %d, stderr %q", r.code, r.stderr)
+		}
+		if n := len(listParked(t, runDLQ, srv)); n != 1 {
+			t.Fatalf("%d dead letters after a declined purge, want 1", n)
+		}
+		r = runCmd(t, runDLQ, with("purge", "--yes")...)
+		if r.code != exitOK || r.stdout != "purged 1 dead letter\n" {
+			t.Fatalf("purge --yes: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if left := listParked(t, runDLQ, srv); len(left) != 0 {
+			t.Fatalf("left after purge: %+v", left)
+		}
+		r = runCmd(t, runDLQ, with("show", seq)...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "no dead letter with seq "+seq) {
+			t.Fatalf("show purged: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+
+	t.Run("purge one, confirmed", func(t *testing.T) {
+		keep := park(t, url, "reach.dlq.echo", "keep-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
+		gone := park(t, url, "reach.dlq.echo", "gone-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
+		setConfirmInput(t, "y\n", true)
+		r := runCmd(t, runDLQ, with("purge", strconv.FormatUint(gone, 10))...)
+		if r.code != exitOK || r.stdout != "purged 1 dead letter\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		left := listParked(t, runDLQ, srv)
+		if len(left) != 1 || left[0].Seq != keep {
+			t.Fatalf("left %+v, want only seq %d", left, keep)
+		}
+		setConfirmInput(t, "yes\n", true)
+		if r := runCmd(t, runDLQ, with("purge", "--json")...); r.code != exitOK || r.stdout != `{"purged":1}`+"\n" {
+			t.Fatalf("purge all: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if r := runCmd(t, runDLQ, with("purge", "--yes")...); r.code != exitOK || r.stdout != "purged 0 dead letters\n" {
+			t.Fatalf("purge empty: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("dlq replay --all", func(t *testing.T) {
+		ids := []string{"replay-" + uuid.NewString(), "replay-" + uuid.NewString()}
+		for i, id := range ids {
+			park(t, url, "reach.dlq.echo", id, dispatcher.ReasonFailed, fmt.Sprintf(`{"replayed":%d}`, i))
+		}
+		r := runCmd(t, runDLQ, with("replay", "--all")...)
+		if r.code != exitOK || r.stdout != "resubmitted 2 dead letters\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		for i, id := range ids {
+			r := runCmd(t, runResult, with("--wait", id)...)
+			if want := fmt.Sprintf("{\n  \"replayed\": %d\n}\n", i); r.code != exitOK || r.stdout != want {
+				t.Fatalf("result %s: exit %d, stdout %q, stderr %q", id, r.code, r.stdout, r.stderr)
+			}
+		}
+		if left := listParked(t, runDLQ, srv); len(left) != 0 {
+			t.Fatalf("left after replay: %+v", left)
+		}
+	})
+
+	t.Run("review: ls, show, replay with a new deadline, resolve", func(t *testing.T) {
+		past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
+		id := "late-" + uuid.NewString()
+		seq := park(t, url, "reach.review.echo", id, dispatcher.ReasonDeadline, `{"late":true}`,
+			streams.HeaderDeadline, past, streams.HeaderError, string(streams.CodeDeadlineExceeded))
+		list := listParked(t, runReview, srv)
+		if len(list) != 1 || list[0].Seq != seq || list[0].RequestID != id || list[0].Reason != "deadline" ||
+			list[0].Capability != "echo" || list[0].Stream != streams.StreamReview {
+			t.Fatalf("review ls: %+v", list)
+		}
+		r := runCmd(t, runReview, with("ls")...)
+		if r.code != exitOK || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "DEADLINE_EXCEEDED") {
+			t.Fatalf("review ls: exit %d, stdout %q", r.code, r.stdout)
+		}
+		r = runCmd(t, runReview, with("show", strconv.FormatUint(seq, 10))...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "Stream:     REACH_REVIEW\n") || !strings.Contains(r.stdout, "\"late\": true") {
+			t.Fatalf("review show: exit %d, stdout %q", r.code, r.stdout)
+		}
+		// Its deadline has passed: replayed as it is, it would only come
+		// back; --new-deadline gives it a new one.
+		r = runCmd(t, runReview, with("replay", "--new-deadline", "1h", strconv.FormatUint(seq, 10))...)
+		if r.code != exitOK || r.stdout != "resubmitted 1 review entry\n" {
+			t.Fatalf("review replay: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		r = runCmd(t, runResult, with("--wait", id)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "\"late\": true") {
+			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+
+		seq = park(t, url, "reach.review.echo", "handled-"+uuid.NewString(), dispatcher.ReasonDeadline, `{}`)
+		s := strconv.FormatUint(seq, 10)
+		r = runCmd(t, runReview, with("resolve", s)...)
+		if r.code != exitOK || r.stdout != "resolved 1 review entry\n" {
+			t.Fatalf("resolve: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if left := listParked(t, runReview, srv); len(left) != 0 {
+			t.Fatalf("left after resolve: %+v", left)
+		}
+		r = runCmd(t, runReview, with("resolve", s)...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "no review entry with seq "+s) {
+			t.Fatalf("resolve again: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+}
+
+// TestReplayDeadline checks what a replay with --new-deadline resubmits: no
+// dispatcher runs, so the task stays in REACH_TASKS to be read.
+func TestReplayDeadline(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Memory: true})
+	url := s.ClientURL()
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
+	seq := park(t, url, "reach.review.echo", "late-1", dispatcher.ReasonDeadline, `{}`, streams.HeaderDeadline, past)
+
+	before := time.Now()
+	r := runCmd(t, runReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
+	if r.code != exitOK || r.stdout != `{"resubmitted":1}`+"\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tasks, err := js.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := tasks.GetLastMsgForSubject(ctx, "reach.submit.echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := time.UnixMilli(streams.IntHeader(m.Header, streams.HeaderDeadline))
+	if dl.Before(before.Add(time.Hour)) || dl.After(time.Now().Add(time.Hour)) {
+		t.Errorf("Reach-Deadline %v, want an hour from the replay", dl)
+	}
+	if m.Header.Get(streams.HeaderRequestID) != "late-1" || m.Header.Get(streams.HeaderDLQCount) != "1" || m.Header.Get(streams.HeaderDLQReason) != "" {
+		t.Errorf("resubmitted headers %v", m.Header)
+	}
+	if r := runCmd(t, runReview, "--server", url, "ls", "--json"); r.code != exitOK || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("review ls after replay: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// TestSubmitBufferFull checks that a submission beyond the capability's
+// buffer bound is refused with OVERLOADED.
+func TestSubmitBufferFull(t *testing.T) {
+	s := natstest.RunServer(t)
+	natstest.Provision(t, natstest.Connect(t, s), streams.Topology{Memory: true, PendingPerCapability: 2})
+	srv := []string{"--server", s.ClientURL()}
+	for range 2 { // nobody consumes: both wait in REACH_TASKS
+		if r := runCmd(t, runSubmit, append(srv, "echo", `{}`)...); r.code != exitOK {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+	}
+	r := runCmd(t, runSubmit, append(srv, "echo", `{}`)...)
+	if r.code != exitFail || !strings.Contains(r.stderr, "error: OVERLOADED: ") || r.stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCmd(t, runSubmit, append(srv, "--json", "echo", `{}`)...)
+	var out callOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitFail || out.Error == nil || out.Error.Code != streams.CodeOverloaded {
+		t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+	}
+}
+
+func TestParkedUsage(t *testing.T) {
+	setConfirmInput(t, "", false)
+	tests := []struct {
+		run    runFunc
+		args   []string
+		stderr string
+	}{
+		{runDLQ, nil, "want a sub-command: ls, show, replay or purge"},
+		{runDLQ, []string{"frob"}, `unknown sub-command "frob"`},
+		{runDLQ, []string{"resolve", "1"}, `unknown sub-command "resolve"`},
+		{runReview, []string{"purge"}, `unknown sub-command "purge" (want ls, show, replay or resolve)`},
+		{runDLQ, []string{"ls", "1"}, "unexpected argument"},
+		{runDLQ, []string{"show"}, "show: want a <seq>"},
+		{runDLQ, []string{"show", "x"}, "<seq> must be a positive"},
+		{runDLQ, []string{"show", "0"}, "<seq> must be a positive"},
+		{runDLQ, []string{"replay"}, "replay: want a <seq> or --all"},
+		{runDLQ, []string{"replay", "--all", "3"}, "not both"},
+		{runDLQ, []string{"replay", "1", "2"}, "at most one <seq>"},
+		{runDLQ, []string{"purge"}, "pass --yes"},
+		{runDLQ, []string{"purge", "4"}, "pass --yes"},
+		{runReview, []string{"resolve"}, "resolve: want a <seq>"},
+		{runReview, []string{"replay", "--new-deadline", "-1h", "1"}, "--new-deadline must not be negative"},
+		{runSubmit, nil, "want <capability>"},
+		{runSubmit, []string{"echo", "{nope"}, "payload is not valid JSON"},
+		{runSubmit, []string{"--request-id", "a.b", "echo"}, "--request-id"},
+		{runResult, nil, "want one <request-id>"},
+		{runResult, []string{"a>b"}, "request id"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := runCmd(t, tt.run, append([]string{"--server", "nats://127.0.0.1:1"}, tt.args...)...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitUsage, tt.stderr)
+			}
+		})
+	}
+}
