@@ -12,9 +12,15 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// ErrNoResult is returned by Result while a durable task has no recorded
-// outcome yet.
-var ErrNoResult = errors.New("agentkit: no result recorded yet")
+var (
+	// ErrNoResult is returned by Result while a durable task has no recorded
+	// outcome yet.
+	ErrNoResult = errors.New("agentkit: no result recorded yet")
+	// ErrParked is returned by Wait when the task was dead-lettered or sent
+	// for review instead of producing a result; the error also carries the
+	// wire code of its last failure.
+	ErrParked = errors.New("agentkit: task parked")
+)
 
 // Submit hands a task to the durable tier (reach.submit.<capability>, the
 // REACH_TASKS stream) and returns its request id once JetStream has stored
@@ -27,9 +33,13 @@ func (c *Client) Submit(ctx context.Context, capability string, payload any, opt
 	if err != nil {
 		return "", err
 	}
+	return c.submit(ctx, capability, m)
+}
+
+func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (string, error) {
 	id := m.Header.Get(streams.HeaderRequestID)
 	m.Header.Set(streams.HeaderMsgID, id)
-	_, err = c.js.PublishMsg(ctx, m)
+	_, err := c.js.PublishMsg(ctx, m)
 	switch {
 	case streams.IsBufferFull(err):
 		return id, streams.NewError(streams.CodeOverloaded, "the durable buffer of %s is full; try again later", capability)
@@ -59,30 +69,91 @@ func (c *Client) Result(ctx context.Context, requestID string) (*Result, error) 
 	return outcome(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data})
 }
 
-// Wait waits for the outcome of a durable task until ctx ends.
+// Wait waits for the outcome of a durable task until ctx ends. A task
+// parked while Wait watches (dead-lettered or sent for review) ends the wait
+// with ErrParked and the wire code of its last failure; one parked before
+// is not seen (see `agentreach dlq ls`).
 func (c *Client) Wait(ctx context.Context, requestID string) (*Result, error) {
-	sub, err := c.nc.SubscribeSync(c.subjects.Result(requestID))
+	w, err := c.watch(ctx, requestID)
 	if err != nil {
 		return nil, err
 	}
-	defer sub.Unsubscribe()
-	if res, err := c.Result(ctx, requestID); !errors.Is(err, ErrNoResult) {
-		return res, err
-	}
-	m, err := sub.NextMsgWithContext(ctx)
-	if err != nil {
-		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no outcome for %s before the caller's deadline", requestID)
-	}
-	return outcome(m)
+	defer w.stop()
+	return w.wait(ctx)
 }
 
-// SubmitAndWait submits a durable task and waits for its outcome.
+// SubmitAndWait submits a durable task and waits for its outcome, watching
+// from before the submission so that no outcome is missed.
 func (c *Client) SubmitAndWait(ctx context.Context, capability string, payload any, opts ...CallOption) (*Result, error) {
-	id, err := c.Submit(ctx, capability, payload, opts...)
+	m, err := c.message(ctx, c.subjects.Submit(capability), capability, payload, true, opts)
 	if err != nil {
 		return nil, err
 	}
-	return c.Wait(ctx, id)
+	w, err := c.watch(ctx, m.Header.Get(streams.HeaderRequestID))
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	if _, err := c.submit(ctx, capability, m); err != nil {
+		return nil, err
+	}
+	return w.wait(ctx)
+}
+
+// waiter watches for one durable task's outcome: its result subject, and
+// the dead-letter and review subjects for its request id.
+type waiter struct {
+	c         *Client
+	requestID string
+	ch        chan *nats.Msg
+	subs      []*nats.Subscription
+}
+
+func (c *Client) watch(ctx context.Context, requestID string) (*waiter, error) {
+	w := &waiter{c: c, requestID: requestID, ch: make(chan *nats.Msg, 1)}
+	deliver := func(m *nats.Msg) {
+		if m.Subject == c.subjects.Result(requestID) || m.Header.Get(streams.HeaderRequestID) == requestID {
+			select {
+			case w.ch <- m:
+			default:
+			}
+		}
+	}
+	for _, subject := range []string{c.subjects.Result(requestID), c.subjects.DeadLetterWildcard(), c.subjects.ReviewWildcard()} {
+		sub, err := c.nc.Subscribe(subject, deliver)
+		if err != nil {
+			w.stop()
+			return nil, err
+		}
+		w.subs = append(w.subs, sub)
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		w.stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *waiter) stop() {
+	for _, s := range w.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+func (w *waiter) wait(ctx context.Context) (*Result, error) {
+	if res, err := w.c.Result(ctx, w.requestID); !errors.Is(err, ErrNoResult) {
+		return res, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no outcome for %s before the caller's deadline", w.requestID)
+	case m := <-w.ch:
+		if m.Subject == w.c.subjects.Result(w.requestID) {
+			return outcome(m)
+		}
+		e := streams.NewError(streams.Code(m.Header.Get(streams.HeaderError)), "%s", m.Header.Get(streams.HeaderLastError))
+		return resultOf(m), fmt.Errorf("%w (%s, reason %s): %w", ErrParked, m.Subject, m.Header.Get(streams.HeaderDLQReason), e)
+	}
 }
 
 func outcome(m *nats.Msg) (*Result, error) {

@@ -36,9 +36,6 @@ type Parked struct {
 	Data       []byte      `json:"data"`
 }
 
-// HeaderLastError carries the last error message of a parked task.
-const HeaderLastError = "Reach-Last-Error"
-
 // ListParked returns every task held in stream (streams.StreamDLQ or
 // streams.StreamReview), oldest first.
 func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string) ([]Parked, error) {
@@ -105,7 +102,7 @@ func parkedOf(subjects streams.Subjects, stream string, md *jetstream.MsgMetadat
 		RequestID:  h.Get(streams.HeaderRequestID),
 		Reason:     h.Get(streams.HeaderDLQReason),
 		Code:       h.Get(streams.HeaderError),
-		LastError:  h.Get(HeaderLastError),
+		LastError:  h.Get(streams.HeaderLastError),
 		Attempts:   int(streams.IntHeader(h, streams.HeaderDLQAttempts)),
 		Count:      int(streams.IntHeader(h, streams.HeaderDLQCount)),
 		Header:     h,
@@ -133,7 +130,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 		m.Header[k] = v
 	}
 	for _, k := range []string{streams.HeaderDLQReason, streams.HeaderDLQAttempts, streams.HeaderError, streams.HeaderStatus,
-		HeaderLastError, streams.HeaderNode, streams.HeaderDeadline} {
+		streams.HeaderLastError, streams.HeaderNode, streams.HeaderDeadline} {
 		m.Header.Del(k)
 	}
 	if !deadline.IsZero() {

@@ -221,7 +221,7 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 	out.Header.Set(streams.HeaderDLQAttempts, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderError, string(e.Code))
 	out.Header.Set(streams.HeaderStatus, string(streams.StatusFailed))
-	out.Header.Set(HeaderLastError, e.Message)
+	out.Header.Set(streams.HeaderLastError, e.Message)
 	if t.node != "" {
 		out.Header.Set(streams.HeaderNode, t.node)
 	}

@@ -68,6 +68,12 @@ func TestDurableSubmitResultAndWait(t *testing.T) {
 	if !errors.Is(err, streams.ErrBizReject) {
 		t.Fatalf("want BIZ_REJECT, got %v", err)
 	}
+	// A poison task is dead-lettered, and a waiter hears so at once.
+	_, err = c.SubmitAndWait(ctx, "echo", []byte{0xc1}, agentkit.WithHeader(streams.HeaderContentType, "text/plain"))
+	if !errors.Is(err, agentkit.ErrParked) || !errors.Is(err, streams.ErrBadRequest) {
+		t.Fatalf("want a parked BAD_REQUEST, got %v", err)
+	}
+	t.Log(err)
 	if _, err := c.Result(ctx, "never-submitted"); !errors.Is(err, agentkit.ErrNoResult) {
 		t.Fatalf("want ErrNoResult, got %v", err)
 	}

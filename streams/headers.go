@@ -38,6 +38,8 @@ const (
 	HeaderDLQReason   = "Reach-DLQ-Reason"
 	HeaderDLQAttempts = "Reach-DLQ-Attempts"
 	HeaderDLQCount    = "Reach-DLQ-Count"
+	// HeaderLastError carries the last error message of a parked task.
+	HeaderLastError = "Reach-Last-Error"
 	// HeaderMsgID is JetStream's deduplication id; submissions use the
 	// request id.
 	HeaderMsgID = "Nats-Msg-Id"

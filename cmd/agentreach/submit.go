@@ -102,19 +102,22 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer nc.Close()
 	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
 	defer cancel()
+	if wait {
+		// Watching from before the submission: an outcome recorded at
+		// once (a poison task parked in milliseconds) is not missed.
+		res, err := client.SubmitAndWait(cctx, capability, payload, opts...)
+		return printWaited(stdout, stderr, res, err, requestID, asJSON, cctx.Err() != nil)
+	}
 	id, err := client.Submit(cctx, capability, payload, opts...)
 	if err != nil {
 		return printResult(stdout, stderr, nil, err, requestID, asJSON)
 	}
-	if !wait {
-		if asJSON {
-			writeJSONLine(stdout, submitOutput{RequestID: id})
-		} else {
-			fmt.Fprintln(stdout, id)
-		}
-		return exitOK
+	if asJSON {
+		writeJSONLine(stdout, submitOutput{RequestID: id})
+	} else {
+		fmt.Fprintln(stdout, id)
 	}
-	return waitResult(cctx, client, id, stdout, stderr, asJSON)
+	return exitOK
 }
 
 func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -168,8 +171,14 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // prints it.
 func waitResult(ctx context.Context, client *agentkit.Client, id string, stdout, stderr io.Writer, asJSON bool) int {
 	res, err := client.Wait(ctx, id)
+	return printWaited(stdout, stderr, res, err, id, asJSON, ctx.Err() != nil)
+}
+
+// printWaited prints a waited-for outcome; when the wait ran out it adds
+// that the task is still accepted.
+func printWaited(stdout, stderr io.Writer, res *agentkit.Result, err error, id string, asJSON, timedOut bool) int {
 	code := printResult(stdout, stderr, res, err, id, asJSON)
-	if res == nil && ctx.Err() != nil {
+	if res == nil && timedOut {
 		fmt.Fprintf(stderr, "The task stays accepted: 'agentreach result %s' fetches its outcome later.\n", id)
 	}
 	return code
