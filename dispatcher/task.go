@@ -366,6 +366,7 @@ func (d *Dispatcher) deliver(t *task, inst *registry.Instance, load *instLoad) (
 		return nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable
 	}
 
+	t.log.Debug().Str("node", inst.ID).Int("attempt", t.attempts).Str("state", string(streams.StatusSent)).Msg("task state")
 	acked := false
 	timer := time.NewTimer(min(d.cfg.AckTimeout, time.Until(t.deadline)))
 	defer timer.Stop()
@@ -384,6 +385,7 @@ func (d *Dispatcher) deliver(t *task, inst *registry.Instance, load *instLoad) (
 			switch status {
 			case streams.StatusAcked, streams.StatusProcessing:
 				acked = true
+				t.log.Debug().Str("node", inst.ID).Str("state", string(status)).Msg("task state")
 				timer.Reset(min(d.cfg.callTimeout(t.wish, d.timeoutHint(inst.Entry())), time.Until(t.deadline)))
 			case streams.StatusFinished:
 				return m, nil, outcomeDone

@@ -130,6 +130,8 @@ func runRegistry(r *run) error {
 		{"… answered by the crashed agent", f(fig("crash_calls_landed"))},
 		{"… redirected to another instance", f(fig("crash_redirected_calls"))},
 		{"… failed", f(fig("crash_failed_calls"))},
+		{"… taking over 1 s", f(fig("crash_calls_over_1s"))},
+		{"slowest call ms", f(fig("crash_call_max_ms"))},
 		{"crash_no_task_ms", f(fig("crash_no_task_ms"))},
 		{"crash_table_gone_ms", f(fig("crash_table_gone_ms"))},
 		{"crash_record_gone_ms", f(fig("crash_record_gone_ms"))},
@@ -143,9 +145,13 @@ func runRegistry(r *run) error {
 		"simulation: agents_N_cpu_cores and agents_N_rss_mb are whole-process figures during one steady interval, and " +
 		"agents_N_heap_mb is the growth of the live heap (server stream + routing table + simulation). agents_N_table_mb " +
 		"isolates the dispatcher's share: the live-heap growth when a second routing table loads the same N records.")
-	r.note("The crashed agent is a real agentkit agent whose two connections are closed at once; a caller then calls its "+
-		"capability for %v. crash_no_task_ms is the time until the last call answered by it (0 when none was: the server "+
-		"drops its subscription at once, the dispatcher gets no responders and redirects).", pick(r, time.Second, 500*time.Millisecond))
+	r.note("The crashed agent is a real agentkit agent (one of two serving %s) whose two connections are closed at once, "+
+		"while the simulated population keeps heartbeating; one caller then calls the capability back to back for %v. "+
+		"crash_no_task_ms is when the last call started that the dispatcher still sent to the crashed agent (seen as "+
+		"Reach-Attempt > 1, or an answer from it); 0 means none. A delivery the server accepted just before it "+
+		"noticed the closed socket is lost, and the dispatcher redirects it only after its ACK timeout: "+
+		"crash_call_max_ms shows that cost. The record's expiry is timed from the crash, which came right after the "+
+		"agent's first heartbeat, so it shows the full TTL.", crashCapability, pick(r, 2*time.Second, time.Second))
 
 	tableMB := fig(topKey + "table_mb")
 	rssBound := fig(topKey + "rss_mb")
@@ -484,30 +490,44 @@ func (r *run) crash(e *env, ds *dispatch, topo streams.Topology, population int)
 	crashed := time.Now()
 	set.conns[0].Close() // work connection
 	set.conns[1].Close() // heartbeat connection
-	window := pick(r, time.Second, 500*time.Millisecond)
-	var calls, landed, redirected, failed int
-	var lastLanding time.Time
+	// A call that the dispatcher first delivered to the crashed agent comes
+	// back from the other one with Reach-Attempt > 1 (or, had it landed,
+	// from the victim itself): the start of the last such call is when the
+	// crashed agent last got a task.
+	window := pick(r, 2*time.Second, time.Second)
+	var calls, landed, redirected, failed, slow int
+	var lastToVictim time.Time
+	callMax := time.Duration(0)
 	for time.Since(crashed) < window && r.ctx.Err() == nil {
+		t0 := time.Now()
 		node, attempt, err := call()
+		took := time.Since(t0)
 		calls++
+		callMax = max(callMax, took)
+		if took > time.Second {
+			slow++
+		}
 		switch {
 		case err != nil:
 			failed++
 		case node == victim:
 			landed++
-			lastLanding = time.Now()
+			lastToVictim = t0
 		case attempt > 1:
 			redirected++
+			lastToVictim = t0
 		}
 	}
 	noTask := 0.0
-	if !lastLanding.IsZero() {
-		noTask = ms(lastLanding.Sub(crashed))
+	if !lastToVictim.IsZero() {
+		noTask = ms(lastToVictim.Sub(crashed))
 	}
 	r.set("crash_calls", float64(calls))
 	r.set("crash_calls_landed", float64(landed))
 	r.set("crash_redirected_calls", float64(redirected))
 	r.set("crash_failed_calls", float64(failed))
+	r.set("crash_calls_over_1s", float64(slow))
+	r.set("crash_call_max_ms", ms(callMax))
 	r.set("crash_no_task_ms", noTask)
 
 	r.prog.begin(fmt.Sprintf("registry: waiting for the crashed agent's record to expire (TTL %v)", topo.AgentTTL()), nil)
