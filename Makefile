@@ -7,6 +7,10 @@ NATS     := $(BIN)/nats
 
 .PHONY: run test build vet fmt-check bench tools clean
 
+## bench: every benchmark scenario (about 10 minutes; see BENCHMARKS.md).
+bench: build
+	$(BIN)/agentreach bench all --json bench.json
+
 ## run: the local stack — embedded NATS, a dispatcher and demo agents.
 ## (Built, then run directly, so that Ctrl-C reaches only the stack.)
 run: build

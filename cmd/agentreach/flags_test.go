@@ -200,6 +200,8 @@ func commandFlags(t *testing.T, name string) []string {
 		return append(conn, "json", "all", "new-deadline")
 	case "breakers", "stats":
 		return append(conn, "json", "gather")
+	case "bench":
+		return []string{"quick", "json"}
 	case "version":
 		return nil
 	}

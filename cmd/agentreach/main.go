@@ -38,6 +38,7 @@ var commands = []command{
 	{"review", "list, show, replay or resolve tasks past their deadline (REACH_REVIEW)", runReview},
 	{"stats", "print every dispatcher replica's counters", runStats},
 	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
+	{"bench", "run the benchmark suite against plain NATS baselines (see BENCHMARKS.md)", runBench},
 	{"version", "print the version", runVersion},
 }
 

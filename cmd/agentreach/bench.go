@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/agent-reach/agentreach/integration/bench"
+)
+
+const benchAbout = `
+Runs the benchmark suite in this process, against an embedded nats-server on
+loopback, and prints a table per scenario. Every scenario measures
+Agent-Reach beside what a user would otherwise pick (a plain NATS queue group,
+a JetStream pull work-queue, raw JetStream publishing) in the same run, and
+reports ratios, so the comparison holds on noisy hardware:
+
+  overhead  echo agents: direct request/reply to a queue group vs the same work
+            through the dispatcher (throughput at 1 and 64 callers, latency
+            at 25/50/75% of the direct maximum, dispatcher CPU)
+  skew      8 agents, one 10x slower (and variants): p50/p99/p99.9, timeouts
+            and the highest sustained rate per method
+  durable   raw JetStream async publish vs durable submission
+  registry  1k, 5k, 10k simulated agents heartbeating: join-to-routable,
+            crash-to-no-task, record expiry, memory per 1k agents
+
+With no scenario, or "all", every scenario runs in turn (what 'make bench'
+does). Latency comes from HDR histograms with open-loop (Poisson) load
+measured from each request's intended send time; a request that times out
+counts in the percentiles at its timeout. Results and how to read them:
+BENCHMARKS.md.`
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		quick    bool
+		jsonFile string
+	)
+	cl := newCmdline("bench", "agentreach bench [flags] [scenario|all]", benchAbout)
+	cl.group("Flags", func(fs *flag.FlagSet) {
+		fs.BoolVar(&quick, "quick", false, "shorten every measurement point: checks the suite works, figures are noisy")
+		fs.StringVar(&jsonFile, "json", "", "also write every figure as JSON to `file` (one object per scenario, by name)")
+	})
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	scenarios := bench.Scenarios()
+	switch {
+	case len(pos) > 1:
+		return cl.usageError(stderr, "want at most one scenario, got %d", len(pos))
+	case len(pos) == 1 && pos[0] != "all":
+		scenarios = []string{pos[0]}
+	}
+	opts := bench.Options{Quick: quick}
+	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
+		opts.Progress = stderr
+	}
+	figures := make(map[string]map[string]float64)
+	for _, s := range scenarios {
+		rep, err := bench.Run(ctx, s, opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: bench %s: %v\n", s, err)
+			if errors.Is(err, bench.ErrUnknownScenario) {
+				return exitUsage
+			}
+			return exitFail
+		}
+		fmt.Fprintf(stdout, "== %s ==\n%s\n", rep.Scenario, rep.Table)
+		for _, n := range rep.Notes {
+			fmt.Fprintf(stdout, "  * %s\n", n)
+		}
+		fmt.Fprintln(stdout)
+		figures[rep.Scenario] = rep.Figures
+	}
+	if jsonFile != "" {
+		var v any = figures
+		if len(scenarios) == 1 {
+			v = figures[scenarios[0]] // one scenario: its keys at the top level
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err == nil {
+			err = os.WriteFile(jsonFile, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "error: write %s: %v\n", jsonFile, err)
+			return exitFail
+		}
+	}
+	return exitOK
+}
