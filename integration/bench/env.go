@@ -42,7 +42,9 @@ func startEnv(ctx context.Context, topo streams.Topology) (*env, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("embedded server: %w", err)
 	}
-	go s.Start()
+	// The server's goroutines (and every client connection's) carry the
+	// nats-server label, for the CPU breakdown.
+	labelled(ctx, compServer, func() { go s.Start() })
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
 		_ = os.RemoveAll(dir)

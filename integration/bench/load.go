@@ -81,6 +81,16 @@ func isFailure(m *nats.Msg) bool {
 	return m.Header.Get(streams.HeaderError) != "" || (len(m.Data) == 0 && m.Header.Get("Status") == "503")
 }
 
+// isProgress reports whether a reply is an agent's ACKED or PROCESSING
+// status rather than an answer (seen when calling an agent directly).
+func isProgress(m *nats.Msg) bool {
+	if m.Header == nil {
+		return false
+	}
+	s := streams.Status(m.Header.Get(streams.HeaderStatus))
+	return s == streams.StatusAcked || s == streams.StatusProcessing
+}
+
 // request builds the message of one call: reply is where the answer must
 // go, intended the call's planned send time.
 type request func(reply string, intended time.Time) *nats.Msg
@@ -128,6 +138,9 @@ func (r *run) openLoop(nc *nats.Conn, s openSpec) (*latency, error) {
 	start := time.Now().Add(20 * time.Millisecond)
 	prefix := nats.NewInbox() + "."
 	sub, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		if isProgress(m) {
+			return
+		}
 		seq, err := strconv.Atoi(m.Subject[len(prefix):])
 		if err != nil || seq < 0 || seq >= n || !state[seq].CompareAndSwap(0, 1) {
 			return

@@ -83,10 +83,16 @@ func runRegistry(r *run) error {
 			return fmt.Sprintf("%d beats", s.beats.Load())
 		})
 		cpu0, beats0, t0 := processCPU(), s.beats.Load(), time.Now()
-		if err := r.sleep(hb); err != nil {
+		byComp, err := cpuByComponent(func() error { return r.sleep(hb) })
+		if err != nil {
 			return err
 		}
 		el := time.Since(t0)
+		if byComp != nil {
+			r.set(key+"dispatcher_cores", share(byComp, compDispatch, el))
+			r.set(key+"server_cores", share(byComp, compServer, el))
+			r.set(key+"sim_cores", share(byComp, compUnlabeled, el))
+		}
 		cores := ratio((processCPU() - cpu0).Seconds(), el.Seconds())
 		beatRate := float64(s.beats.Load()-beats0) / el.Seconds()
 		r.set(key+"cpu_cores", cores)
@@ -104,7 +110,8 @@ func runRegistry(r *run) error {
 		r.set(key+"rss_mb", rss)
 		r.set(key+"table_mb", tableMB)
 		rows = append(rows, []string{fmt.Sprint(level), f(msUS(h.ValueAtQuantile(50))), f(msUS(h.ValueAtQuantile(99))),
-			f(msUS(h.Max())), fmt.Sprint(missing), f(beatRate), f(cores), f(tableMB), f(heap), f(rss)})
+			f(msUS(h.Max())), fmt.Sprint(missing), f(beatRate), f(cores), f(r.rep.Figures[key+"dispatcher_cores"]),
+			f(r.rep.Figures[key+"server_cores"]), f(tableMB), f(heap), f(rss)})
 		r.logf("registry %d agents: join p50 %.1fms p99 %.1fms max %.1fms missing %d, %.0f beats/s, %.2f cores, table %.1f MB, heap +%.1f MB, rss %.0f MB",
 			level, msUS(h.ValueAtQuantile(50)), msUS(h.ValueAtQuantile(99)), msUS(h.Max()), missing, beatRate, cores, tableMB, heap, rss)
 	}
@@ -114,6 +121,8 @@ func runRegistry(r *run) error {
 	r.set("table_mb_per_1k_agents", fig(topKey+"table_mb")/float64(top)*1000)
 	r.set("heap_mb_per_1k_agents", fig(topKey+"heap_mb")/float64(top)*1000)
 	r.set("cpu_cores_per_1k_agents", fig(topKey+"cpu_cores")/float64(top)*1000)
+	r.set("dispatcher_cores_per_1k_agents", fig(topKey+"dispatcher_cores")/float64(top)*1000)
+	r.set("server_cores_per_1k_agents", fig(topKey+"server_cores")/float64(top)*1000)
 	r.set("heartbeat_ms", ms(hb))
 	r.set("ttl_ms", ms(topo.AgentTTL()))
 	r.set("agents_max", float64(top))
@@ -124,7 +133,8 @@ func runRegistry(r *run) error {
 	}
 
 	r.addTable(fmt.Sprintf("registry: simulated agents heartbeating every %v (record TTL %v)", hb, topo.AgentTTL()),
-		[]string{"agents", "join p50 ms", "join p99 ms", "join max ms", "missing", "beats/s", "CPU cores", "table MB", "heap +MB", "RSS MB"}, rows)
+		[]string{"agents", "join p50 ms", "join p99 ms", "join max ms", "missing", "beats/s", "CPU cores", "dispatcher", "server",
+			"table MB", "heap +MB", "RSS MB"}, rows)
 	r.addTable("registry: a crashed agent (connections closed while others heartbeat)", []string{"figure", "value"}, [][]string{
 		{"calls after the crash", f(fig("crash_calls"))},
 		{"… answered by the crashed agent", f(fig("crash_calls_landed"))},
@@ -144,7 +154,10 @@ func runRegistry(r *run) error {
 	r.note("Everything runs in one process, so CPU and RSS cannot be split between dispatcher, nats-server and the " +
 		"simulation: agents_N_cpu_cores and agents_N_rss_mb are whole-process figures during one steady interval, and " +
 		"agents_N_heap_mb is the growth of the live heap (server stream + routing table + simulation). agents_N_table_mb " +
-		"isolates the dispatcher's share: the live-heap growth when a second routing table loads the same N records.")
+		"isolates the dispatcher's share: the live-heap growth when a second routing table loads the same N records. " +
+		"CPU is split by a CPU profile of the same interval, by goroutine labels: agents_N_dispatcher_cores (the " +
+		"dispatcher's connection, watcher and table), agents_N_server_cores (nats-server, storing the heartbeats), " +
+		"agents_N_sim_cores (the simulated agents' puts), each with its share of background GC.")
 	r.note("The crashed agent is a real agentkit agent (one of two serving %s) whose two connections are closed at once, "+
 		"while the simulated population keeps heartbeating; one caller then calls the capability back to back for %v. "+
 		"crash_no_task_ms is when the last call started that the dispatcher still sent to the crashed agent (seen as "+

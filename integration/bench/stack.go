@@ -23,16 +23,24 @@ type agentSet struct {
 // "<prefix>-<i>" and runs handler(i) with maxConc slots.
 func (r *run) startAgents(e *env, capability, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) (*agentSet, error) {
 	set := &agentSet{}
+	var err error
+	labelled(r.ctx, compAgents, func() { err = r.addAgents(e, set, capability, prefix, n, maxConc, handler) })
+	if err != nil {
+		set.stop()
+		return nil, err
+	}
+	return set, nil
+}
+
+func (r *run) addAgents(e *env, set *agentSet, capability, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) error {
 	for i := range n {
 		nc, err := e.connect(fmt.Sprintf("%s-%d", prefix, i))
 		if err != nil {
-			set.stop()
-			return nil, err
+			return err
 		}
 		hb, err := e.connect(fmt.Sprintf("%s-%d-hb", prefix, i))
 		if err != nil {
-			set.stop()
-			return nil, err
+			return err
 		}
 		set.conns = append(set.conns, nc, hb)
 		a, err := agentkit.New(nc, agentkit.Config{
@@ -48,12 +56,11 @@ func (r *run) startAgents(e *env, capability, prefix string, n, maxConc int, han
 			cancel()
 		}
 		if err != nil {
-			set.stop()
-			return nil, fmt.Errorf("agent %d: %w", i, err)
+			return fmt.Errorf("agent %d: %w", i, err)
 		}
 		set.agents = append(set.agents, a)
 	}
-	return set, nil
+	return nil
 }
 
 // stop drains every agent (in-flight handlers get 100 ms, then their
@@ -82,7 +89,14 @@ type dispatch struct {
 	nc *nats.Conn
 }
 
-func (r *run) startDispatcher(e *env, cfg dispatcher.Config) (*dispatch, error) {
+// startDispatcher starts a dispatcher on a connection of its own; its
+// goroutines carry the dispatcher label.
+func (r *run) startDispatcher(e *env, cfg dispatcher.Config) (ds *dispatch, err error) {
+	labelled(r.ctx, compDispatch, func() { ds, err = r.newDispatcher(e, cfg) })
+	return ds, err
+}
+
+func (r *run) newDispatcher(e *env, cfg dispatcher.Config) (*dispatch, error) {
 	nc, err := e.connect("dispatcher")
 	if err != nil {
 		return nil, err
