@@ -370,16 +370,29 @@ func (a *Agent) deliver(m *nats.Msg) {
 		return
 	}
 	req.holdsSlot = true
-	active := len(a.slots)
-	a.hb.SetActive(active)
-	ack := streams.StatusReply(m.Reply, streams.StatusAcked, req.RequestID)
-	ack.Header.Set(streams.HeaderActive, strconv.Itoa(active))
-	ack.Header.Set(streams.HeaderNode, a.id)
-	if err := a.nc.PublishMsg(ack); err != nil {
-		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("ack failed")
-	}
+	a.hb.SetActive(len(a.slots))
+	req.ackTimer = time.AfterFunc(AckDelay, func() { a.ack(req) })
 	a.inflight.Add(1)
 	go a.run(h, req)
+}
+
+// AckDelay is how long an agent holds back its ACKED: a task finished within
+// it is answered with its result alone (the result implies the ACK), which
+// saves a message on every fast task. It is far below any dispatcher's ack
+// timeout.
+const AckDelay = time.Millisecond
+
+// ack sends ACKED unless the task has already answered.
+func (a *Agent) ack(req *Request) {
+	if !req.answered.CompareAndSwap(false, true) {
+		return
+	}
+	m := streams.StatusReply(req.reply, streams.StatusAcked, req.RequestID)
+	m.Header.Set(streams.HeaderActive, strconv.Itoa(len(a.slots)))
+	m.Header.Set(streams.HeaderNode, a.id)
+	if err := a.nc.PublishMsg(m); err != nil {
+		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("ack failed")
+	}
 }
 
 func (a *Agent) run(h Handler, req *Request) {
@@ -502,6 +515,10 @@ func (a *Agent) errorMsg(req *Request, e *streams.Error) *nats.Msg {
 }
 
 func (a *Agent) publish(req *Request, m *nats.Msg) {
+	req.answered.Store(true) // a pending ACK is no longer needed
+	if req.ackTimer != nil {
+		req.ackTimer.Stop()
+	}
 	active := len(a.slots)
 	if req.holdsSlot {
 		active-- // released right after this reply

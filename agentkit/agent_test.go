@@ -116,6 +116,35 @@ func TestProtocolAckProgressFinish(t *testing.T) {
 	}
 }
 
+// A task finished within AckDelay is answered by its result alone; a slower
+// one is acknowledged first.
+func TestFastResultNeedsNoSeparateAck(t *testing.T) {
+	nc, d, _ := setup(t)
+	startAgent(t, nc, agentkit.Config{Type: "work", ID: "w2", Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{
+		"fast": func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil },
+		"slow": func(_ context.Context, r *agentkit.Request) (any, error) {
+			time.Sleep(20 * agentkit.AckDelay) // the work itself, not synchronisation
+			return r.Data, nil
+		},
+	})
+	if got := statuses(d.deliver("w2", "slow", []byte(`1`))); len(got) != 2 || got[0] != "ACKED" || got[1] != "FINISHED" {
+		t.Fatalf("slow task: %v", got)
+	}
+	fast := 0
+	for range 20 {
+		got := statuses(d.deliver("w2", "fast", []byte(`1`)))
+		if got[len(got)-1] != "FINISHED" {
+			t.Fatalf("fast task: %v", got)
+		}
+		if len(got) == 1 {
+			fast++
+		}
+	}
+	if fast == 0 {
+		t.Fatal("no fast task was answered without a separate ACK")
+	}
+}
+
 func TestErrorsAreClassified(t *testing.T) {
 	nc, d, _ := setup(t)
 	startAgent(t, nc, agentkit.Config{Type: "err", ID: "e1", Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{

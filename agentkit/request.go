@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,8 @@ type Request struct {
 	agent     *Agent
 	reply     string
 	holdsSlot bool
+	ackTimer  *time.Timer
+	answered  atomic.Bool // ACKED, PROCESSING or the result has gone out
 
 	mu   sync.Mutex
 	cost float64
@@ -67,6 +70,7 @@ func (r *Request) Decode(v any) error { return streams.Decode(r.ContentType, r.D
 // Progress tells the dispatcher the task is still being worked on
 // (Reach-Status PROCESSING), which extends its per-call deadline.
 func (r *Request) Progress() error {
+	r.agent.ack(r) // ACKED first, if it has not gone out yet
 	m := streams.StatusReply(r.reply, streams.StatusProcessing, r.RequestID)
 	m.Header.Set(streams.HeaderNode, r.agent.id)
 	return r.agent.nc.PublishMsg(m)

@@ -103,7 +103,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		// replay, not re-execute.
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
 	}
-	t.log = t.log.With().Str("tier", "durable").Uint64("seq", md.Sequence.Stream).Logger()
+	t.seq = md.Sequence.Stream
 
 	stop := d.keepInProgress(msg)
 	var res *nats.Msg

@@ -2,7 +2,6 @@ package streams
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -91,10 +90,39 @@ func (s Subjects) ResultWildcard() string { return s.prefix() + ".result.>" }
 // API is the control and inspection subject for a verb: reach.api.<verb>.
 func (s Subjects) API(verb string) string { return s.prefix() + ".api." + verb }
 
-var (
-	capabilityRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)*$`)
-	instanceRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
-)
+// validToken reports whether tok is one name token: a letter or digit, then
+// letters, digits, '_' and '-' (lowercase letters only when lower). It runs
+// on every task, so it is a loop rather than a regular expression.
+func validToken(tok string, lower bool) bool {
+	if tok == "" {
+		return false
+	}
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c >= 'A' && c <= 'Z' && !lower:
+		case (c == '_' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validCapability reports whether name is dotted lowercase tokens.
+func validCapability(name string) bool {
+	for {
+		tok, rest, more := strings.Cut(name, ".")
+		if !validToken(tok, true) {
+			return false
+		}
+		if !more {
+			return true
+		}
+		name = rest
+	}
+}
 
 // MaxNameLength bounds capability names and instance ids.
 const MaxNameLength = 128
@@ -108,7 +136,7 @@ func ValidateCapability(name string) error {
 		return fmt.Errorf("%w: capability name is empty", ErrInvalidName)
 	case len(name) > MaxNameLength:
 		return fmt.Errorf("%w: capability %q is longer than %d bytes", ErrInvalidName, name, MaxNameLength)
-	case !capabilityRE.MatchString(name):
+	case !validCapability(name):
 		return fmt.Errorf("%w: capability %q must be dotted lowercase tokens of [a-z0-9_-] (e.g. \"inventory.query\")", ErrInvalidName, name)
 	}
 	return nil
@@ -122,7 +150,7 @@ func ValidateInstanceID(id string) error {
 		return fmt.Errorf("%w: instance id is empty", ErrInvalidName)
 	case len(id) > MaxNameLength:
 		return fmt.Errorf("%w: instance id %q is longer than %d bytes", ErrInvalidName, id, MaxNameLength)
-	case !instanceRE.MatchString(id):
+	case !validToken(id, false):
 		return fmt.Errorf("%w: instance id %q may hold only letters, digits, '_' and '-'", ErrInvalidName, id)
 	}
 	return nil

@@ -225,6 +225,7 @@ func (r *run) durableE2E(e *env, dur time.Duration, submitMsg func() (*nats.Msg,
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
 	var finished atomic.Int64
+	var lastAt time.Time // when the latest result arrived; under mu
 	nc, err := e.connect("durable-results")
 	if err != nil {
 		return nil, 0, err
@@ -247,6 +248,7 @@ func (r *run) durableE2E(e *env, dur time.Duration, submitMsg func() (*nats.Msg,
 			res.ok++
 		}
 		_ = res.hist.RecordValue(max(now.Sub(t0).Microseconds(), 1))
+		lastAt = now
 		finished.Add(1)
 	})
 	if err != nil {
@@ -279,7 +281,6 @@ func (r *run) durableE2E(e *env, dur time.Duration, submitMsg func() (*nats.Msg,
 	})
 	start := time.Now()
 	end := start.Add(dur)
-	var okAtEnd int64
 	for time.Now().Before(end) && r.ctx.Err() == nil {
 		if submitted.Load()-finished.Load() >= durableWindow {
 			time.Sleep(100 * time.Microsecond)
@@ -299,19 +300,21 @@ func (r *run) durableE2E(e *env, dur time.Duration, submitMsg func() (*nats.Msg,
 		}
 		submitted.Add(1)
 	}
-	mu.Lock()
-	okAtEnd = res.ok
-	mu.Unlock()
-	res.elapsed = time.Since(start)
 	// Wait for the stragglers' results, so that the latencies are complete.
 	r.poll(10*time.Second, func() bool { return finished.Load() >= submitted.Load() })
 	mu.Lock()
 	defer mu.Unlock()
+	// The rate is every completed task over the time until the last result:
+	// with a short run (quick mode) the pipeline may not have filled yet
+	// when submission stops.
+	res.elapsed = time.Since(start)
+	if !lastAt.IsZero() {
+		res.elapsed = lastAt.Sub(start)
+	}
 	for range sent {
 		res.timeouts++
 		_ = res.hist.RecordValue((10 * time.Second).Microseconds())
 	}
 	clear(sent)
-	// The rate counts only the results that arrived within the run.
-	return res, float64(okAtEnd) / res.elapsed.Seconds(), r.ctx.Err()
+	return res, float64(res.ok) / res.elapsed.Seconds(), r.ctx.Err()
 }
