@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -189,7 +188,7 @@ func (c *Client) message(ctx context.Context, subject, capability string, payloa
 		o(m)
 	}
 	if m.Header.Get(streams.HeaderRequestID) == "" {
-		m.Header.Set(streams.HeaderRequestID, uuid.NewString())
+		m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
 	}
 	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -98,7 +97,7 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 		contentType: streams.ContentType(h, m.Data),
 	}
 	if t.requestID == "" {
-		t.requestID = uuid.NewString()
+		t.requestID = streams.NewRequestID()
 	}
 	if t.orchID == "" {
 		t.orchID = t.requestID

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -186,5 +187,20 @@ func TestSubjects(t *testing.T) {
 	p := streams.Subjects{Prefix: "acme.reach"}
 	if p.Submit("x") != "acme.reach.submit.x" || p.CapabilityFromTask("reach.task.x") != "" {
 		t.Fatal("prefixed subjects")
+	}
+}
+
+func TestNewRequestIDIsAUniqueUUIDv4(t *testing.T) {
+	seen := map[string]bool{}
+	for range 10000 {
+		id := streams.NewRequestID()
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || seen[id] {
+			t.Fatalf("%q: %v (version %v, variant %v, seen %v)", id, err, u.Version(), u.Variant(), seen[id])
+		}
+		if err := streams.ValidateInstanceID(id); err != nil {
+			t.Fatalf("request ids must be valid subject tokens: %v", err)
+		}
+		seen[id] = true
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
@@ -77,7 +76,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return cl.usageError(stderr, "--agent: %v", err)
 		}
 	}
-	requestID := uuid.NewString()
+	requestID := streams.NewRequestID()
 	opts := append(headerOptions(headers), agentkit.WithRequestID(requestID))
 	if agent != "" {
 		opts = append(opts, agentkit.ToAgent(agent))

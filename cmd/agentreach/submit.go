@@ -8,8 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -87,7 +85,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if requestID == "" {
-		requestID = uuid.NewString()
+		requestID = streams.NewRequestID()
 	} else if err := validateRequestID(requestID); err != nil {
 		return cl.usageError(stderr, "--request-id: %v", err)
 	}

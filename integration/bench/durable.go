@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -69,7 +68,7 @@ func runDurable(r *run) error {
 		return pjs.PublishAsync(rawSubject, payload, jetstream.WithStallWait(10*time.Second))
 	}
 	submitMsg := func() (*nats.Msg, string) {
-		id := uuid.NewString()
+		id := streams.NewRequestID()
 		return &nats.Msg{Subject: submitSubject, Data: payload, Header: nats.Header{
 			streams.HeaderContentType: []string{streams.ContentTypeJSON},
 			streams.HeaderRequestID:   []string{id},
