@@ -7,7 +7,7 @@ NATS     := $(BIN)/nats
 
 .PHONY: run test build vet fmt-check bench tools clean
 
-## bench: every benchmark scenario (about 10 minutes; see BENCHMARKS.md).
+## bench: every benchmark scenario (about 6 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
 	$(BIN)/agentreach bench all --json bench.json
 

@@ -201,8 +201,8 @@ func runOverhead(r *run) error {
 	r.note("Both methods are called the same way: raw NATS requests with Content-Type application/json, "+
 		"callers on their own connections; the baseline's %d responders and the %d agents each have their own connection.",
 		overheadAgents, overheadAgents)
-	r.note("Routed requests make five message hops (caller→dispatcher→agent, ACK and result agent→dispatcher, " +
-		"dispatcher→caller) against two for the direct queue group.")
+	r.note("Routed requests make four message hops (caller→dispatcher→agent, result agent→dispatcher, " +
+		"dispatcher→caller; a task slower than agentkit.AckDelay adds an ACK) against two for the direct queue group.")
 	r.note("Everything shares one process and %d cores, so dispatcher_cpu_per_1k_rps is the difference in whole-process "+
 		"CPU (getrusage) per 1,000 answered req/s between the routed and the direct open-loop runs at the same offered "+
 		"rate: the highest of the open-loop rates that the routed path kept up with (dispatcher_cpu_at_rps). "+
