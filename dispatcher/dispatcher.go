@@ -130,7 +130,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.watchDone = make(chan struct{})
 	go func() {
 		defer close(d.watchDone)
-		kvwatch.Run(watchCtx, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
+		kvwatch.Run(watchCtx, d.nc, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
 	}()
 	d.stopWatch = func() { stopWatch(); <-d.watchDone }
 	cleanup = append(cleanup, d.stopWatch)

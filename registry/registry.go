@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/streams"
@@ -15,6 +16,7 @@ import (
 // Registry reads and writes agent records in REACH_AGENTS. It is safe for
 // concurrent use.
 type Registry struct {
+	nc *nats.Conn
 	kv jetstream.KeyValue
 }
 
@@ -24,7 +26,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: open %s (run provisioning first, e.g. `agentreach up` or a dispatcher): %w", streams.BucketAgents, err)
 	}
-	return &Registry{kv: kv}, nil
+	return &Registry{nc: js.Conn(), kv: kv}, nil
 }
 
 // KeyValue returns the underlying bucket.

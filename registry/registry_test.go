@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -209,4 +211,64 @@ func TestTableIgnoresGarbageRecords(t *testing.T) {
 	if len(list) != 1 || err == nil {
 		t.Fatalf("List: want 1 entry and an error for junk, got %d, %v", len(list), err)
 	}
+}
+
+// After the server restarts a KV watcher goes silent for good (measured: with
+// only the periodic reconcile the table stayed stale). The table re-creates
+// its watcher on reconnect, reconciles, and keeps following. The reconcile
+// interval is an hour here, so only the reconnect path can pass.
+func TestTableFollowsThroughServerRestart(t *testing.T) {
+	opts := natstest.Options(t.TempDir())
+	s, err := natstest.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Port = s.Addr().(*net.TCPAddr).Port
+	current := s
+	t.Cleanup(func() { natstest.Stop(current) })
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	natstest.Provision(t, nc, streams.Topology{Heartbeat: 10 * time.Second}) // file store, records outlive the restart
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Put(ctx, rec("before", "echo")); err != nil {
+		t.Fatal(err)
+	}
+	tab := registry.NewTable(reg, registry.WithReconcileInterval(time.Hour))
+	if err := tab.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer tab.Close()
+
+	natstest.Stop(current)
+	if current, err = natstest.Start(opts); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if !nc.IsConnected() {
+			return errors.New("client not reconnected")
+		}
+		return nil
+	})
+	if _, err := reg.Put(ctx, rec("after", "echo")); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Delete(ctx, "before"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		_, hasAfter := tab.Lookup("after")
+		_, hasBefore := tab.Lookup("before")
+		if !hasAfter || hasBefore {
+			return fmt.Errorf("after the restart: has new %v, still has deleted %v", hasAfter, hasBefore)
+		}
+		return nil
+	})
 }

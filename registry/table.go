@@ -29,9 +29,10 @@ func (i *Instance) Entry() *Entry { return i.entry.Load() }
 
 // Table is a routing table fed by a watch on REACH_AGENTS: puts, deletes and
 // TTL expiry (limit markers) apply within milliseconds. Its watcher is
-// re-created whenever the client library closes it (which happens on some
-// reconnects) and every reconcile interval, each time reconciling against the
-// full listing the new watcher delivers.
+// re-created on every reconnect (after a server restart the old one goes
+// silent), whenever the client library closes it, and every reconcile
+// interval, each time reconciling against the full listing the new watcher
+// delivers.
 //
 // All methods are safe for concurrent use. Close is idempotent.
 type Table struct {
@@ -180,7 +181,7 @@ func (t *Table) Close() {
 
 func (t *Table) run(ctx context.Context, ready chan struct{}) {
 	defer close(t.done)
-	kvwatch.Run(ctx, t.reg.kv, t.reconcile, tableHandler{t}, t.log, ready)
+	kvwatch.Run(ctx, t.reg.nc, t.reg.kv, t.reconcile, tableHandler{t}, t.log, ready)
 }
 
 // tableHandler feeds kvwatch updates into the table.

@@ -1,14 +1,15 @@
 // Package kvwatch follows a KV bucket robustly: it re-creates its watcher
-// whenever the client library closes the updates channel (which happens on
-// some reconnects) and on a fixed interval, and each time hands the handler
-// the full listing the new watcher delivers, so missed updates are
-// reconciled.
+// whenever the connection reconnects (after a server restart a watcher may go
+// silent for good), whenever the client library closes the updates channel,
+// and on a fixed interval, and each time hands the handler the full listing
+// the new watcher delivers, so missed updates are reconciled.
 package kvwatch
 
 import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -24,12 +25,14 @@ type Handler interface {
 	Apply(e jetstream.KeyValueEntry)
 }
 
-// Run follows kv until ctx ends. ready, if not nil, is closed after the
-// first listing has been handed over.
-func Run(ctx context.Context, kv jetstream.KeyValue, reconcile time.Duration, h Handler, log zerolog.Logger, ready chan struct{}) {
+// Run follows kv, reached through nc, until ctx ends. ready, if not nil, is
+// closed after the first listing has been handed over.
+func Run(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, reconcile time.Duration, h Handler, log zerolog.Logger, ready chan struct{}) {
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		err := watchOnce(ctx, kv, reconcile, h, log, ready)
+		err := watchOnce(ctx, kv, reconcile, reconnected, h, log, ready)
 		if ctx.Err() != nil {
 			return
 		}
@@ -48,8 +51,9 @@ func Run(ctx context.Context, kv jetstream.KeyValue, reconcile time.Duration, h 
 }
 
 // watchOnce runs one watcher and returns nil when it should be re-created
-// (channel closed or reconcile due).
-func watchOnce(ctx context.Context, kv jetstream.KeyValue, reconcile time.Duration, h Handler, log zerolog.Logger, ready chan struct{}) error {
+// (reconnected, channel closed or reconcile due).
+func watchOnce(ctx context.Context, kv jetstream.KeyValue, reconcile time.Duration, reconnected <-chan nats.Status,
+	h Handler, log zerolog.Logger, ready chan struct{}) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
@@ -63,6 +67,9 @@ func watchOnce(ctx context.Context, kv jetstream.KeyValue, reconcile time.Durati
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+			return nil
+		case <-reconnected:
+			log.Info().Str("bucket", kv.Bucket()).Msg("reconnected; re-creating the watcher")
 			return nil
 		case e, ok := <-w.Updates():
 			switch {
