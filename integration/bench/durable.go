@@ -12,8 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -113,21 +111,11 @@ func runDurable(r *run) error {
 	if err := fresh(); err != nil {
 		return err
 	}
-	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
-		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
-	})
+	stopEcho, err := r.startEcho(e)
 	if err != nil {
 		return err
 	}
-	defer agents.stop()
-	ds, err := r.startDispatcher(e, dispatcher.Config{})
-	if err != nil {
-		return err
-	}
-	defer ds.stop()
-	if err := r.waitRoutable(ds, echoCapability, overheadAgents); err != nil {
-		return err
-	}
+	defer stopEcho()
 	e2eDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	callers, err := e.connectN("caller", 4)
 	if err != nil {

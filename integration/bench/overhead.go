@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -41,21 +38,11 @@ func runOverhead(r *run) error {
 	}
 
 	// The same work routed: echo agents behind one dispatcher.
-	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
-		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
-	})
+	stopEcho, err := r.startEcho(e)
 	if err != nil {
 		return err
 	}
-	defer agents.stop()
-	ds, err := r.startDispatcher(e, dispatcher.Config{})
-	if err != nil {
-		return err
-	}
-	defer ds.stop()
-	if err := r.waitRoutable(ds, echoCapability, overheadAgents); err != nil {
-		return err
-	}
+	defer stopEcho()
 
 	callers, err := e.connectN("caller", 4)
 	if err != nil {

@@ -133,3 +133,25 @@ func (ds *dispatch) stop() {
 	_ = ds.d.Drain(ctx) // an error means tasks were still waiting: closing the connection ends them
 	ds.nc.Close()
 }
+
+// startEcho starts overheadAgents echo agents behind one dispatcher and waits
+// until the dispatcher routes to all of them; stop stops both.
+func (r *run) startEcho(e *env) (stop func(), err error) {
+	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
+		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
+	})
+	if err != nil {
+		return nil, err
+	}
+	ds, err := r.startDispatcher(e, dispatcher.Config{})
+	if err != nil {
+		agents.stop()
+		return nil, err
+	}
+	stop = func() { ds.stop(); agents.stop() }
+	if err := r.waitRoutable(ds, echoCapability, overheadAgents); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
