@@ -87,6 +87,9 @@ type Config struct {
 	PenaltyDecay time.Duration
 	// NoDurable keeps this replica off the durable tier (REACH_TASKS).
 	NoDurable bool
+	// NoEvents stops this replica from writing a feedback record per task
+	// to REACH_EVENTS.
+	NoEvents bool
 	// DurableConsumer names the consumer all replicas share; default
 	// "reach-dispatchers".
 	DurableConsumer string

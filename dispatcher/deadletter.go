@@ -61,9 +61,17 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Su
 	}
 	defer it.Stop()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		// Entries can be deleted while they are read (a replay, a purge):
+		// a quiet second means the listing is complete.
+		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			return out, nil
+		}
 		if err != nil {
 			return out, fmt.Errorf("read %s: %w", stream, err)
+		}
+		if ctx.Err() != nil {
+			return out, ctx.Err()
 		}
 		md, err := msg.Metadata()
 		if err != nil {

@@ -25,6 +25,14 @@ const (
 	bufferDelayMax  = 2 * time.Second
 )
 
+// Outcomes named in event records.
+const (
+	OutcomeReply      = "reply"       // direct tier: answered to the caller
+	OutcomeResult     = "result"      // durable: stored in REACH_RESULTS
+	OutcomeDeadLetter = "dead_letter" // durable: parked in REACH_DLQ
+	OutcomeReview     = "review"      // durable: parked in REACH_REVIEW
+)
+
 // Reasons recorded with a dead letter or review entry.
 const (
 	ReasonFailed   = "failed"   // the task failed, or exhausted its attempts
@@ -112,17 +120,18 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	}
 	stop()
 
-	var outcome error
+	var recorded error
+	where := OutcomeResult
 	switch {
 	case e == nil:
-		outcome = d.recordResult(t, res, nil)
+		recorded = d.recordResult(t, res, nil)
 	case e.Code == streams.CodeBizReject:
-		outcome = d.recordResult(t, nil, e)
+		recorded = d.recordResult(t, nil, e)
 	case e.Code == streams.CodeDeadlineExceeded:
-		outcome = d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
+		where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
 	case buffered(e.Code):
 		if time.Now().After(t.deadline) {
-			outcome = d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
+			where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
 			break
 		}
 		delay := min(bufferDelayBase<<min(md.NumDelivered-1, 8), bufferDelayMax)
@@ -133,16 +142,17 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		}
 		return
 	case e.Code == streams.CodeBadRequest || e.Code == streams.CodePayloadTooLarge || e.Code == streams.CodeLoopDetected:
-		outcome = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
+		where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
 	default:
-		outcome = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonFailed, e)
+		where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonFailed, e)
 	}
-	if outcome != nil {
+	if recorded != nil {
 		// Not recorded: leave the task unacknowledged, so it is redelivered.
-		t.log.Error().Err(outcome).Msg("durable outcome not recorded; the task will be redelivered")
+		t.log.Error().Err(recorded).Msg("durable outcome not recorded; the task will be redelivered")
 		_ = msg.NakWithDelay(bufferDelayMax)
 		return
 	}
+	d.recordEvent(t, md.Timestamp, where, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := msg.DoubleAck(ctx); err != nil {

@@ -172,22 +172,23 @@ func intHeader(h nats.Header, k string) (int64, *streams.Error) {
 
 // handle takes one task from receipt to reply.
 func (d *Dispatcher) handle(m *nats.Msg) {
-	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), time.Now().Add(d.cfg.Deadline))
+	start := time.Now()
+	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), start.Add(d.cfg.Deadline))
 	if e == nil {
 		var res *nats.Msg
-		res, e = d.route(t)
-		if e == nil && d.reply(t, res) {
-			d.stats.finished.Add(1)
-			t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
-			return
+		if res, e = d.route(t); e == nil {
+			e = d.reply(t, res)
 		}
 	}
 	if e == nil {
-		return
+		d.stats.finished.Add(1)
+		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
+	} else {
+		d.stats.failed.Add(1)
+		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
+		d.replyError(m, t.requestID, t.orchID, e, t.attemptHeaders()...)
 	}
-	d.stats.failed.Add(1)
-	t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
-	d.replyError(m, t.requestID, t.orchID, e, t.attemptHeaders()...)
+	d.recordEvent(t, start, OutcomeReply, e)
 }
 
 // outcome classifies how one delivery ended.
@@ -449,22 +450,20 @@ func (t *task) attemptHeaders() []string {
 }
 
 // reply sends an instance's result to the caller with the dispatcher's
-// headers; it reports false (after answering with an error) when the result
-// no longer fits the server's max_payload.
-func (d *Dispatcher) reply(t *task, res *nats.Msg) bool {
+// headers, or returns PAYLOAD_TOO_LARGE when they make it exceed the
+// server's max_payload.
+func (d *Dispatcher) reply(t *task, res *nats.Msg) *streams.Error {
 	out := &nats.Msg{Subject: t.req.Reply, Data: res.Data, Header: res.Header}
 	out.Header.Set(streams.HeaderRequestID, t.requestID)
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		d.stats.failed.Add(1)
-		d.replyError(t.req, t.requestID, t.orchID, streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err), t.attemptHeaders()...)
-		return false
+		return streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err)
 	}
 	if err := d.nc.PublishMsg(out); err != nil {
 		t.log.Warn().Err(err).Msg("reply to caller failed")
 	}
-	return true
+	return nil
 }
 
 // replyError answers a request with an error code; kv are extra header pairs.

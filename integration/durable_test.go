@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -163,5 +164,66 @@ func TestDeadLettersAreReplayedOnceTheAgentIsFixed(t *testing.T) {
 	l.Check(t, js)
 	if s := d.Stats(); s.Replayed < tasks {
 		t.Fatalf("replayed %d", s.Replayed)
+	}
+}
+
+// Every task, direct or durable, leaves one feedback record in REACH_EVENTS.
+func TestEveryTaskLeavesOneEvent(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.Agent(agentkit.Config{Type: "echo", ID: "echo-ev"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	WaitRoutable(t, "echo", 1, d)
+	c := st.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	direct, err := c.Call(ctx, "echo", echoIn{Text: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Call(ctx, "nobody.serves", echoIn{}); !errors.Is(err, streams.ErrNoAgent) {
+		t.Fatal(err)
+	}
+	durable, err := c.SubmitAndWait(ctx, "echo", echoIn{Text: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jsOf(t, st.Conn())
+	var events []dispatcher.Event
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
+		if err != nil {
+			return err
+		}
+		events = events[:0]
+		for _, p := range list {
+			var ev dispatcher.Event
+			if err := json.Unmarshal(p.Data, &ev); err != nil {
+				return err
+			}
+			events = append(events, ev)
+		}
+		if len(events) != 3 {
+			return fmt.Errorf("%d event records", len(events))
+		}
+		return nil
+	})
+	byID := map[string]dispatcher.Event{}
+	for _, ev := range events {
+		byID[ev.RequestID] = ev
+	}
+	if ev := byID[direct.RequestID]; ev.Tier != "direct" || ev.Status != "FINISHED" || ev.Node != "echo-ev" || ev.Attempts != 1 || ev.Candidates != 1 || ev.Outcome != dispatcher.OutcomeReply {
+		t.Fatalf("direct task's record: %+v", ev)
+	}
+	if ev := byID[durable.RequestID]; ev.Tier != "durable" || ev.Outcome != dispatcher.OutcomeResult || ev.Status != "FINISHED" {
+		t.Fatalf("durable task's record: %+v", ev)
+	}
+	failed := 0
+	for _, ev := range events {
+		if ev.Code == string(streams.CodeNoAgent) && ev.Capability == "nobody.serves" && ev.Candidates == 0 {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("the NO_AGENT task's record is missing: %+v", events)
 	}
 }
