@@ -37,7 +37,9 @@ type Parked struct {
 }
 
 // ListParked returns every task held in stream (streams.StreamDLQ or
-// streams.StreamReview), oldest first.
+// streams.StreamReview), oldest first. Other streams whose messages carry
+// Reach-Request-Id (REACH_RESULTS, REACH_EVENTS) read the same way; their
+// entries have no Capability.
 func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string) ([]Parked, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -100,13 +102,16 @@ func GetParked(ctx context.Context, js jetstream.JetStream, subjects streams.Sub
 }
 
 func parkedOf(subjects streams.Subjects, stream string, md *jetstream.MsgMetadata, subject string, h nats.Header, data []byte) Parked {
-	kind := "dlq"
-	if stream == streams.StreamReview {
-		kind = "review"
+	var capability string
+	switch stream {
+	case streams.StreamDLQ:
+		capability = subjects.CapabilityAfter("dlq", subject)
+	case streams.StreamReview:
+		capability = subjects.CapabilityAfter("review", subject)
 	}
 	p := Parked{
 		Stream:     stream,
-		Capability: subjects.CapabilityAfter(kind, subject),
+		Capability: capability,
 		RequestID:  h.Get(streams.HeaderRequestID),
 		Reason:     h.Get(streams.HeaderDLQReason),
 		Code:       h.Get(streams.HeaderError),

@@ -40,7 +40,6 @@ type Dispatcher struct {
 	consume    jetstream.ConsumeContext
 	stopReplay func()
 	stopWatch  func() // stops the breaker watch and waits for it
-	watchDone  chan struct{}
 	rr         counters
 
 	mu      sync.Mutex
@@ -127,12 +126,12 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	cleanup = append(cleanup, d.table.Close)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	d.watchDone = make(chan struct{})
+	watchDone := make(chan struct{})
 	go func() {
-		defer close(d.watchDone)
+		defer close(watchDone)
 		kvwatch.Run(watchCtx, d.nc, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
 	}()
-	d.stopWatch = func() { stopWatch(); <-d.watchDone }
+	d.stopWatch = func() { stopWatch(); <-watchDone }
 	cleanup = append(cleanup, d.stopWatch)
 
 	if d.inbox, err = newInbox(d.nc); err != nil {

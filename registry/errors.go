@@ -8,6 +8,4 @@ var (
 	ErrInvalidRecord = errors.New("invalid agent record")
 	// ErrNotFound is returned when no record exists for an instance id.
 	ErrNotFound = errors.New("agent not found")
-	// ErrClosed is returned by a heartbeat or table used after Close.
-	ErrClosed = errors.New("registry: closed")
 )
