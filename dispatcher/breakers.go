@@ -16,14 +16,38 @@ type breakerRecord struct {
 	By    string       `json:"by"`
 }
 
-// breakerChanged shares a transition this replica made with the others.
+// breakerChanged shares a transition this replica made with the others. It
+// runs where replies are handled, so it only queues the write; when the
+// queue is full the transition stays local (the breaker works all the same).
 func (d *Dispatcher) breakerChanged(id string, state BreakerState) {
 	d.log.Info().Str("node", id).Str("state", string(state)).Msg("breaker changed")
-	b, _ := json.Marshal(breakerRecord{State: state, By: d.cfg.Name})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, err := d.breakerKV.Put(ctx, id, b); err != nil {
-		d.log.Warn().Err(err).Str("node", id).Msg("breaker transition not shared")
+	select {
+	case d.breakerOut <- breakerShare{id: id, state: state}:
+	default:
+		d.log.Warn().Str("node", id).Msg("breaker transition not shared: too many queued")
+	}
+}
+
+type breakerShare struct {
+	id    string
+	state BreakerState
+}
+
+// shareBreakers writes queued transitions to REACH_BREAKERS, in order,
+// until ctx ends.
+func (d *Dispatcher) shareBreakers(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-d.breakerOut:
+			b, _ := json.Marshal(breakerRecord{State: s.state, By: d.cfg.Name})
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if _, err := d.breakerKV.Put(pctx, s.id, b); err != nil {
+				d.log.Warn().Err(err).Str("node", s.id).Msg("breaker transition not shared")
+			}
+			cancel()
+		}
 	}
 }
 

@@ -39,7 +39,8 @@ type Dispatcher struct {
 	js         jetstream.JetStream
 	consume    jetstream.ConsumeContext
 	stopReplay func()
-	stopWatch  func() // stops the breaker watch and waits for it
+	stopWatch  func() // stops the breaker watch and sharing, and waits for them
+	breakerOut chan breakerShare
 	rr         counters
 
 	mu      sync.Mutex
@@ -67,7 +68,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 	if cfg.Name == "" {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
-	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop()}
+	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -126,15 +127,19 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	cleanup = append(cleanup, d.table.Close)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone := make(chan struct{})
+	watchDone, shareDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
 		kvwatch.Run(watchCtx, d.nc, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
 	}()
-	d.stopWatch = func() { stopWatch(); <-watchDone }
+	go func() {
+		defer close(shareDone)
+		d.shareBreakers(watchCtx)
+	}()
+	d.stopWatch = func() { stopWatch(); <-watchDone; <-shareDone }
 	cleanup = append(cleanup, d.stopWatch)
 
-	if d.inbox, err = newInbox(d.nc); err != nil {
+	if d.inbox, err = newInbox(d.nc, d.onReply); err != nil {
 		return err
 	}
 	cleanup = append(cleanup, func() { _ = d.inbox.stop() })
@@ -225,8 +230,8 @@ func (d *Dispatcher) stopAPI() {
 	}
 }
 
-// receive runs on the subscription's goroutine: it admits the task or
-// answers OVERLOADED, and hands it to its own goroutine.
+// receive runs on the subscription's goroutine: it admits the task and
+// sends it on its way, or answers OVERLOADED.
 func (d *Dispatcher) receive(m *nats.Msg) {
 	d.stats.received.Add(1)
 	if m.Reply == "" {
@@ -241,13 +246,7 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 		return
 	}
 	d.tasks.Add(1)
-	go func() {
-		defer func() {
-			d.inflight.Add(-1)
-			d.tasks.Done()
-		}()
-		d.handle(m)
-	}()
+	d.handle(m) // answer releases the in-flight slot
 }
 
 // Stats is a snapshot of a replica's counters since Start.

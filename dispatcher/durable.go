@@ -116,7 +116,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	stop := d.keepInProgress(msg)
 	var res *nats.Msg
 	if e == nil {
-		res, e = d.route(t)
+		res, e = d.routeWait(t)
 	}
 	stop()
 

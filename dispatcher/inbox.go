@@ -14,16 +14,16 @@ type inbox struct {
 	prefix string
 	sub    *nats.Subscription
 
+	onReply func(*delivery, *nats.Msg)
+
 	mu      sync.Mutex
-	waiters map[string]chan *nats.Msg
+	waiters map[string]*delivery
 }
 
-// replyBuffer holds replies not yet read by a task: an ACK, a few progress
-// messages and the result fit; surplus progress messages are dropped.
-const replyBuffer = 8
-
-func newInbox(nc *nats.Conn) (*inbox, error) {
-	ib := &inbox{prefix: nc.NewRespInbox() + ".", waiters: make(map[string]chan *nats.Msg)}
+// newInbox subscribes to the inbox; onReply runs on the subscription's
+// goroutine for every reply to an open delivery.
+func newInbox(nc *nats.Conn, onReply func(*delivery, *nats.Msg)) (*inbox, error) {
+	ib := &inbox{prefix: nc.NewRespInbox() + ".", onReply: onReply, waiters: make(map[string]*delivery)}
 	sub, err := nc.Subscribe(ib.prefix+"*", ib.route)
 	if err != nil {
 		return nil, err
@@ -39,32 +39,40 @@ func newInbox(nc *nats.Conn) (*inbox, error) {
 func (ib *inbox) route(m *nats.Msg) {
 	token := m.Subject[len(ib.prefix):]
 	ib.mu.Lock()
-	ch := ib.waiters[token]
+	dl := ib.waiters[token]
 	ib.mu.Unlock()
-	if ch == nil {
-		return // a late reply to a finished attempt
-	}
-	select {
-	case ch <- m:
-	default:
+	if dl != nil { // else a late reply to a finished delivery
+		ib.onReply(dl, m)
 	}
 }
 
-// open registers a new reply subject and returns it with its channel.
-func (ib *inbox) open() (string, chan *nats.Msg) {
-	token := nuid.Next()
-	ch := make(chan *nats.Msg, replyBuffer)
+// open registers dl under a new reply subject, which it returns.
+func (ib *inbox) open(dl *delivery) string {
+	dl.token = nuid.Next()
 	ib.mu.Lock()
-	ib.waiters[token] = ch
+	ib.waiters[dl.token] = dl
 	ib.mu.Unlock()
-	return ib.prefix + token, ch
+	return ib.prefix + dl.token
 }
 
-// close forgets a reply subject.
-func (ib *inbox) close(subject string) {
+// close forgets a delivery's reply subject.
+func (ib *inbox) close(token string) {
 	ib.mu.Lock()
-	delete(ib.waiters, subject[len(ib.prefix):])
+	delete(ib.waiters, token)
 	ib.mu.Unlock()
+}
+
+// to returns the open deliveries to an instance.
+func (ib *inbox) to(id string) []*delivery {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	var out []*delivery
+	for _, dl := range ib.waiters {
+		if dl.inst.ID == id {
+			out = append(out, dl)
+		}
+	}
+	return out
 }
 
 func (ib *inbox) stop() error { return ib.sub.Unsubscribe() }

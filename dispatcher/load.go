@@ -48,7 +48,6 @@ type instLoad struct {
 	// Reach-Active count on its latest reply; -1 until a reply carried one.
 	others  atomic.Int64
 	breaker *breaker
-	gone    chan struct{} // closed when the instance leaves the table
 
 	mu        sync.Mutex
 	logEWMA   float64 // moving average of ln(latency in ns)
@@ -115,7 +114,7 @@ func (d *Dispatcher) loadOf(id string) *instLoad {
 	if l, ok := d.loads.Load(id); ok {
 		return l.(*instLoad)
 	}
-	fresh := &instLoad{breaker: newBreaker(&d.cfg.Breaker), gone: make(chan struct{})}
+	fresh := &instLoad{breaker: newBreaker(&d.cfg.Breaker)}
 	fresh.others.Store(-1)
 	l, _ := d.loads.LoadOrStore(id, fresh)
 	return l.(*instLoad)
@@ -124,9 +123,8 @@ func (d *Dispatcher) loadOf(id string) *instLoad {
 // forget drops per-instance state when an instance leaves the table, and
 // ends the waits of tasks delivered to it so they can go elsewhere.
 func (d *Dispatcher) forget(id string) {
-	if l, ok := d.loads.LoadAndDelete(id); ok {
-		close(l.(*instLoad).gone)
-	}
+	d.loads.Delete(id)
+	d.abandon(id)
 }
 
 // noteActive reads the Reach-Active count of a reply: the instance's tasks

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,11 +32,14 @@ type task struct {
 	spent       float64
 	visits      []string // Reach-Visits as received
 	attempts    int
-	triedIDs    []string // instances that failed this task
-	skipIDs     []string // instances passed over in the current pick
-	retryTried  bool     // the current pick may reuse tried instances
-	node        string   // the instance that produced the outcome
-	seq         uint64   // stream sequence of a durable task; 0 on the direct tier
+	triedIDs    []string       // instances that failed this task
+	skipIDs     []string       // instances passed over in the current pick
+	retryTried  bool           // the current pick may reuse tried instances
+	node        string         // the instance that produced the outcome
+	last        *streams.Error // the latest attempt's error
+	start       time.Time
+	done        func(t *task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
+	seq         uint64                                         // stream sequence of a durable task; 0 on the direct tier
 	log         taskLog
 }
 
@@ -170,15 +174,33 @@ func intHeader(h nats.Header, k string) (int64, *streams.Error) {
 	return n, nil
 }
 
-// handle takes one task from receipt to reply.
+// A task has no goroutine of its own. The subscription callback starts it
+// (newTask, resolve, publish the delivery); the agent's replies, arriving on
+// the inbox's goroutine, and per-delivery timers move it on; done runs once
+// with its outcome. Each delivery ends exactly once — by its result, an
+// error reply, its timer or its instance leaving — whichever claims it first.
+
+// handle starts one direct-tier task; answer replies to the caller.
 func (d *Dispatcher) handle(m *nats.Msg) {
 	start := time.Now()
 	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), start.Add(d.cfg.Deadline))
+	t.start, t.done = start, d.answer
+	if e != nil {
+		d.answer(t, nil, e)
+		return
+	}
+	d.run(t)
+}
+
+// answer ends a direct-tier task: the result or the error to the caller,
+// and its feedback record.
+func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
+	defer func() {
+		d.inflight.Add(-1)
+		d.tasks.Done()
+	}()
 	if e == nil {
-		var res *nats.Msg
-		if res, e = d.route(t); e == nil {
-			e = d.reply(t, res)
-		}
+		e = d.reply(t, res)
 	}
 	if e == nil {
 		d.stats.finished.Add(1)
@@ -186,9 +208,22 @@ func (d *Dispatcher) handle(m *nats.Msg) {
 	} else {
 		d.stats.failed.Add(1)
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
-		d.replyError(m, t.requestID, t.orchID, e, t.attemptHeaders()...)
+		d.replyError(t.req, t.requestID, t.orchID, e, t.attemptHeaders()...)
 	}
-	d.recordEvent(t, start, OutcomeReply, e)
+	d.recordEvent(t, t.start, OutcomeReply, e)
+}
+
+// routeWait runs t to its outcome and waits for it (the durable tier,
+// which has a goroutine per task anyway).
+func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
+	done := make(chan struct{})
+	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
+		res, e = r, err
+		close(done)
+	}
+	d.run(t)
+	<-done
+	return res, e
 }
 
 // outcome classifies how one delivery ended.
@@ -205,48 +240,61 @@ const (
 // retryable reports whether another delivery may help.
 func (o outcome) retryable() bool { return o >= outcomeBusy }
 
-// route delivers t until it has an outcome: a result, an error that no
-// retry can help, or no retry left (by count, cost budget or deadline).
-func (d *Dispatcher) route(t *task) (*nats.Msg, *streams.Error) {
-	retries := d.cfg.retries(t.capability)
-	var last *streams.Error
-	for {
+// run delivers t to the next instance, or ends it when no instance, retry
+// or time is left.
+func (d *Dispatcher) run(t *task) {
+	if time.Until(t.deadline) <= 0 {
+		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
+		return
+	}
+	inst, probe, e := d.resolve(t)
+	if inst == nil {
+		if e.Code != streams.CodeTargetBusy {
+			if t.last != nil && e.Code == streams.CodeNoAgent {
+				e = t.last
+			}
+			t.done(t, nil, e)
+			return
+		}
+		t.attempts++ // a wait for capacity uses a retry too
+		d.retry(t, e, outcomeBusy)
+		return
+	}
+	t.attempts++
+	t.node = inst.ID
+	d.send(t, inst, probe)
+}
+
+// retry follows a failed delivery (or a wait for capacity): t goes to the
+// next instance — at once when the last one was unreachable, after a
+// jittered backoff otherwise — or ends with the last error.
+func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
+	t.last = e
+	if !mayRetry(kind, t.attempts, d.cfg.retries(t.capability), t.spent, t.budget) {
+		if t.budget > 0 && t.spent >= t.budget {
+			e = streams.NewError(e.Code, "%s (cost budget %v spent: %v)", e.Message, t.budget, t.spent)
+		}
+		t.done(t, nil, e)
+		return
+	}
+	if kind == outcomeUnreachable {
+		d.stats.redirected.Add(1)
+		d.run(t)
+		return
+	}
+	ceiling := backoffCeiling(d.cfg.BackoffBase, d.cfg.BackoffMax, t.attempts, time.Until(t.deadline))
+	if ceiling <= 0 {
+		t.done(t, nil, e)
+		return
+	}
+	time.AfterFunc(time.Duration(rand.Int64N(int64(ceiling))+1), func() { // full jitter
 		if time.Until(t.deadline) <= 0 {
-			return nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts)
-		}
-		inst, probe, e := d.resolve(t)
-		kind := outcomeBusy // waiting for a free slot
-		if inst == nil {
-			if e.Code != streams.CodeTargetBusy {
-				if last != nil && e.Code == streams.CodeNoAgent {
-					return nil, last
-				}
-				return nil, e
-			}
-			t.attempts++ // a wait for capacity uses a retry too
-		} else {
-			t.attempts++
-			t.node = inst.ID
-			var res *nats.Msg
-			res, e, kind = d.attempt(t, inst, probe)
-			if !kind.retryable() {
-				return res, e
-			}
-			t.triedIDs = append(t.triedIDs, inst.ID)
-			t.log.Debug().Str("node", inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
-		}
-		last = e
-		if !mayRetry(kind, t.attempts, retries, t.spent, t.budget) {
-			if t.budget > 0 && t.spent >= t.budget {
-				return nil, streams.NewError(last.Code, "%s (cost budget %v spent: %v)", last.Message, t.budget, t.spent)
-			}
-			return nil, last
-		}
-		if kind != outcomeUnreachable && !d.backoff(t) {
-			return nil, last
+			t.done(t, nil, t.last)
+			return
 		}
 		d.stats.redirected.Add(1)
-	}
+		d.run(t)
+	})
 }
 
 // mayRetry is the retry rule: only a retryable outcome (TARGET_BUSY, a
@@ -262,17 +310,6 @@ func mayRetry(kind outcome, attempts, retries int, spent, budget float64) bool {
 // deadline.
 func backoffCeiling(base, limit time.Duration, attempts int, remaining time.Duration) time.Duration {
 	return min(base<<min(max(attempts-1, 0), 16), limit, remaining/4)
-}
-
-// backoff waits a random time up to backoffCeiling (full jitter). It
-// reports false when the deadline leaves no time for another attempt.
-func (d *Dispatcher) backoff(t *task) bool {
-	ceiling := backoffCeiling(d.cfg.BackoffBase, d.cfg.BackoffMax, t.attempts, time.Until(t.deadline))
-	if ceiling <= 0 {
-		return false
-	}
-	time.Sleep(time.Duration(rand.Int64N(int64(ceiling)) + 1))
-	return time.Until(t.deadline) > 0
 }
 
 // resolve picks the next instance for t. It prefers instances t has not
@@ -334,45 +371,42 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, e *s
 	return nil, false, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
 }
 
-// attempt delivers t to inst and follows it to an outcome, which it records
-// in the instance's breaker, penalty and latency. retry reports whether
-// another delivery may help.
-func (d *Dispatcher) attempt(t *task, inst *registry.Instance, probe bool) (res *nats.Msg, e *streams.Error, kind outcome) {
-	load := d.loadOf(inst.ID)
-	load.inflight.Add(1)
-	defer load.inflight.Add(-1)
-	sent := time.Now()
-	res, e, kind = d.deliver(t, inst, load)
-	now := time.Now()
-	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
-	if state, changed := load.breaker.record(now, healthy, probe); changed {
-		d.breakerChanged(inst.ID, state)
-	}
-	if !healthy {
-		load.penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
-	}
-	if kind == outcomeDone || kind == outcomeSlow {
-		load.observe(now.Sub(sent), now)
-		if kind == outcomeDone {
-			d.typeLatency(inst.Entry().Type).observe(now.Sub(sent))
-		}
-	}
-	if res != nil {
-		t.spent += costOf(res)
-	}
-	return res, e, kind
+// delivery is one attempt of a task at one instance.
+type delivery struct {
+	t     *task
+	inst  *registry.Instance
+	load  *instLoad
+	probe bool
+	sent  time.Time
+	token string // the last token of its reply subject
+
+	mu      sync.Mutex
+	over    bool // claimed by whatever ended it
+	acked   bool
+	expires time.Time // when the timer may end it
+	timer   *time.Timer
 }
 
-func costOf(m *nats.Msg) float64 {
-	c, _ := strconv.ParseFloat(m.Header.Get(streams.HeaderCost), 64)
-	return c
+// claim ends dl for the caller; it reports false when dl had ended already.
+func (dl *delivery) claim() bool {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if dl.over {
+		return false
+	}
+	dl.over = true
+	if dl.timer != nil {
+		dl.timer.Stop()
+	}
+	return true
 }
 
-// deliver sends t to inst and waits for ACKED, PROCESSING and the outcome.
-func (d *Dispatcher) deliver(t *task, inst *registry.Instance, load *instLoad) (res *nats.Msg, e *streams.Error, kind outcome) {
-	reply, ch := d.inbox.open()
-	defer d.inbox.close(reply)
-	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: reply, Data: t.req.Data, Header: nats.Header{}}
+// send delivers t to inst, with a timer for the ACK.
+func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
+	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe}
+	dl.load.inflight.Add(1)
+	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data,
+		Header: make(nats.Header, len(t.req.Header)+7)}
 	for k, v := range t.req.Header {
 		out.Header[k] = v
 	}
@@ -384,61 +418,139 @@ func (d *Dispatcher) deliver(t *task, inst *registry.Instance, load *instLoad) (
 	out.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
 	out.Header.Set(streams.HeaderVisits, strings.Join(append(slices.Clip(t.visits), inst.ID), ","))
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		return nil, streams.AsError(err), outcomeFinal
+		dl.over = true
+		d.settle(dl, nil, nil, streams.AsError(err), outcomeFinal)
+		return
 	}
-	if err := d.nc.PublishMsg(out); err != nil {
-		return nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable
-	}
-
 	t.log.Debug().Str("node", inst.ID).Int("attempt", t.attempts).Str("state", string(streams.StatusSent)).Msg("task state")
-	acked := false
-	timer := time.NewTimer(min(d.cfg.AckTimeout, time.Until(t.deadline)))
-	defer timer.Stop()
-	for {
-		select {
-		case m := <-ch:
-			if m.Header.Get("Status") == "503" {
-				return nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", inst.ID), outcomeUnreachable
-			}
-			status := streams.Status(m.Header.Get(streams.HeaderStatus))
-			mine := load.inflight.Load()
-			if status.Terminal() {
-				mine-- // the agent no longer counts this task
-			}
-			load.noteActive(m, mine)
-			switch status {
-			case streams.StatusAcked, streams.StatusProcessing:
-				acked = true
-				t.log.Debug().Str("node", inst.ID).Str("state", string(status)).Msg("task state")
-				timer.Reset(min(d.cfg.callTimeout(t.wish, d.timeoutHint(inst.Entry())), time.Until(t.deadline)))
-			case streams.StatusFinished:
-				return m, nil, outcomeDone
-			default:
-				e := streams.ErrorFromMessage(m)
-				if e == nil {
-					e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", inst.ID, m.Header.Get(streams.HeaderStatus))
-				}
-				t.spent += costOf(m)
-				switch e.Code {
-				case streams.CodeTargetBusy:
-					return nil, e, outcomeBusy
-				case streams.CodeTimeout:
-					return nil, e, outcomeSlow
-				}
-				return nil, e, outcomeFinal
-			}
-		case <-load.gone:
-			return nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", inst.ID), outcomeUnreachable
-		case <-timer.C:
-			if time.Until(t.deadline) <= 0 {
-				return nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", inst.ID), outcomeFinal
-			}
-			if !acked {
-				return nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", inst.ID, d.cfg.AckTimeout), outcomeUnreachable
-			}
-			return nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", inst.ID), outcomeSlow
+	// From here on t belongs to whoever claims dl: its timer, its reply, or
+	// its instance leaving.
+	dl.mu.Lock()
+	dl.sent = time.Now()
+	wait := min(d.cfg.AckTimeout, t.deadline.Sub(dl.sent))
+	dl.expires = dl.sent.Add(wait)
+	dl.timer = time.AfterFunc(wait, func() { d.expire(dl) })
+	dl.mu.Unlock()
+	if err := d.nc.PublishMsg(out); err != nil && dl.claim() {
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable)
+	}
+}
+
+// onReply handles one reply to a delivery, on the inbox's goroutine.
+func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
+	if m.Header.Get("Status") == "503" {
+		if dl.claim() {
+			d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
+		}
+		return
+	}
+	status := streams.Status(m.Header.Get(streams.HeaderStatus))
+	mine := dl.load.inflight.Load()
+	if status.Terminal() {
+		mine-- // the agent no longer counts this task
+	}
+	dl.load.noteActive(m, mine)
+	switch status {
+	case streams.StatusAcked, streams.StatusProcessing:
+		dl.mu.Lock()
+		if !dl.over {
+			dl.acked = true
+			wait := min(d.cfg.callTimeout(dl.t.wish, d.timeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
+			dl.expires = time.Now().Add(wait)
+			dl.timer.Reset(wait)
+		}
+		dl.mu.Unlock()
+		dl.t.log.Debug().Str("node", dl.inst.ID).Str("state", string(status)).Msg("task state")
+		return
+	case streams.StatusFinished:
+		if dl.claim() {
+			d.settle(dl, m, m, nil, outcomeDone)
+		}
+		return
+	}
+	e := streams.ErrorFromMessage(m)
+	if e == nil {
+		e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", dl.inst.ID, m.Header.Get(streams.HeaderStatus))
+	}
+	kind := outcomeFinal
+	switch e.Code {
+	case streams.CodeTargetBusy:
+		kind = outcomeBusy
+	case streams.CodeTimeout:
+		kind = outcomeSlow
+	}
+	if dl.claim() {
+		d.settle(dl, nil, m, e, kind)
+	}
+}
+
+// expire ends a delivery whose ACK or result did not come in time.
+func (d *Dispatcher) expire(dl *delivery) {
+	dl.mu.Lock()
+	if dl.over || time.Now().Before(dl.expires) { // ended, or an ACK re-armed the timer
+		dl.mu.Unlock()
+		return
+	}
+	dl.over = true
+	acked := dl.acked
+	dl.mu.Unlock()
+	id := dl.inst.ID
+	switch {
+	case time.Until(dl.t.deadline) <= 0:
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), outcomeFinal)
+	case !acked:
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, d.cfg.AckTimeout), outcomeUnreachable)
+	default:
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), outcomeSlow)
+	}
+}
+
+// settle records a claimed delivery's outcome in its instance's breaker,
+// penalty and latency, and moves its task on. res is the result, last the
+// final reply (for its cost), e the error.
+func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
+	d.inbox.close(dl.token)
+	t, load := dl.t, dl.load
+	load.inflight.Add(-1)
+	now := time.Now()
+	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
+	if state, changed := load.breaker.record(now, healthy, dl.probe); changed {
+		d.breakerChanged(dl.inst.ID, state)
+	}
+	if !healthy {
+		load.penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
+	}
+	if !dl.sent.IsZero() && (kind == outcomeDone || kind == outcomeSlow) {
+		load.observe(now.Sub(dl.sent), now)
+		if kind == outcomeDone {
+			d.typeLatency(dl.inst.Entry().Type).observe(now.Sub(dl.sent))
 		}
 	}
+	if last != nil {
+		t.spent += costOf(last)
+	}
+	if !kind.retryable() {
+		t.done(t, res, e)
+		return
+	}
+	t.triedIDs = append(t.triedIDs, dl.inst.ID)
+	t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
+	d.retry(t, e, kind)
+}
+
+// abandon ends the deliveries to an instance that left the table, so their
+// tasks go elsewhere at once.
+func (d *Dispatcher) abandon(id string) {
+	for _, dl := range d.inbox.to(id) {
+		if dl.claim() {
+			d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
+		}
+	}
+}
+
+func costOf(m *nats.Msg) float64 {
+	c, _ := strconv.ParseFloat(m.Header.Get(streams.HeaderCost), 64)
+	return c
 }
 
 func (t *task) attemptHeaders() []string {

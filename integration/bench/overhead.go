@@ -2,9 +2,11 @@ package bench
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -13,6 +15,7 @@ const (
 	overheadAgents  = 4
 	overheadCallers = 64
 	directSubject   = "bench.direct"
+	relaySubject    = "bench.relay"
 	echoCapability  = "echo"
 )
 
@@ -33,6 +36,13 @@ func runOverhead(r *run) error {
 	// connection, answering from the subscription's goroutine. They carry
 	// the agents label, as the echo agents do.
 	labelled(r.ctx, compAgents, func() { err = startResponders(e, jsonHdr) })
+	if err != nil {
+		return err
+	}
+
+	// The floor of any design with a hop: a bare relay in front of the
+	// same responders.
+	labelled(r.ctx, compDispatch, func() { err = startRelay(e) })
 	if err != nil {
 		return err
 	}
@@ -58,6 +68,7 @@ func runOverhead(r *run) error {
 		}
 	}
 	methods := []struct{ name, subject string }{{"direct", directSubject}, {"routed", routedSubject}}
+	closedMethods := append(methods, struct{ name, subject string }{"relay", relaySubject})
 	pointDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	const timeout = 2 * time.Second
 
@@ -68,8 +79,8 @@ func runOverhead(r *run) error {
 		r.logf("overhead %s %s: %v", method, load, l)
 	}
 
-	// Warm up both paths (connections, buffers, the dispatcher's caches).
-	for _, m := range methods {
+	// Warm up every path (connections, buffers, the dispatcher's caches).
+	for _, m := range closedMethods {
 		if _, err := r.closedLoop(callers, closedSpec{step: "warm-up " + m.name, callers: 16,
 			dur: pick(r, time.Second, 200*time.Millisecond), timeout: timeout, build: closedMsg(m.subject)}); err != nil {
 			return err
@@ -77,9 +88,9 @@ func runOverhead(r *run) error {
 	}
 
 	// Closed loop: 1 caller (latency of one call), 64 callers (maximum throughput).
-	closed := map[string]map[int]*latency{"direct": {}, "routed": {}}
+	closed := map[string]map[int]*latency{"direct": {}, "routed": {}, "relay": {}}
 	for _, c := range []int{1, overheadCallers} {
-		for _, m := range methods {
+		for _, m := range closedMethods {
 			l, err := r.closedLoop(callers, closedSpec{step: fmt.Sprintf("%s, %d callers", m.name, c), callers: c,
 				dur: pointDur, timeout: timeout, build: closedMsg(m.subject)})
 			if err != nil {
@@ -105,6 +116,11 @@ func runOverhead(r *run) error {
 	r.set("routed_p50_us_c64", usf(r64.p(50)))
 	r.set("direct_p99_us_c64", usf(d64.p(99)))
 	r.set("routed_p99_us_c64", usf(r64.p(99)))
+	rl1, rl64 := closed["relay"][1], closed["relay"][overheadCallers]
+	r.set("relay_rps", rl64.rps())
+	r.set("relay_throughput_ratio", ratio(rl64.rps(), d64.rps()))
+	r.set("relay_p50_us_c1", usf(rl1.p(50)))
+	r.set("relay_p50_ratio_c1", ratio(usf(rl1.p(50)), usf(d1.p(50))))
 	r.set("direct_cpu_cores_c64", d64.cores())
 	r.set("routed_cpu_cores_c64", r64.cores())
 
@@ -180,6 +196,8 @@ func runOverhead(r *run) error {
 	r.addTable("overhead: summary", []string{"figure", "value"}, [][]string{
 		{"throughput_ratio (routed/direct, 64 callers)", f(r.rep.Figures["throughput_ratio"])},
 		{"p50_ratio_c1 (routed/direct, 1 caller)", f(r.rep.Figures["p50_ratio_c1"])},
+		{"relay_throughput_ratio (bare relay/direct, 64 callers)", f(r.rep.Figures["relay_throughput_ratio"])},
+		{"relay_p50_ratio_c1 (bare relay/direct, 1 caller)", f(r.rep.Figures["relay_p50_ratio_c1"])},
 		{"added_p99_us_50pct", f(r.rep.Figures["added_p99_us_50pct"])},
 		{"added_p99_us_half_routed_max", f(r.rep.Figures["added_p99_us_half_routed_max"])},
 		{fmt.Sprintf("dispatcher_cpu_per_1k_rps (cores, at %.0f req/s; routed − direct)", cpuRate), fmt.Sprintf("%.3f", cpuPer1k)},
@@ -245,4 +263,48 @@ func startResponders(e *env, hdr nats.Header) error {
 		}
 	}
 	return nil
+}
+
+// startRelay starts the floor of any design that puts a hop between caller
+// and worker: a queue-group subscriber that forwards each request to the
+// direct responders and their answer back, doing nothing else — no routing
+// decision, no state but the map from its own reply subjects to the
+// callers'. The routed path cannot be cheaper than this.
+func startRelay(e *env) error {
+	nc, err := e.connect("relay")
+	if err != nil {
+		return err
+	}
+	prefix := nc.NewRespInbox() + "."
+	var mu sync.Mutex
+	pending := map[string]string{}
+	back, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		token := m.Subject[len(prefix):]
+		mu.Lock()
+		to, ok := pending[token]
+		delete(pending, token)
+		mu.Unlock()
+		if ok {
+			_ = nc.PublishMsg(&nats.Msg{Subject: to, Data: m.Data, Header: m.Header})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	fwd, err := nc.QueueSubscribe(relaySubject, "relay", func(m *nats.Msg) {
+		token := nuid.Next()
+		mu.Lock()
+		pending[token] = m.Reply
+		mu.Unlock()
+		_ = nc.PublishMsg(&nats.Msg{Subject: directSubject, Reply: prefix + token, Data: m.Data, Header: m.Header})
+	})
+	for _, s := range []*nats.Subscription{back, fwd} {
+		if err == nil {
+			err = s.SetPendingLimits(-1, -1)
+		}
+	}
+	if err == nil {
+		err = nc.Flush()
+	}
+	return err
 }
