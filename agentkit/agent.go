@@ -380,7 +380,7 @@ func (a *Agent) deliver(m *nats.Msg) {
 // it is answered with its result alone (the result implies the ACK), which
 // saves a message on every fast task. It is far below any dispatcher's ack
 // timeout.
-const AckDelay = time.Millisecond
+const AckDelay = 20 * time.Millisecond
 
 // ack sends ACKED unless the task has already answered.
 func (a *Agent) ack(req *Request) {
@@ -397,8 +397,7 @@ func (a *Agent) ack(req *Request) {
 
 func (a *Agent) run(h Handler, req *Request) {
 	defer func() {
-		<-a.slots
-		a.hb.SetActive(len(a.slots))
+		a.release(req) // if no reply went out
 		a.inflight.Done()
 	}()
 	ctx := context.WithValue(a.ctx, requestKey{}, req)
@@ -519,15 +518,23 @@ func (a *Agent) publish(req *Request, m *nats.Msg) {
 	if req.ackTimer != nil {
 		req.ackTimer.Stop()
 	}
-	active := len(a.slots)
-	if req.holdsSlot {
-		active-- // released right after this reply
-	}
-	m.Header.Set(streams.HeaderActive, strconv.Itoa(max(active, 0)))
+	// The slot is free before the reply leaves: a dispatcher that sends the
+	// next task as soon as it has the result must find it free.
+	a.release(req)
+	m.Header.Set(streams.HeaderActive, strconv.Itoa(len(a.slots)))
 	if err := a.nc.PublishMsg(m); err != nil {
 		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
 	}
 }
 
 // fail answers a delivery with an error at once.
+// release gives back req's slot, once.
+func (a *Agent) release(req *Request) {
+	if req.holdsSlot {
+		req.holdsSlot = false
+		<-a.slots
+		a.hb.SetActive(len(a.slots))
+	}
+}
+
 func (a *Agent) fail(req *Request, e *streams.Error) { a.publish(req, a.errorMsg(req, e)) }

@@ -18,6 +18,7 @@ const (
 	DefaultWriteRetries = 1
 	DefaultBackoffBase  = 100 * time.Millisecond
 	DefaultBackoffMax   = 2 * time.Second
+	DefaultQueueWait    = 2 * time.Second
 	DefaultMaxHops      = 8
 	DefaultMaxVisits    = 3
 	DefaultPenalty      = 0.1
@@ -73,6 +74,13 @@ type Config struct {
 	// before retrying after TIMEOUT or TARGET_BUSY; defaults 100 ms and 2 s.
 	// Unreachable instances (no ACK, no subscription) are left at once.
 	BackoffBase, BackoffMax time.Duration
+	// QueueWait is how long a task waits, in arrival order, for a free slot
+	// when every instance of its capability has all its slots in use (as far
+	// as this replica knows); a slot freed here goes to the oldest waiting
+	// task at once. After it the task fails with TARGET_BUSY. Default 2 s,
+	// never past the task's deadline; negative: no waiting, TARGET_BUSY is
+	// retried after a backoff like an agent's.
+	QueueWait time.Duration
 	// MaxHops is the hop limit beyond which a task is LOOP_DETECTED; default 8.
 	MaxHops int
 	// MaxVisits is how often one chain (Reach-Visits) may reach the same
@@ -130,6 +138,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.WriteRetries, DefaultWriteRetries)
 	setDefault(&c.BackoffBase, DefaultBackoffBase)
 	setDefault(&c.BackoffMax, DefaultBackoffMax)
+	setDefault(&c.QueueWait, DefaultQueueWait)
 	setDefault(&c.MaxHops, DefaultMaxHops)
 	setDefault(&c.MaxVisits, DefaultMaxVisits)
 	setDefault(&c.Penalty, DefaultPenalty)

@@ -39,13 +39,14 @@ type Dispatcher struct {
 	js         jetstream.JetStream
 	consume    jetstream.ConsumeContext
 	stopReplay func()
-	stopWatch  func() // stops the breaker watch and sharing, and waits for them
+	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them
 	breakerOut chan breakerShare
 	rr         counters
 
 	mu      sync.Mutex
 	started bool
 	loads   sync.Map // instance id → *instLoad
+	queues  sync.Map // capability → *waitQueue
 	hints   sync.Map // agent type → *typeLatency
 
 	inflight atomic.Int64
@@ -127,7 +128,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	cleanup = append(cleanup, d.table.Close)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone, shareDone := make(chan struct{}), make(chan struct{})
+	watchDone, shareDone, pumpDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
 		kvwatch.Run(watchCtx, d.nc, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
@@ -136,7 +137,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		defer close(shareDone)
 		d.shareBreakers(watchCtx)
 	}()
-	d.stopWatch = func() { stopWatch(); <-watchDone; <-shareDone }
+	go func() {
+		defer close(pumpDone)
+		d.pumpOnChange(watchCtx.Done())
+	}()
+	d.stopWatch = func() { stopWatch(); <-watchDone; <-shareDone; <-pumpDone }
 	cleanup = append(cleanup, d.stopWatch)
 
 	if d.inbox, err = newInbox(d.nc, d.onReply); err != nil {
@@ -258,6 +263,7 @@ type Stats struct {
 	Overloaded int64  `json:"overloaded"`
 	Dropped    int64  `json:"dropped"`
 	Redirected int64  `json:"redirected"`
+	Queued     int64  `json:"queued"` // tasks that waited for a free slot
 	Durable    int64  `json:"durable"`
 	Buffered   int64  `json:"buffered"`
 	Replayed   int64  `json:"replayed"`
@@ -267,7 +273,7 @@ type Stats struct {
 
 type stats struct {
 	received, finished, failed, overloaded, dropped, redirected atomic.Int64
-	durable, buffered, replayed                                 atomic.Int64
+	durable, buffered, replayed, queued                         atomic.Int64
 }
 
 // Stats returns the replica's counters.
@@ -280,6 +286,7 @@ func (d *Dispatcher) Stats() Stats {
 		Overloaded: d.stats.overloaded.Load(),
 		Dropped:    d.stats.dropped.Load(),
 		Redirected: d.stats.redirected.Load(),
+		Queued:     d.stats.queued.Load(),
 		Durable:    d.stats.durable.Load(),
 		Buffered:   d.stats.buffered.Load(),
 		Replayed:   d.stats.replayed.Load(),

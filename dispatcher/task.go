@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"container/list"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -39,6 +40,8 @@ type task struct {
 	last        *streams.Error // the latest attempt's error
 	start       time.Time
 	done        func(t *task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
+	queued      *list.Element                                  // in its capability's wait queue
+	waitTimer   *time.Timer                                    // ends its wait for a slot
 	seq         uint64                                         // stream sequence of a durable task; 0 on the direct tier
 	log         taskLog
 }
@@ -241,28 +244,39 @@ const (
 func (o outcome) retryable() bool { return o >= outcomeBusy }
 
 // run delivers t to the next instance, or ends it when no instance, retry
-// or time is left.
+// or time is left. While tasks of its capability wait for a slot, it
+// queues behind them.
 func (d *Dispatcher) run(t *task) {
 	if time.Until(t.deadline) <= 0 {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
 		return
 	}
-	inst, probe, e := d.resolve(t)
-	if inst == nil {
-		if e.Code != streams.CodeTargetBusy {
-			if t.last != nil && e.Code == streams.CodeNoAgent {
-				e = t.last
-			}
-			t.done(t, nil, e)
-			return
-		}
-		t.attempts++ // a wait for capacity uses a retry too
-		d.retry(t, e, outcomeBusy)
+	if q := d.waiting(t.capability); q != nil && q.n.Load() > 0 && d.cfg.QueueWait > 0 {
+		d.enqueue(q, t)
 		return
 	}
-	t.attempts++
-	t.node = inst.ID
-	d.send(t, inst, probe)
+	inst, probe, why := d.resolve(t)
+	d.proceed(t, inst, probe, why)
+}
+
+// proceed sends t to inst, which resolve picked (and reserved a slot of),
+// or acts on why resolve found none: wait for a slot, or end.
+func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why noRoute) {
+	switch {
+	case inst != nil:
+		t.attempts++
+		t.node = inst.ID
+		d.send(t, inst, probe)
+	case why == routeFull && d.cfg.QueueWait > 0:
+		d.enqueue(d.queueOf(t.capability), t)
+	case why == routeFull:
+		t.attempts++ // a wait for capacity uses a retry too
+		d.retry(t, why.error(d, t), outcomeBusy)
+	case t.last != nil && (why == routeNoAgent || why == routeGone):
+		t.done(t, nil, t.last)
+	default:
+		t.done(t, nil, why.error(d, t))
+	}
 }
 
 // retry follows a failed delivery (or a wait for capacity): t goes to the
@@ -312,23 +326,53 @@ func backoffCeiling(base, limit time.Duration, attempts int, remaining time.Dura
 	return min(base<<min(max(attempts-1, 0), 16), limit, remaining/4)
 }
 
-// resolve picks the next instance for t. It prefers instances t has not
-// tried, and passes over instances that are full (own in-flight at
-// max_concurrent), whose breaker refuses, or that this chain visited too
-// often. When none is left it returns the error that says why.
-func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, e *streams.Error) {
+// noRoute says why resolve found no instance; its error is built only
+// when a task ends with it (pump asks again and again while all are full).
+type noRoute int
+
+const (
+	routeNoAgent noRoute = iota + 1 // none routable offers the capability
+	routeGone                       // the unicast instance is not routable
+	routeFull                       // every instance has all its slots in use
+	routeOpen                       // every breaker refuses
+	routeLooped                     // the chain reached every instance MaxVisits times
+)
+
+func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
+	switch why {
+	case routeGone:
+		return streams.NewError(streams.CodeNoAgent, "instance %q is not routable for %s", t.unicast, t.capability)
+	case routeFull:
+		return streams.NewError(streams.CodeTargetBusy, "every instance of %s has all its slots in use", t.capability)
+	case routeOpen:
+		return streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
+	case routeLooped:
+		return streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
+	}
+	return streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
+}
+
+// resolve picks the next instance for t and reserves one of its slots
+// (counted in its in-flight tasks: send uses it, settle frees it). It
+// prefers instances t has not tried, and passes over instances that are
+// full (own in-flight at max_concurrent), whose breaker refuses, or that
+// this chain visited too often. When none is left it says why.
+func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why noRoute) {
 	var rs *registry.Routes
 	if t.unicast != "" {
-		if u, ok := d.table.Lookup(t.unicast); ok && u.Entry().Routable() && u.Entry().Has(t.capability) {
-			rs = registry.NewRoutes([]*registry.Instance{u})
-		} else {
-			return nil, false, streams.NewError(streams.CodeNoAgent, "instance %q is not routable for %s", t.unicast, t.capability)
+		u, ok := d.table.Lookup(t.unicast)
+		if !ok || !u.Entry().Routable() || !u.Entry().Has(t.capability) {
+			return nil, false, routeGone
 		}
+		rs = registry.NewRoutes([]*registry.Instance{u})
 	} else {
 		rs = d.table.Candidates(t.capability)
 	}
 	if rs.Len() == 0 {
-		return nil, false, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
+		return nil, false, routeNoAgent
+	}
+	if !d.anyFree(rs) {
+		return nil, false, routeFull // the common answer while tasks wait: found cheaply
 	}
 	name, ok := d.cfg.Strategies[t.capability]
 	if !ok {
@@ -348,13 +392,14 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, e *s
 			switch {
 			case t.visitsOf(cand.ID) >= d.cfg.MaxVisits:
 				looped++
-			case l.inflight.Load() >= int64(cand.Entry().MaxConcurrent):
+			case !l.reserve(int64(cand.Entry().MaxConcurrent)):
 				full++
 			default:
 				admit, isProbe := l.breaker.allow(now)
 				if admit {
-					return cand, isProbe, nil
+					return cand, isProbe, 0
 				}
+				l.inflight.Add(-1)
 				open++
 			}
 			t.skipIDs = append(t.skipIDs, cand.ID)
@@ -362,13 +407,23 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, e *s
 	}
 	switch {
 	case full > 0:
-		return nil, false, streams.NewError(streams.CodeTargetBusy, "every instance of %s has all its slots in use", t.capability)
+		return nil, false, routeFull
 	case open > 0:
-		return nil, false, streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
+		return nil, false, routeOpen
 	case looped > 0:
-		return nil, false, streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
+		return nil, false, routeLooped
 	}
-	return nil, false, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
+	return nil, false, routeNoAgent
+}
+
+// anyFree reports whether some instance of rs has a free slot here.
+func (d *Dispatcher) anyFree(rs *registry.Routes) bool {
+	for _, inst := range rs.Instances {
+		if d.loadOf(inst.ID).inflight.Load() < int64(inst.Entry().MaxConcurrent) {
+			return true
+		}
+	}
+	return false
 }
 
 // delivery is one attempt of a task at one instance.
@@ -403,8 +458,7 @@ func (dl *delivery) claim() bool {
 
 // send delivers t to inst, with a timer for the ACK.
 func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
-	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe}
-	dl.load.inflight.Add(1)
+	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe} // resolve reserved the slot
 	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data,
 		Header: make(nats.Header, len(t.req.Header)+7)}
 	for k, v := range t.req.Header {
@@ -531,11 +585,17 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	}
 	if !kind.retryable() {
 		t.done(t, res, e)
-		return
+	} else {
+		t.triedIDs = append(t.triedIDs, dl.inst.ID)
+		t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
+		d.retry(t, e, kind)
 	}
-	t.triedIDs = append(t.triedIDs, dl.inst.ID)
-	t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
-	d.retry(t, e, kind)
+	// The slot is free: hand it to a waiting task.
+	for _, c := range dl.inst.Entry().Capabilities {
+		if q := d.waiting(c); q != nil && q.n.Load() > 0 {
+			d.pump(q)
+		}
+	}
 }
 
 // abandon ends the deliveries to an instance that left the table, so their

@@ -40,6 +40,7 @@ type dispatcherFlags struct {
 	writes        string
 	capRetries    pairList
 	deadline      time.Duration
+	queueWait     time.Duration
 	dlqInterval   int
 }
 
@@ -61,6 +62,8 @@ func (f *dispatcherFlags) register(fs *flag.FlagSet) {
 		"how long an instance has to answer ACKED before the task goes elsewhere")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatcher.DefaultMaxInFlight,
 		"tasks this replica handles at once; beyond it callers get OVERLOADED")
+	fs.DurationVar(&f.queueWait, "queue-wait", dispatcher.DefaultQueueWait,
+		"how long a task waits, in arrival order, for a free slot when every instance is busy; then TARGET_BUSY (negative: no waiting)")
 	fs.IntVar(&f.retries, "retries", dispatcher.DefaultRetries,
 		"deliveries after the first on TIMEOUT, TARGET_BUSY, no ACK or transport failure (-1: none)")
 	fs.IntVar(&f.writeRetries, "write-retries", dispatcher.DefaultWriteRetries, "--retries for the capabilities in --writes (-1: none)")
@@ -95,6 +98,7 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 		Name:                    f.name,
 		AckTimeout:              f.ackTimeout,
 		MaxInFlight:             f.maxInFlight,
+		QueueWait:               f.queueWait,
 		DefaultStrategy:         f.strategy,
 		Retries:                 f.retries,
 		WriteRetries:            f.writeRetries,

@@ -1,0 +1,114 @@
+package dispatcher
+
+import (
+	"container/list"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// waitQueue holds, in arrival order, the tasks of one capability that found
+// every instance at its slot limit. A slot freed by this replica (settle),
+// or an instance joining, hands them out oldest first (pump); a task that
+// waits longer than QueueWait or past its deadline leaves with TARGET_BUSY
+// or DEADLINE_EXCEEDED (giveUp). Like a pull consumer, a busy capability
+// then sends work to whichever instance frees a slot first instead of
+// guessing, and nothing waits behind a slow instance.
+type waitQueue struct {
+	capability string
+	mu         sync.Mutex
+	tasks      list.List    // of *task
+	n          atomic.Int64 // tasks.Len(), readable without mu
+}
+
+// waiting returns capability c's queue, nil if it never had one.
+func (d *Dispatcher) waiting(c string) *waitQueue {
+	if q, ok := d.queues.Load(c); ok {
+		return q.(*waitQueue)
+	}
+	return nil
+}
+
+func (d *Dispatcher) queueOf(c string) *waitQueue {
+	if q := d.waiting(c); q != nil {
+		return q
+	}
+	q, _ := d.queues.LoadOrStore(c, &waitQueue{capability: c})
+	return q.(*waitQueue)
+}
+
+// enqueue makes t wait in q for a free slot, then hands out what it can.
+func (d *Dispatcher) enqueue(q *waitQueue, t *task) {
+	d.stats.queued.Add(1)
+	wait := min(d.cfg.QueueWait, time.Until(t.deadline))
+	q.mu.Lock()
+	t.queued = q.tasks.PushBack(t)
+	q.n.Add(1)
+	t.waitTimer = time.AfterFunc(wait, func() { d.giveUp(q, t, wait) })
+	q.mu.Unlock()
+	d.pump(q) // a slot may have come free since resolve looked
+}
+
+// pump sends waiting tasks, oldest first, while an instance has a free
+// slot for them.
+func (d *Dispatcher) pump(q *waitQueue) {
+	for q.n.Load() > 0 {
+		q.mu.Lock()
+		el := q.tasks.Front()
+		if el == nil {
+			q.mu.Unlock()
+			return
+		}
+		t := el.Value.(*task)
+		inst, probe, why := d.resolve(t)
+		if why == routeFull {
+			q.mu.Unlock()
+			return // still full: the next settle pumps again
+		}
+		q.tasks.Remove(el)
+		q.n.Add(-1)
+		t.queued = nil
+		t.waitTimer.Stop()
+		q.mu.Unlock()
+		d.proceed(t, inst, probe, why)
+	}
+}
+
+// giveUp ends t's wait for a slot, unless pump took it first.
+func (d *Dispatcher) giveUp(q *waitQueue, t *task, waited time.Duration) {
+	q.mu.Lock()
+	if t.queued == nil {
+		q.mu.Unlock()
+		return
+	}
+	q.tasks.Remove(t.queued)
+	q.n.Add(-1)
+	t.queued = nil
+	q.mu.Unlock()
+	if time.Until(t.deadline) <= 0 {
+		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "the overall deadline passed while waiting for a free slot of %s", t.capability))
+		return
+	}
+	t.done(t, nil, streams.NewError(streams.CodeTargetBusy, "every instance of %s had all its slots in use for %v", t.capability, waited))
+}
+
+// pumpOnChange hands waiting tasks to instances as they join or change,
+// until done is closed.
+func (d *Dispatcher) pumpOnChange(done <-chan struct{}) {
+	for {
+		changed := d.table.Changed()
+		d.queues.Range(func(_, q any) bool {
+			if q := q.(*waitQueue); q.n.Load() > 0 {
+				d.pump(q)
+			}
+			return true
+		})
+		select {
+		case <-done:
+			return
+		case <-changed:
+		}
+	}
+}

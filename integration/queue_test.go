@@ -1,0 +1,141 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// gate is a handler that holds every task until released, and records the
+// order the tasks started in.
+type gate struct {
+	mu      sync.Mutex
+	started []string
+	release chan struct{}
+}
+
+func newGate() *gate { return &gate{release: make(chan struct{}, 16)} }
+
+func (g *gate) handler() agentkit.Handler {
+	return func(ctx context.Context, req *agentkit.Request) (any, error) {
+		g.mu.Lock()
+		g.started = append(g.started, string(req.Data))
+		g.mu.Unlock()
+		select {
+		case <-g.release:
+			return req.Data, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (g *gate) order() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.started...)
+}
+
+// When every slot of a capability is in use, tasks wait in the dispatcher
+// and get the freed slots in arrival order, each in one attempt.
+func TestTasksWaitForAFreeSlotInArrivalOrder(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{QueueWait: 20 * time.Second})
+	g := newGate()
+	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
+	WaitRoutable(t, "gated", 1, d)
+	c := st.Client()
+
+	type answer struct {
+		name    string
+		attempt int
+		err     error
+	}
+	answers := make(chan answer, 4)
+	call := func(name string) {
+		go func() {
+			res, err := c.Call(context.Background(), "gated", []byte(fmt.Sprintf("%q", name)), agentkit.WithTimeout(20*time.Second))
+			a := answer{name: name, err: err}
+			if res != nil {
+				a.attempt = res.Attempt
+			}
+			answers <- a
+		}()
+	}
+	call("first")
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if len(g.order()) != 1 {
+			return errors.New("the first task has not started")
+		}
+		return nil
+	})
+	// Each of the next three waits; the queue's length is the proof that it
+	// arrived before the next one is sent.
+	for i, name := range []string{"second", "third", "fourth"} {
+		call(name)
+		natstest.WaitFor(t, 5*time.Second, func() error {
+			if q := d.Stats().Queued; q != int64(i+1) {
+				return fmt.Errorf("%d tasks waited, want %d", q, i+1)
+			}
+			return nil
+		})
+	}
+	for range 4 {
+		g.release <- struct{}{}
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.name, a.err)
+		}
+		if a.attempt != 1 {
+			t.Errorf("%s took %d attempts; a wait for a slot is no attempt", a.name, a.attempt)
+		}
+	}
+	want := []string{`"first"`, `"second"`, `"third"`, `"fourth"`}
+	if got := g.order(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("started in order %v, want %v", got, want)
+	}
+}
+
+// A task that waits longer than QueueWait for a slot fails with
+// TARGET_BUSY, and the task holding the slot is not disturbed.
+func TestQueueWaitEndsWithTargetBusy(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{QueueWait: 200 * time.Millisecond})
+	g := newGate()
+	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
+	WaitRoutable(t, "gated", 1, d)
+	c := st.Client()
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Call(context.Background(), "gated", []byte(`"held"`), agentkit.WithTimeout(10*time.Second))
+		held <- err
+	}()
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if len(g.order()) != 1 {
+			return errors.New("the first task has not started")
+		}
+		return nil
+	})
+	_, err := c.Call(context.Background(), "gated", []byte(`"waits"`), agentkit.WithTimeout(10*time.Second))
+	if !errors.Is(err, streams.ErrTargetBusy) {
+		t.Fatalf("want TARGET_BUSY after the queue wait, got %v", err)
+	}
+	if q := d.Stats().Queued; q != 1 {
+		t.Fatalf("%d tasks waited, want 1", q)
+	}
+	g.release <- struct{}{}
+	if err := <-held; err != nil {
+		t.Fatalf("the task holding the slot: %v", err)
+	}
+	if got := g.order(); len(got) != 1 {
+		t.Fatalf("the agent started %v; the task that gave up must not run", got)
+	}
+}
