@@ -37,8 +37,8 @@ type Parked struct {
 }
 
 // ListParked returns every task held in stream (streams.StreamDLQ or
-// streams.StreamReview), oldest first. Other streams whose messages carry
-// Reach-Request-Id (REACH_RESULTS, REACH_EVENTS) read the same way; their
+// streams.StreamReview), oldest first. Other streams read the same way
+// (REACH_RESULTS, REACH_EVENTS: decode those with DecodeEvents); their
 // entries have no Capability.
 func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string) ([]Parked, error) {
 	s, err := js.Stream(ctx, stream)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,6 +50,7 @@ type Dispatcher struct {
 	queues  sync.Map // capability → *waitQueue
 	hints   sync.Map // agent type → *typeLatency
 
+	events   eventLog
 	inflight atomic.Int64
 	tasks    sync.WaitGroup
 	stats    stats
@@ -69,7 +71,8 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 	if cfg.Name == "" {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
-	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64)}
+	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64),
+		events: eventLog{pending: make(map[string]*eventBatch)}}
 	for _, o := range opts {
 		o(d)
 	}
@@ -203,7 +206,7 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 			if err := d.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				errs = append(errs, err)
 			}
-			select { // every received task has been handed to a goroutine
+			select { // every received task has started
 			case <-closed:
 			case <-ctx.Done():
 			}
@@ -221,6 +224,12 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 			errs = append(errs, err)
 		}
 		d.stopAPI()
+		d.flushEvents("")
+		if graceful {
+			if err := d.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				errs = append(errs, fmt.Errorf("dispatcher: flush event records: %w", err))
+			}
+		}
 		d.stopWatch()
 		d.table.Close()
 		d.stopErr = errors.Join(errs...)

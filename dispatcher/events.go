@@ -1,8 +1,15 @@
 package dispatcher
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -30,10 +37,50 @@ type Event struct {
 	Start           time.Time `json:"start"`
 }
 
-// recordEvent publishes the feedback record of a finished task. It is a
-// plain publish that the stream captures, so it adds no round trip to the
-// task; a durable task's record carries a message id, so a redelivery after
-// a crash does not record it twice.
+// How records travel. A message on reach.event.<capability> carries one or
+// more records, one JSON object per line, and says how many in its
+// Reach-Events header. Direct-tier records are batched: a batch goes out
+// when it holds eventBatchMax records or eventBatchBytes, or eventFlush after
+// its first record, so a busy replica writes one stored message per many
+// tasks instead of one per task. A durable task's record goes alone, with a
+// message id, so a redelivery after a crash does not record it twice.
+const (
+	HeaderEvents    = "Reach-Events"
+	eventBatchMax   = 128
+	eventBatchBytes = 64 << 10
+	eventFlush      = 100 * time.Millisecond
+)
+
+// DecodeEvents returns the records of one REACH_EVENTS message.
+func DecodeEvents(data []byte) ([]Event, error) {
+	var out []Event
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, len(data)+1)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return out, fmt.Errorf("event record %d: %w", len(out)+1, err)
+		}
+		out = append(out, ev)
+	}
+	return out, sc.Err()
+}
+
+// eventLog holds this replica's unsent direct-tier records by subject.
+type eventLog struct {
+	mu      sync.Mutex
+	pending map[string]*eventBatch
+}
+
+type eventBatch struct {
+	buf []byte
+	n   int
+}
+
+// recordEvent writes the feedback record of a finished task.
 func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *streams.Error) {
 	if d.cfg.NoEvents {
 		return
@@ -47,11 +94,6 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	if d.table != nil {
 		ev.Candidates = d.table.Candidates(t.capability).Len()
 	}
-	m := nats.NewMsg("")
-	if t.seq > 0 {
-		ev.Tier = "durable"
-		m.Header.Set(streams.HeaderMsgID, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
-	}
 	if e != nil {
 		ev.Status, ev.Code = string(streams.StatusFailed), string(e.Code)
 		if e.Code == streams.CodeTimeout {
@@ -62,9 +104,141 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	if streams.ValidateCapability(capability) != nil {
 		capability = "invalid" // a BAD_REQUEST for the subject itself still leaves its record
 	}
-	m.Subject = d.cfg.Subjects.Event(capability)
-	m.Data, _ = json.Marshal(ev)
-	if err := d.nc.PublishMsg(m); err != nil {
-		t.log.Warn().Err(err).Msg("event record not published")
+	subject := d.cfg.Subjects.Event(capability)
+	if t.seq > 0 {
+		ev.Tier = "durable"
+		m := nats.NewMsg(subject)
+		m.Header.Set(streams.HeaderMsgID, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
+		m.Header.Set(HeaderEvents, "1")
+		m.Data = appendEvent(nil, &ev)
+		d.publishEvents(m)
+		return
 	}
+	d.events.mu.Lock()
+	b := d.events.pending[subject]
+	if b == nil {
+		b = &eventBatch{}
+		d.events.pending[subject] = b
+	}
+	b.buf = appendEvent(b.buf, &ev)
+	b.n++
+	var full *nats.Msg
+	switch {
+	case b.n >= eventBatchMax || len(b.buf) >= eventBatchBytes:
+		full = takeBatch(subject, b)
+	case b.n == 1:
+		time.AfterFunc(eventFlush, func() { d.flushEvents(subject) })
+	}
+	d.events.mu.Unlock()
+	if full != nil {
+		d.publishEvents(full)
+	}
+}
+
+// takeBatch empties b into a message; the event log's lock is held.
+func takeBatch(subject string, b *eventBatch) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set(HeaderEvents, strconv.Itoa(b.n))
+	m.Data = b.buf
+	b.buf, b.n = make([]byte, 0, min(cap(b.buf), eventBatchBytes+4<<10)), 0
+	return m
+}
+
+// flushEvents sends the records waiting for subject, or every subject's
+// when subject is "".
+func (d *Dispatcher) flushEvents(subject string) {
+	var out []*nats.Msg
+	d.events.mu.Lock()
+	for s, b := range d.events.pending {
+		if b.n > 0 && (subject == "" || s == subject) {
+			out = append(out, takeBatch(s, b))
+		}
+	}
+	d.events.mu.Unlock()
+	for _, m := range out {
+		d.publishEvents(m)
+	}
+}
+
+func (d *Dispatcher) publishEvents(m *nats.Msg) {
+	if err := d.nc.PublishMsg(m); err != nil {
+		d.log.Warn().Err(err).Str("subject", m.Subject).Str("records", m.Header.Get(HeaderEvents)).Msg("event records not published")
+	}
+}
+
+// appendEvent appends ev as one line of JSON, as encoding/json writes it
+// (the same keys and omissions), without reflection.
+func appendEvent(b []byte, ev *Event) []byte {
+	b = append(b, `{"request_id":`...)
+	b = appendString(b, ev.RequestID)
+	b = append(b, `,"orchestration_id":`...)
+	b = appendString(b, ev.OrchestrationID)
+	b = append(b, `,"capability":`...)
+	b = appendString(b, ev.Capability)
+	b = append(b, `,"tier":`...)
+	b = appendString(b, ev.Tier)
+	b = append(b, `,"dispatcher":`...)
+	b = appendString(b, ev.Dispatcher)
+	b = append(b, `,"status":`...)
+	b = appendString(b, ev.Status)
+	if ev.Code != "" {
+		b = append(b, `,"code":`...)
+		b = appendString(b, ev.Code)
+	}
+	b = append(b, `,"outcome":`...)
+	b = appendString(b, ev.Outcome)
+	b = append(b, `,"candidates":`...)
+	b = strconv.AppendInt(b, int64(ev.Candidates), 10)
+	if ev.Node != "" {
+		b = append(b, `,"node":`...)
+		b = appendString(b, ev.Node)
+	}
+	if len(ev.Failed) > 0 {
+		b = append(b, `,"failed":[`...)
+		for i, id := range ev.Failed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, id)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(ev.Attempts), 10)
+	if ev.Cost != 0 && !math.IsNaN(ev.Cost) && !math.IsInf(ev.Cost, 0) {
+		b = append(b, `,"cost":`...)
+		b = strconv.AppendFloat(b, ev.Cost, 'g', -1, 64)
+	}
+	b = append(b, `,"latency_ms":`...)
+	b = strconv.AppendFloat(b, ev.LatencyMS, 'g', -1, 64)
+	b = append(b, `,"start":"`...)
+	b = ev.Start.AppendFormat(b, time.RFC3339Nano)
+	return append(b, "\"}\n"...)
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		q, _ := json.Marshal(s) // replaces invalid bytes, as encoding/json does
+		return append(b, q...)
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c < 0x20:
+			b = append(b, `\u00`...)
+			b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }

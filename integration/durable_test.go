@@ -2,9 +2,9 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,11 +196,14 @@ func TestEveryTaskLeavesOneEvent(t *testing.T) {
 		}
 		events = events[:0]
 		for _, p := range list {
-			var ev dispatcher.Event
-			if err := json.Unmarshal(p.Data, &ev); err != nil {
+			evs, err := dispatcher.DecodeEvents(p.Data)
+			if err != nil {
 				return err
 			}
-			events = append(events, ev)
+			if n := p.Header.Get(dispatcher.HeaderEvents); n != strconv.Itoa(len(evs)) {
+				return fmt.Errorf("a message says it holds %s records and holds %d", n, len(evs))
+			}
+			events = append(events, evs...)
 		}
 		if len(events) != 3 {
 			return fmt.Errorf("%d event records", len(events))

@@ -1,0 +1,76 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// appendEvent writes what encoding/json would: both decode to the same
+// record, whatever the strings hold (quotes, control characters, invalid
+// UTF-8) and whatever the numbers are.
+func TestAppendEventMatchesEncodingJSON(t *testing.T) {
+	raw := rapid.Custom(func(rt *rapid.T) string { return string(rapid.SliceOfN(rapid.Byte(), 0, 12).Draw(rt, "bytes")) })
+	str := rapid.OneOf(rapid.String(), raw,
+		rapid.SampledFrom([]string{"", `"`, `\`, "\n\r\t\x00\x1f", "é€😀", "\xff\xfe"}))
+	rapid.Check(t, func(rt *rapid.T) {
+		ev := Event{
+			RequestID: str.Draw(rt, "request_id"), OrchestrationID: str.Draw(rt, "orch"),
+			Capability: str.Draw(rt, "capability"), Tier: str.Draw(rt, "tier"), Dispatcher: str.Draw(rt, "dispatcher"),
+			Status: str.Draw(rt, "status"), Code: str.Draw(rt, "code"), Outcome: str.Draw(rt, "outcome"),
+			Candidates: rapid.IntRange(0, 1<<20).Draw(rt, "candidates"), Node: str.Draw(rt, "node"),
+			Failed:   rapid.SliceOfN(str, 0, 3).Draw(rt, "failed"),
+			Attempts: rapid.IntRange(0, 100).Draw(rt, "attempts"),
+			Cost:     rapid.Float64Range(-1e12, 1e12).Draw(rt, "cost"), LatencyMS: rapid.Float64Range(0, 1e9).Draw(rt, "latency"),
+			Start: time.Unix(rapid.Int64Range(0, 1<<33).Draw(rt, "s"), rapid.Int64Range(0, 1e9-1).Draw(rt, "ns")).UTC(),
+		}
+		std, err := json.Marshal(ev)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		var want, got Event
+		if err := json.Unmarshal(std, &want); err != nil {
+			rt.Fatal(err)
+		}
+		line := appendEvent(nil, &ev)
+		if line[len(line)-1] != '\n' {
+			rt.Fatalf("no newline: %q", line)
+		}
+		if err := json.Unmarshal(line, &got); err != nil {
+			rt.Fatalf("%v in %q", err, line)
+		}
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("got %+v\nwant %+v\nfrom %q", got, want, line)
+		}
+	})
+}
+
+func TestAppendEventOmitsACostThatIsNoNumber(t *testing.T) {
+	for _, c := range []float64{math.NaN(), math.Inf(1)} {
+		var got map[string]any
+		if err := json.Unmarshal(appendEvent(nil, &Event{Cost: c}), &got); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got["cost"]; ok {
+			t.Fatalf("cost %v written", c)
+		}
+	}
+}
+
+func TestDecodeEventsReadsEveryLine(t *testing.T) {
+	var b []byte
+	for _, id := range []string{"a", "b", "c"} {
+		b = appendEvent(b, &Event{RequestID: id, Attempts: 1})
+	}
+	evs, err := DecodeEvents(b)
+	if err != nil || len(evs) != 3 || evs[2].RequestID != "c" {
+		t.Fatalf("%v %+v", err, evs)
+	}
+	if _, err := DecodeEvents(append(b, "{not json\n"...)); err == nil {
+		t.Fatal("a broken line went unnoticed")
+	}
+}
