@@ -33,14 +33,15 @@ func TestQuickSuite(t *testing.T) {
 		present  []string // must exist (finite, any sign)
 	}{
 		{bench.ScenarioOverhead,
-			[]string{"direct_rps", "routed_rps", "throughput_ratio", "direct_p50_us_c1", "routed_p50_us_c1", "p50_ratio_c1"},
+			[]string{"direct_rps", "routed_rps", "throughput_ratio", "direct_p50_us_c1", "routed_p50_us_c1", "p50_ratio_c1",
+				"relay_rps", "relay_throughput_ratio", "relay_p50_ratio_c1"},
 			[]string{"added_p99_us_50pct", "dispatcher_cpu_per_1k_rps"}},
 		{bench.ScenarioSkew,
 			[]string{"queue_group_p99_ms", "pull_p99_ms", "least_load_p99_ms", "round_robin_p99_ms",
 				"p99_ratio_vs_queue_group", "p99_ratio_vs_pull"},
 			append([]string{"max_rate_ratio_vs_queue_group", "three_slow_p99_ratio_vs_queue_group", "stall_p99_ratio_vs_pull"}, skewKeys...)},
 		{bench.ScenarioDurable,
-			[]string{"raw_publish_rps", "submit_rps", "submit_ratio", "durable_e2e_available", "direct_tier_rps",
+			[]string{"raw_publish_rps", "msgid_publish_rps", "submit_rps", "submit_ratio", "dedup_floor_ratio", "durable_e2e_available", "direct_tier_rps",
 				"durable_e2e_rps", "durable_e2e_ratio"},
 			[]string{"durable_e2e_p99_ms", "durable_e2e_failed"}},
 		{bench.ScenarioRegistry,

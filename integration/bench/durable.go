@@ -72,6 +72,12 @@ func runDurable(r *run) error {
 			streams.HeaderRequestID:   []string{id},
 		}}, id
 	}
+	// The floor of any deduplicated submission: the same raw publish with a
+	// fresh Nats-Msg-Id, which the server checks against its duplicate window.
+	msgID := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
+		return pjs.PublishMsgAsync(&nats.Msg{Subject: rawSubject, Data: payload}, jetstream.WithMsgID(streams.NewRequestID()),
+			jetstream.WithStallWait(10*time.Second))
+	}
 	submit := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
 		m, id := submitMsg()
 		return pjs.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithStallWait(10*time.Second))
@@ -85,7 +91,7 @@ func runDurable(r *run) error {
 		for _, m := range []struct {
 			name string
 			pub  func(jetstream.JetStream) (jetstream.PubAckFuture, error)
-		}{{"raw_publish", raw}, {"submit", submit}} {
+		}{{"raw_publish", raw}, {"msgid_publish", msgID}, {"submit", submit}} {
 			if err := fresh(); err != nil {
 				return err
 			}
@@ -99,9 +105,13 @@ func runDurable(r *run) error {
 		}
 	}
 	rawRPS, submitRPS := sum["raw_publish"]/float64(rounds), sum["submit"]/float64(rounds)
+	msgIDRPS := sum["msgid_publish"] / float64(rounds)
 	r.set("raw_publish_rps", rawRPS)
+	r.set("msgid_publish_rps", msgIDRPS)
 	r.set("submit_rps", submitRPS)
 	r.set("submit_ratio", ratio(submitRPS, rawRPS))
+	r.set("dedup_floor_ratio", ratio(msgIDRPS, rawRPS))
+	r.set("submit_vs_dedup_floor", ratio(submitRPS, msgIDRPS))
 	r.set("point_seconds", dur.Seconds())
 	r.set("rounds", float64(rounds))
 	r.set("max_pending", durableMaxPend)
@@ -149,7 +159,10 @@ func runDurable(r *run) error {
 	r.addTable("durable: summary", []string{"figure", "value"}, [][]string{
 		{"raw_publish_rps (mean)", f(rawRPS)},
 		{"submit_rps (mean)", f(submitRPS)},
+		{"msgid_publish_rps (mean)", f(msgIDRPS)},
 		{"submit_ratio", f(r.rep.Figures["submit_ratio"])},
+		{"dedup_floor_ratio (msgid_publish / raw_publish)", f(r.rep.Figures["dedup_floor_ratio"])},
+		{"submit_vs_dedup_floor (submit / msgid_publish)", f(r.rep.Figures["submit_vs_dedup_floor"])},
 		{"direct_tier_rps (64 callers, reach.task)", f(direct.rps())},
 		{"durable_e2e_rps (submit → result)", f(e2eRPS)},
 		{"durable_e2e_ratio", f(r.rep.Figures["durable_e2e_ratio"])},
@@ -161,14 +174,16 @@ func runDurable(r *run) error {
 		"Reach-Request-Id and Nats-Msg-Id set to a fresh UUID v4, as agentkit.Client.Submit does, but asynchronously. "+
 		"At most %d publishes are unacknowledged; throughput counts acknowledged messages, %v per run, each run on "+
 		"freshly created streams, rounds alternating, the mean reported. No consumer runs, so the bound is raised "+
-		"for these runs.", submitSubject, streams.StreamTasks, durableMaxPend, dur)
+		"for these runs. msgid_publish: the raw publish with a fresh Nats-Msg-Id (the stream's default 2 min "+
+		"duplicate window): the floor of any submission the server deduplicates, as DESIGN.md has REACH_TASKS do.",
+		submitSubject, streams.StreamTasks, durableMaxPend, dur)
 	r.note("End to end: %d echo agents behind one dispatcher (default config, so its durable consumer runs). "+
 		"direct_tier_rps is %d callers' closed-loop requests on %s; durable_e2e_rps is tasks submitted to %s "+
 		"(at most %d unfinished at a time) whose result reached reach.result.<id> (REACH_RESULTS), per second, "+
 		"%v each. Durable latency is submit to result under that window, so mostly queueing.",
 		overheadAgents, overheadCallers, taskSubject, submitSubject, durableWindow, e2eDur)
-	r.goal("durable_submit_ratio", fmt.Sprintf("submission ≥ 0.8 × raw async publish: %.2f", r.rep.Figures["submit_ratio"]),
-		r.rep.Figures["submit_ratio"] >= 0.8)
+	r.goal("durable_submit_ratio", fmt.Sprintf("submission ≥ 0.8 × raw async publish: %.2f (deduplication alone: %.2f)",
+		r.rep.Figures["submit_ratio"], r.rep.Figures["dedup_floor_ratio"]), r.rep.Figures["submit_ratio"] >= 0.8)
 	return nil
 }
 
