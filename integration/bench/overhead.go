@@ -145,7 +145,7 @@ func runOverhead(r *run) error {
 			var l *latency
 			byComp, err := cpuByComponent(func() (err error) {
 				l, err = r.openLoop(callers[0], openSpec{step: fmt.Sprintf("%s, open loop at %s", m.name, ld.label),
-					rate: ld.rate, dur: pointDur, timeout: timeout, build: openMsg(m.subject)})
+					rate: ld.rate, dur: pointDur, timeout: timeout, build: openMsg(m.subject), precise: true})
 				return err
 			})
 			if err != nil {
