@@ -459,11 +459,17 @@ func (dl *delivery) claim() bool {
 // send delivers t to inst, with a timer for the ACK.
 func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe} // resolve reserved the slot
-	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data,
-		Header: make(nats.Header, len(t.req.Header)+7)}
-	for k, v := range t.req.Header {
-		out.Header[k] = v
+	// A direct-tier request's own headers are reused: nothing reads the
+	// caller's values of the headers set here once the task has started. A
+	// durable task keeps its original headers for parking.
+	h := t.req.Header
+	if t.seq > 0 {
+		h = make(nats.Header, len(t.req.Header)+7)
+		for k, v := range t.req.Header {
+			h[k] = v
+		}
 	}
+	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data, Header: h}
 	out.Header.Set(streams.HeaderCapability, t.capability)
 	out.Header.Set(streams.HeaderRequestID, t.requestID)
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
