@@ -478,20 +478,29 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 	out.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
 	out.Header.Set(streams.HeaderVisits, strings.Join(append(slices.Clip(t.visits), inst.ID), ","))
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		dl.over = true
-		d.settle(dl, nil, nil, streams.AsError(err), outcomeFinal)
+		if dl.claim() {
+			d.settle(dl, nil, nil, streams.AsError(err), outcomeFinal)
+		}
 		return
 	}
 	t.log.Debug().Str("node", inst.ID).Int("attempt", t.attempts).Str("state", string(streams.StatusSent)).Msg("task state")
-	// From here on t belongs to whoever claims dl: its timer, its reply, or
-	// its instance leaving.
+	// The lock is held across the publish and the arming of the timer, so a
+	// reply or the timer handles dl only once both are done (and whatever
+	// the next attempt writes into the shared header map comes after this
+	// publish has read it). From the unlock on, t belongs to whoever claims
+	// dl: its timer, its reply, or its instance leaving.
 	dl.mu.Lock()
-	dl.sent = time.Now()
-	wait := min(d.cfg.AckTimeout, t.deadline.Sub(dl.sent))
-	dl.expires = dl.sent.Add(wait)
-	dl.timer = time.AfterFunc(wait, func() { d.expire(dl) })
+	err := d.nc.PublishMsg(out)
+	if err == nil {
+		dl.sent = time.Now()
+		wait := min(d.cfg.AckTimeout, t.deadline.Sub(dl.sent))
+		dl.expires = dl.sent.Add(wait)
+		dl.timer = time.AfterFunc(wait, func() { d.expire(dl) })
+	} else {
+		dl.over = true
+	}
 	dl.mu.Unlock()
-	if err := d.nc.PublishMsg(out); err != nil && dl.claim() {
+	if err != nil {
 		d.settle(dl, nil, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable)
 	}
 }
