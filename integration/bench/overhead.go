@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,7 @@ const (
 	overheadCallers = 64
 	directSubject   = "bench.direct"
 	relaySubject    = "bench.relay"
+	relayAgentsSubj = "bench.relay.agents"
 	echoCapability  = "echo"
 )
 
@@ -42,7 +44,7 @@ func runOverhead(r *run) error {
 
 	// The floor of any design with a hop: a bare relay in front of the
 	// same responders.
-	labelled(r.ctx, compDispatch, func() { err = startRelay(e) })
+	labelled(r.ctx, compDispatch, func() { err = startRelay(e, relaySubject, func() string { return directSubject }, nil) })
 	if err != nil {
 		return err
 	}
@@ -53,6 +55,21 @@ func runOverhead(r *run) error {
 		return err
 	}
 	defer stopEcho()
+
+	// The floor of the dispatcher itself: a bare relay in front of the same
+	// agents, sending round robin with the two headers an agent needs.
+	var next atomic.Int64
+	labelled(r.ctx, compDispatch, func() {
+		err = startRelay(e, relayAgentsSubj,
+			func() string { return streams.Subjects{}.Agent(fmt.Sprintf("echo-%d", next.Add(1)%overheadAgents)) },
+			func(h nats.Header, token string) {
+				h.Set(streams.HeaderCapability, echoCapability)
+				h.Set(streams.HeaderRequestID, token)
+			})
+	})
+	if err != nil {
+		return err
+	}
 
 	callers, err := e.connectN("caller", 4)
 	if err != nil {
@@ -68,7 +85,8 @@ func runOverhead(r *run) error {
 		}
 	}
 	methods := []struct{ name, subject string }{{"direct", directSubject}, {"routed", routedSubject}}
-	closedMethods := append(methods, struct{ name, subject string }{"relay", relaySubject})
+	closedMethods := append(methods, struct{ name, subject string }{"relay", relaySubject},
+		struct{ name, subject string }{"relay_agents", relayAgentsSubj})
 	pointDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	const timeout = 2 * time.Second
 
@@ -88,7 +106,7 @@ func runOverhead(r *run) error {
 	}
 
 	// Closed loop: 1 caller (latency of one call), 64 callers (maximum throughput).
-	closed := map[string]map[int]*latency{"direct": {}, "routed": {}, "relay": {}}
+	closed := map[string]map[int]*latency{"direct": {}, "routed": {}, "relay": {}, "relay_agents": {}}
 	for _, c := range []int{1, overheadCallers} {
 		for _, m := range closedMethods {
 			l, err := r.closedLoop(callers, closedSpec{step: fmt.Sprintf("%s, %d callers", m.name, c), callers: c,
@@ -121,6 +139,11 @@ func runOverhead(r *run) error {
 	r.set("relay_throughput_ratio", ratio(rl64.rps(), d64.rps()))
 	r.set("relay_p50_us_c1", usf(rl1.p(50)))
 	r.set("relay_p50_ratio_c1", ratio(usf(rl1.p(50)), usf(d1.p(50))))
+	ra1, ra64 := closed["relay_agents"][1], closed["relay_agents"][overheadCallers]
+	r.set("relay_agents_rps", ra64.rps())
+	r.set("relay_agents_throughput_ratio", ratio(ra64.rps(), d64.rps()))
+	r.set("relay_agents_p50_us_c1", usf(ra1.p(50)))
+	r.set("routed_vs_relay_agents", ratio(r64.rps(), ra64.rps()))
 	r.set("direct_cpu_cores_c64", d64.cores())
 	r.set("routed_cpu_cores_c64", r64.cores())
 
@@ -198,6 +221,8 @@ func runOverhead(r *run) error {
 		{"p50_ratio_c1 (routed/direct, 1 caller)", f(r.rep.Figures["p50_ratio_c1"])},
 		{"relay_throughput_ratio (bare relay/direct, 64 callers)", f(r.rep.Figures["relay_throughput_ratio"])},
 		{"relay_p50_ratio_c1 (bare relay/direct, 1 caller)", f(r.rep.Figures["relay_p50_ratio_c1"])},
+		{"relay_agents_throughput_ratio (bare relay to the agents/direct, 64 callers)", f(r.rep.Figures["relay_agents_throughput_ratio"])},
+		{"routed_vs_relay_agents (routed/bare relay to the agents, 64 callers)", f(r.rep.Figures["routed_vs_relay_agents"])},
 		{"added_p99_us_50pct", f(r.rep.Figures["added_p99_us_50pct"])},
 		{"added_p99_us_half_routed_max", f(r.rep.Figures["added_p99_us_half_routed_max"])},
 		{fmt.Sprintf("dispatcher_cpu_per_1k_rps (cores, at %.0f req/s; routed − direct)", cpuRate), fmt.Sprintf("%.3f", cpuPer1k)},
@@ -206,6 +231,10 @@ func runOverhead(r *run) error {
 	r.note("Both methods are called the same way: raw NATS requests with Content-Type application/json, "+
 		"callers on their own connections; the baseline's %d responders and the %d agents each have their own connection.",
 		overheadAgents, overheadAgents)
+	r.note("relay and relay_agents are floors measured in the same run: a bare relay (one connection, a map of " +
+		"reply subjects, nothing else) in front of the direct responders, and one in front of the echo agents, sending " +
+		"round robin with Reach-Capability and Reach-Request-Id. No design with a hop beats the first; the second " +
+		"is what the dispatcher would cost if routing, timeouts, retries, breakers and feedback records were free.")
 	r.note("Routed requests make four message hops (caller→dispatcher→agent, result agent→dispatcher, " +
 		"dispatcher→caller; a task slower than agentkit.AckDelay adds an ACK) against two for the direct queue group.")
 	r.note("Everything shares one process and %d cores, so dispatcher_cpu_per_1k_rps is the difference in whole-process "+
@@ -265,13 +294,15 @@ func startResponders(e *env, hdr nats.Header) error {
 	return nil
 }
 
-// startRelay starts the floor of any design that puts a hop between caller
-// and worker: a queue-group subscriber that forwards each request to the
-// direct responders and their answer back, doing nothing else — no routing
+// startRelay starts a bare relay on listen: a queue-group subscriber that
+// forwards each request to the subject to() names (with the headers set()
+// adds, if any) and the answer back, doing nothing else — no routing
 // decision, no state but the map from its own reply subjects to the
-// callers'. The routed path cannot be cheaper than this.
-func startRelay(e *env) error {
-	nc, err := e.connect("relay")
+// callers'. In front of the direct responders it is the floor of any design
+// that puts a hop between caller and worker; in front of the echo agents,
+// the floor of the dispatcher.
+func startRelay(e *env, listen string, to func() string, set func(h nats.Header, token string)) error {
+	nc, err := e.connect("relay-" + listen)
 	if err != nil {
 		return err
 	}
@@ -291,12 +322,15 @@ func startRelay(e *env) error {
 	if err != nil {
 		return err
 	}
-	fwd, err := nc.QueueSubscribe(relaySubject, "relay", func(m *nats.Msg) {
+	fwd, err := nc.QueueSubscribe(listen, "relay", func(m *nats.Msg) {
 		token := nuid.Next()
 		mu.Lock()
 		pending[token] = m.Reply
 		mu.Unlock()
-		_ = nc.PublishMsg(&nats.Msg{Subject: directSubject, Reply: prefix + token, Data: m.Data, Header: m.Header})
+		if set != nil {
+			set(m.Header, token)
+		}
+		_ = nc.PublishMsg(&nats.Msg{Subject: to(), Reply: prefix + token, Data: m.Data, Header: m.Header})
 	})
 	for _, s := range []*nats.Subscription{back, fwd} {
 		if err == nil {
