@@ -142,10 +142,10 @@ func printStats(w io.Writer, replies [][]byte, asJSON bool) error {
 		return writeJSON(w, all)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISPATCHER\tRECEIVED\tFINISHED\tFAILED\tOVERLOADED\tDROPPED\tREDIRECTED\tIN FLIGHT\tAGENTS")
+	fmt.Fprintln(tw, "DISPATCHER\tRECEIVED\tFINISHED\tFAILED\tOVERLOADED\tDROPPED\tREDIRECTED\tQUEUED\tIN FLIGHT\tAGENTS")
 	for _, s := range all {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Name, s.Received, s.Finished, s.Failed,
-			s.Overloaded, s.Dropped, s.Redirected, s.InFlight, s.Agents)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Name, s.Received, s.Finished, s.Failed,
+			s.Overloaded, s.Dropped, s.Redirected, s.Queued, s.InFlight, s.Agents)
 	}
 	return tw.Flush()
 }
