@@ -44,15 +44,32 @@ func (g *gate) order() []string {
 	return append([]string(nil), g.started...)
 }
 
-// When every slot of a capability is in use, tasks wait in the dispatcher
-// and get the freed slots in arrival order, each in one attempt.
-func TestTasksWaitForAFreeSlotInArrivalOrder(t *testing.T) {
+// waitStarted waits until the agent has started n tasks.
+func (g *gate) waitStarted(t *testing.T, n int) {
+	t.Helper()
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if got := len(g.order()); got != n {
+			return fmt.Errorf("%d tasks started, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// gatedStack starts a dispatcher with queueWait in front of one agent with
+// a single slot, whose tasks g holds.
+func gatedStack(t *testing.T, queueWait time.Duration) (*dispatcher.Dispatcher, *gate, *agentkit.Client) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{QueueWait: 20 * time.Second})
+	d := st.Dispatcher(dispatcher.Config{QueueWait: queueWait})
 	g := newGate()
 	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
 	WaitRoutable(t, "gated", 1, d)
-	c := st.Client()
+	return d, g, st.Client()
+}
+
+// When every slot of a capability is in use, tasks wait in the dispatcher
+// and get the freed slots in arrival order, each in one attempt.
+func TestTasksWaitForAFreeSlotInArrivalOrder(t *testing.T) {
+	d, g, c := gatedStack(t, 20*time.Second)
 
 	type answer struct {
 		name    string
@@ -71,12 +88,7 @@ func TestTasksWaitForAFreeSlotInArrivalOrder(t *testing.T) {
 		}()
 	}
 	call("first")
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		if len(g.order()) != 1 {
-			return errors.New("the first task has not started")
-		}
-		return nil
-	})
+	g.waitStarted(t, 1)
 	// Each of the next three waits; the queue's length is the proof that it
 	// arrived before the next one is sent.
 	for i, name := range []string{"second", "third", "fourth"} {
@@ -107,23 +119,13 @@ func TestTasksWaitForAFreeSlotInArrivalOrder(t *testing.T) {
 // A task that waits longer than QueueWait for a slot fails with
 // TARGET_BUSY, and the task holding the slot is not disturbed.
 func TestQueueWaitEndsWithTargetBusy(t *testing.T) {
-	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{QueueWait: 200 * time.Millisecond})
-	g := newGate()
-	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
-	WaitRoutable(t, "gated", 1, d)
-	c := st.Client()
+	d, g, c := gatedStack(t, 200*time.Millisecond)
 	held := make(chan error, 1)
 	go func() {
 		_, err := c.Call(context.Background(), "gated", []byte(`"held"`), agentkit.WithTimeout(10*time.Second))
 		held <- err
 	}()
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		if len(g.order()) != 1 {
-			return errors.New("the first task has not started")
-		}
-		return nil
-	})
+	g.waitStarted(t, 1)
 	_, err := c.Call(context.Background(), "gated", []byte(`"waits"`), agentkit.WithTimeout(10*time.Second))
 	if !errors.Is(err, streams.ErrTargetBusy) {
 		t.Fatalf("want TARGET_BUSY after the queue wait, got %v", err)
