@@ -47,7 +47,7 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	started bool
 	loads   sync.Map // instance id → *instLoad
-	queues  sync.Map // capability → *waitQueue
+	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
 	hints   sync.Map // agent type → *typeLatency
 
 	events   eventLog

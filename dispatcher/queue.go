@@ -17,25 +17,36 @@ import (
 // then sends work to whichever instance frees a slot first instead of
 // guessing, and nothing waits behind a slow instance.
 type waitQueue struct {
-	capability string
-	mu         sync.Mutex
-	tasks      list.List    // of *task
-	n          atomic.Int64 // tasks.Len(), readable without mu
+	mu    sync.Mutex
+	tasks list.List    // of *task
+	n     atomic.Int64 // tasks.Len(), readable without mu
 }
 
-// waiting returns capability c's queue, nil if it never had one.
-func (d *Dispatcher) waiting(c string) *waitQueue {
-	if q, ok := d.queues.Load(c); ok {
+// queueKey names the queue t waits in: its capability's, or for a unicast
+// task (Reach-Agent) its capability's at that instance, so that it never
+// holds up tasks other instances could take.
+func (t *task) queueKey() string {
+	if t.unicast != "" {
+		return unicastKey(t.capability, t.unicast)
+	}
+	return t.capability
+}
+
+func unicastKey(capability, instance string) string { return capability + "@" + instance }
+
+// waiting returns the queue named key, nil if there never was one.
+func (d *Dispatcher) waiting(key string) *waitQueue {
+	if q, ok := d.queues.Load(key); ok {
 		return q.(*waitQueue)
 	}
 	return nil
 }
 
-func (d *Dispatcher) queueOf(c string) *waitQueue {
-	if q := d.waiting(c); q != nil {
+func (d *Dispatcher) queueOf(key string) *waitQueue {
+	if q := d.waiting(key); q != nil {
 		return q
 	}
-	q, _ := d.queues.LoadOrStore(c, &waitQueue{capability: c})
+	q, _ := d.queues.LoadOrStore(key, &waitQueue{})
 	return q.(*waitQueue)
 }
 
@@ -89,6 +100,10 @@ func (d *Dispatcher) giveUp(q *waitQueue, t *task, waited time.Duration) {
 	q.mu.Unlock()
 	if time.Until(t.deadline) <= 0 {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "the overall deadline passed while waiting for a free slot of %s", t.capability))
+		return
+	}
+	if t.unicast != "" {
+		t.done(t, nil, streams.NewError(streams.CodeTargetBusy, "instance %s had all its slots in use for %v", t.unicast, waited))
 		return
 	}
 	t.done(t, nil, streams.NewError(streams.CodeTargetBusy, "every instance of %s had all its slots in use for %v", t.capability, waited))

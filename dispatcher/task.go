@@ -251,7 +251,7 @@ func (d *Dispatcher) run(t *task) {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
 		return
 	}
-	if q := d.waiting(t.capability); q != nil && q.n.Load() > 0 && d.cfg.QueueWait > 0 {
+	if q := d.waiting(t.queueKey()); q != nil && q.n.Load() > 0 && d.cfg.QueueWait > 0 {
 		d.enqueue(q, t)
 		return
 	}
@@ -268,7 +268,7 @@ func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why n
 		t.node = inst.ID
 		d.send(t, inst, probe)
 	case why == routeFull && d.cfg.QueueWait > 0:
-		d.enqueue(d.queueOf(t.capability), t)
+		d.enqueue(d.queueOf(t.queueKey()), t)
 	case why == routeFull:
 		t.attempts++ // a wait for capacity uses a retry too
 		d.retry(t, why.error(d, t), outcomeBusy)
@@ -607,8 +607,10 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	}
 	// The slot is free: hand it to a waiting task.
 	for _, c := range dl.inst.Entry().Capabilities {
-		if q := d.waiting(c); q != nil && q.n.Load() > 0 {
-			d.pump(q)
+		for _, key := range [2]string{c, unicastKey(c, dl.inst.ID)} {
+			if q := d.waiting(key); q != nil && q.n.Load() > 0 {
+				d.pump(q)
+			}
 		}
 	}
 }

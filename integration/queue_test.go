@@ -141,3 +141,53 @@ func TestQueueWaitEndsWithTargetBusy(t *testing.T) {
 		t.Fatalf("the agent started %v; the task that gave up must not run", got)
 	}
 }
+
+// A unicast task waiting for its busy instance holds up no task that
+// another instance can take.
+func TestAUnicastTaskWaitsWithoutBlockingOthers(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{QueueWait: 20 * time.Second})
+	g := newGate()
+	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
+	st.Agent(agentkit.Config{Type: "gated", ID: "free-1", MaxConcurrent: 1}, map[string]agentkit.Handler{
+		"gated": func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }})
+	WaitRoutable(t, "gated", 2, d)
+	c := st.Client()
+
+	// Hold gated-1's only slot, then queue a unicast task for it.
+	held := make(chan error, 2)
+	call := func(body string) {
+		go func() {
+			_, err := c.Call(context.Background(), "gated", []byte(body), agentkit.ToAgent("gated-1"), agentkit.WithTimeout(20*time.Second))
+			held <- err
+		}()
+	}
+	call(`"held"`)
+	g.waitStarted(t, 1)
+	call(`"unicast"`)
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if q := d.Stats().Queued; q != 1 {
+			return fmt.Errorf("%d tasks waited, want 1", q)
+		}
+		return nil
+	})
+	// A task any instance may take goes to free-1 at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := c.Call(ctx, "gated", []byte(`"anyone"`))
+	if err != nil {
+		t.Fatalf("a task for any instance waited behind the unicast one: %v", err)
+	}
+	if res.Node != "free-1" {
+		t.Fatalf("answered by %s, want free-1", res.Node)
+	}
+	for range 2 {
+		g.release <- struct{}{}
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := g.order(); fmt.Sprint(got) != fmt.Sprint([]string{`"held"`, `"unicast"`}) {
+		t.Fatalf("gated-1 ran %v", got)
+	}
+}
