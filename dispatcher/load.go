@@ -82,7 +82,8 @@ func (l *instLoad) logLatency(now time.Time) float64 {
 	return l.logEWMA - float64(now.Sub(l.lastAt))/float64(latencyDecay)
 }
 
-// reserve takes one of the instance's slots unless all limit are in use.
+// reserve takes one of the instance's slots, unless all limit of them are
+// in use.
 func (l *instLoad) reserve(limit int64) bool {
 	for {
 		n := l.inflight.Load()
