@@ -61,6 +61,31 @@ func parseYAMLSubset(src string) (map[string]any, error) {
 // stripYAMLComment removes a trailing "# comment" outside quotes and trailing
 // blanks.
 func stripYAMLComment(s string) (string, error) {
+	// Quotes only open a scalar at its start, after ": ", "- ", "[", "{" or ",".
+	opens := func(i int) bool { return i == 0 || strings.ContainsRune(" [{,", rune(s[i-1])) }
+	cut := -1
+	open := eachUnquoted(s, opens, func(i int, c byte) bool {
+		if c == '#' && (i == 0 || s[i-1] == ' ') {
+			cut = i
+			return false
+		}
+		return true
+	})
+	if cut >= 0 {
+		return strings.TrimRight(s[:cut], " "), nil
+	}
+	if open != 0 {
+		return "", fmt.Errorf("unterminated %c-quoted scalar (multi-line scalars are not supported)", open)
+	}
+	return s, nil
+}
+
+// eachUnquoted calls fn with the index and byte of every character of s
+// outside quoted scalars, in order, until fn returns false. A quote opens
+// a scalar where opens(i) allows it; inside double quotes a backslash
+// escapes the next byte. It returns the quote still open at the end, 0 if
+// none.
+func eachUnquoted(s string, opens func(i int) bool, fn func(i int, c byte) bool) byte {
 	var quote byte
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -71,19 +96,13 @@ func stripYAMLComment(s string) (string, error) {
 			if c == quote {
 				quote = 0
 			}
-		case c == '"' || c == '\'':
-			// Quotes only open a scalar at its start, after ": ", "- ", "[", "{" or ",".
-			if i == 0 || strings.ContainsRune(" [{,", rune(s[i-1])) {
-				quote = c
-			}
-		case c == '#' && (i == 0 || s[i-1] == ' '):
-			return strings.TrimRight(s[:i], " "), nil
+		case (c == '"' || c == '\'') && opens(i):
+			quote = c
+		case !fn(i, c):
+			return quote
 		}
 	}
-	if quote != 0 {
-		return "", fmt.Errorf("unterminated %c-quoted scalar (multi-line scalars are not supported)", quote)
-	}
-	return s, nil
+	return quote
 }
 
 type yamlParser struct {
@@ -189,33 +208,23 @@ func (p *yamlParser) sequence(indent int) (any, error) {
 // splitYAMLKey splits "key: rest" at the first ": " (or a final ':') outside
 // quotes.
 func splitYAMLKey(s string) (key, rest string, ok bool) {
-	var quote byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	eachUnquoted(s, func(i int) bool { return i == 0 }, func(i int, c byte) bool {
 		switch {
-		case quote == '"' && c == '\\':
-			i++
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case (c == '"' || c == '\'') && i == 0:
-			quote = c
-		case c == '[' || c == '{':
-			if i == 0 {
-				return "", "", false
-			}
+		case (c == '[' || c == '{') && i == 0:
+			return false
 		case c == ':' && (i == len(s)-1 || s[i+1] == ' '):
-			k := strings.TrimSpace(s[:i])
-			if uq, err := yamlScalar(k, 0); err == nil {
+			key = strings.TrimSpace(s[:i])
+			if uq, err := yamlScalar(key, 0); err == nil {
 				if ks, isStr := uq.(string); isStr {
-					k = ks
+					key = ks
 				}
 			}
-			return k, strings.TrimSpace(s[i+1:]), k != ""
+			rest, ok = strings.TrimSpace(s[i+1:]), key != ""
+			return false
 		}
-	}
-	return "", "", false
+		return true
+	})
+	return key, rest, ok
 }
 
 // yamlScalar reads one value written on a single line.
@@ -279,25 +288,20 @@ func yamlScalar(s string, line int) (any, error) {
 // outside quotes; nested collections are not supported.
 func splitFlow(s string, line int) ([]string, error) {
 	var items []string
-	var quote byte
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote == '"' && c == '\\':
-			i++
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-		case c == '[' || c == '{':
-			return nil, fmt.Errorf("line %d: nested flow collections are not supported", line)
-		case c == ',':
+	start, nested := 0, false
+	eachUnquoted(s, func(int) bool { return true }, func(i int, c byte) bool {
+		switch c {
+		case '[', '{':
+			nested = true
+			return false
+		case ',':
 			items = append(items, strings.TrimSpace(s[start:i]))
 			start = i + 1
 		}
+		return true
+	})
+	if nested {
+		return nil, fmt.Errorf("line %d: nested flow collections are not supported", line)
 	}
 	if last := strings.TrimSpace(s[start:]); last != "" {
 		items = append(items, last)

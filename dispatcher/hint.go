@@ -48,11 +48,7 @@ func (l *typeLatency) current() time.Duration {
 }
 
 func (d *Dispatcher) typeLatency(agentType string) *typeLatency {
-	if l, ok := d.hints.Load(agentType); ok {
-		return l.(*typeLatency)
-	}
-	l, _ := d.hints.LoadOrStore(agentType, &typeLatency{})
-	return l.(*typeLatency)
+	return lookup(&d.hints, agentType, func() *typeLatency { return &typeLatency{} })
 }
 
 // timeoutHint is the instance's declared hint, or the one learned for its

@@ -130,13 +130,21 @@ func (l *instLoad) penaltyLocked(decay time.Duration, now time.Time) float64 {
 
 // loadOf returns this replica's record of an instance.
 func (d *Dispatcher) loadOf(id string) *instLoad {
-	if l, ok := d.loads.Load(id); ok {
-		return l.(*instLoad)
+	return lookup(&d.loads, id, func() *instLoad {
+		fresh := &instLoad{breaker: newBreaker(&d.cfg.Breaker)}
+		fresh.others.Store(-1)
+		return fresh
+	})
+}
+
+// lookup returns m's value for key, storing fresh() first when it has none.
+// Values are made only on a miss; the first one stored wins a race.
+func lookup[T any](m *sync.Map, key string, fresh func() *T) *T {
+	if v, ok := m.Load(key); ok {
+		return v.(*T)
 	}
-	fresh := &instLoad{breaker: newBreaker(&d.cfg.Breaker)}
-	fresh.others.Store(-1)
-	l, _ := d.loads.LoadOrStore(id, fresh)
-	return l.(*instLoad)
+	v, _ := m.LoadOrStore(key, fresh())
+	return v.(*T)
 }
 
 // forget drops per-instance state when an instance leaves the table, and

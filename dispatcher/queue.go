@@ -43,11 +43,7 @@ func (d *Dispatcher) waiting(key string) *waitQueue {
 }
 
 func (d *Dispatcher) queueOf(key string) *waitQueue {
-	if q := d.waiting(key); q != nil {
-		return q
-	}
-	q, _ := d.queues.LoadOrStore(key, &waitQueue{})
-	return q.(*waitQueue)
+	return lookup(&d.queues, key, func() *waitQueue { return &waitQueue{} })
 }
 
 // enqueue makes t wait in q for a free slot, then hands out what it can.

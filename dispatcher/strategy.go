@@ -110,11 +110,7 @@ func nextUntried(rs *registry.Routes, t *task, start int) int {
 type counters struct{ m sync.Map }
 
 func (c *counters) next(capability string) uint64 {
-	v, ok := c.m.Load(capability)
-	if !ok {
-		v, _ = c.m.LoadOrStore(capability, new(atomic.Uint64))
-	}
-	return v.(*atomic.Uint64).Add(1) - 1
+	return lookup(&c.m, capability, func() *atomic.Uint64 { return new(atomic.Uint64) }).Add(1) - 1
 }
 
 func roundRobin(d *Dispatcher, capability string, rs *registry.Routes, t *task) int {

@@ -9,8 +9,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -85,15 +83,11 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		opts = append(opts, agentkit.WithAffinityKey(affinity))
 	}
 
-	conn.log = conn.logger(stderr)
-	nc, client, err := openClient(&conn, "agentreach-call")
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
+	cctx, client, done, ok := openClient(ctx, &conn, "agentreach-call", stderr)
+	if !ok {
 		return exitFail
 	}
-	defer nc.Close()
-	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
-	defer cancel()
+	defer done()
 	res, err := client.Call(cctx, capability, payload, opts...)
 	return printResult(stdout, stderr, res, err, requestID, asJSON)
 }
@@ -134,19 +128,26 @@ func headerOptions(headers pairList) []agentkit.CallOption {
 	return opts
 }
 
-// openClient connects (a connection called name) and returns a JSON client
-// on the subjects of --prefix. The caller closes the connection.
-func openClient(conn *connFlags, name string) (*nats.Conn, *agentkit.Client, error) {
+// openClient sets up a command that talks to agents: the logger, a
+// connection called name, a JSON client on the subjects of --prefix, and
+// ctx bounded by --timeout. On failure it prints the error and ok is false;
+// otherwise the caller runs done when finished.
+func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Writer) (
+	cctx context.Context, client *agentkit.Client, done func(), ok bool) {
+	conn.log = conn.logger(stderr)
 	nc, err := conn.connect(name)
-	if err != nil {
-		return nil, nil, err
+	if err == nil {
+		client, err = agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
+		if err != nil {
+			nc.Close()
+		}
 	}
-	client, err := agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
 	if err != nil {
-		nc.Close()
-		return nil, nil, err
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil, nil, nil, false
 	}
-	return nc, client, nil
+	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	return cctx, client, func() { cancel(); nc.Close() }, true
 }
 
 // printResult prints the outcome of a call or a durable task and returns the

@@ -91,15 +91,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	opts := append(headerOptions(headers), agentkit.WithRequestID(requestID))
 
-	conn.log = conn.logger(stderr)
-	nc, client, err := openClient(&conn, "agentreach-submit")
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
+	cctx, client, done, ok := openClient(ctx, &conn, "agentreach-submit", stderr)
+	if !ok {
 		return exitFail
 	}
-	defer nc.Close()
-	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
-	defer cancel()
+	defer done()
 	if wait {
 		// Watching from before the submission: an outcome recorded at
 		// once (a poison task parked in milliseconds) is not missed.
@@ -144,15 +140,11 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return cl.usageError(stderr, "%v", err)
 	}
 
-	conn.log = conn.logger(stderr)
-	nc, client, err := openClient(&conn, "agentreach-result")
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
+	cctx, client, done, ok := openClient(ctx, &conn, "agentreach-result", stderr)
+	if !ok {
 		return exitFail
 	}
-	defer nc.Close()
-	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
-	defer cancel()
+	defer done()
 	if wait {
 		return waitResult(cctx, client, id, stdout, stderr, asJSON)
 	}

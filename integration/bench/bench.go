@@ -172,14 +172,17 @@ func (r *run) goal(key, text string, met bool) {
 }
 
 // sleep waits for d or until the run's context ends.
-func (r *run) sleep(d time.Duration) error {
+func (r *run) sleep(d time.Duration) error { return sleepCtx(r.ctx, d) }
+
+// sleepCtx waits for d, or until ctx ends and then returns its error.
+func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return nil
-	case <-r.ctx.Done():
-		return r.ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -64,14 +64,7 @@ func (p *skewProfile) serve(ctx context.Context, i int) error {
 			return err
 		}
 	}
-	t := time.NewTimer(time.Duration(rand.ExpFloat64() * float64(skewMean) * p.v.factors[i]))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepCtx(ctx, time.Duration(rand.ExpFloat64()*float64(skewMean)*p.v.factors[i]))
 }
 
 // stallClock holds the stall windows: from start on, the first length of
@@ -94,14 +87,7 @@ func (c *stallClock) wait(ctx context.Context) error {
 	if el < 0 || el%c.period >= c.length {
 		return nil
 	}
-	t := time.NewTimer(c.length - el%c.period)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepCtx(ctx, c.length-el%c.period)
 }
 
 // skewMethod sets up one way of spreading the work over the eight agents
