@@ -234,12 +234,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting and registering each agent")
 	})
-	pos, code, ok := cl.parse(args, stdout, stderr)
-	if !ok {
+	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cl.usageError(stderr, "unexpected argument %q", pos[0])
 	}
 	if err := df.validate(); err != nil {
 		return cl.usageError(stderr, "%v", err)

@@ -172,12 +172,8 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting, provisioning and joining the queue group")
 	})
-	pos, code, ok := cl.parse(args, stdout, stderr)
-	if !ok {
+	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cl.usageError(stderr, "unexpected argument %q", pos[0])
 	}
 	topo := streams.Topology{Subjects: conn.subjects(), Replicas: replicas, Heartbeat: heartbeat}
 	if err := topo.Validate(); err != nil {

@@ -160,6 +160,15 @@ func (c *cmdline) parse(args []string, stdout, stderr io.Writer) (pos []string, 
 	return pos, exitOK, true
 }
 
+// parseNoArgs is parse for a command that takes no positional arguments.
+func (c *cmdline) parseNoArgs(args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	pos, code, ok := c.parse(args, stdout, stderr)
+	if ok && len(pos) > 0 {
+		return c.usageError(stderr, "unexpected argument %q", pos[0]), false
+	}
+	return code, ok
+}
+
 // usageError prints a usage error and returns exitUsage.
 func (c *cmdline) usageError(stderr io.Writer, format string, args ...any) int {
 	fmt.Fprintf(stderr, "error: %s\nRun 'agentreach %s --help' for usage.\n", fmt.Sprintf(format, args...), c.fs.Name())

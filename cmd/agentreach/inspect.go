@@ -71,12 +71,8 @@ func inspect(ctx context.Context, name, about, verb string, args []string, stdou
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting")
 	})
-	pos, code, ok := cl.parse(args, stdout, stderr)
-	if !ok {
+	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cl.usageError(stderr, "unexpected argument %q", pos[0])
 	}
 	conn.log = conn.logger(stderr)
 	nc, err := conn.connect("agentreach-" + name)

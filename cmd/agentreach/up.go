@@ -63,12 +63,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cl.group("Dispatcher flags", f.dispatcher.register)
 	cl.group("Demo flags (with --demo)", f.demoAgents.register)
 	cl.group("Common flags", f.global.register)
-	pos, code, ok := cl.parse(args, stdout, stderr)
-	if !ok {
+	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cl.usageError(stderr, "unexpected argument %q", pos[0])
 	}
 	if err := f.demoAgents.validate(); err != nil {
 		return cl.usageError(stderr, "%v", err)

@@ -46,12 +46,8 @@ func longVersion() string {
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	cl := newCmdline("version", "agentreach version", "Prints the version, the commit it was built from and the Go version.")
-	pos, code, ok := cl.parse(args, stdout, stderr)
-	if !ok {
+	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cl.usageError(stderr, "unexpected argument %q", pos[0])
 	}
 	fmt.Fprintln(stdout, longVersion())
 	return exitOK
