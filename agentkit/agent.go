@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,6 +91,9 @@ type Agent struct {
 	sub      *nats.Subscription
 	hb       *registry.Heartbeat
 	idem     *idempotency
+	// replyPrefix is the inbox prefix this connection may publish under,
+	// found at Start; "" keeps every result on the dispatcher's path.
+	replyPrefix string
 
 	slots    chan struct{}
 	jobs     chan job // to an idle worker
@@ -282,6 +286,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.idem = &idempotency{kv: ikv, reg: reg, owner: a.id, check: a.cfg.Heartbeat}
 	a.ctx, a.stop = context.WithCancel(context.Background())
+	a.replyPrefix = replyPrefix(ctx, a.nc)
 	sub, err := a.nc.Subscribe(a.cfg.Subjects.Agent(a.id), a.deliver)
 	if err != nil {
 		return fmt.Errorf("agentkit: subscribe: %w", err)
@@ -297,7 +302,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	registered = true
 	a.sub, a.hb, a.started = sub, hb, true
-	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).Msg("agent registered")
+	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).
+		Bool("direct_results", a.replyPrefix != "").Msg("agent registered")
 	return nil
 }
 
@@ -553,13 +559,75 @@ func (a *Agent) publish(req *Request, m *nats.Msg) {
 	// The slot is free before the reply leaves: a dispatcher that sends the
 	// next task as soon as it has the result must find it free.
 	a.release(req)
-	m.Header.Set(streams.HeaderActive, strconv.Itoa(len(a.slots)))
+	active := strconv.Itoa(len(a.slots))
+	if out := a.directResult(req, m); out != nil {
+		notice := streams.StatusReply(req.reply, streams.StatusFinished, req.RequestID)
+		notice.Header.Set(streams.HeaderDirect, "1")
+		notice.Header.Set(streams.HeaderNode, a.id)
+		notice.Header.Set(streams.HeaderActive, active)
+		if c := m.Header.Get(streams.HeaderCost); c != "" {
+			notice.Header.Set(streams.HeaderCost, c)
+		}
+		// The result goes first: if the agent dies between the two, the
+		// caller has its answer and the dispatcher merely times out.
+		err := a.nc.PublishMsg(out)
+		if err == nil {
+			err = a.nc.PublishMsg(notice)
+		}
+		if err != nil {
+			a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
+		}
+		return
+	}
+	m.Header.Set(streams.HeaderActive, active)
 	if err := a.nc.PublishMsg(m); err != nil {
 		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
 	}
 }
 
-// fail answers a delivery with an error at once.
+// directResult returns the FINISHED result m addressed to the caller
+// (Reach-Reply-To), with the headers a dispatcher would have added, or nil
+// when m must take the dispatcher's path: not offered, not a result, or
+// too large with those headers.
+func (a *Agent) directResult(req *Request, m *nats.Msg) *nats.Msg {
+	if req.replyTo == "" || m.Header.Get(streams.HeaderStatus) != string(streams.StatusFinished) {
+		return nil
+	}
+	out := &nats.Msg{Subject: req.replyTo, Data: m.Data, Header: m.Header}
+	out.Header.Set(streams.HeaderOrchestrationID, req.OrchestrationID)
+	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(req.Attempt))
+	if streams.CheckSize(out, a.nc.MaxPayload()) != nil {
+		return nil
+	}
+	return out
+}
+
+// replyProbeWait bounds the wait for replyPrefix's probe message, which the
+// flush has normally delivered already.
+const replyProbeWait = 100 * time.Millisecond
+
+// replyPrefix returns the prefix of nc's inboxes ("_INBOX." unless the
+// connection sets another) when nc may publish to such an inbox, or "" when
+// it may not, as under allow_responses alone. It publishes one message to
+// an inbox of its own and checks that it arrives. Agents answer a caller
+// directly only under this prefix: a result published where the server
+// refuses it would be lost.
+func replyPrefix(ctx context.Context, nc *nats.Conn) string {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if nc.Publish(inbox, nil) != nil || nc.FlushWithContext(ctx) != nil {
+		return ""
+	}
+	if _, err := sub.NextMsg(replyProbeWait); err != nil {
+		return ""
+	}
+	return inbox[:strings.LastIndexByte(inbox, '.')+1]
+}
+
 // release gives back req's slot, once.
 func (a *Agent) release(req *Request) {
 	if req.holdsSlot {
@@ -569,4 +637,5 @@ func (a *Agent) release(req *Request) {
 	}
 }
 
+// fail answers a delivery with an error at once.
 func (a *Agent) fail(req *Request, e *streams.Error) { a.publish(req, a.errorMsg(req, e)) }

@@ -3,6 +3,7 @@ package agentkit
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ type Request struct {
 
 	agent     *Agent
 	reply     string
+	replyTo   string // the caller's reply subject, when the result may go there directly
 	holdsSlot bool
 	ackTimer  *time.Timer
 	answered  atomic.Bool // ACKED, PROCESSING or the result has gone out
@@ -56,6 +58,9 @@ func newRequest(a *Agent, m *nats.Msg) *Request {
 		Header:          m.Header,
 		agent:           a,
 		reply:           m.Reply,
+	}
+	if to := m.Header.Get(streams.HeaderReplyTo); a.replyPrefix != "" && strings.HasPrefix(to, a.replyPrefix) {
+		r.replyTo = to
 	}
 	if ms := streams.IntHeader(m.Header, streams.HeaderDeadline); ms > 0 {
 		r.Deadline = time.UnixMilli(ms)

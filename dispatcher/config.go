@@ -81,6 +81,13 @@ type Config struct {
 	// never past the task's deadline; negative: no waiting, TARGET_BUSY is
 	// retried after a backoff like an agent's.
 	QueueWait time.Duration
+	// RelayResults sends every result through this replica. By default a
+	// direct-tier delivery offers the agent the caller's reply subject
+	// (Reach-Reply-To), and an agent allowed to publish there answers the
+	// caller itself, which saves the caller a message hop; the replica still
+	// learns the outcome. Set it when callers' reply subjects must stay
+	// private to the dispatchers.
+	RelayResults bool
 	// MaxHops is the hop limit beyond which a task is LOOP_DETECTED; default 8.
 	MaxHops int
 	// MaxVisits is how often one chain (Reach-Visits) may reach the same

@@ -477,6 +477,11 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
 	out.Header.Set(streams.HeaderVisits, strings.Join(append(slices.Clip(t.visits), inst.ID), ","))
+	if d.offersDirect(t) {
+		out.Header.Set(streams.HeaderReplyTo, t.req.Reply)
+	} else {
+		out.Header.Del(streams.HeaderReplyTo)
+	}
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
 		if dl.claim() {
 			d.settle(dl, nil, nil, streams.AsError(err), outcomeFinal)
@@ -532,13 +537,19 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 		dl.t.log.Debug().Str("node", dl.inst.ID).Str("state", string(status)).Msg("task state")
 		return
 	case streams.StatusFinished:
-		if dl.claim() {
-			d.settle(dl, m, m, nil, outcomeDone)
+		if m.Header.Get(streams.HeaderDirect) == "" || d.offersDirect(dl.t) {
+			if dl.claim() {
+				d.settle(dl, m, m, nil, outcomeDone)
+			}
+			return
 		}
-		return
 	}
 	e := streams.ErrorFromMessage(m)
-	if e == nil {
+	switch {
+	case status == streams.StatusFinished:
+		e = streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
+			dl.inst.ID, streams.HeaderDirect, streams.HeaderReplyTo)
+	case e == nil:
 		e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", dl.inst.ID, m.Header.Get(streams.HeaderStatus))
 	}
 	kind := outcomeFinal
@@ -630,6 +641,13 @@ func costOf(m *nats.Msg) float64 {
 	return c
 }
 
+// offersDirect reports whether t's deliveries offer agents the caller's
+// reply subject (Reach-Reply-To): on the direct tier, when the caller
+// waits for a reply and Config.RelayResults is off.
+func (d *Dispatcher) offersDirect(t *task) bool {
+	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != ""
+}
+
 func (t *task) attemptHeaders() []string {
 	h := []string{streams.HeaderAttempt, strconv.Itoa(t.attempts)}
 	if t.node != "" {
@@ -642,6 +660,9 @@ func (t *task) attemptHeaders() []string {
 // headers, or returns PAYLOAD_TOO_LARGE when they make it exceed the
 // server's max_payload.
 func (d *Dispatcher) reply(t *task, res *nats.Msg) *streams.Error {
+	if res.Header.Get(streams.HeaderDirect) != "" {
+		return nil // the agent answered the caller itself (onReply checked that it was offered)
+	}
 	out := &nats.Msg{Subject: t.req.Reply, Data: res.Data, Header: res.Header}
 	out.Header.Set(streams.HeaderRequestID, t.requestID)
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)

@@ -28,7 +28,15 @@ import (
 // the caller can stop it (without deregistering) to let the record expire.
 func NeverAck(tb testing.TB, nc *nats.Conn, id string, hb time.Duration, caps ...string) *registry.Heartbeat {
 	tb.Helper()
-	sub, err := nc.SubscribeSync(streams.Subjects{}.Agent(id))
+	return RawInstance(tb, nc, id, hb, func(*nats.Msg) {}, caps...)
+}
+
+// RawInstance registers an instance that heartbeats and hands each delivery
+// to answer, on the subscription's goroutine: an agent that speaks the
+// protocol, or gets it wrong, without agentkit.
+func RawInstance(tb testing.TB, nc *nats.Conn, id string, hb time.Duration, answer nats.MsgHandler, caps ...string) *registry.Heartbeat {
+	tb.Helper()
+	sub, err := nc.Subscribe(streams.Subjects{}.Agent(id), answer)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -33,6 +33,16 @@ const (
 	// it across hops.
 	HeaderVisits      = "Reach-Visits"
 	HeaderContentType = "Content-Type"
+	// HeaderReplyTo is set by dispatchers on a direct-tier delivery: the
+	// caller's reply subject. An agent allowed to publish there may send its
+	// FINISHED result straight to the caller (with the Reach-Request-Id,
+	// Reach-Orchestration-Id and Reach-Attempt of the delivery) and answer
+	// the delivery's own reply subject with HeaderDirect instead of the
+	// result. Agents that ignore it answer as always.
+	HeaderReplyTo = "Reach-Reply-To"
+	// HeaderDirect, "1" on a FINISHED reply without a body, says that the
+	// result went to the caller directly (HeaderReplyTo).
+	HeaderDirect = "Reach-Direct"
 
 	// Durable tier: set on dead letters, review entries and replays.
 	HeaderDLQReason   = "Reach-DLQ-Reason"

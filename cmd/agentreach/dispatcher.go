@@ -41,6 +41,7 @@ type dispatcherFlags struct {
 	capRetries    pairList
 	deadline      time.Duration
 	queueWait     time.Duration
+	relayResults  bool
 	dlqInterval   int
 }
 
@@ -64,6 +65,8 @@ func (f *dispatcherFlags) register(fs *flag.FlagSet) {
 		"tasks this replica handles at once; beyond it callers get OVERLOADED")
 	fs.DurationVar(&f.queueWait, "queue-wait", dispatcher.DefaultQueueWait,
 		"how long a task waits, in arrival order, for a free slot when every instance is busy; then TARGET_BUSY (negative: no waiting)")
+	fs.BoolVar(&f.relayResults, "relay-results", false,
+		"send every result through the dispatcher; by default agents that may publish to callers' inboxes answer them directly")
 	fs.IntVar(&f.retries, "retries", dispatcher.DefaultRetries,
 		"deliveries after the first on TIMEOUT, TARGET_BUSY, no ACK or transport failure (-1: none)")
 	fs.IntVar(&f.writeRetries, "write-retries", dispatcher.DefaultWriteRetries, "--retries for the capabilities in --writes (-1: none)")
@@ -99,6 +102,7 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 		AckTimeout:              f.ackTimeout,
 		MaxInFlight:             f.maxInFlight,
 		QueueWait:               f.queueWait,
+		RelayResults:            f.relayResults,
 		DefaultStrategy:         f.strategy,
 		Retries:                 f.retries,
 		WriteRetries:            f.writeRetries,
