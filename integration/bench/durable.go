@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -121,11 +122,11 @@ func runDurable(r *run) error {
 	if err := fresh(); err != nil {
 		return err
 	}
-	stopEcho, err := r.startEcho(e)
+	echo, err := r.startEcho(e, dispatcher.Config{})
 	if err != nil {
 		return err
 	}
-	defer stopEcho()
+	defer echo.stop()
 	e2eDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	callers, err := e.connectN("caller", 4)
 	if err != nil {

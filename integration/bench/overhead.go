@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -18,6 +19,7 @@ const (
 	directSubject   = "bench.direct"
 	relaySubject    = "bench.relay"
 	relayAgentsSubj = "bench.relay.agents"
+	relayDirectSubj = "bench.relay.direct"
 	echoCapability  = "echo"
 )
 
@@ -42,30 +44,37 @@ func runOverhead(r *run) error {
 		return err
 	}
 
-	// The floor of any design with a hop: a bare relay in front of the
-	// same responders.
-	labelled(r.ctx, compDispatch, func() { err = startRelay(e, relaySubject, func() string { return directSubject }, nil) })
+	// The floors of any design with a hop: a bare relay in front of the
+	// same responders, with the answers coming back through it (four
+	// message hops, as the dispatcher's relayed results) or going to the
+	// caller directly (three, as the agents' direct results).
+	labelled(r.ctx, compDispatch, func() {
+		err = startRelay(e, relay{listen: relaySubject, to: func() string { return directSubject }})
+		if err == nil {
+			err = startRelay(e, relay{listen: relayDirectSubj, to: func() string { return directSubject }, direct: true})
+		}
+	})
 	if err != nil {
 		return err
 	}
 
 	// The same work routed: echo agents behind one dispatcher.
-	stopEcho, err := r.startEcho(e)
+	echo, err := r.startEcho(e, dispatcher.Config{})
 	if err != nil {
 		return err
 	}
-	defer stopEcho()
+	defer echo.stop()
 
 	// The floor of the dispatcher itself: a bare relay in front of the same
 	// agents, sending round robin with the two headers an agent needs.
 	var next atomic.Int64
 	labelled(r.ctx, compDispatch, func() {
-		err = startRelay(e, relayAgentsSubj,
-			func() string { return streams.Subjects{}.Agent(fmt.Sprintf("echo-%d", next.Add(1)%overheadAgents)) },
-			func(h nats.Header, token string) {
+		err = startRelay(e, relay{listen: relayAgentsSubj,
+			to: func() string { return streams.Subjects{}.Agent(fmt.Sprintf("echo-%d", next.Add(1)%overheadAgents)) },
+			set: func(h nats.Header, token string) {
 				h.Set(streams.HeaderCapability, echoCapability)
 				h.Set(streams.HeaderRequestID, token)
-			})
+			}})
 	})
 	if err != nil {
 		return err
@@ -84,9 +93,10 @@ func runOverhead(r *run) error {
 			return &nats.Msg{Subject: subject, Reply: reply, Data: payload, Header: jsonHdr}
 		}
 	}
-	methods := []struct{ name, subject string }{{"direct", directSubject}, {"routed", routedSubject}}
-	closedMethods := append(methods, struct{ name, subject string }{"relay", relaySubject},
-		struct{ name, subject string }{"relay_agents", relayAgentsSubj})
+	type method struct{ name, subject string }
+	methods := []method{{"direct", directSubject}, {"routed", routedSubject}}
+	closedMethods := append(methods, method{"relay", relaySubject}, method{"relay_direct", relayDirectSubj},
+		method{"relay_agents", relayAgentsSubj})
 	pointDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	const timeout = 2 * time.Second
 
@@ -106,17 +116,37 @@ func runOverhead(r *run) error {
 	}
 
 	// Closed loop: 1 caller (latency of one call), 64 callers (maximum throughput).
-	closed := map[string]map[int]*latency{"direct": {}, "routed": {}, "relay": {}, "relay_agents": {}}
-	for _, c := range []int{1, overheadCallers} {
-		for _, m := range closedMethods {
-			l, err := r.closedLoop(callers, closedSpec{step: fmt.Sprintf("%s, %d callers", m.name, c), callers: c,
-				dur: pointDur, timeout: timeout, build: closedMsg(m.subject)})
-			if err != nil {
-				return err
+	closed := map[string]map[int]*latency{}
+	measure := func(ms []method) error {
+		for _, c := range []int{1, overheadCallers} {
+			for _, m := range ms {
+				l, err := r.closedLoop(callers, closedSpec{step: fmt.Sprintf("%s, %d callers", m.name, c), callers: c,
+					dur: pointDur, timeout: timeout, build: closedMsg(m.subject)})
+				if err != nil {
+					return err
+				}
+				if closed[m.name] == nil {
+					closed[m.name] = map[int]*latency{}
+				}
+				closed[m.name][c] = l
+				row(m.name, fmt.Sprintf("closed, %d callers", c), l)
 			}
-			closed[m.name][c] = l
-			row(m.name, fmt.Sprintf("closed, %d callers", c), l)
 		}
+		return nil
+	}
+	if err := measure(closedMethods); err != nil {
+		return err
+	}
+	// The dispatcher again, with every result relayed through it
+	// (--relay-results): what the agents' direct answers buy.
+	if err := echo.restart(dispatcher.Config{RelayResults: true}); err != nil {
+		return err
+	}
+	if err := measure([]method{{"routed_relayed", routedSubject}}); err != nil {
+		return err
+	}
+	if err := echo.restart(dispatcher.Config{}); err != nil {
+		return err
 	}
 	d1, r1 := closed["direct"][1], closed["routed"][1]
 	d64, r64 := closed["direct"][overheadCallers], closed["routed"][overheadCallers]
@@ -139,6 +169,16 @@ func runOverhead(r *run) error {
 	r.set("relay_throughput_ratio", ratio(rl64.rps(), d64.rps()))
 	r.set("relay_p50_us_c1", usf(rl1.p(50)))
 	r.set("relay_p50_ratio_c1", ratio(usf(rl1.p(50)), usf(d1.p(50))))
+	rd1, rd64 := closed["relay_direct"][1], closed["relay_direct"][overheadCallers]
+	r.set("relay_direct_rps", rd64.rps())
+	r.set("relay_direct_throughput_ratio", ratio(rd64.rps(), d64.rps()))
+	r.set("relay_direct_p50_us_c1", usf(rd1.p(50)))
+	r.set("relay_direct_p50_ratio_c1", ratio(usf(rd1.p(50)), usf(d1.p(50))))
+	rr1, rr64 := closed["routed_relayed"][1], closed["routed_relayed"][overheadCallers]
+	r.set("routed_relayed_rps", rr64.rps())
+	r.set("routed_relayed_throughput_ratio", ratio(rr64.rps(), d64.rps()))
+	r.set("routed_relayed_p50_us_c1", usf(rr1.p(50)))
+	r.set("routed_relayed_p50_ratio_c1", ratio(usf(rr1.p(50)), usf(d1.p(50))))
 	ra1, ra64 := closed["relay_agents"][1], closed["relay_agents"][overheadCallers]
 	r.set("relay_agents_rps", ra64.rps())
 	r.set("relay_agents_throughput_ratio", ratio(ra64.rps(), d64.rps()))
@@ -221,6 +261,10 @@ func runOverhead(r *run) error {
 		{"p50_ratio_c1 (routed/direct, 1 caller)", f(r.rep.Figures["p50_ratio_c1"])},
 		{"relay_throughput_ratio (bare relay/direct, 64 callers)", f(r.rep.Figures["relay_throughput_ratio"])},
 		{"relay_p50_ratio_c1 (bare relay/direct, 1 caller)", f(r.rep.Figures["relay_p50_ratio_c1"])},
+		{"relay_direct_throughput_ratio (bare relay, answers direct/direct, 64 callers)", f(r.rep.Figures["relay_direct_throughput_ratio"])},
+		{"relay_direct_p50_ratio_c1 (bare relay, answers direct/direct, 1 caller)", f(r.rep.Figures["relay_direct_p50_ratio_c1"])},
+		{"routed_relayed_throughput_ratio (routed, --relay-results/direct, 64 callers)", f(r.rep.Figures["routed_relayed_throughput_ratio"])},
+		{"routed_relayed_p50_ratio_c1 (routed, --relay-results/direct, 1 caller)", f(r.rep.Figures["routed_relayed_p50_ratio_c1"])},
 		{"relay_agents_throughput_ratio (bare relay to the agents/direct, 64 callers)", f(r.rep.Figures["relay_agents_throughput_ratio"])},
 		{"routed_vs_relay_agents (routed/bare relay to the agents, 64 callers)", f(r.rep.Figures["routed_vs_relay_agents"])},
 		{"added_p99_us_50pct", f(r.rep.Figures["added_p99_us_50pct"])},
@@ -231,12 +275,16 @@ func runOverhead(r *run) error {
 	r.note("Both methods are called the same way: raw NATS requests with Content-Type application/json, "+
 		"callers on their own connections; the baseline's %d responders and the %d agents each have their own connection.",
 		overheadAgents, overheadAgents)
-	r.note("relay and relay_agents are floors measured in the same run: a bare relay (one connection, a map of " +
-		"reply subjects, nothing else) in front of the direct responders, and one in front of the echo agents, sending " +
-		"round robin with Reach-Capability and Reach-Request-Id. No design with a hop beats the first; the second " +
-		"is what the dispatcher would cost if routing, timeouts, retries, breakers and feedback records were free.")
-	r.note("Routed requests make four message hops (caller→dispatcher→agent, result agent→dispatcher, " +
-		"dispatcher→caller; a task slower than agentkit.AckDelay adds an ACK) against two for the direct queue group.")
+	r.note("relay, relay_direct and relay_agents are floors measured in the same run: a bare relay (one connection, " +
+		"a map of reply subjects, nothing else) in front of the direct responders, with the answers coming back " +
+		"through it (relay, four message hops) or sent by the responders to the caller (relay_direct, three hops); " +
+		"and one in front of the echo agents, sending round robin with Reach-Capability and Reach-Request-Id, answers " +
+		"through the relay. No design with a hop in the data path beats relay_direct; relay_agents is what the " +
+		"dispatcher would cost if routing, timeouts, retries, breakers and feedback records were free.")
+	r.note("Routed requests make three message hops on the caller's path (caller→dispatcher→agent, agent→caller) " +
+		"against two for the direct queue group, plus the agent's bodiless notice to the dispatcher off that path " +
+		"(a task slower than agentkit.AckDelay adds an ACK). routed_relayed is the same dispatcher with " +
+		"--relay-results: the result goes agent→dispatcher→caller, four hops.")
 	r.note("Everything shares one process and %d cores, so dispatcher_cpu_per_1k_rps is the difference in whole-process "+
 		"CPU (getrusage) per 1,000 answered req/s between the routed and the direct open-loop runs at the same offered "+
 		"rate: the highest of the open-loop rates that the routed path kept up with (dispatcher_cpu_at_rps). "+
@@ -294,16 +342,36 @@ func startResponders(e *env, hdr nats.Header) error {
 	return nil
 }
 
-// startRelay starts a bare relay on listen: a queue-group subscriber that
-// forwards each request to the subject to() names (with the headers set()
-// adds, if any) and the answer back, doing nothing else — no routing
-// decision, no state but the map from its own reply subjects to the
-// callers'. In front of the direct responders it is the floor of any design
-// that puts a hop between caller and worker; in front of the echo agents,
-// the floor of the dispatcher.
-func startRelay(e *env, listen string, to func() string, set func(h nats.Header, token string)) error {
-	nc, err := e.connect("relay-" + listen)
+// relay is a bare relay: a queue-group subscriber on listen that forwards
+// each request to the subject to() names (with the headers set() adds, if
+// any), doing nothing else — no routing decision, no state but the map from
+// its own reply subjects to the callers'. The answer comes back through it,
+// or, when direct, goes from the worker to the caller. In front of the
+// direct responders it is the floor of any design that puts a hop between
+// caller and worker; in front of the echo agents, the floor of the
+// dispatcher.
+type relay struct {
+	listen string
+	to     func() string
+	set    func(h nats.Header, token string)
+	direct bool
+}
+
+func startRelay(e *env, rl relay) error {
+	nc, err := e.connect("relay-" + rl.listen)
 	if err != nil {
+		return err
+	}
+	if rl.direct {
+		sub, err := nc.QueueSubscribe(rl.listen, "relay", func(m *nats.Msg) {
+			_ = nc.PublishMsg(&nats.Msg{Subject: rl.to(), Reply: m.Reply, Data: m.Data, Header: m.Header})
+		})
+		if err == nil {
+			err = sub.SetPendingLimits(-1, -1)
+		}
+		if err == nil {
+			err = nc.Flush()
+		}
 		return err
 	}
 	prefix := nc.NewRespInbox() + "."
@@ -322,15 +390,15 @@ func startRelay(e *env, listen string, to func() string, set func(h nats.Header,
 	if err != nil {
 		return err
 	}
-	fwd, err := nc.QueueSubscribe(listen, "relay", func(m *nats.Msg) {
+	fwd, err := nc.QueueSubscribe(rl.listen, "relay", func(m *nats.Msg) {
 		token := nuid.Next()
 		mu.Lock()
 		pending[token] = m.Reply
 		mu.Unlock()
-		if set != nil {
-			set(m.Header, token)
+		if rl.set != nil {
+			rl.set(m.Header, token)
 		}
-		_ = nc.PublishMsg(&nats.Msg{Subject: to(), Reply: prefix + token, Data: m.Data, Header: m.Header})
+		_ = nc.PublishMsg(&nats.Msg{Subject: rl.to(), Reply: prefix + token, Data: m.Data, Header: m.Header})
 	})
 	for _, s := range []*nats.Subscription{back, fwd} {
 		if err == nil {

@@ -134,24 +134,50 @@ func (ds *dispatch) stop() {
 	ds.nc.Close()
 }
 
-// startEcho starts overheadAgents echo agents behind one dispatcher and waits
-// until the dispatcher routes to all of them; stop stops both.
-func (r *run) startEcho(e *env) (stop func(), err error) {
+// echoStack is overheadAgents echo agents behind one dispatcher.
+type echoStack struct {
+	r      *run
+	e      *env
+	agents *agentSet
+	ds     *dispatch
+}
+
+// startEcho starts overheadAgents echo agents behind one dispatcher with
+// cfg and waits until the dispatcher routes to all of them.
+func (r *run) startEcho(e *env, cfg dispatcher.Config) (*echoStack, error) {
 	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
 		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
 	})
 	if err != nil {
 		return nil, err
 	}
-	ds, err := r.startDispatcher(e, dispatcher.Config{})
-	if err != nil {
+	s := &echoStack{r: r, e: e, agents: agents}
+	if err := s.restart(cfg); err != nil {
 		agents.stop()
 		return nil, err
 	}
-	stop = func() { ds.stop(); agents.stop() }
-	if err := r.waitRoutable(ds, echoCapability, overheadAgents); err != nil {
-		stop()
-		return nil, err
+	return s, nil
+}
+
+// restart replaces the dispatcher (if any) with one configured by cfg, and
+// waits until it routes to every agent.
+func (s *echoStack) restart(cfg dispatcher.Config) error {
+	if s.ds != nil {
+		s.ds.stop()
+		s.ds = nil
 	}
-	return stop, nil
+	ds, err := s.r.startDispatcher(s.e, cfg)
+	if err != nil {
+		return err
+	}
+	s.ds = ds
+	return s.r.waitRoutable(ds, echoCapability, overheadAgents)
+}
+
+// stop stops the dispatcher and the agents.
+func (s *echoStack) stop() {
+	if s.ds != nil {
+		s.ds.stop()
+	}
+	s.agents.stop()
 }
