@@ -561,9 +561,10 @@ func (a *Agent) publish(req *Request, m *nats.Msg) {
 	a.release(req)
 	active := strconv.Itoa(len(a.slots))
 	if out := a.directResult(req, m); out != nil {
-		notice := streams.StatusReply(req.reply, streams.StatusFinished, req.RequestID)
+		// The notice carries only what the dispatcher reads: its inbox
+		// subject already names the delivery.
+		notice := streams.StatusReply(req.reply, streams.StatusFinished, "")
 		notice.Header.Set(streams.HeaderDirect, "1")
-		notice.Header.Set(streams.HeaderNode, a.id)
 		notice.Header.Set(streams.HeaderActive, active)
 		if c := m.Header.Get(streams.HeaderCost); c != "" {
 			notice.Header.Set(streams.HeaderCost, c)
