@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -81,6 +82,11 @@ type Config struct {
 	// never past the task's deadline; negative: no waiting, TARGET_BUSY is
 	// retried after a backoff like an agent's.
 	QueueWait time.Duration
+	// Handlers is how many goroutines (each on a subscription of its own)
+	// take tasks, and how many take agents' replies; default GOMAXPROCS. One
+	// of each keeps a replica's work on one core, and one slow step delays
+	// every task behind it.
+	Handlers int
 	// RelayResults sends every result through this replica. By default a
 	// direct-tier delivery offers the agent the caller's reply subject
 	// (Reach-Reply-To), and an agent allowed to publish there answers the
@@ -146,6 +152,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.BackoffBase, DefaultBackoffBase)
 	setDefault(&c.BackoffMax, DefaultBackoffMax)
 	setDefault(&c.QueueWait, DefaultQueueWait)
+	setDefault(&c.Handlers, runtime.GOMAXPROCS(0))
 	setDefault(&c.MaxHops, DefaultMaxHops)
 	setDefault(&c.MaxVisits, DefaultMaxVisits)
 	setDefault(&c.Penalty, DefaultPenalty)
@@ -178,6 +185,8 @@ func (c *Config) validate() error {
 		return bad("MaxCallTimeout (%v) must be at least MinCallTimeout (%v)", c.MaxCallTimeout, c.MinCallTimeout)
 	case c.MaxInFlight < 1:
 		return bad("MaxInFlight must be at least 1, got %d", c.MaxInFlight)
+	case c.Handlers < 1:
+		return bad("Handlers must be at least 1, got %d", c.Handlers)
 	case c.Retries < NoRetries || c.WriteRetries < NoRetries:
 		return bad("retries must be %d (none) or more", NoRetries)
 	case c.MaxHops < 1 || c.MaxVisits < 1:

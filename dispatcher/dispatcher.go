@@ -34,7 +34,7 @@ type Dispatcher struct {
 
 	table      *registry.Table
 	inbox      *inbox
-	sub        *nats.Subscription
+	subs       []*nats.Subscription // Config.Handlers queue subscriptions to the tasks
 	breakerKV  jetstream.KeyValue
 	apiSubs    []*nats.Subscription
 	js         jetstream.JetStream
@@ -147,18 +147,15 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.stopWatch = func() { stopWatch(); <-watchDone; <-shareDone; <-pumpDone }
 	cleanup = append(cleanup, d.stopWatch)
 
-	if d.inbox, err = newInbox(d.nc, d.onReply); err != nil {
+	if d.inbox, err = newInbox(d.nc, d.cfg.Handlers, d.onReply); err != nil {
 		return err
 	}
 	cleanup = append(cleanup, func() { _ = d.inbox.stop() })
-	d.sub, err = d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
+	d.subs, err = subscribeN(d.nc, d.cfg.Handlers, d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, 64<<20, d.receive)
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
-	cleanup = append(cleanup, func() { _ = d.sub.Unsubscribe() })
-	if err := d.sub.SetPendingLimits(-1, 64<<20); err != nil {
-		return err
-	}
+	cleanup = append(cleanup, func() { unsubscribeAll(d.subs) })
 	if d.apiSubs, err = d.subscribeAPI(); err != nil {
 		return fmt.Errorf("dispatcher: api: %w", err)
 	}
@@ -174,7 +171,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		d.startReplayer()
 	}
 	d.started = true
-	d.log.Info().Str("subject", d.sub.Subject).Str("queue", d.cfg.QueueGroup).Int("agents", d.table.Len()).Msg("dispatcher started")
+	d.log.Info().Str("subject", d.subs[0].Subject).Str("queue", d.cfg.QueueGroup).Int("handlers", len(d.subs)).
+		Int("agents", d.table.Len()).Msg("dispatcher started")
 	return nil
 }
 
@@ -202,13 +200,18 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 		d.stopReplayer()
 		d.stopDurable()
 		if graceful {
-			closed := d.sub.StatusChanged(nats.SubscriptionClosed)
-			if err := d.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-				errs = append(errs, err)
+			closed := make([]<-chan nats.SubStatus, len(d.subs))
+			for i, sub := range d.subs {
+				closed[i] = sub.StatusChanged(nats.SubscriptionClosed)
+				if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+					errs = append(errs, err)
+				}
 			}
-			select { // every received task has started
-			case <-closed:
-			case <-ctx.Done():
+			for _, c := range closed { // every received task has started
+				select {
+				case <-c:
+				case <-ctx.Done():
+				}
 			}
 			done := make(chan struct{})
 			go func() { d.tasks.Wait(); close(done) }()
@@ -217,8 +220,12 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 			case <-ctx.Done():
 				errs = append(errs, fmt.Errorf("dispatcher: drain: %w with %d tasks in flight", ctx.Err(), d.inflight.Load()))
 			}
-		} else if err := d.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			errs = append(errs, err)
+		} else {
+			for _, sub := range d.subs {
+				if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+					errs = append(errs, err)
+				}
+			}
 		}
 		if err := d.inbox.stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			errs = append(errs, err)
@@ -241,6 +248,33 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 func (d *Dispatcher) stopAPI() {
 	for _, s := range d.apiSubs {
 		_ = s.Unsubscribe()
+	}
+}
+
+// subscribeN makes n queue subscriptions to subject in group, each with its
+// own goroutine running handler and up to pendingBytes waiting: the server
+// spreads the messages over them.
+func subscribeN(nc *nats.Conn, n int, subject, group string, pendingBytes int, handler nats.MsgHandler) ([]*nats.Subscription, error) {
+	subs := make([]*nats.Subscription, 0, n)
+	for range n {
+		sub, err := nc.QueueSubscribe(subject, group, handler)
+		if err == nil {
+			if err = sub.SetPendingLimits(-1, pendingBytes); err != nil {
+				_ = sub.Unsubscribe()
+			}
+		}
+		if err != nil {
+			unsubscribeAll(subs)
+			return nil, err
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}
+
+func unsubscribeAll(subs []*nats.Subscription) {
+	for _, sub := range subs {
+		_ = sub.Unsubscribe()
 	}
 }
 

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -8,11 +9,12 @@ import (
 )
 
 // inbox multiplexes every delivery's replies (ACKED, PROCESSING, the result)
-// over one wildcard subscription, routing them by the reply subject's last
-// token.
+// over wildcard subscriptions, routing them by the reply subject's last
+// token. With several subscriptions (one queue group), replies to one
+// delivery may be handled out of order; a delivery's claim makes that safe.
 type inbox struct {
 	prefix string
-	sub    *nats.Subscription
+	subs   []*nats.Subscription
 
 	onReply func(*delivery, *nats.Msg)
 
@@ -20,19 +22,15 @@ type inbox struct {
 	waiters map[string]*delivery
 }
 
-// newInbox subscribes to the inbox; onReply runs on the subscription's
-// goroutine for every reply to an open delivery.
-func newInbox(nc *nats.Conn, onReply func(*delivery, *nats.Msg)) (*inbox, error) {
+// newInbox subscribes to the inbox with n subscriptions; onReply runs on a
+// subscription's goroutine for every reply to an open delivery.
+func newInbox(nc *nats.Conn, n int, onReply func(*delivery, *nats.Msg)) (*inbox, error) {
 	ib := &inbox{prefix: nc.NewRespInbox() + ".", onReply: onReply, waiters: make(map[string]*delivery)}
-	sub, err := nc.Subscribe(ib.prefix+"*", ib.route)
+	subs, err := subscribeN(nc, n, ib.prefix+"*", "inbox", 256<<20, ib.route)
 	if err != nil {
 		return nil, err
 	}
-	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
-	}
-	ib.sub = sub
+	ib.subs = subs
 	return ib, nil
 }
 
@@ -75,4 +73,10 @@ func (ib *inbox) to(id string) []*delivery {
 	return out
 }
 
-func (ib *inbox) stop() error { return ib.sub.Unsubscribe() }
+func (ib *inbox) stop() error {
+	var errs []error
+	for _, sub := range ib.subs {
+		errs = append(errs, sub.Unsubscribe())
+	}
+	return errors.Join(errs...)
+}

@@ -51,8 +51,12 @@ type instLoad struct {
 	inflight atomic.Int64
 	// others estimates the instance's tasks from other replicas, from the
 	// Reach-Active count on its latest reply; -1 until a reply carried one.
-	others  atomic.Int64
-	breaker *breaker
+	others atomic.Int64
+	// unsubscribed is the revision of the instance's record when a delivery
+	// found no subscription on its subject (0: never): the instance gets no
+	// task until a newer record (a heartbeat after it) shows it back.
+	unsubscribed atomic.Uint64
+	breaker      *breaker
 
 	mu        sync.Mutex
 	logEWMA   float64 // moving average of ln(latency in ns)
@@ -60,6 +64,12 @@ type instLoad struct {
 	lastAt    time.Time
 	penalty   float64 // as of penaltyAt
 	penaltyAt time.Time
+}
+
+// absent reports whether inst had no subscription at its current record.
+func (l *instLoad) absent(inst *registry.Instance) bool {
+	u := l.unsubscribed.Load()
+	return u != 0 && u == inst.Entry().Revision
 }
 
 // observe adds one task's latency to the average.

@@ -392,6 +392,8 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why 
 			switch {
 			case t.visitsOf(cand.ID) >= d.cfg.MaxVisits:
 				looped++
+			case l.absent(cand):
+				// no subscription at this revision of its record: skipped
 			case !l.reserve(int64(cand.Entry().MaxConcurrent)):
 				full++
 			default:
@@ -513,6 +515,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 // onReply handles one reply to a delivery, on the inbox's goroutine.
 func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 	if m.Header.Get("Status") == "503" {
+		dl.load.unsubscribed.Store(dl.inst.Entry().Revision)
 		if dl.claim() {
 			d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
 		}

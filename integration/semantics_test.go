@@ -243,9 +243,14 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 			t.Fatalf("probe %d: %v", i+1, err)
 		}
 	}
-	if s := breakerOf(d1, "flappy"); s.State != dispatcher.BreakerClosed || s.Share != 0.25 {
-		t.Fatalf("after the probes: %+v", s)
-	}
+	// The probes' results reach the caller first; the dispatcher learns of
+	// them a moment later.
+	natstest.WaitFor(t, time.Second, func() error {
+		if s := breakerOf(d1, "flappy"); s.State != dispatcher.BreakerClosed || s.Share != 0.25 {
+			return fmt.Errorf("after the probes: %+v", s)
+		}
+		return nil
+	})
 	natstest.WaitFor(t, 2*time.Second, func() error {
 		if s := breakerOf(d2, "flappy"); s.State != dispatcher.BreakerClosed {
 			return fmt.Errorf("replica d2 sees %q", s.State)

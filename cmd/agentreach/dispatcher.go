@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ type dispatcherFlags struct {
 	deadline      time.Duration
 	queueWait     time.Duration
 	relayResults  bool
+	handlers      int
 	dlqInterval   int
 }
 
@@ -65,6 +67,8 @@ func (f *dispatcherFlags) register(fs *flag.FlagSet) {
 		"tasks this replica handles at once; beyond it callers get OVERLOADED")
 	fs.DurationVar(&f.queueWait, "queue-wait", dispatcher.DefaultQueueWait,
 		"how long a task waits, in arrival order, for a free slot when every instance is busy; then TARGET_BUSY (negative: no waiting)")
+	fs.IntVar(&f.handlers, "handlers", runtime.GOMAXPROCS(0),
+		"goroutines taking tasks, and as many taking agents' replies, each on a subscription of its own")
 	fs.BoolVar(&f.relayResults, "relay-results", false,
 		"send every result through the dispatcher; by default agents that may publish to callers' inboxes answer them directly")
 	fs.IntVar(&f.retries, "retries", dispatcher.DefaultRetries,
@@ -103,6 +107,7 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 		MaxInFlight:             f.maxInFlight,
 		QueueWait:               f.queueWait,
 		RelayResults:            f.relayResults,
+		Handlers:                f.handlers,
 		DefaultStrategy:         f.strategy,
 		Retries:                 f.retries,
 		WriteRetries:            f.writeRetries,

@@ -179,10 +179,10 @@ func commandFlags(t *testing.T, name string) []string {
 	switch name {
 	case "up":
 		return []string{"data-dir", "nats-listen", "sync-always", "demo", "heartbeat", "instances", "slow-delay",
-			"strategy", "capability-strategy", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "queue-group", "name", "prefix", "log-level",
+			"strategy", "capability-strategy", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "name", "prefix", "log-level",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval"}
 	case "dispatcher":
-		return append(conn, "replicas", "heartbeat", "provision", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "queue-group", "strategy", "capability-strategy", "name",
+		return append(conn, "replicas", "heartbeat", "provision", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "strategy", "capability-strategy", "name",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval")
 	case "demo":
 		return append(conn, "instances", "slow-delay", "heartbeat")
