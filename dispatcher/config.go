@@ -83,9 +83,10 @@ type Config struct {
 	// retried after a backoff like an agent's.
 	QueueWait time.Duration
 	// Handlers is how many goroutines (each on a subscription of its own)
-	// take tasks, and how many take agents' replies; default GOMAXPROCS. One
-	// of each keeps a replica's work on one core, and one slow step delays
-	// every task behind it.
+	// take tasks, and how many take agents' replies (each delivery's replies
+	// on one of them, in order); default GOMAXPROCS. One of each keeps a
+	// replica's work on one core, and one slow step delays every task
+	// behind it.
 	Handlers int
 	// RelayResults sends every result through this replica. By default a
 	// direct-tier delivery offers the agent the caller's reply subject

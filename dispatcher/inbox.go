@@ -2,19 +2,24 @@ package dispatcher
 
 import (
 	"errors"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 )
 
 // inbox multiplexes every delivery's replies (ACKED, PROCESSING, the result)
-// over wildcard subscriptions, routing them by the reply subject's last
-// token. With several subscriptions (one queue group), replies to one
-// delivery may be handled out of order; a delivery's claim makes that safe.
+// over wildcard subscriptions, routing them by the reply subject's last two
+// tokens: a shard, which picks the subscription (and so the goroutine),
+// and a unique id. Replies to one delivery all take its shard's goroutine,
+// in order. The subscriptions are plain ones, not a queue group: the
+// server answers "no responders" only to a plain subscription.
 type inbox struct {
 	prefix string
 	subs   []*nats.Subscription
+	next   atomic.Uint64
 
 	onReply func(*delivery, *nats.Msg)
 
@@ -22,15 +27,23 @@ type inbox struct {
 	waiters map[string]*delivery
 }
 
-// newInbox subscribes to the inbox with n subscriptions; onReply runs on a
-// subscription's goroutine for every reply to an open delivery.
+// newInbox subscribes to the inbox with n shards; onReply runs on a
+// shard's goroutine for every reply to an open delivery.
 func newInbox(nc *nats.Conn, n int, onReply func(*delivery, *nats.Msg)) (*inbox, error) {
 	ib := &inbox{prefix: nc.NewRespInbox() + ".", onReply: onReply, waiters: make(map[string]*delivery)}
-	subs, err := subscribeN(nc, n, ib.prefix+"*", "inbox", 256<<20, ib.route)
-	if err != nil {
-		return nil, err
+	for i := range n {
+		sub, err := nc.Subscribe(ib.prefix+strconv.Itoa(i)+".*", ib.route)
+		if err == nil {
+			if err = sub.SetPendingLimits(-1, 256<<20); err != nil {
+				_ = sub.Unsubscribe()
+			}
+		}
+		if err != nil {
+			unsubscribeAll(ib.subs)
+			return nil, err
+		}
+		ib.subs = append(ib.subs, sub)
 	}
-	ib.subs = subs
 	return ib, nil
 }
 
@@ -44,9 +57,11 @@ func (ib *inbox) route(m *nats.Msg) {
 	}
 }
 
-// open registers dl under a new reply subject, which it returns.
+// open registers dl under a new reply subject, on the next shard, and
+// returns the subject.
 func (ib *inbox) open(dl *delivery) string {
-	dl.token = nuid.Next()
+	shard := ib.next.Add(1) % uint64(len(ib.subs))
+	dl.token = strconv.FormatUint(shard, 10) + "." + nuid.Next()
 	ib.mu.Lock()
 	ib.waiters[dl.token] = dl
 	ib.mu.Unlock()
