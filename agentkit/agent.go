@@ -212,7 +212,8 @@ func (a *Agent) record() registry.Record {
 
 // Run starts the agent and serves until ctx ends or (unless WithoutSignals)
 // the process receives SIGTERM or SIGINT, then drains: status "draining",
-// in-flight tasks finish, the record is deleted.
+// in-flight tasks finish, the record is deleted. When ctx ends while the
+// agent is still starting, Run undoes the registration and returns nil.
 func (a *Agent) Run(ctx context.Context) error {
 	if !a.noSignals {
 		var stop context.CancelFunc
@@ -220,6 +221,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer stop()
 	}
 	if err := a.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // asked to stop before it was up
+		}
 		return err
 	}
 	<-ctx.Done()
@@ -298,6 +302,12 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	if err := hb.Start(ctx); err != nil {
 		_ = sub.Unsubscribe()
+		// The put may have reached the bucket before ctx ended: take the
+		// record back, or dispatchers would route to an agent that is not
+		// there until it expires.
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hb.Stop(cctx, true)
 		return fmt.Errorf("agentkit: register: %w", err)
 	}
 	registered = true
