@@ -14,13 +14,14 @@ import (
 )
 
 const (
-	overheadAgents  = 4
-	overheadCallers = 64
-	directSubject   = "bench.direct"
-	relaySubject    = "bench.relay"
-	relayAgentsSubj = "bench.relay.agents"
-	relayDirectSubj = "bench.relay.direct"
-	echoCapability  = "echo"
+	overheadAgents        = 4
+	overheadCallers       = 64
+	directSubject         = "bench.direct"
+	relaySubject          = "bench.relay"
+	relayAgentsSubj       = "bench.relay.agents"
+	relayAgentsDirectSubj = "bench.relay.agents.direct"
+	relayDirectSubj       = "bench.relay.direct"
+	echoCapability        = "echo"
 )
 
 // runOverhead measures what the dispatcher's hop costs: echo work through
@@ -65,16 +66,23 @@ func runOverhead(r *run) error {
 	}
 	defer echo.stop()
 
-	// The floor of the dispatcher itself: a bare relay in front of the same
-	// agents, sending round robin with the two headers an agent needs.
+	// The floors of the dispatcher itself: a bare relay in front of the same
+	// agents, sending round robin with the two headers an agent needs, with
+	// the results coming back through it or, offered the caller's reply
+	// subject as the dispatcher offers it, sent by the agents to the caller.
 	var next atomic.Int64
+	toAgent := func() string {
+		return streams.Subjects{}.Agent(fmt.Sprintf("echo-%d", next.Add(1)%overheadAgents))
+	}
+	setAgent := func(h nats.Header, token string) {
+		h.Set(streams.HeaderCapability, echoCapability)
+		h.Set(streams.HeaderRequestID, token)
+	}
 	labelled(r.ctx, compDispatch, func() {
-		err = startRelay(e, relay{listen: relayAgentsSubj,
-			to: func() string { return streams.Subjects{}.Agent(fmt.Sprintf("echo-%d", next.Add(1)%overheadAgents)) },
-			set: func(h nats.Header, token string) {
-				h.Set(streams.HeaderCapability, echoCapability)
-				h.Set(streams.HeaderRequestID, token)
-			}})
+		err = startRelay(e, relay{listen: relayAgentsSubj, to: toAgent, set: setAgent})
+		if err == nil {
+			err = startRelay(e, relay{listen: relayAgentsDirectSubj, to: toAgent, set: setAgent, offer: true})
+		}
 	})
 	if err != nil {
 		return err
@@ -96,7 +104,7 @@ func runOverhead(r *run) error {
 	type method struct{ name, subject string }
 	methods := []method{{"direct", directSubject}, {"routed", routedSubject}}
 	closedMethods := append(methods, method{"relay", relaySubject}, method{"relay_direct", relayDirectSubj},
-		method{"relay_agents", relayAgentsSubj})
+		method{"relay_agents", relayAgentsSubj}, method{"relay_agents_direct", relayAgentsDirectSubj})
 	pointDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	const timeout = 2 * time.Second
 
@@ -184,6 +192,12 @@ func runOverhead(r *run) error {
 	r.set("relay_agents_throughput_ratio", ratio(ra64.rps(), d64.rps()))
 	r.set("relay_agents_p50_us_c1", usf(ra1.p(50)))
 	r.set("routed_vs_relay_agents", ratio(r64.rps(), ra64.rps()))
+	rad1, rad64 := closed["relay_agents_direct"][1], closed["relay_agents_direct"][overheadCallers]
+	r.set("relay_agents_direct_rps", rad64.rps())
+	r.set("relay_agents_direct_throughput_ratio", ratio(rad64.rps(), d64.rps()))
+	r.set("relay_agents_direct_p50_us_c1", usf(rad1.p(50)))
+	r.set("relay_agents_direct_p50_ratio_c1", ratio(usf(rad1.p(50)), usf(d1.p(50))))
+	r.set("routed_vs_relay_agents_direct", ratio(r64.rps(), rad64.rps()))
 	r.set("direct_cpu_cores_c64", d64.cores())
 	r.set("routed_cpu_cores_c64", r64.cores())
 
@@ -267,6 +281,12 @@ func runOverhead(r *run) error {
 		{"routed_relayed_p50_ratio_c1 (routed, --relay-results/direct, 1 caller)", f(r.rep.Figures["routed_relayed_p50_ratio_c1"])},
 		{"relay_agents_throughput_ratio (bare relay to the agents/direct, 64 callers)", f(r.rep.Figures["relay_agents_throughput_ratio"])},
 		{"routed_vs_relay_agents (routed/bare relay to the agents, 64 callers)", f(r.rep.Figures["routed_vs_relay_agents"])},
+		{"relay_agents_direct_throughput_ratio (bare relay to the agents, answers direct/direct, 64 callers)",
+			f(r.rep.Figures["relay_agents_direct_throughput_ratio"])},
+		{"relay_agents_direct_p50_ratio_c1 (bare relay to the agents, answers direct/direct, 1 caller)",
+			f(r.rep.Figures["relay_agents_direct_p50_ratio_c1"])},
+		{"routed_vs_relay_agents_direct (routed/bare relay to the agents, answers direct, 64 callers)",
+			f(r.rep.Figures["routed_vs_relay_agents_direct"])},
 		{"added_p99_us_50pct", f(r.rep.Figures["added_p99_us_50pct"])},
 		{"added_p99_us_half_routed_max", f(r.rep.Figures["added_p99_us_half_routed_max"])},
 		{fmt.Sprintf("dispatcher_cpu_per_1k_rps (cores, at %.0f req/s; routed − direct)", cpuRate), fmt.Sprintf("%.3f", cpuPer1k)},
@@ -278,9 +298,11 @@ func runOverhead(r *run) error {
 	r.note("relay, relay_direct and relay_agents are floors measured in the same run: a bare relay (one connection, " +
 		"a map of reply subjects, nothing else) in front of the direct responders, with the answers coming back " +
 		"through it (relay, four message hops) or sent by the responders to the caller (relay_direct, three hops); " +
-		"and one in front of the echo agents, sending round robin with Reach-Capability and Reach-Request-Id, answers " +
-		"through the relay. No design with a hop in the data path beats relay_direct; relay_agents is what the " +
-		"dispatcher would cost if routing, timeouts, retries, breakers and feedback records were free.")
+		"and two in front of the echo agents, sending round robin with Reach-Capability and Reach-Request-Id, answers " +
+		"through the relay (relay_agents) or, offered the caller's reply subject as the dispatcher offers it, sent by " +
+		"the agents to the caller, the relay dropping their notices (relay_agents_direct). No design with a hop in the " +
+		"data path beats relay_direct; relay_agents_direct is what the dispatcher would cost if routing, timeouts, " +
+		"retries, breakers and feedback records were free.")
 	r.note("Routed requests make three message hops on the caller's path (caller→dispatcher→agent, agent→caller) " +
 		"against two for the direct queue group, plus the agent's bodiless notice to the dispatcher off that path " +
 		"(a task slower than agentkit.AckDelay adds an ACK). routed_relayed is the same dispatcher with " +
@@ -354,7 +376,13 @@ type relay struct {
 	listen string
 	to     func() string
 	set    func(h nats.Header, token string)
+	// direct hands the worker the caller's reply subject as its own: the
+	// answer never comes back through the relay.
 	direct bool
+	// offer passes the caller's reply subject in Reach-Reply-To, as the
+	// dispatcher does: an agent answers the caller itself and the relay
+	// drops its Reach-Direct notice.
+	offer bool
 }
 
 func startRelay(e *env, rl relay) error {
@@ -383,7 +411,7 @@ func startRelay(e *env, rl relay) error {
 		to, ok := pending[token]
 		delete(pending, token)
 		mu.Unlock()
-		if ok {
+		if ok && m.Header.Get(streams.HeaderDirect) == "" {
 			_ = nc.PublishMsg(&nats.Msg{Subject: to, Data: m.Data, Header: m.Header})
 		}
 	})
@@ -397,6 +425,9 @@ func startRelay(e *env, rl relay) error {
 		mu.Unlock()
 		if rl.set != nil {
 			rl.set(m.Header, token)
+		}
+		if rl.offer {
+			m.Header.Set(streams.HeaderReplyTo, m.Reply)
 		}
 		_ = nc.PublishMsg(&nats.Msg{Subject: rl.to(), Reply: prefix + token, Data: m.Data, Header: m.Header})
 	})
