@@ -339,7 +339,7 @@ func TestReplayDeadline(t *testing.T) {
 	past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
 	seq := park(t, url, "reach.review.echo", "late-1", dispatcher.ReasonDeadline, `{}`, streams.HeaderDeadline, past)
 
-	before := time.Now()
+	before := time.Now().Truncate(time.Millisecond) // Reach-Deadline has millisecond precision
 	r := runCmd(t, runReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
 	if r.code != exitOK || r.stdout != `{"resubmitted":1}`+"\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
