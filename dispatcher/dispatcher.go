@@ -150,12 +150,16 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if d.inbox, err = newInbox(d.nc, d.cfg.Handlers, d.onReply); err != nil {
 		return err
 	}
-	cleanup = append(cleanup, func() { _ = d.inbox.stop() })
-	d.subs, err = subscribeN(d.nc, d.cfg.Handlers, d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, 64<<20, d.receive)
+	cleanup = append(cleanup, func() { _ = unsubscribeAll(d.inbox.subs) })
+	// Queue subscriptions in the replicas' group: the server spreads the
+	// tasks over every replica's handlers.
+	d.subs, err = subscribeEach(d.cfg.Handlers, 64<<20, func(int) (*nats.Subscription, error) {
+		return d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
+	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
-	cleanup = append(cleanup, func() { unsubscribeAll(d.subs) })
+	cleanup = append(cleanup, func() { _ = unsubscribeAll(d.subs) })
 	if d.apiSubs, err = d.subscribeAPI(); err != nil {
 		return fmt.Errorf("dispatcher: api: %w", err)
 	}
@@ -221,15 +225,9 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 				errs = append(errs, fmt.Errorf("dispatcher: drain: %w with %d tasks in flight", ctx.Err(), d.inflight.Load()))
 			}
 		} else {
-			for _, sub := range d.subs {
-				if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-					errs = append(errs, err)
-				}
-			}
+			errs = append(errs, unsubscribeAll(d.subs))
 		}
-		if err := d.inbox.stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, unsubscribeAll(d.inbox.subs))
 		d.stopAPI()
 		d.flushEvents("")
 		if graceful {
@@ -251,20 +249,19 @@ func (d *Dispatcher) stopAPI() {
 	}
 }
 
-// subscribeN makes n queue subscriptions to subject in group, each with its
-// own goroutine running handler and up to pendingBytes waiting: the server
-// spreads the messages over them.
-func subscribeN(nc *nats.Conn, n int, subject, group string, pendingBytes int, handler nats.MsgHandler) ([]*nats.Subscription, error) {
+// subscribeEach makes n subscriptions with subscribe(i), each with its own
+// goroutine and up to pendingBytes waiting; on an error it undoes them.
+func subscribeEach(n, pendingBytes int, subscribe func(i int) (*nats.Subscription, error)) ([]*nats.Subscription, error) {
 	subs := make([]*nats.Subscription, 0, n)
-	for range n {
-		sub, err := nc.QueueSubscribe(subject, group, handler)
+	for i := range n {
+		sub, err := subscribe(i)
 		if err == nil {
 			if err = sub.SetPendingLimits(-1, pendingBytes); err != nil {
 				_ = sub.Unsubscribe()
 			}
 		}
 		if err != nil {
-			unsubscribeAll(subs)
+			_ = unsubscribeAll(subs)
 			return nil, err
 		}
 		subs = append(subs, sub)
@@ -272,10 +269,15 @@ func subscribeN(nc *nats.Conn, n int, subject, group string, pendingBytes int, h
 	return subs, nil
 }
 
-func unsubscribeAll(subs []*nats.Subscription) {
+// unsubscribeAll ends subs; a closed connection has ended them already.
+func unsubscribeAll(subs []*nats.Subscription) error {
+	var errs []error
 	for _, sub := range subs {
-		_ = sub.Unsubscribe()
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, err)
+		}
 	}
+	return errors.Join(errs...)
 }
 
 // receive runs on the subscription's goroutine: it admits the task and

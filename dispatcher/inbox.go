@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,19 +30,13 @@ type inbox struct {
 // shard's goroutine for every reply to an open delivery.
 func newInbox(nc *nats.Conn, n int, onReply func(*delivery, *nats.Msg)) (*inbox, error) {
 	ib := &inbox{prefix: nc.NewRespInbox() + ".", onReply: onReply, waiters: make(map[string]*delivery)}
-	for i := range n {
-		sub, err := nc.Subscribe(ib.prefix+strconv.Itoa(i)+".*", ib.route)
-		if err == nil {
-			if err = sub.SetPendingLimits(-1, 256<<20); err != nil {
-				_ = sub.Unsubscribe()
-			}
-		}
-		if err != nil {
-			unsubscribeAll(ib.subs)
-			return nil, err
-		}
-		ib.subs = append(ib.subs, sub)
+	subs, err := subscribeEach(n, 256<<20, func(i int) (*nats.Subscription, error) {
+		return nc.Subscribe(ib.prefix+strconv.Itoa(i)+".*", ib.route)
+	})
+	if err != nil {
+		return nil, err
 	}
+	ib.subs = subs
 	return ib, nil
 }
 
@@ -86,12 +79,4 @@ func (ib *inbox) to(id string) []*delivery {
 		}
 	}
 	return out
-}
-
-func (ib *inbox) stop() error {
-	var errs []error
-	for _, sub := range ib.subs {
-		errs = append(errs, sub.Unsubscribe())
-	}
-	return errors.Join(errs...)
 }

@@ -458,6 +458,13 @@ func (dl *delivery) claim() bool {
 	return true
 }
 
+// end claims dl and settles it, unless whatever ended it first did.
+func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
+	if dl.claim() {
+		d.settle(dl, res, last, e, kind)
+	}
+}
+
 // send delivers t to inst, with a timer for the ACK.
 func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe} // resolve reserved the slot
@@ -485,9 +492,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 		out.Header.Del(streams.HeaderReplyTo)
 	}
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		if dl.claim() {
-			d.settle(dl, nil, nil, streams.AsError(err), outcomeFinal)
-		}
+		d.end(dl, nil, nil, streams.AsError(err), outcomeFinal)
 		return
 	}
 	t.log.Debug().Str("node", inst.ID).Int("attempt", t.attempts).Str("state", string(streams.StatusSent)).Msg("task state")
@@ -516,9 +521,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 	if m.Header.Get("Status") == "503" {
 		dl.load.unsubscribed.Store(dl.inst.Entry().Revision)
-		if dl.claim() {
-			d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
-		}
+		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
 		return
 	}
 	status := streams.Status(m.Header.Get(streams.HeaderStatus))
@@ -540,19 +543,16 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 		dl.t.log.Debug().Str("node", dl.inst.ID).Str("state", string(status)).Msg("task state")
 		return
 	case streams.StatusFinished:
-		if m.Header.Get(streams.HeaderDirect) == "" || d.offersDirect(dl.t) {
-			if dl.claim() {
-				d.settle(dl, m, m, nil, outcomeDone)
-			}
+		if m.Header.Get(streams.HeaderDirect) != "" && !d.offersDirect(dl.t) {
+			d.end(dl, nil, m, streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
+				dl.inst.ID, streams.HeaderDirect, streams.HeaderReplyTo), outcomeFinal)
 			return
 		}
+		d.end(dl, m, m, nil, outcomeDone)
+		return
 	}
 	e := streams.ErrorFromMessage(m)
-	switch {
-	case status == streams.StatusFinished:
-		e = streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
-			dl.inst.ID, streams.HeaderDirect, streams.HeaderReplyTo)
-	case e == nil:
+	if e == nil {
 		e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", dl.inst.ID, m.Header.Get(streams.HeaderStatus))
 	}
 	kind := outcomeFinal
@@ -562,9 +562,7 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 	case streams.CodeTimeout:
 		kind = outcomeSlow
 	}
-	if dl.claim() {
-		d.settle(dl, nil, m, e, kind)
-	}
+	d.end(dl, nil, m, e, kind)
 }
 
 // expire ends a delivery whose ACK or result did not come in time.
@@ -633,9 +631,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 // tasks go elsewhere at once.
 func (d *Dispatcher) abandon(id string) {
 	for _, dl := range d.inbox.to(id) {
-		if dl.claim() {
-			d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
-		}
+		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
 	}
 }
 
