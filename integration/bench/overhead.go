@@ -172,32 +172,16 @@ func runOverhead(r *run) error {
 	r.set("routed_p50_us_c64", usf(r64.p(50)))
 	r.set("direct_p99_us_c64", usf(d64.p(99)))
 	r.set("routed_p99_us_c64", usf(r64.p(99)))
-	rl1, rl64 := closed["relay"][1], closed["relay"][overheadCallers]
-	r.set("relay_rps", rl64.rps())
-	r.set("relay_throughput_ratio", ratio(rl64.rps(), d64.rps()))
-	r.set("relay_p50_us_c1", usf(rl1.p(50)))
-	r.set("relay_p50_ratio_c1", ratio(usf(rl1.p(50)), usf(d1.p(50))))
-	rd1, rd64 := closed["relay_direct"][1], closed["relay_direct"][overheadCallers]
-	r.set("relay_direct_rps", rd64.rps())
-	r.set("relay_direct_throughput_ratio", ratio(rd64.rps(), d64.rps()))
-	r.set("relay_direct_p50_us_c1", usf(rd1.p(50)))
-	r.set("relay_direct_p50_ratio_c1", ratio(usf(rd1.p(50)), usf(d1.p(50))))
-	rr1, rr64 := closed["routed_relayed"][1], closed["routed_relayed"][overheadCallers]
-	r.set("routed_relayed_rps", rr64.rps())
-	r.set("routed_relayed_throughput_ratio", ratio(rr64.rps(), d64.rps()))
-	r.set("routed_relayed_p50_us_c1", usf(rr1.p(50)))
-	r.set("routed_relayed_p50_ratio_c1", ratio(usf(rr1.p(50)), usf(d1.p(50))))
-	ra1, ra64 := closed["relay_agents"][1], closed["relay_agents"][overheadCallers]
-	r.set("relay_agents_rps", ra64.rps())
-	r.set("relay_agents_throughput_ratio", ratio(ra64.rps(), d64.rps()))
-	r.set("relay_agents_p50_us_c1", usf(ra1.p(50)))
-	r.set("routed_vs_relay_agents", ratio(r64.rps(), ra64.rps()))
-	rad1, rad64 := closed["relay_agents_direct"][1], closed["relay_agents_direct"][overheadCallers]
-	r.set("relay_agents_direct_rps", rad64.rps())
-	r.set("relay_agents_direct_throughput_ratio", ratio(rad64.rps(), d64.rps()))
-	r.set("relay_agents_direct_p50_us_c1", usf(rad1.p(50)))
-	r.set("relay_agents_direct_p50_ratio_c1", ratio(usf(rad1.p(50)), usf(d1.p(50))))
-	r.set("routed_vs_relay_agents_direct", ratio(r64.rps(), rad64.rps()))
+	// The floors and the relayed variant, each against direct.
+	for _, name := range []string{"relay", "relay_direct", "routed_relayed", "relay_agents", "relay_agents_direct"} {
+		c1, c64 := closed[name][1], closed[name][overheadCallers]
+		r.set(name+"_rps", c64.rps())
+		r.set(name+"_throughput_ratio", ratio(c64.rps(), d64.rps()))
+		r.set(name+"_p50_us_c1", usf(c1.p(50)))
+		r.set(name+"_p50_ratio_c1", ratio(usf(c1.p(50)), usf(d1.p(50))))
+	}
+	r.set("routed_vs_relay_agents", ratio(r64.rps(), closed["relay_agents"][overheadCallers].rps()))
+	r.set("routed_vs_relay_agents_direct", ratio(r64.rps(), closed["relay_agents_direct"][overheadCallers].rps()))
 	r.set("direct_cpu_cores_c64", d64.cores())
 	r.set("routed_cpu_cores_c64", r64.cores())
 
