@@ -43,7 +43,7 @@ func TestQuickSuite(t *testing.T) {
 				"p99_ratio_vs_queue_group", "p99_ratio_vs_pull"},
 			append([]string{"max_rate_ratio_vs_queue_group", "three_slow_p99_ratio_vs_queue_group", "stall_p99_ratio_vs_pull"}, skewKeys...)},
 		{bench.ScenarioDurable,
-			[]string{"raw_publish_rps", "msgid_publish_rps", "submit_rps", "submit_ratio", "dedup_floor_ratio", "durable_e2e_available", "direct_tier_rps",
+			[]string{"raw_publish_rps", "header_publish_rps", "msgid_publish_rps", "submit_rps", "submit_ratio", "header_floor_ratio", "dedup_floor_ratio", "durable_e2e_available", "direct_tier_rps",
 				"durable_e2e_rps", "durable_e2e_ratio"},
 			[]string{"durable_e2e_p99_ms", "durable_e2e_failed"}},
 		{bench.ScenarioRegistry,
