@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/agent-reach/agentreach/integration/bench"
 )
 
 // Exit codes.
@@ -43,6 +45,7 @@ var commands = []command{
 }
 
 func main() {
+	bench.ServeChild() // a benchmark's own nats-server process: serves and exits
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()

@@ -83,7 +83,10 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 		prog: newProgress(o.Progress, scenario),
 	}
 	defer r.prog.close()
-	start, cpu0, sys0 := time.Now(), processCPU(), systemCPU()
+	// This process's CPU counts its ended child processes' (a scenario's
+	// own nats-server process): they are part of the benchmark.
+	ownCPU := func() time.Duration { return processCPU() + childrenCPU() }
+	start, cpu0, sys0 := time.Now(), ownCPU(), systemCPU()
 	err := fn(r)
 	if err == nil {
 		err = ctx.Err()
@@ -96,7 +99,7 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 	// Other processes on the machine take cores from the benchmark; say how
 	// much, so a reader can tell a quiet run from a disturbed one.
 	if sys1 := systemCPU(); sys1 > 0 {
-		others := max((sys1-sys0)-(processCPU()-cpu0), 0)
+		others := max((sys1-sys0)-(ownCPU()-cpu0), 0)
 		r.set("other_processes_cpu_cores", others.Seconds()/elapsed.Seconds())
 		if c := others.Seconds() / elapsed.Seconds(); c > 0.1 {
 			r.note("Other processes used %.2f of the machine's %d cores on average during this run: "+

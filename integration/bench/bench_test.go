@@ -4,12 +4,20 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agent-reach/agentreach/integration/bench"
 )
+
+// TestMain lets the registry scenario start this test binary as its
+// nats-server process.
+func TestMain(m *testing.M) {
+	bench.ServeChild()
+	os.Exit(m.Run())
+}
 
 // TestQuickSuite runs every scenario in quick mode and checks that the
 // report holds the figures `agentreach bench --json` promises. It checks
@@ -47,8 +55,10 @@ func TestQuickSuite(t *testing.T) {
 				"durable_e2e_rps", "durable_e2e_ratio"},
 			[]string{"durable_e2e_p99_ms", "durable_e2e_failed"}},
 		{bench.ScenarioRegistry,
-			[]string{"agents_200_join_p99_ms", "agents_1000_join_p99_ms", "ttl_ms", "crash_record_gone_ms", "crash_table_gone_ms"},
-			[]string{"agents_1000_table_mb", "agents_1000_heap_mb", "agents_1000_rss_mb", "agents_1000_cpu_cores", "crash_no_task_ms"}},
+			[]string{"agents_200_join_p99_ms", "agents_1000_join_p99_ms", "ttl_ms", "crash_record_gone_ms", "crash_table_gone_ms",
+				"agents_1000_rss_mb", "agents_1000_server_rss_mb", "server_rss_base_mb"},
+			[]string{"agents_1000_table_mb", "agents_1000_heap_mb", "agents_1000_cpu_cores", "agents_1000_server_cores",
+				"server_rss_mb_per_1k_agents", "server_cores_per_1k_agents", "crash_no_task_ms"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

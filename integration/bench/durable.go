@@ -37,7 +37,7 @@ func runDurable(r *run) error {
 	// The capability's buffer bound is raised so the submission runs (no
 	// consumer) are not refused; the bound's per-subject check still runs.
 	topo := streams.Topology{PendingPerCapability: 1 << 40}
-	e, err := startEnv(r.ctx, topo)
+	e, err := startEnv(r.ctx, topo, false)
 	if err != nil {
 		return err
 	}

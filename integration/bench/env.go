@@ -12,14 +12,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// env is an embedded nats-server on loopback with the Agent-Reach topology
+// env is a nats-server on loopback with the Agent-Reach topology
 // provisioned, and every connection opened to it. close stops all of it.
 type env struct {
-	srv  *server.Server
+	srv  *server.Server // embedded, or
+	proc *serverProcess // in a process of its own
+	url  string
 	dir  string
 	topo streams.Topology
 
@@ -28,29 +29,37 @@ type env struct {
 }
 
 // startEnv starts a JetStream server in a temporary directory and
-// provisions topo on it.
-func startEnv(ctx context.Context, topo streams.Topology) (*env, error) {
+// provisions topo on it. The server is embedded, or with ownProcess a
+// process of its own, whose CPU and memory can be measured apart.
+func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env, error) {
 	dir, err := os.MkdirTemp("", "agentreach-bench-")
 	if err != nil {
 		return nil, err
 	}
-	opts := natstest.Options(dir)
-	opts.JetStreamMaxMemory = 1 << 30
-	opts.JetStreamMaxStore = 8 << 30
-	s, err := server.NewServer(opts)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("embedded server: %w", err)
+	e := &env{dir: dir, topo: topo}
+	if ownProcess {
+		e.proc, err = startServerProcess(dir)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		e.url = e.proc.url
+	} else {
+		s, err := server.NewServer(serverOptions(dir))
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("embedded server: %w", err)
+		}
+		// The server's goroutines (and every client connection's) carry
+		// the nats-server label, for the CPU breakdown.
+		labelled(ctx, compServer, func() { go s.Start() })
+		if !s.ReadyForConnections(10 * time.Second) {
+			s.Shutdown()
+			_ = os.RemoveAll(dir)
+			return nil, errors.New("embedded server: not ready within 10s")
+		}
+		e.srv, e.url = s, s.ClientURL()
 	}
-	// The server's goroutines (and every client connection's) carry the
-	// nats-server label, for the CPU breakdown.
-	labelled(ctx, compServer, func() { go s.Start() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		_ = os.RemoveAll(dir)
-		return nil, errors.New("embedded server: not ready within 10s")
-	}
-	e := &env{srv: s, dir: dir, topo: topo}
 	nc, err := e.connect("provision")
 	if err != nil {
 		e.close()
@@ -71,7 +80,7 @@ func startEnv(ctx context.Context, topo streams.Topology) (*env, error) {
 
 // connect opens a connection that close will close.
 func (e *env) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(e.srv.ClientURL(), nats.Name("bench-"+name), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(e.url, nats.Name("bench-"+name), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", name, err)
 	}
@@ -114,10 +123,17 @@ func (e *env) close() {
 	for _, nc := range conns {
 		nc.Close()
 	}
+	if e.srv == nil && e.proc == nil {
+		return
+	}
 	if e.srv != nil {
 		e.srv.Shutdown()
 		e.srv.WaitForShutdown()
 		e.srv = nil
-		_ = os.RemoveAll(e.dir)
 	}
+	if e.proc != nil {
+		e.proc.stop()
+		e.proc = nil
+	}
+	_ = os.RemoveAll(e.dir)
 }

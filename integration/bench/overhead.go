@@ -28,7 +28,7 @@ const (
 // a plain NATS queue group versus the same work through the dispatcher to
 // agentkit agents, with the same callers sending the same JSON requests.
 func runOverhead(r *run) error {
-	e, err := startEnv(r.ctx, streams.Topology{Memory: true})
+	e, err := startEnv(r.ctx, streams.Topology{Memory: true}, false)
 	if err != nil {
 		return err
 	}

@@ -310,7 +310,7 @@ func sustained(l *latency) bool { return l.failed() == 0 && l.p(99) <= skewSusta
 
 // runSkew compares the methods on eight agents of unequal speed.
 func runSkew(r *run) error {
-	e, err := startEnv(r.ctx, streams.Topology{Memory: true})
+	e, err := startEnv(r.ctx, streams.Topology{Memory: true}, false)
 	if err != nil {
 		return err
 	}

@@ -20,10 +20,47 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// childrenCPU returns the CPU time (user + system) this process's ended
+// and waited-for children have used.
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU returns the CPU time (user + system) process pid has used, 0 when
+// unknown.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64) // fields 14 and 15 of the file
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / userHZ
+}
+
+// userHZ is the kernel's fixed USER_HZ, the unit of /proc's CPU times.
+const userHZ = 100
+
 // processRSS returns the resident set size of this process in bytes, 0 when
 // unknown.
-func processRSS() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
+func processRSS() int64 { return statmRSS("/proc/self/statm") }
+
+// procRSS returns the resident set size of process pid in bytes, 0 when
+// unknown.
+func procRSS(pid int) int64 { return statmRSS("/proc/" + strconv.Itoa(pid) + "/statm") }
+
+func statmRSS(path string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
@@ -71,6 +108,5 @@ func systemCPU() time.Duration {
 		v, _ := strconv.ParseInt(fields[i], 10, 64)
 		jiffies += v
 	}
-	const userHZ = 100 // the kernel's fixed USER_HZ for /proc/stat
 	return time.Duration(jiffies) * time.Second / userHZ
 }

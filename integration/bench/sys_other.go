@@ -10,6 +10,15 @@ import (
 // processCPU is unknown off Linux: 0.
 func processCPU() time.Duration { return 0 }
 
+// childrenCPU is unknown off Linux: 0.
+func childrenCPU() time.Duration { return 0 }
+
+// procCPU is unknown off Linux: 0.
+func procCPU(int) time.Duration { return 0 }
+
+// procRSS is unknown off Linux: 0.
+func procRSS(int) int64 { return 0 }
+
 // processRSS approximates the resident set by the memory the Go runtime
 // holds from the OS.
 func processRSS() int64 {
