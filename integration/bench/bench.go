@@ -59,8 +59,9 @@ func Scenarios() []string {
 	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry}
 }
 
-// Run runs one scenario in this process against an embedded nats-server on
-// loopback and returns its report. It stops promptly, with ctx's error,
+// Run runs one scenario in this process against a nats-server on loopback
+// (embedded, or for registry a process of its own: see ServeChild) and
+// returns its report. It stops promptly, with ctx's error,
 // when ctx ends. Runs are not meant to overlap: each one loads the machine.
 func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 	var fn func(*run) error

@@ -3,8 +3,11 @@
 // JetStream pull work-queue — in one run on one machine, so that the
 // comparison holds on noisy hardware.
 //
-// Every scenario runs in-process against an embedded nats-server on
-// loopback, with separate connections for callers, dispatcher and agents.
+// Every scenario runs in-process against a nats-server on loopback, with
+// separate connections for callers, dispatcher and agents. The server is
+// embedded, except in registry, which measures it: there it is this
+// program started again as a server process, so every program that runs
+// scenarios calls ServeChild first thing in main or TestMain.
 // Latency comes from HDR histograms; load is open-loop (Poisson arrivals,
 // latency measured from each request's intended send time, so a stall is
 // not hidden by coordinated omission) except where maximum throughput is
