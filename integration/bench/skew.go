@@ -361,15 +361,25 @@ func runSkew(r *run) error {
 	// Before its first sustained step, only a step with failed requests
 	// counts: a spread-evenly method's p99 sits on the line at low rates
 	// (see the note), which is no sign of saturation. The compare rates are
-	// always measured.
+	// always measured. The rates are the outer loop: every method's point
+	// at a rate is measured within seconds of the others', so a stretch of
+	// minutes in which the machine runs slower does not fall on one
+	// method's ladder alone.
 	oneSlow := &skewProfile{v: skewVariants[0], clock: clock}
-	var sweepRows [][]string
+	type ladder struct {
+		fails   int
+		maxRate float64
+		rows    [][]string
+	}
+	ladders := map[string]*ladder{}
 	byRate := map[string]map[float64]*latency{}
 	for _, m := range skewMethods {
-		byRate[m.name] = map[float64]*latency{}
-		fails, maxRate := 0, 0.0
-		for _, rate := range rates {
-			stepping := fails < 2
+		byRate[m.name], ladders[m.name] = map[float64]*latency{}, &ladder{}
+	}
+	for _, rate := range rates {
+		for _, m := range skewMethods {
+			ld := ladders[m.name]
+			stepping := ld.fails < 2
 			if !stepping && !slices.Contains(compare, rate) {
 				continue
 			}
@@ -381,14 +391,19 @@ func runSkew(r *run) error {
 			ok := sustained(l)
 			switch {
 			case stepping && ok:
-				maxRate, fails = rate, 0
-			case stepping && (maxRate > 0 || l.failed() > 0):
-				fails++
+				ld.maxRate, ld.fails = rate, 0
+			case stepping && (ld.maxRate > 0 || l.failed() > 0):
+				ld.fails++
 			}
-			sweepRows = append(sweepRows, []string{m.name, f(rate), f(ms(l.p(50))), f(ms(l.p(99))), f(ms(l.p(99.9))),
+			ld.rows = append(ld.rows, []string{m.name, f(rate), f(ms(l.p(50))), f(ms(l.p(99))), f(ms(l.p(99.9))),
 				fmt.Sprint(l.timeouts), fmt.Sprint(l.errors), yesNo(ok)})
 		}
-		r.set(m.name+"_max_rate", maxRate)
+	}
+	var sweepRows [][]string
+	for _, m := range skewMethods {
+		ld := ladders[m.name]
+		sweepRows = append(sweepRows, ld.rows...)
+		r.set(m.name+"_max_rate", ld.maxRate)
 		setMethod("", m.name, byRate[m.name][skewHeadline])
 		for _, rate := range compare {
 			r.set(fmt.Sprintf("%s_p99_ms_at_%.0f", m.name, rate), ms(byRate[m.name][rate].p(99)))
@@ -468,7 +483,8 @@ func runSkew(r *run) error {
 		"every %v, the first stall %v into each run. Go timers round sleeps below 1 ms up to about 1 ms, so the "+
 		"effective fast mean is nearer 2.3 ms — the same for every method.", skewMean, clock.length, clock.period, clock.offset)
 	r.note("Load is open-loop Poisson from one caller connection, %v per point, every point on freshly started "+
-		"agents; a request unanswered after %v counts as a timeout and at %v in the percentiles. The generator paces "+
+		"agents; at each rate the methods run one after another, before the next rate. A request unanswered after "+
+		"%v counts as a timeout and at %v in the percentiles. The generator paces "+
 		"with Go's timers, so a request may leave up to about 1 ms after its planned time (its latency counts from the "+
 		"plan, for every method alike); the overhead scenario's precise pacer keeps a thread and one of the two Ps "+
 		"asleep in nanosleep, which here was measured to take up to half of every method's p99 at 5,000 req/s.",
