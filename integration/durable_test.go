@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,4 +230,72 @@ func TestEveryTaskLeavesOneEvent(t *testing.T) {
 	if failed != 1 {
 		t.Fatalf("the NO_AGENT task's record is missing: %+v", events)
 	}
+}
+
+// Enough direct tasks to fill several event batches, from concurrent
+// callers, each leave exactly one intact record: batch buffers are reused
+// once published, and none may be overwritten before.
+func TestManyTasksLeaveOneEventEach(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.Agent(agentkit.Config{Type: "echo", ID: "echo-many", MaxConcurrent: 64}, map[string]agentkit.Handler{"echo": echoHandler()})
+	WaitRoutable(t, "echo", 1, d)
+	c := st.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const callers, each = 8, 100 // 800 records: six full batches and a partial one
+	ids := make(chan string, callers*each)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				res, err := c.Call(ctx, "echo", echoIn{Text: "many"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- res.RequestID
+			}
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	if t.Failed() {
+		t.FailNow()
+	}
+	want := map[string]bool{}
+	for id := range ids {
+		want[id] = true
+	}
+	js := jsOf(t, st.Conn())
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
+		if err != nil {
+			return err
+		}
+		seen := map[string]int{}
+		for _, p := range list {
+			evs, err := dispatcher.DecodeEvents(p.Data)
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				if ev.Capability != "echo" || ev.Status != "FINISHED" || ev.Node != "echo-many" {
+					return fmt.Errorf("a damaged record: %+v", ev)
+				}
+				seen[ev.RequestID]++
+			}
+		}
+		for id := range want {
+			if seen[id] != 1 {
+				return fmt.Errorf("request %s has %d records (%d records for %d tasks)", id, seen[id], len(seen), len(want))
+			}
+		}
+		if len(seen) != len(want) {
+			return fmt.Errorf("%d records for %d tasks", len(seen), len(want))
+		}
+		return nil
+	})
 }
