@@ -1,0 +1,36 @@
+//go:build linux
+
+package bench
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestProcFiguresReadThisProcess checks the /proc readers against what
+// the process knows of itself: procCPU parses the right fields of
+// /proc/<pid>/stat (it grows with work done and stays within getrusage's
+// figure, both in clock ticks), and procRSS matches /proc/self's.
+func TestProcFiguresReadThisProcess(t *testing.T) {
+	pid := os.Getpid()
+	before := procCPU(pid)
+	deadline := time.Now().Add(300 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) { // CPU work, not a wait
+		x++
+	}
+	after, self := procCPU(pid), processCPU()
+	if after <= before {
+		t.Fatalf("procCPU went from %v to %v over 300ms of work (%d loops)", before, after, x)
+	}
+	if after > self+10*time.Millisecond {
+		t.Fatalf("procCPU %v exceeds getrusage's %v", after, self)
+	}
+	if rss, own := procRSS(pid), processRSS(); rss <= 0 || rss > 2*own || own > 2*rss {
+		t.Fatalf("procRSS %d, /proc/self %d", rss, own)
+	}
+	if procCPU(-1) != 0 || procRSS(-1) != 0 {
+		t.Fatal("a process that does not exist must read as 0")
+	}
+}
