@@ -24,41 +24,57 @@ func counting(n *atomic.Int64) agentkit.Handler {
 	}
 }
 
-// load runs callers calling capability until stop is closed, and returns
-// the count of successes and the errors seen.
-func load(ctx context.Context, c *agentkit.Client, capability string, callers int, stop <-chan struct{}) (ok *atomic.Int64, errs func() []error, wait func()) {
-	ok = new(atomic.Int64)
-	var mu sync.Mutex
-	var seen []error
-	var wg sync.WaitGroup
+// loadRun is callers calling a capability back to back until stop: it
+// counts the calls answered and keeps the errors.
+type loadRun struct {
+	ok   atomic.Int64
+	done chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	seen []error
+}
+
+// load starts callers calling capability.
+func load(c *agentkit.Client, capability string, callers int) *loadRun {
+	l := &loadRun{done: make(chan struct{})}
 	for range callers {
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer l.wg.Done()
 			for {
 				select {
-				case <-stop:
+				case <-l.done:
 					return
 				default:
 				}
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				_, err := c.Call(cctx, capability, []byte(`{"n":1}`))
 				cancel()
 				if err != nil {
-					mu.Lock()
-					seen = append(seen, err)
-					mu.Unlock()
+					l.mu.Lock()
+					l.seen = append(l.seen, err)
+					l.mu.Unlock()
 					continue
 				}
-				ok.Add(1)
+				l.ok.Add(1)
 			}
 		}()
 	}
-	return ok, func() []error {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]error(nil), seen...)
-	}, wg.Wait
+	return l
+}
+
+// errs returns the errors seen so far.
+func (l *loadRun) errs() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.seen...)
+}
+
+// stop ends the calls, waits for those in flight and returns every error.
+func (l *loadRun) stop() []error {
+	close(l.done)
+	l.wg.Wait()
+	return l.errs()
 }
 
 // (a) 3 agents, 3,000 tasks, every one answered, spread within ±20% of weights.
@@ -120,9 +136,8 @@ func TestNewAgentGetsTrafficWithinASecond(t *testing.T) {
 	var old, fresh atomic.Int64
 	st.Agent(agentkit.Config{Type: "echo", ID: "old"}, map[string]agentkit.Handler{"echo": counting(&old)})
 	WaitRoutable(t, "echo", 1, d)
-	stop := make(chan struct{})
-	_, errs, wait := load(context.Background(), st.Client(), "echo", 4, stop)
-	defer func() { close(stop); wait() }()
+	calls := load(st.Client(), "echo", 4)
+	defer calls.stop()
 
 	first := make(chan time.Time, 1)
 	start := time.Now()
@@ -141,7 +156,7 @@ func TestNewAgentGetsTrafficWithinASecond(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("new agent got no task within 1s")
 	}
-	if e := errs(); len(e) > 0 {
+	if e := calls.errs(); len(e) > 0 {
 		t.Fatalf("%d calls failed, first: %v", len(e), e[0])
 	}
 }
@@ -160,11 +175,10 @@ func TestDeadAgentLeavesRoutingAndTasksGoElsewhere(t *testing.T) {
 	hung := NeverAck(t, st.Conn(), "hung", hb, "echo")
 	WaitRoutable(t, "echo", 3, d)
 
-	stop := make(chan struct{})
-	ok, errs, wait := load(context.Background(), st.Client(), "echo", 4, stop)
+	calls := load(st.Client(), "echo", 4)
 	natstest.WaitFor(t, 5*time.Second, func() error {
-		if ok.Load() < 50 {
-			return fmt.Errorf("only %d calls done", ok.Load())
+		if calls.ok.Load() < 50 {
+			return fmt.Errorf("only %d calls done", calls.ok.Load())
 		}
 		return nil
 	})
@@ -186,17 +200,15 @@ func TestDeadAgentLeavesRoutingAndTasksGoElsewhere(t *testing.T) {
 		return nil
 	})
 	t.Logf("dead instances left routing %v after the kill (TTL %v)", time.Since(killed), ttl)
-	before := ok.Load()
+	before := calls.ok.Load()
 	natstest.WaitFor(t, 5*time.Second, func() error {
-		if ok.Load() < before+50 {
+		if calls.ok.Load() < before+50 {
 			return errors.New("calls not flowing after the deaths")
 		}
 		return nil
 	})
-	close(stop)
-	wait()
-	if e := errs(); len(e) > 0 {
-		t.Fatalf("%d of %d calls failed, first: %v", len(e), ok.Load()+int64(len(e)), e[0])
+	if e := calls.stop(); len(e) > 0 {
+		t.Fatalf("%d of %d calls failed, first: %v", len(e), calls.ok.Load()+int64(len(e)), e[0])
 	}
 	if s := d.Stats(); s.Redirected == 0 {
 		t.Fatalf("no task was redirected from the dead or hung instance: %+v", s)
@@ -269,8 +281,7 @@ func TestReplicasShareLoadAndDrainFailsNothing(t *testing.T) {
 		st.Agent(agentkit.Config{Type: "echo", ID: fmt.Sprintf("e%d", i)}, map[string]agentkit.Handler{"echo": counting(&n)})
 	}
 	WaitRoutable(t, "echo", 3, d1, d2)
-	stop := make(chan struct{})
-	ok, errs, wait := load(context.Background(), st.Client(), "echo", 8, stop)
+	calls := load(st.Client(), "echo", 8)
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if s1, s2 := d1.Stats().Finished, d2.Stats().Finished; s1 < 200 || s2 < 200 {
 			return fmt.Errorf("d1 finished %d, d2 finished %d", s1, s2)
@@ -282,16 +293,14 @@ func TestReplicasShareLoadAndDrainFailsNothing(t *testing.T) {
 	if err := d1.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after := ok.Load()
+	after := calls.ok.Load()
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if ok.Load() < after+500 {
+		if calls.ok.Load() < after+500 {
 			return errors.New("calls not flowing through the remaining replica")
 		}
 		return nil
 	})
-	close(stop)
-	wait()
-	if e := errs(); len(e) > 0 {
+	if e := calls.stop(); len(e) > 0 {
 		t.Fatalf("%d calls failed, first: %v", len(e), e[0])
 	}
 	// An agent answers the caller before it tells the dispatcher, so the
@@ -301,8 +310,8 @@ func TestReplicasShareLoadAndDrainFailsNothing(t *testing.T) {
 		if s1.Failed+s2.Failed != 0 {
 			return fmt.Errorf("replicas report failed tasks: %d, %d", s1.Failed, s2.Failed)
 		}
-		if s1.Finished+s2.Finished != ok.Load() {
-			return fmt.Errorf("replicas finished %d tasks (d1 %+v, d2 %+v), callers saw %d", s1.Finished+s2.Finished, s1, s2, ok.Load())
+		if s1.Finished+s2.Finished != calls.ok.Load() {
+			return fmt.Errorf("replicas finished %d tasks (d1 %+v, d2 %+v), callers saw %d", s1.Finished+s2.Finished, s1, s2, calls.ok.Load())
 		}
 		return nil
 	})

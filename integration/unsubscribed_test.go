@@ -45,12 +45,11 @@ func TestAnInstanceWithoutSubscriptionGetsNoTaskUntilANewRecord(t *testing.T) {
 		return nil
 	})
 
-	stop := make(chan struct{})
 	const callers = 4
-	ok, errs, wait := load(context.Background(), st.Client(), "echo", callers, stop)
+	calls := load(st.Client(), "echo", callers)
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if n := ok.Load(); n < 100 {
-			e := errs()
+		if n := calls.ok.Load(); n < 100 {
+			e := calls.errs()
 			if len(e) > 0 {
 				return fmt.Errorf("%d calls answered, %d failed: %v", n, len(e), e[0])
 			}
@@ -58,9 +57,7 @@ func TestAnInstanceWithoutSubscriptionGetsNoTaskUntilANewRecord(t *testing.T) {
 		}
 		return nil
 	})
-	close(stop)
-	wait()
-	if e := errs(); len(e) > 0 {
+	if e := calls.stop(); len(e) > 0 {
 		t.Fatalf("%d calls failed, first: %v", len(e), e[0])
 	}
 	if _, still := d.Table().Lookup("dead"); !still {
@@ -83,17 +80,14 @@ func TestAnInstanceWithoutSubscriptionGetsNoTaskUntilANewRecord(t *testing.T) {
 		res.Data = m.Data
 		_ = back.PublishMsg(res)
 	}, "echo")
-	stop = make(chan struct{})
-	_, errs, wait = load(context.Background(), st.Client(), "echo", callers, stop)
+	calls = load(st.Client(), "echo", callers)
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if revived.Load() == 0 {
 			return errors.New("no task reached the instance since it came back")
 		}
 		return nil
 	})
-	close(stop)
-	wait()
-	if e := errs(); len(e) > 0 {
+	if e := calls.stop(); len(e) > 0 {
 		t.Fatalf("after the restart: %d calls failed, first: %v", len(e), e[0])
 	}
 }
