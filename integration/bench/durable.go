@@ -65,8 +65,13 @@ func runDurable(r *run) error {
 
 	payload := []byte(`{"order":"A-1042","items":3,"note":"durable benchmark task"}`)
 	submitSubject := streams.Subjects{}.Submit(echoCapability)
+	// publish publishes m asynchronously with opts, waiting (up to 10 s)
+	// while durableMaxPend acknowledgements are outstanding.
+	publish := func(pjs jetstream.JetStream, m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+		return pjs.PublishMsgAsync(m, append(opts, jetstream.WithStallWait(10*time.Second))...)
+	}
 	raw := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
-		return pjs.PublishAsync(rawSubject, payload, jetstream.WithStallWait(10*time.Second))
+		return publish(pjs, &nats.Msg{Subject: rawSubject, Data: payload})
 	}
 	submitMsg := func() (*nats.Msg, string) {
 		id := streams.NewRequestID()
@@ -79,18 +84,17 @@ func runDurable(r *run) error {
 	// the same raw publish with a header of Nats-Msg-Id's size, which the
 	// server stores with the message.
 	header := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
-		return pjs.PublishMsgAsync(&nats.Msg{Subject: rawSubject, Data: payload,
-			Header: nats.Header{benchIDHeader: []string{streams.NewRequestID()}}}, jetstream.WithStallWait(10*time.Second))
+		return publish(pjs, &nats.Msg{Subject: rawSubject, Data: payload,
+			Header: nats.Header{benchIDHeader: []string{streams.NewRequestID()}}})
 	}
 	// The floor of any deduplicated submission: the same raw publish with a
 	// fresh Nats-Msg-Id, which the server checks against its duplicate window.
 	msgID := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
-		return pjs.PublishMsgAsync(&nats.Msg{Subject: rawSubject, Data: payload}, jetstream.WithMsgID(streams.NewRequestID()),
-			jetstream.WithStallWait(10*time.Second))
+		return publish(pjs, &nats.Msg{Subject: rawSubject, Data: payload}, jetstream.WithMsgID(streams.NewRequestID()))
 	}
 	submit := func(pjs jetstream.JetStream) (jetstream.PubAckFuture, error) {
 		m, id := submitMsg()
-		return pjs.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithStallWait(10*time.Second))
+		return publish(pjs, m, jetstream.WithMsgID(id))
 	}
 
 	dur := pick(r, 3*time.Second, 500*time.Millisecond)
