@@ -369,12 +369,12 @@ func runSkew(r *run) error {
 	type ladder struct {
 		fails   int
 		maxRate float64
+		byRate  map[float64]*latency
 		rows    [][]string
 	}
 	ladders := map[string]*ladder{}
-	byRate := map[string]map[float64]*latency{}
 	for _, m := range skewMethods {
-		byRate[m.name], ladders[m.name] = map[float64]*latency{}, &ladder{}
+		ladders[m.name] = &ladder{byRate: map[float64]*latency{}}
 	}
 	for _, rate := range rates {
 		for _, m := range skewMethods {
@@ -387,7 +387,7 @@ func runSkew(r *run) error {
 			if err != nil {
 				return err
 			}
-			byRate[m.name][rate] = l
+			ld.byRate[rate] = l
 			ok := sustained(l)
 			switch {
 			case stepping && ok:
@@ -404,9 +404,9 @@ func runSkew(r *run) error {
 		ld := ladders[m.name]
 		sweepRows = append(sweepRows, ld.rows...)
 		r.set(m.name+"_max_rate", ld.maxRate)
-		setMethod("", m.name, byRate[m.name][skewHeadline])
+		setMethod("", m.name, ld.byRate[skewHeadline])
 		for _, rate := range compare {
-			r.set(fmt.Sprintf("%s_p99_ms_at_%.0f", m.name, rate), ms(byRate[m.name][rate].p(99)))
+			r.set(fmt.Sprintf("%s_p99_ms_at_%.0f", m.name, rate), ms(ld.byRate[rate].p(99)))
 		}
 	}
 	r.set("p99_ratio_vs_queue_group", ratio(fig("least_load_p99_ms"), fig("queue_group_p99_ms")))
@@ -415,7 +415,7 @@ func runSkew(r *run) error {
 	worstVsPull, worstAt := 0.0, 0.0
 	var both []float64
 	for _, rate := range rates {
-		ll, pull := byRate["least_load"][rate], byRate["pull"][rate]
+		ll, pull := ladders["least_load"].byRate[rate], ladders["pull"].byRate[rate]
 		if ll == nil || pull == nil {
 			continue
 		}
@@ -444,7 +444,7 @@ func runSkew(r *run) error {
 	// The other variants at the headline rate.
 	var varRows [][]string
 	for _, m := range skewMethods {
-		l := byRate[m.name][skewHeadline]
+		l := ladders[m.name].byRate[skewHeadline]
 		varRows = append(varRows, []string{"one_slow", m.name, f(ms(l.p(50))), f(ms(l.p(99))), f(ms(l.p(99.9))),
 			fmt.Sprint(l.timeouts), fmt.Sprint(l.errors)})
 	}
