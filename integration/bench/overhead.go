@@ -172,13 +172,25 @@ func runOverhead(r *run) error {
 	r.set("routed_p50_us_c64", usf(r64.p(50)))
 	r.set("direct_p99_us_c64", usf(d64.p(99)))
 	r.set("routed_p99_us_c64", usf(r64.p(99)))
-	// The floors and the relayed variant, each against direct.
-	for _, name := range []string{"relay", "relay_direct", "routed_relayed", "relay_agents", "relay_agents_direct"} {
-		c1, c64 := closed[name][1], closed[name][overheadCallers]
-		r.set(name+"_rps", c64.rps())
-		r.set(name+"_throughput_ratio", ratio(c64.rps(), d64.rps()))
-		r.set(name+"_p50_us_c1", usf(c1.p(50)))
-		r.set(name+"_p50_ratio_c1", ratio(usf(c1.p(50)), usf(d1.p(50))))
+	// The floors and the relayed variant, each against direct, in the
+	// figures and in the summary table.
+	floors := []struct{ name, about string }{
+		{"relay", "bare relay"},
+		{"relay_direct", "bare relay, answers direct"},
+		{"routed_relayed", "routed, --relay-results"},
+		{"relay_agents", "bare relay to the agents"},
+		{"relay_agents_direct", "bare relay to the agents, answers direct"},
+	}
+	var floorRows [][]string
+	for _, fl := range floors {
+		c1, c64 := closed[fl.name][1], closed[fl.name][overheadCallers]
+		r.set(fl.name+"_rps", c64.rps())
+		r.set(fl.name+"_throughput_ratio", ratio(c64.rps(), d64.rps()))
+		r.set(fl.name+"_p50_us_c1", usf(c1.p(50)))
+		r.set(fl.name+"_p50_ratio_c1", ratio(usf(c1.p(50)), usf(d1.p(50))))
+		floorRows = append(floorRows,
+			[]string{fmt.Sprintf("%s_throughput_ratio (%s/direct, 64 callers)", fl.name, fl.about), f(r.rep.Figures[fl.name+"_throughput_ratio"])},
+			[]string{fmt.Sprintf("%s_p50_ratio_c1 (%s/direct, 1 caller)", fl.name, fl.about), f(r.rep.Figures[fl.name+"_p50_ratio_c1"])})
 	}
 	r.set("routed_vs_relay_agents", ratio(r64.rps(), closed["relay_agents"][overheadCallers].rps()))
 	r.set("routed_vs_relay_agents_direct", ratio(r64.rps(), closed["relay_agents_direct"][overheadCallers].rps()))
@@ -254,28 +266,20 @@ func runOverhead(r *run) error {
 
 	r.addTable("overhead: echo through a plain queue group (direct) vs through the dispatcher (routed)",
 		[]string{"method", "load", "answered/s", "p50 µs", "p99 µs", "p99.9 µs", "failed", "CPU cores"}, rows)
-	r.addTable("overhead: summary", []string{"figure", "value"}, [][]string{
+	summary := [][]string{
 		{"throughput_ratio (routed/direct, 64 callers)", f(r.rep.Figures["throughput_ratio"])},
 		{"p50_ratio_c1 (routed/direct, 1 caller)", f(r.rep.Figures["p50_ratio_c1"])},
-		{"relay_throughput_ratio (bare relay/direct, 64 callers)", f(r.rep.Figures["relay_throughput_ratio"])},
-		{"relay_p50_ratio_c1 (bare relay/direct, 1 caller)", f(r.rep.Figures["relay_p50_ratio_c1"])},
-		{"relay_direct_throughput_ratio (bare relay, answers direct/direct, 64 callers)", f(r.rep.Figures["relay_direct_throughput_ratio"])},
-		{"relay_direct_p50_ratio_c1 (bare relay, answers direct/direct, 1 caller)", f(r.rep.Figures["relay_direct_p50_ratio_c1"])},
-		{"routed_relayed_throughput_ratio (routed, --relay-results/direct, 64 callers)", f(r.rep.Figures["routed_relayed_throughput_ratio"])},
-		{"routed_relayed_p50_ratio_c1 (routed, --relay-results/direct, 1 caller)", f(r.rep.Figures["routed_relayed_p50_ratio_c1"])},
-		{"relay_agents_throughput_ratio (bare relay to the agents/direct, 64 callers)", f(r.rep.Figures["relay_agents_throughput_ratio"])},
+	}
+	summary = append(summary, floorRows...)
+	r.addTable("overhead: summary", []string{"figure", "value"}, append(summary, [][]string{
 		{"routed_vs_relay_agents (routed/bare relay to the agents, 64 callers)", f(r.rep.Figures["routed_vs_relay_agents"])},
-		{"relay_agents_direct_throughput_ratio (bare relay to the agents, answers direct/direct, 64 callers)",
-			f(r.rep.Figures["relay_agents_direct_throughput_ratio"])},
-		{"relay_agents_direct_p50_ratio_c1 (bare relay to the agents, answers direct/direct, 1 caller)",
-			f(r.rep.Figures["relay_agents_direct_p50_ratio_c1"])},
 		{"routed_vs_relay_agents_direct (routed/bare relay to the agents, answers direct, 64 callers)",
 			f(r.rep.Figures["routed_vs_relay_agents_direct"])},
 		{"added_p99_us_50pct", f(r.rep.Figures["added_p99_us_50pct"])},
 		{"added_p99_us_half_routed_max", f(r.rep.Figures["added_p99_us_half_routed_max"])},
 		{fmt.Sprintf("dispatcher_cpu_per_1k_rps (cores, at %.0f req/s; routed − direct)", cpuRate), fmt.Sprintf("%.3f", cpuPer1k)},
 		{"dispatcher_own_cpu_per_1k_rps (cores; its own goroutines, profiled)", fmt.Sprintf("%.3f", ownAt)},
-	})
+	}...))
 	r.note("Both methods are called the same way: raw NATS requests with Content-Type application/json, "+
 		"callers on their own connections; the baseline's %d responders and the %d agents each have their own connection.",
 		overheadAgents, overheadAgents)
