@@ -121,16 +121,13 @@ func TestAnAgentAnswersTheCallerDirectly(t *testing.T) {
 
 	// A durable task's delivery offers nothing: its result belongs in
 	// REACH_RESULTS, which only the dispatcher writes.
-	c := st.Client()
-	rid, err := c.Submit(context.Background(), "echo", echoIn{Text: "later"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.Wait(ctx, rid); err != nil {
-		t.Fatal(err)
+	done, err := st.Client().SubmitAndWait(ctx, "echo", echoIn{Text: "later"})
+	if err != nil {
+		t.Fatalf("durable task: %v (dispatcher stats %+v)", err, d.Stats())
 	}
+	rid := done.RequestID
 	durable := w.await(t, 1, "durable deliveries", func(m *nats.Msg) bool {
 		return m.Subject == streams.Subjects{}.Agent(a.ID()) && m.Header.Get(streams.HeaderRequestID) == rid
 	})

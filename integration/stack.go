@@ -3,11 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
@@ -17,10 +19,13 @@ import (
 
 // Stack is an embedded server with the topology provisioned, plus helpers to
 // add dispatchers, agents and clients that are all stopped when the test ends.
+// Its dispatchers and agents log at debug level into a buffer that a failing
+// test prints.
 type Stack struct {
 	T         testing.TB
 	Server    *server.Server
 	Heartbeat time.Duration
+	log       zerolog.Logger
 }
 
 // NewStack starts a server and provisions the topology with heartbeat hb;
@@ -34,7 +39,40 @@ func NewStack(tb testing.TB, hb time.Duration, tune ...func(*server.Options)) *S
 	s := natstest.RunServerWith(tb, opts)
 	nc := natstest.Connect(tb, s)
 	natstest.Provision(tb, nc, streams.Topology{Heartbeat: hb, Memory: true})
-	return &Stack{T: tb, Server: s, Heartbeat: hb}
+	logs := &tailBuffer{}
+	// Registered first, so it runs after every dispatcher and agent stopped.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("the stack's log (its last %d KB at most):\n%s", 2*keepLog>>10, logs.bytes())
+		}
+	})
+	log := zerolog.New(logs).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	return &Stack{T: tb, Server: s, Heartbeat: hb, log: log}
+}
+
+// keepLog is how much of its log (in bytes) a stack keeps at least.
+const keepLog = 1 << 20
+
+// tailBuffer keeps the last keepLog to 2 × keepLog bytes written to it.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *tailBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	if len(l.b) > 2*keepLog {
+		l.b = append(l.b[:0], l.b[len(l.b)-keepLog:]...)
+	}
+	return len(p), nil
+}
+
+func (l *tailBuffer) bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]byte(nil), l.b...)
 }
 
 // Conn opens a connection closed at the end of the test.
@@ -43,7 +81,7 @@ func (st *Stack) Conn() *nats.Conn { return natstest.Connect(st.T, st.Server) }
 // Dispatcher starts a dispatcher on its own connection.
 func (st *Stack) Dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
 	st.T.Helper()
-	d, err := dispatcher.New(st.Conn(), cfg)
+	d, err := dispatcher.New(st.Conn(), cfg, dispatcher.WithLogger(st.log))
 	if err != nil {
 		st.T.Fatal(err)
 	}
@@ -62,7 +100,7 @@ func (st *Stack) Agent(cfg agentkit.Config, handlers map[string]agentkit.Handler
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = st.Heartbeat
 	}
-	a, err := agentkit.New(st.Conn(), cfg, agentkit.WithoutSignals())
+	a, err := agentkit.New(st.Conn(), cfg, agentkit.WithoutSignals(), agentkit.WithLogger(st.log))
 	if err != nil {
 		st.T.Fatal(err)
 	}

@@ -128,7 +128,8 @@ func Poll(timeout time.Duration, cond func() error) error {
 
 // RunCluster starts an n-node JetStream cluster on loopback, each node with
 // its own store, and shuts it down when the test ends. It returns once the
-// cluster has a JetStream meta leader.
+// cluster has a JetStream meta leader that sees every node online, so an
+// R(n) asset can be placed at once.
 func RunCluster(tb testing.TB, n int) []*server.Server {
 	tb.Helper()
 	ports := make([]int, n)
@@ -149,9 +150,15 @@ func RunCluster(tb testing.TB, n int) []*server.Server {
 	}
 	WaitFor(tb, 20*time.Second, func() error {
 		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				return nil
+			if !s.JetStreamIsLeader() {
+				continue
 			}
+			// A leader alone is not enough: placing an R3 stream needs
+			// every peer online with its stats reported to the leader.
+			if peers := s.JetStreamClusterPeers(); len(peers) < n {
+				return fmt.Errorf("JetStream meta leader %s sees %d of %d peers online", s.Name(), len(peers), n)
+			}
+			return nil
 		}
 		return fmt.Errorf("no JetStream meta leader yet")
 	})
