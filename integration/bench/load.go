@@ -45,6 +45,21 @@ func errorCode(m *nats.Msg) string {
 	return m.Header.Get("Status")
 }
 
+// add merges o, more of the same method's load measured at another time or
+// by another caller, into l.
+func (l *latency) add(o *latency) {
+	l.hist.Merge(o.hist)
+	l.lag.Merge(o.lag)
+	l.ok += o.ok
+	l.timeouts += o.timeouts
+	l.errors += o.errors
+	for c, n := range o.codes {
+		l.codes[c] += n
+	}
+	l.elapsed += o.elapsed
+	l.cpu += o.cpu
+}
+
 // p returns the q-th percentile (q in [0, 100]).
 func (l *latency) p(q float64) time.Duration {
 	return time.Duration(l.hist.ValueAtQuantile(q)) * time.Microsecond
@@ -264,39 +279,31 @@ func (r *run) closedLoop(conns []*nats.Conn, s closedSpec) (*latency, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := newHist()
-			var ok, timeouts, errs int64
-			codes := map[string]int64{}
+			mine := newLatency()
 			for time.Now().Before(end) && r.ctx.Err() == nil {
 				t0 := time.Now()
 				reply, err := nc.RequestMsg(s.build(), s.timeout)
 				lat := time.Since(t0)
 				switch {
 				case err == nats.ErrTimeout:
-					timeouts++
+					mine.timeouts++
 					lat = s.timeout
 				case err != nil:
-					errs++
-					codes[err.Error()]++
+					mine.errors++
+					mine.codes[err.Error()]++
 					lat = s.timeout
 				case isFailure(reply):
-					errs++
-					codes[errorCode(reply)]++
+					mine.errors++
+					mine.codes[errorCode(reply)]++
 					lat = s.timeout
 				default:
-					ok++
+					mine.ok++
 					count.Add(1)
 				}
-				_ = h.RecordValue(max(lat.Microseconds(), 1))
+				_ = mine.hist.RecordValue(max(lat.Microseconds(), 1))
 			}
 			mu.Lock()
-			res.hist.Merge(h)
-			res.ok += ok
-			res.timeouts += timeouts
-			res.errors += errs
-			for c, n := range codes {
-				res.codes[c] += n
-			}
+			res.add(mine)
 			mu.Unlock()
 		}()
 	}

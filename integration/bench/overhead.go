@@ -16,6 +16,7 @@ import (
 const (
 	overheadAgents        = 4
 	overheadCallers       = 64
+	overheadRounds        = 5 // closed-loop rounds per point (1 in quick mode)
 	directSubject         = "bench.direct"
 	relaySubject          = "bench.relay"
 	relayAgentsSubj       = "bench.relay.agents"
@@ -123,21 +124,36 @@ func runOverhead(r *run) error {
 		}
 	}
 
-	// Closed loop: 1 caller (latency of one call), 64 callers (maximum throughput).
+	// Closed loop: 1 caller (latency of one call), 64 callers (maximum
+	// throughput). Each point is measured in rounds, the methods taking
+	// turns within a round, so that a stretch of minutes in which this
+	// machine runs slower falls on every method alike rather than on
+	// whichever was measured then.
+	rounds := pick(r, overheadRounds, 1)
 	closed := map[string]map[int]*latency{}
 	measure := func(ms []method) error {
-		for _, c := range []int{1, overheadCallers} {
+		loads := []int{1, overheadCallers}
+		for round := range rounds {
+			for _, c := range loads {
+				for _, m := range ms {
+					l, err := r.closedLoop(callers, closedSpec{step: fmt.Sprintf("%s, %d callers, round %d of %d", m.name, c, round+1, rounds),
+						callers: c, dur: pointDur / time.Duration(rounds), timeout: timeout, build: closedMsg(m.subject)})
+					if err != nil {
+						return err
+					}
+					if closed[m.name] == nil {
+						closed[m.name] = map[int]*latency{}
+					}
+					if closed[m.name][c] == nil {
+						closed[m.name][c] = newLatency()
+					}
+					closed[m.name][c].add(l)
+				}
+			}
+		}
+		for _, c := range loads {
 			for _, m := range ms {
-				l, err := r.closedLoop(callers, closedSpec{step: fmt.Sprintf("%s, %d callers", m.name, c), callers: c,
-					dur: pointDur, timeout: timeout, build: closedMsg(m.subject)})
-				if err != nil {
-					return err
-				}
-				if closed[m.name] == nil {
-					closed[m.name] = map[int]*latency{}
-				}
-				closed[m.name][c] = l
-				row(m.name, fmt.Sprintf("closed, %d callers", c), l)
+				row(m.name, fmt.Sprintf("closed, %d callers", c), closed[m.name][c])
 			}
 		}
 		return nil
@@ -263,6 +279,7 @@ func runOverhead(r *run) error {
 	r.set("agents", overheadAgents)
 	r.set("callers_max", overheadCallers)
 	r.set("point_seconds", pointDur.Seconds())
+	r.set("closed_rounds", float64(rounds))
 
 	r.addTable("overhead: echo through a plain queue group (direct) vs through the dispatcher (routed)",
 		[]string{"method", "load", "answered/s", "p50 µs", "p99 µs", "p99.9 µs", "failed", "CPU cores"}, rows)
@@ -283,6 +300,9 @@ func runOverhead(r *run) error {
 	r.note("Both methods are called the same way: raw NATS requests with Content-Type application/json, "+
 		"callers on their own connections; the baseline's %d responders and the %d agents each have their own connection.",
 		overheadAgents, overheadAgents)
+	r.note("Closed-loop points are measured in rounds (%d here, of %v each), the methods taking turns within each round "+
+		"(routed_relayed, which needs the dispatcher restarted, in rounds of its own afterwards); a point's figures "+
+		"merge its rounds. Measured one after another instead, the ratios moved with the machine's drift.", rounds, pointDur/time.Duration(rounds))
 	r.note("relay, relay_direct and relay_agents are floors measured in the same run: a bare relay (one connection, " +
 		"a map of reply subjects, nothing else) in front of the direct responders, with the answers coming back " +
 		"through it (relay, four message hops) or sent by the responders to the caller (relay_direct, three hops); " +
