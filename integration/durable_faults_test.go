@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -125,11 +124,11 @@ func TestDurableTasksWaitForAnAgent(t *testing.T) {
 func TestDurableSurvivesServerRestart(t *testing.T) {
 	const tasks = 2000
 	opts := natstest.Options(t.TempDir())
+	opts.Port = natstest.FreePort(t) // the same after the restart
 	s, err := natstest.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Port = s.Addr().(*net.TCPAddr).Port
 	var current *server.Server = s
 	t.Cleanup(func() { natstest.Stop(current) })
 	js, l, c := durableRig(t, s.ClientURL(), streams.Topology{Heartbeat: time.Second}) // file storage

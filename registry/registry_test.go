@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -219,11 +218,11 @@ func TestTableIgnoresGarbageRecords(t *testing.T) {
 // interval is an hour here, so only the reconnect path can pass.
 func TestTableFollowsThroughServerRestart(t *testing.T) {
 	opts := natstest.Options(t.TempDir())
+	opts.Port = natstest.FreePort(t) // the same after the restart
 	s, err := natstest.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Port = s.Addr().(*net.TCPAddr).Port
 	current := s
 	t.Cleanup(func() { natstest.Stop(current) })
 	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))

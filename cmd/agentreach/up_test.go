@@ -10,23 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
 
 func TestUp(t *testing.T) {
 	before := goroutines()
 	dir := t.TempDir()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	url := "nats://" + listen
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,13 +1,17 @@
 // Package natstest starts embedded nats-servers for tests: one helper, port
-// -1, a temporary store, shut down by t.Cleanup. It also holds the bounded
-// polling helper every test uses instead of sleeping.
+// -1 (or FreePort's, where the port must be known before the start or kept
+// across a restart), a temporary store, shut down by t.Cleanup. It also
+// holds the bounded polling helper every test uses instead of sleeping.
 package natstest
 
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +138,7 @@ func RunCluster(tb testing.TB, n int) []*server.Server {
 	tb.Helper()
 	ports := make([]int, n)
 	for i := range ports {
-		ports[i] = freePort(tb)
+		ports[i] = FreePort(tb)
 	}
 	var routes []*url.URL
 	for _, p := range ports {
@@ -174,11 +178,47 @@ func ClusterURL(servers []*server.Server) string {
 	return strings.Join(urls, ",")
 }
 
-func freePort(tb testing.TB) int {
+// FreePort returns a loopback TCP port that is free now, for a server whose
+// address must be known before it starts (a cluster's routes) or must stay
+// the same across a restart. Where the kernel says which ports it hands out
+// by itself (Linux's ip_local_port_range), the port is picked below that
+// range: a port inside it can be given to another socket — a listener on
+// port 0 or the local end of any outgoing connection — between this check
+// and the server binding it, and the server then never becomes ready.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	if low := ephemeralLow(); low > firstPort+100 {
+		for range 100 {
+			p := firstPort + rand.IntN(low-firstPort)
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+				_ = l.Close()
+				return p
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// firstPort is the lowest port FreePort picks: above the well-known ports
+// and the registered ones most services use.
+const firstPort = 10000
+
+// ephemeralLow returns the lowest port the kernel assigns by itself, or 0
+// when it is not known.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(fields[0])
+	return n
 }
