@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,7 +139,9 @@ func RunCluster(tb testing.TB, n int) []*server.Server {
 	tb.Helper()
 	ports := make([]int, n)
 	for i := range ports {
-		ports[i] = FreePort(tb)
+		for ports[i] == 0 || slices.Contains(ports[:i], ports[i]) {
+			ports[i] = FreePort(tb)
+		}
 	}
 	var routes []*url.URL
 	for _, p := range ports {
