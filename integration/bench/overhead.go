@@ -22,6 +22,7 @@ const (
 	relayAgentsSubj       = "bench.relay.agents"
 	relayAgentsDirectSubj = "bench.relay.agents.direct"
 	relayDirectSubj       = "bench.relay.direct"
+	relayProtoDirectSubj  = "bench.relay.proto.direct"
 	echoCapability        = "echo"
 )
 
@@ -89,6 +90,23 @@ func runOverhead(r *run) error {
 		return err
 	}
 
+	// The floor of the protocol itself: the same relay, offering the
+	// caller's reply subject, in front of minimal agents that answer as
+	// agentkit does (the result with its headers to the caller, the notice
+	// to the relay) and do nothing else. Against relay_agents_direct it
+	// shows what agentkit's own work costs.
+	labelled(r.ctx, compAgents, func() { err = startProtoAgents(e) })
+	if err == nil {
+		labelled(r.ctx, compDispatch, func() {
+			err = startRelay(e, relay{listen: relayProtoDirectSubj, to: func() string {
+				return streams.Subjects{}.Agent(fmt.Sprintf("proto-%d", next.Add(1)%overheadAgents))
+			}, set: setAgent, offer: true})
+		})
+	}
+	if err != nil {
+		return err
+	}
+
 	callers, err := e.connectN("caller", 4)
 	if err != nil {
 		return err
@@ -105,7 +123,8 @@ func runOverhead(r *run) error {
 	type method struct{ name, subject string }
 	methods := []method{{"direct", directSubject}, {"routed", routedSubject}}
 	closedMethods := append(methods, method{"relay", relaySubject}, method{"relay_direct", relayDirectSubj},
-		method{"relay_agents", relayAgentsSubj}, method{"relay_agents_direct", relayAgentsDirectSubj})
+		method{"relay_agents", relayAgentsSubj}, method{"relay_agents_direct", relayAgentsDirectSubj},
+		method{"relay_proto_direct", relayProtoDirectSubj})
 	pointDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	const timeout = 2 * time.Second
 
@@ -196,6 +215,7 @@ func runOverhead(r *run) error {
 		{"routed_relayed", "routed, --relay-results"},
 		{"relay_agents", "bare relay to the agents"},
 		{"relay_agents_direct", "bare relay to the agents, answers direct"},
+		{"relay_proto_direct", "bare relay to minimal protocol agents, answers direct"},
 	}
 	var floorRows [][]string
 	for _, fl := range floors {
@@ -310,7 +330,11 @@ func runOverhead(r *run) error {
 		"through the relay (relay_agents) or, offered the caller's reply subject as the dispatcher offers it, sent by " +
 		"the agents to the caller, the relay dropping their notices (relay_agents_direct). No design with a hop in the " +
 		"data path beats relay_direct; relay_agents_direct is what the dispatcher would cost if routing, timeouts, " +
-		"retries, breakers and feedback records were free.")
+		"retries, breakers and feedback records were free. relay_proto_direct is the same relay in front of minimal " +
+		"agents that speak the protocol as agentkit does — the result to the caller with Reach-Status, Reach-Request-Id, " +
+		"Reach-Orchestration-Id, Reach-Attempt, Reach-Node and Content-Type, then the bodiless notice to the relay — " +
+		"from their subscription's goroutine and nothing else: the floor of the protocol, so the gap to " +
+		"relay_agents_direct is agentkit's own work.")
 	r.note("Routed requests make three message hops on the caller's path (caller→dispatcher→agent, agent→caller) " +
 		"against two for the direct queue group, plus the agent's bodiless notice to the dispatcher off that path " +
 		"(a task slower than agentkit.AckDelay adds an ACK). routed_relayed is the same dispatcher with " +
@@ -358,6 +382,46 @@ func startResponders(e *env, hdr nats.Header) error {
 		}
 		sub, err := nc.QueueSubscribe(directSubject, "q", func(m *nats.Msg) {
 			_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: m.Data, Header: hdr})
+		})
+		if err == nil {
+			err = sub.SetPendingLimits(-1, -1)
+		}
+		if err == nil {
+			err = nc.Flush()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startProtoAgents starts overheadAgents minimal agents on subjects
+// reach.agent.proto-<i>: each answers a delivery as agentkit answers one
+// that offers Reach-Reply-To — the echoed payload with a FINISHED result's
+// headers to the caller, then a bodiless Reach-Direct notice to the
+// delivery's reply subject — and does nothing else.
+func startProtoAgents(e *env) error {
+	for i := range overheadAgents {
+		id := fmt.Sprintf("proto-%d", i)
+		nc, err := e.connect(id)
+		if err != nil {
+			return err
+		}
+		sub, err := nc.Subscribe(streams.Subjects{}.Agent(id), func(m *nats.Msg) {
+			rid := m.Header.Get(streams.HeaderRequestID)
+			res := streams.StatusReply(m.Header.Get(streams.HeaderReplyTo), streams.StatusFinished, rid)
+			res.Data = m.Data
+			res.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
+			res.Header.Set(streams.HeaderNode, id)
+			res.Header.Set(streams.HeaderOrchestrationID, rid)
+			res.Header.Set(streams.HeaderAttempt, "1")
+			notice := streams.StatusReply(m.Reply, streams.StatusFinished, "")
+			notice.Header.Set(streams.HeaderDirect, "1")
+			notice.Header.Set(streams.HeaderActive, "0")
+			if nc.PublishMsg(res) == nil {
+				_ = nc.PublishMsg(notice)
+			}
 		})
 		if err == nil {
 			err = sub.SetPendingLimits(-1, -1)
