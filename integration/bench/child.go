@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,18 +46,11 @@ func ServeChild() {
 }
 
 func serveChild(dir string, in io.Reader, out io.Writer) error {
-	s, err := server.NewServer(serverOptions(dir))
+	s, err := natstest.Start(serverOptions(dir))
 	if err != nil {
 		return err
 	}
-	go s.Start()
-	defer func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}()
-	if !s.ReadyForConnections(10 * time.Second) {
-		return errors.New("not ready within 10s")
-	}
+	defer natstest.Stop(s)
 	if _, err := fmt.Fprintln(out, s.ClientURL()); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -45,18 +45,13 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 		}
 		e.url = e.proc.url
 	} else {
-		s, err := server.NewServer(serverOptions(dir))
+		// The server's goroutines (and every client connection's), started
+		// from here, carry the nats-server label, for the CPU breakdown.
+		var s *server.Server
+		labelled(ctx, compServer, func() { s, err = natstest.Start(serverOptions(dir)) })
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("embedded server: %w", err)
-		}
-		// The server's goroutines (and every client connection's) carry
-		// the nats-server label, for the CPU breakdown.
-		labelled(ctx, compServer, func() { go s.Start() })
-		if !s.ReadyForConnections(10 * time.Second) {
-			s.Shutdown()
-			_ = os.RemoveAll(dir)
-			return nil, errors.New("embedded server: not ready within 10s")
 		}
 		e.srv, e.url = s, s.ClientURL()
 	}
@@ -123,12 +118,8 @@ func (e *env) close() {
 	for _, nc := range conns {
 		nc.Close()
 	}
-	if e.srv == nil && e.proc == nil {
-		return
-	}
 	if e.srv != nil {
-		e.srv.Shutdown()
-		e.srv.WaitForShutdown()
+		natstest.Stop(e.srv)
 		e.srv = nil
 	}
 	if e.proc != nil {

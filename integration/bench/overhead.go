@@ -376,24 +376,33 @@ func us(d time.Duration) string { return f(usf(d)) }
 // startResponders starts the direct baseline's queue-group echo responders.
 func startResponders(e *env, hdr nats.Header) error {
 	for i := range overheadAgents {
-		nc, err := e.connect(fmt.Sprintf("direct-%d", i))
-		if err != nil {
-			return err
-		}
-		sub, err := nc.QueueSubscribe(directSubject, "q", func(m *nats.Msg) {
-			_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: m.Data, Header: hdr})
-		})
-		if err == nil {
-			err = sub.SetPendingLimits(-1, -1)
-		}
-		if err == nil {
-			err = nc.Flush()
-		}
-		if err != nil {
+		if err := listen(e, fmt.Sprintf("direct-%d", i), func(nc *nats.Conn) (*nats.Subscription, error) {
+			return nc.QueueSubscribe(directSubject, "q", func(m *nats.Msg) {
+				_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: m.Data, Header: hdr})
+			})
+		}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// listen opens a connection named name and subscribes on it with
+// subscribe, without pending limits, flushed so the server has the interest
+// before it returns.
+func listen(e *env, name string, subscribe func(nc *nats.Conn) (*nats.Subscription, error)) error {
+	nc, err := e.connect(name)
+	if err != nil {
+		return err
+	}
+	sub, err := subscribe(nc)
+	if err == nil {
+		err = sub.SetPendingLimits(-1, -1)
+	}
+	if err == nil {
+		err = nc.Flush()
+	}
+	return err
 }
 
 // startProtoAgents starts overheadAgents minimal agents on subjects
@@ -404,32 +413,23 @@ func startResponders(e *env, hdr nats.Header) error {
 func startProtoAgents(e *env) error {
 	for i := range overheadAgents {
 		id := fmt.Sprintf("proto-%d", i)
-		nc, err := e.connect(id)
-		if err != nil {
-			return err
-		}
-		sub, err := nc.Subscribe(streams.Subjects{}.Agent(id), func(m *nats.Msg) {
-			rid := m.Header.Get(streams.HeaderRequestID)
-			res := streams.StatusReply(m.Header.Get(streams.HeaderReplyTo), streams.StatusFinished, rid)
-			res.Data = m.Data
-			res.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
-			res.Header.Set(streams.HeaderNode, id)
-			res.Header.Set(streams.HeaderOrchestrationID, rid)
-			res.Header.Set(streams.HeaderAttempt, "1")
-			notice := streams.StatusReply(m.Reply, streams.StatusFinished, "")
-			notice.Header.Set(streams.HeaderDirect, "1")
-			notice.Header.Set(streams.HeaderActive, "0")
-			if nc.PublishMsg(res) == nil {
-				_ = nc.PublishMsg(notice)
-			}
-		})
-		if err == nil {
-			err = sub.SetPendingLimits(-1, -1)
-		}
-		if err == nil {
-			err = nc.Flush()
-		}
-		if err != nil {
+		if err := listen(e, id, func(nc *nats.Conn) (*nats.Subscription, error) {
+			return nc.Subscribe(streams.Subjects{}.Agent(id), func(m *nats.Msg) {
+				rid := m.Header.Get(streams.HeaderRequestID)
+				res := streams.StatusReply(m.Header.Get(streams.HeaderReplyTo), streams.StatusFinished, rid)
+				res.Data = m.Data
+				res.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
+				res.Header.Set(streams.HeaderNode, id)
+				res.Header.Set(streams.HeaderOrchestrationID, rid)
+				res.Header.Set(streams.HeaderAttempt, "1")
+				notice := streams.StatusReply(m.Reply, streams.StatusFinished, "")
+				notice.Header.Set(streams.HeaderDirect, "1")
+				notice.Header.Set(streams.HeaderActive, "0")
+				if nc.PublishMsg(res) == nil {
+					_ = nc.PublishMsg(notice)
+				}
+			})
+		}); err != nil {
 			return err
 		}
 	}
@@ -458,20 +458,16 @@ type relay struct {
 }
 
 func startRelay(e *env, rl relay) error {
-	nc, err := e.connect("relay-" + rl.listen)
-	if err != nil {
-		return err
-	}
+	name := "relay-" + rl.listen
 	if rl.direct {
-		sub, err := nc.QueueSubscribe(rl.listen, "relay", func(m *nats.Msg) {
-			_ = nc.PublishMsg(&nats.Msg{Subject: rl.to(), Reply: m.Reply, Data: m.Data, Header: m.Header})
+		return listen(e, name, func(nc *nats.Conn) (*nats.Subscription, error) {
+			return nc.QueueSubscribe(rl.listen, "relay", func(m *nats.Msg) {
+				_ = nc.PublishMsg(&nats.Msg{Subject: rl.to(), Reply: m.Reply, Data: m.Data, Header: m.Header})
+			})
 		})
-		if err == nil {
-			err = sub.SetPendingLimits(-1, -1)
-		}
-		if err == nil {
-			err = nc.Flush()
-		}
+	}
+	nc, err := e.connect(name)
+	if err != nil {
 		return err
 	}
 	prefix := nc.NewRespInbox() + "."
