@@ -96,7 +96,7 @@ type Agent struct {
 	replyPrefix string
 
 	slots    chan struct{}
-	jobs     chan job // to an idle worker
+	workers  *workers
 	inflight sync.WaitGroup
 	ctx      context.Context // cancelled on hard stop
 	stop     context.CancelFunc
@@ -144,7 +144,6 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 		log:      zerolog.Nop(),
 		handlers: make(map[string]Handler),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
-		jobs:     make(chan job),
 	}
 	for _, o := range opts {
 		o(a)
@@ -290,6 +289,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.idem = &idempotency{kv: ikv, reg: reg, owner: a.id, check: a.cfg.Heartbeat}
 	a.ctx, a.stop = context.WithCancel(context.Background())
+	a.workers = newWorkers(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
 	sub, err := a.nc.Subscribe(a.cfg.Subjects.Agent(a.id), a.deliver)
 	if err != nil {
@@ -391,41 +391,7 @@ func (a *Agent) deliver(m *nats.Msg) {
 	a.hb.SetActive(len(a.slots))
 	req.ackTimer = time.AfterFunc(AckDelay, func() { a.ack(req) })
 	a.inflight.Add(1)
-	j := job{h, req}
-	select {
-	case a.jobs <- j:
-	default:
-		go a.work(j)
-	}
-}
-
-// job is one task for a worker.
-type job struct {
-	h   Handler
-	req *Request
-}
-
-// workerIdle is how long a worker waits for its next task before it ends.
-const workerIdle = 10 * time.Second
-
-// work runs j, then the next tasks handed to it, until it has been idle for
-// workerIdle or the agent stops. Reusing workers spares every task a fresh
-// goroutine and the growing of its stack (measured: ~15% of an echo
-// agent's CPU).
-func (a *Agent) work(j job) {
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		a.run(j.h, j.req)
-		idle.Reset(workerIdle)
-		select {
-		case j = <-a.jobs:
-		case <-idle.C:
-			return
-		case <-a.ctx.Done():
-			return
-		}
-	}
+	a.workers.push(job{h, req})
 }
 
 // AckDelay is how long an agent holds back its ACKED: a task finished within

@@ -1,0 +1,117 @@
+package agentkit
+
+import (
+	"sync"
+	"time"
+)
+
+// job is one task for a worker.
+type job struct {
+	h   Handler
+	req *Request
+}
+
+// workerIdle is how long a worker waits for its next task before it ends.
+const workerIdle = 10 * time.Second
+
+// workers runs jobs on reusable goroutines. Reusing them spares every task a
+// fresh goroutine and the growing of its stack (measured: ~15% of an echo
+// agent's CPU).
+//
+// A worker that finishes a job takes the next queued one itself instead of
+// parking, and a push wakes a parked worker only when none is already on
+// its way to the queue. So a burst of short tasks runs back to back on one
+// goroutine, whose replies leave in one write, rather than each waking its
+// own worker and each reply flushing alone (measured: about four times the
+// write system calls and 2.5 times the agent's CPU per echo task). A worker
+// that takes a job while others wait wakes another first, so a job that
+// blocks never holds up the ones behind it.
+type workers struct {
+	run  func(job)
+	done <-chan struct{} // parked workers end when it closes
+
+	mu      sync.Mutex
+	pending []job // FIFO
+	// searching: a worker has been woken or started and has not taken a
+	// job yet. Every job in pending has such a worker, or a worker that is
+	// between jobs, coming for it.
+	searching bool
+	wake      chan struct{} // unbuffered: to a parked worker
+}
+
+func newWorkers(run func(job), done <-chan struct{}) *workers {
+	return &workers{run: run, done: done, wake: make(chan struct{})}
+}
+
+// push queues j and makes sure a worker comes for it.
+func (w *workers) push(j job) {
+	w.mu.Lock()
+	w.pending = append(w.pending, j)
+	wake := !w.searching
+	w.searching = true
+	w.mu.Unlock()
+	if wake {
+		w.wakeOne()
+	}
+}
+
+// wakeOne hands the search to a parked worker, or starts one.
+func (w *workers) wakeOne() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+		go w.work()
+	}
+}
+
+// take returns the next job, if any; woken says the caller is the searching
+// worker. While more jobs wait and nobody searches, it wakes another worker.
+func (w *workers) take(woken bool) (job, bool) {
+	w.mu.Lock()
+	if woken {
+		w.searching = false
+	}
+	if len(w.pending) == 0 {
+		w.mu.Unlock()
+		return job{}, false
+	}
+	j := w.pending[0]
+	w.pending[0] = job{}
+	w.pending = w.pending[1:]
+	if len(w.pending) == 0 {
+		w.pending = w.pending[:0:0] // let the drained array go
+	}
+	wake := len(w.pending) > 0 && !w.searching
+	if wake {
+		w.searching = true
+	}
+	w.mu.Unlock()
+	if wake {
+		w.wakeOne()
+	}
+	return j, true
+}
+
+// work runs queued jobs until there are none, then parks until woken again,
+// for at most workerIdle, or until done closes.
+func (w *workers) work() {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		for woken := true; ; woken = false {
+			j, ok := w.take(woken)
+			if !ok {
+				break
+			}
+			w.run(j)
+		}
+		idle.Reset(workerIdle)
+		select {
+		case <-w.wake:
+		case <-idle.C:
+			return
+		case <-w.done:
+			return
+		}
+	}
+}
