@@ -342,8 +342,9 @@ func runOverhead(r *run) error {
 	r.note("Everything shares one process and %d cores, so dispatcher_cpu_per_1k_rps is the difference in whole-process "+
 		"CPU (getrusage) per 1,000 answered req/s between the routed and the direct open-loop runs at the same offered "+
 		"rate: the highest of the open-loop rates that the routed path kept up with (dispatcher_cpu_at_rps). "+
-		"It charges the dispatcher with everything the routed path adds: its own work, the nats-server routing three "+
-		"more messages per task, and agentkit's ACK and per-task goroutine against a bare responder, less what "+
+		"It charges the dispatcher with everything the routed path adds: its own work, the nats-server routing two "+
+		"more messages per task (the delivery and the notice), and agentkit's slot, ACK timer and worker hand-off "+
+		"against a bare responder, less what "+
 		"the baseline spends that the routed path does not; it is no strict bound either way.", numCPU())
 	r.note("Open-loop latency is measured from each request's intended (Poisson) send time; timed-out and failed "+
 		"requests count at the %v timeout. <method>_send_lag_p99_us is how late the generator itself sent: on a "+
