@@ -39,7 +39,10 @@ type Parked struct {
 // ListParked returns every task held in stream (streams.StreamDLQ or
 // streams.StreamReview), oldest first. Other streams read the same way
 // (REACH_RESULTS, REACH_EVENTS: decode those with DecodeEvents); their
-// entries have no Capability.
+// entries have no Capability. The listing covers the stream as it was when
+// the call began; entries deleted meanwhile (a replay, a purge) are left
+// out. It fails rather than return a partial listing: if entries it has not
+// read stay undelivered for listStall, or ctx ends first.
 func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string) ([]Parked, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -62,16 +65,36 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Su
 		return nil, err
 	}
 	defer it.Stop()
+	var last uint64 // the stream sequence of the last entry read
+	var quiet time.Time
 	for {
-		// Entries can be deleted while they are read (a replay, a purge):
-		// a quiet second means the listing is complete.
 		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
 		if errors.Is(err, nats.ErrTimeout) {
-			return out, nil
+			// A quiet second: the listing is complete if the stream holds
+			// nothing more up to where it ended at the start (entries can
+			// be deleted while they are read). Otherwise delivery is slow
+			// — a stream leader moving after a node left, say — so wait on.
+			done, derr := drained(ctx, s, last, info.State.LastSeq)
+			switch {
+			case done:
+				return out, nil
+			case ctx.Err() != nil:
+				return out, fmt.Errorf("read %s: %d entries read, more left: %w", stream, len(out), ctx.Err())
+			case quiet.IsZero():
+				quiet = time.Now()
+			case time.Since(quiet) >= listStall:
+				if derr == nil {
+					derr = errors.New("no entry delivered")
+				}
+				return out, fmt.Errorf("read %s: %d entries read, more left after sequence %d, none delivered for %v: %w",
+					stream, len(out), last, listStall, derr)
+			}
+			continue
 		}
 		if err != nil {
 			return out, fmt.Errorf("read %s: %w", stream, err)
 		}
+		quiet = time.Time{}
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
@@ -79,11 +102,29 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Su
 		if err != nil {
 			return out, err
 		}
+		last = md.Sequence.Stream
 		out = append(out, parkedOf(subjects, stream, md, msg.Subject(), msg.Headers(), msg.Data()))
-		if md.NumPending == 0 || md.Sequence.Stream >= info.State.LastSeq {
+		if md.NumPending == 0 || last >= info.State.LastSeq {
 			return out, nil
 		}
 	}
+}
+
+// listStall bounds how long ListParked waits for entries the stream still
+// holds to be delivered.
+const listStall = 15 * time.Second
+
+// drained reports whether s holds no entry after sequence last up to and
+// including end; an error leaves the question open.
+func drained(ctx context.Context, s jetstream.Stream, last, end uint64) (bool, error) {
+	m, err := s.GetMsg(ctx, last+1, jetstream.WithGetMsgSubject(">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.Sequence > end, nil
 }
 
 // GetParked returns one task held in stream by sequence.
