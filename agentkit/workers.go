@@ -31,7 +31,8 @@ type workers struct {
 	done <-chan struct{} // parked workers end when it closes
 
 	mu      sync.Mutex
-	pending []job // FIFO
+	pending []job // FIFO from head; at most MaxConcurrent, as each holds a slot
+	head    int
 	// searching: a worker has been woken or started and has not taken a
 	// job yet. Every job in pending has such a worker, or a worker that is
 	// between jobs, coming for it.
@@ -71,17 +72,17 @@ func (w *workers) take(woken bool) (job, bool) {
 	if woken {
 		w.searching = false
 	}
-	if len(w.pending) == 0 {
+	if w.head == len(w.pending) {
 		w.mu.Unlock()
 		return job{}, false
 	}
-	j := w.pending[0]
-	w.pending[0] = job{}
-	w.pending = w.pending[1:]
-	if len(w.pending) == 0 {
-		w.pending = w.pending[:0:0] // let the drained array go
+	j := w.pending[w.head]
+	w.pending[w.head] = job{}
+	w.head++
+	if w.head == len(w.pending) { // drained: reuse the array from its start
+		w.pending, w.head = w.pending[:0], 0
 	}
-	wake := len(w.pending) > 0 && !w.searching
+	wake := w.head < len(w.pending) && !w.searching
 	if wake {
 		w.searching = true
 	}
