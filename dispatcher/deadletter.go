@@ -65,8 +65,8 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Su
 		return nil, err
 	}
 	defer it.Stop()
-	var last uint64 // the stream sequence of the last entry read
-	var quiet time.Time
+	var last uint64      // the stream sequence of the last entry read
+	lastAt := time.Now() // when it arrived, or the listing began
 	for {
 		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
 		if errors.Is(err, nats.ErrTimeout) {
@@ -80,9 +80,7 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Su
 				return out, nil
 			case ctx.Err() != nil:
 				return out, fmt.Errorf("read %s: %d entries read, more left: %w", stream, len(out), ctx.Err())
-			case quiet.IsZero():
-				quiet = time.Now()
-			case time.Since(quiet) >= listStall:
+			case time.Since(lastAt) >= listStall:
 				if derr == nil {
 					derr = errors.New("no entry delivered")
 				}
@@ -94,7 +92,7 @@ func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Su
 		if err != nil {
 			return out, fmt.Errorf("read %s: %w", stream, err)
 		}
-		quiet = time.Time{}
+		lastAt = time.Now()
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
