@@ -31,7 +31,7 @@ type workers struct {
 	done <-chan struct{} // parked workers end when it closes
 
 	mu      sync.Mutex
-	pending []job // FIFO from head; at most MaxConcurrent, as each holds a slot
+	pending []job // FIFO from head; at most MaxConcurrent waiting, as each holds a slot
 	head    int
 	// searching: a worker has been woken or started and has not taken a
 	// job yet. Every job in pending has such a worker, or a worker that is
@@ -47,6 +47,14 @@ func newWorkers(run func(job), done <-chan struct{}) *workers {
 // push queues j and makes sure a worker comes for it.
 func (w *workers) push(j job) {
 	w.mu.Lock()
+	if len(w.pending) == cap(w.pending) && w.head > 0 {
+		// Full, with taken jobs in front: move the waiting ones to the
+		// start instead of growing the array, which a queue that never
+		// quite drains would otherwise do without end.
+		n := copy(w.pending, w.pending[w.head:])
+		clear(w.pending[n:])
+		w.pending, w.head = w.pending[:n], 0
+	}
 	w.pending = append(w.pending, j)
 	wake := !w.searching
 	w.searching = true

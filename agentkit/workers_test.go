@@ -72,3 +72,26 @@ func TestEveryJobRunsOnce(t *testing.T) {
 		}
 	}
 }
+
+// A queue that never quite drains reuses its array: it does not grow with
+// every job that passes through it.
+func TestQueueThatNeverDrainsStaysSmall(t *testing.T) {
+	done := make(chan struct{})
+	defer close(done)
+	w := newWorkers(func(job) {}, done)
+	w.searching = true // a worker is on its way: push and take wake nobody
+	w.push(job{})
+	for i := range 10_000 {
+		w.push(job{req: &Request{Attempt: i}})
+		j, ok := w.take(false)
+		if !ok {
+			t.Fatalf("job %d: queue empty", i)
+		}
+		if i > 0 && j.req.Attempt != i-1 {
+			t.Fatalf("took job %d, want %d: not first in, first out", j.req.Attempt, i-1)
+		}
+	}
+	if c := cap(w.pending); c > 8 {
+		t.Fatalf("array holds %d jobs for 2 waiting at most", c)
+	}
+}
