@@ -24,8 +24,8 @@ const upAbout = `
 Runs a local Agent-Reach stack in one process: an embedded nats-server with
 JetStream (file store in --data-dir), the buckets and streams, a dispatcher
 and, with --demo, the demo agents (echo, slow, math.add; see 'agentreach demo
---help'). Other processes reach it at --nats-listen: agents, 'agentreach
-call', the nats CLI.
+--help'), which reach the server over in-process pipes. Other processes
+reach it at --nats-listen: agents, 'agentreach call', the nats CLI.
 
 Ctrl-C or SIGTERM drains the demo agents, then the dispatcher, then stops the
 server; the data directory keeps the durable state for the next run.`
@@ -100,8 +100,12 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 		return nil
 	})
 	url := srv.ClientURL()
+	// The dispatcher and the demo agents share this process with the
+	// server, so they reach it over in-process pipes rather than loopback
+	// TCP: no socket reads or writes on their side or the server's
+	// (BENCHMARKS.md, routed_inproc). Everything outside the process uses url.
 	connect := func(name string) (*nats.Conn, error) {
-		return nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(reconnectWait))
+		return nats.Connect(url, nats.InProcessServer(srv), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(reconnectWait))
 	}
 	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
