@@ -43,7 +43,7 @@ func TestQuickSuite(t *testing.T) {
 		{bench.ScenarioOverhead,
 			[]string{"direct_rps", "routed_rps", "throughput_ratio", "direct_p50_us_c1", "routed_p50_us_c1", "p50_ratio_c1",
 				"relay_rps", "relay_throughput_ratio", "relay_p50_ratio_c1", "relay_direct_rps", "relay_direct_p50_ratio_c1",
-				"routed_relayed_rps", "routed_relayed_p50_ratio_c1", "relay_agents_rps", "routed_vs_relay_agents",
+				"routed_relayed_rps", "routed_relayed_p50_ratio_c1", "routed_inproc_rps", "routed_inproc_p50_ratio_c1", "relay_agents_rps", "routed_vs_relay_agents",
 				"relay_agents_direct_rps", "relay_agents_direct_p50_ratio_c1", "routed_vs_relay_agents_direct",
 				"relay_proto_direct_rps", "relay_proto_direct_p50_ratio_c1", "closed_rounds"},
 			[]string{"added_p99_us_50pct", "dispatcher_cpu_per_1k_rps"}},

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -74,8 +75,20 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 }
 
 // connect opens a connection that close will close.
-func (e *env) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(e.url, nats.Name("bench-"+name), nats.MaxReconnects(-1))
+func (e *env) connect(name string) (*nats.Conn, error) { return e.dial(name) }
+
+// connectInProcess opens a connection that close will close, on an
+// in-process pipe to the embedded server rather than loopback TCP. The
+// server's goroutines for it carry the nats-server label.
+func (e *env) connectInProcess(ctx context.Context, name string) (*nats.Conn, error) {
+	if e.srv == nil {
+		return nil, fmt.Errorf("connect %s in-process: the nats-server runs in a process of its own", name)
+	}
+	return e.dial(name, nats.InProcessServer(labelledServer{ctx, e.srv}))
+}
+
+func (e *env) dial(name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(e.url, append([]nats.Option{nats.Name("bench-" + name), nats.MaxReconnects(-1)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", name, err)
 	}
@@ -83,6 +96,18 @@ func (e *env) connect(name string) (*nats.Conn, error) {
 	e.conns = append(e.conns, nc)
 	e.mu.Unlock()
 	return nc, nil
+}
+
+// labelledServer opens in-process connections to s whose server-side
+// goroutines carry the nats-server label, whoever dials.
+type labelledServer struct {
+	ctx context.Context
+	s   *server.Server
+}
+
+func (l labelledServer) InProcessConn() (conn net.Conn, err error) {
+	labelled(l.ctx, compServer, func() { conn, err = l.s.InProcessConn() })
+	return conn, err
 }
 
 // connectN opens n connections.

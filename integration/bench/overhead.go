@@ -182,13 +182,21 @@ func runOverhead(r *run) error {
 	}
 	// The dispatcher again, with every result relayed through it
 	// (--relay-results): what the agents' direct answers buy.
-	if err := echo.restart(dispatcher.Config{RelayResults: true}); err != nil {
+	if err := echo.restart(dispatcher.Config{RelayResults: true}, false); err != nil {
 		return err
 	}
 	if err := measure([]method{{"routed_relayed", routedSubject}}); err != nil {
 		return err
 	}
-	if err := echo.restart(dispatcher.Config{}); err != nil {
+	// The dispatcher once more, on an in-process pipe to the server rather
+	// than loopback TCP, as `agentreach up` runs it: what its socket I/O costs.
+	if err := echo.restart(dispatcher.Config{}, true); err != nil {
+		return err
+	}
+	if err := measure([]method{{"routed_inproc", routedSubject}}); err != nil {
+		return err
+	}
+	if err := echo.restart(dispatcher.Config{}, false); err != nil {
 		return err
 	}
 	d1, r1 := closed["direct"][1], closed["routed"][1]
@@ -213,6 +221,7 @@ func runOverhead(r *run) error {
 		{"relay", "bare relay"},
 		{"relay_direct", "bare relay, answers direct"},
 		{"routed_relayed", "routed, --relay-results"},
+		{"routed_inproc", "routed, dispatcher on an in-process connection"},
 		{"relay_agents", "bare relay to the agents"},
 		{"relay_agents_direct", "bare relay to the agents, answers direct"},
 		{"relay_proto_direct", "bare relay to minimal protocol agents, answers direct"},
@@ -321,7 +330,7 @@ func runOverhead(r *run) error {
 		"callers on their own connections; the baseline's %d responders and the %d agents each have their own connection.",
 		overheadAgents, overheadAgents)
 	r.note("Closed-loop points are measured in rounds (%d here, of %v each), the methods taking turns within each round "+
-		"(routed_relayed, which needs the dispatcher restarted, in rounds of its own afterwards); a point's figures "+
+		"(routed_relayed and routed_inproc, which need the dispatcher restarted, each in rounds of its own afterwards); a point's figures "+
 		"merge its rounds. Measured one after another instead, the ratios moved with the machine's drift.", rounds, pointDur/time.Duration(rounds))
 	r.note("relay, relay_direct and relay_agents are floors measured in the same run: a bare relay (one connection, " +
 		"a map of reply subjects, nothing else) in front of the direct responders, with the answers coming back " +
@@ -338,7 +347,9 @@ func runOverhead(r *run) error {
 	r.note("Routed requests make three message hops on the caller's path (caller→dispatcher→agent, agent→caller) " +
 		"against two for the direct queue group, plus the agent's bodiless notice to the dispatcher off that path " +
 		"(a task slower than agentkit.AckDelay adds an ACK). routed_relayed is the same dispatcher with " +
-		"--relay-results: the result goes agent→dispatcher→caller, four hops.")
+		"--relay-results: the result goes agent→dispatcher→caller, four hops. routed_inproc is the same dispatcher " +
+		"on an in-process pipe to the embedded server instead of loopback TCP, as `agentreach up` runs it: neither " +
+		"it nor the server reads or writes a socket for its messages; callers and agents stay on TCP.")
 	r.note("Everything shares one process and %d cores, so dispatcher_cpu_per_1k_rps is the difference in whole-process "+
 		"CPU (getrusage) per 1,000 answered req/s between the routed and the direct open-loop runs at the same offered "+
 		"rate: the highest of the open-loop rates that the routed path kept up with (dispatcher_cpu_at_rps). "+

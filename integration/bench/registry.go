@@ -43,7 +43,7 @@ func runRegistry(r *run) error {
 	}
 	defer e.close()
 	srvPID := e.proc.pid()
-	ds, err := r.startDispatcher(e, dispatcher.Config{})
+	ds, err := r.startDispatcher(e, dispatcher.Config{}, false)
 	if err != nil {
 		return err
 	}

@@ -257,7 +257,7 @@ func setupPull(r *run, e *env, p *skewProfile, point int) (request, func(), erro
 func setupDispatched(strategy string) func(r *run, e *env, p *skewProfile, point int) (request, func(), error) {
 	return func(r *run, e *env, p *skewProfile, point int) (request, func(), error) {
 		capability := fmt.Sprintf("skew.p%d", point)
-		ds, err := r.startDispatcher(e, dispatcher.Config{DefaultStrategy: strategy})
+		ds, err := r.startDispatcher(e, dispatcher.Config{DefaultStrategy: strategy}, false)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -89,15 +89,20 @@ type dispatch struct {
 	nc *nats.Conn
 }
 
-// startDispatcher starts a dispatcher on a connection of its own; its
-// goroutines carry the dispatcher label.
-func (r *run) startDispatcher(e *env, cfg dispatcher.Config) (ds *dispatch, err error) {
-	labelled(r.ctx, compDispatch, func() { ds, err = r.newDispatcher(e, cfg) })
+// startDispatcher starts a dispatcher on a connection of its own (with
+// inProcess, on an in-process pipe to the embedded server, as `agentreach
+// up` runs it); its goroutines carry the dispatcher label.
+func (r *run) startDispatcher(e *env, cfg dispatcher.Config, inProcess bool) (ds *dispatch, err error) {
+	labelled(r.ctx, compDispatch, func() { ds, err = r.newDispatcher(e, cfg, inProcess) })
 	return ds, err
 }
 
-func (r *run) newDispatcher(e *env, cfg dispatcher.Config) (*dispatch, error) {
-	nc, err := e.connect("dispatcher")
+func (r *run) newDispatcher(e *env, cfg dispatcher.Config, inProcess bool) (*dispatch, error) {
+	connect := e.connect
+	if inProcess {
+		connect = func(name string) (*nats.Conn, error) { return e.connectInProcess(r.ctx, name) }
+	}
+	nc, err := connect("dispatcher")
 	if err != nil {
 		return nil, err
 	}
@@ -152,21 +157,22 @@ func (r *run) startEcho(e *env, cfg dispatcher.Config) (*echoStack, error) {
 		return nil, err
 	}
 	s := &echoStack{r: r, e: e, agents: agents}
-	if err := s.restart(cfg); err != nil {
+	if err := s.restart(cfg, false); err != nil {
 		agents.stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-// restart replaces the dispatcher (if any) with one configured by cfg, and
-// waits until it routes to every agent.
-func (s *echoStack) restart(cfg dispatcher.Config) error {
+// restart replaces the dispatcher (if any) with one configured by cfg, on
+// an in-process connection with inProcess, and waits until it routes to
+// every agent.
+func (s *echoStack) restart(cfg dispatcher.Config, inProcess bool) error {
 	if s.ds != nil {
 		s.ds.stop()
 		s.ds = nil
 	}
-	ds, err := s.r.startDispatcher(s.e, cfg)
+	ds, err := s.r.startDispatcher(s.e, cfg, inProcess)
 	if err != nil {
 		return err
 	}
