@@ -137,7 +137,7 @@ func runDurable(r *run) error {
 	if err := fresh(); err != nil {
 		return err
 	}
-	echo, err := r.startEcho(e, dispatcher.Config{})
+	echo, err := r.startEcho(e, dispatcher.Config{}, false)
 	if err != nil {
 		return err
 	}

@@ -62,11 +62,27 @@ func runOverhead(r *run) error {
 	}
 
 	// The same work routed: echo agents behind one dispatcher.
-	echo, err := r.startEcho(e, dispatcher.Config{})
+	echo, err := r.startEcho(e, dispatcher.Config{}, false)
 	if err != nil {
 		return err
 	}
 	defer echo.stop()
+
+	// The same stack again on a second embedded server, its dispatcher on
+	// an in-process pipe to that server rather than loopback TCP, as
+	// `agentreach up` runs it: what the dispatcher's socket I/O costs. (On
+	// the first server a second dispatcher would join the first one's queue
+	// group and take half its tasks.)
+	e2, err := startEnv(r.ctx, streams.Topology{Memory: true}, false)
+	if err != nil {
+		return err
+	}
+	defer e2.close()
+	inproc, err := r.startEcho(e2, dispatcher.Config{}, true)
+	if err != nil {
+		return err
+	}
+	defer inproc.stop()
 
 	// The floors of the dispatcher itself: a bare relay in front of the same
 	// agents, sending round robin with the two headers an agent needs, with
@@ -111,6 +127,10 @@ func runOverhead(r *run) error {
 	if err != nil {
 		return err
 	}
+	inprocCallers, err := e2.connectN("caller", 4)
+	if err != nil {
+		return err
+	}
 	routedSubject := streams.Subjects{}.Task(echoCapability)
 	closedMsg := func(subject string) func() *nats.Msg {
 		return func() *nats.Msg { return &nats.Msg{Subject: subject, Data: payload, Header: jsonHdr} }
@@ -120,11 +140,21 @@ func runOverhead(r *run) error {
 			return &nats.Msg{Subject: subject, Reply: reply, Data: payload, Header: jsonHdr}
 		}
 	}
-	type method struct{ name, subject string }
-	methods := []method{{"direct", directSubject}, {"routed", routedSubject}}
-	closedMethods := append(methods, method{"relay", relaySubject}, method{"relay_direct", relayDirectSubj},
-		method{"relay_agents", relayAgentsSubj}, method{"relay_agents_direct", relayAgentsDirectSubj},
-		method{"relay_proto_direct", relayProtoDirectSubj})
+	type method struct {
+		name, subject string
+		callers       []*nats.Conn // nil: callers, on the first server
+	}
+	methods := []method{{name: "direct", subject: directSubject}, {name: "routed", subject: routedSubject}}
+	closedMethods := append(methods, method{name: "relay", subject: relaySubject}, method{name: "relay_direct", subject: relayDirectSubj},
+		method{name: "relay_agents", subject: relayAgentsSubj}, method{name: "relay_agents_direct", subject: relayAgentsDirectSubj},
+		method{name: "relay_proto_direct", subject: relayProtoDirectSubj},
+		method{name: "routed_inproc", subject: routedSubject, callers: inprocCallers})
+	callersOf := func(m method) []*nats.Conn {
+		if m.callers != nil {
+			return m.callers
+		}
+		return callers
+	}
 	pointDur := pick(r, 5*time.Second, 500*time.Millisecond)
 	const timeout = 2 * time.Second
 
@@ -137,7 +167,7 @@ func runOverhead(r *run) error {
 
 	// Warm up every path (connections, buffers, the dispatcher's caches).
 	for _, m := range closedMethods {
-		if _, err := r.closedLoop(callers, closedSpec{step: "warm-up " + m.name, callers: 16,
+		if _, err := r.closedLoop(callersOf(m), closedSpec{step: "warm-up " + m.name, callers: 16,
 			dur: pick(r, time.Second, 200*time.Millisecond), timeout: timeout, build: closedMsg(m.subject)}); err != nil {
 			return err
 		}
@@ -155,7 +185,7 @@ func runOverhead(r *run) error {
 		for round := range rounds {
 			for _, c := range loads {
 				for _, m := range ms {
-					l, err := r.closedLoop(callers, closedSpec{step: fmt.Sprintf("%s, %d callers, round %d of %d", m.name, c, round+1, rounds),
+					l, err := r.closedLoop(callersOf(m), closedSpec{step: fmt.Sprintf("%s, %d callers, round %d of %d", m.name, c, round+1, rounds),
 						callers: c, dur: pointDur / time.Duration(rounds), timeout: timeout, build: closedMsg(m.subject)})
 					if err != nil {
 						return err
@@ -185,15 +215,7 @@ func runOverhead(r *run) error {
 	if err := echo.restart(dispatcher.Config{RelayResults: true}, false); err != nil {
 		return err
 	}
-	if err := measure([]method{{"routed_relayed", routedSubject}}); err != nil {
-		return err
-	}
-	// The dispatcher once more, on an in-process pipe to the server rather
-	// than loopback TCP, as `agentreach up` runs it: what its socket I/O costs.
-	if err := echo.restart(dispatcher.Config{}, true); err != nil {
-		return err
-	}
-	if err := measure([]method{{"routed_inproc", routedSubject}}); err != nil {
+	if err := measure([]method{{name: "routed_relayed", subject: routedSubject}}); err != nil {
 		return err
 	}
 	if err := echo.restart(dispatcher.Config{}, false); err != nil {
@@ -330,7 +352,7 @@ func runOverhead(r *run) error {
 		"callers on their own connections; the baseline's %d responders and the %d agents each have their own connection.",
 		overheadAgents, overheadAgents)
 	r.note("Closed-loop points are measured in rounds (%d here, of %v each), the methods taking turns within each round "+
-		"(routed_relayed and routed_inproc, which need the dispatcher restarted, each in rounds of its own afterwards); a point's figures "+
+		"(routed_relayed, which needs the dispatcher restarted, in rounds of its own afterwards); a point's figures "+
 		"merge its rounds. Measured one after another instead, the ratios moved with the machine's drift.", rounds, pointDur/time.Duration(rounds))
 	r.note("relay, relay_direct and relay_agents are floors measured in the same run: a bare relay (one connection, " +
 		"a map of reply subjects, nothing else) in front of the direct responders, with the answers coming back " +
@@ -347,9 +369,10 @@ func runOverhead(r *run) error {
 	r.note("Routed requests make three message hops on the caller's path (caller→dispatcher→agent, agent→caller) " +
 		"against two for the direct queue group, plus the agent's bodiless notice to the dispatcher off that path " +
 		"(a task slower than agentkit.AckDelay adds an ACK). routed_relayed is the same dispatcher with " +
-		"--relay-results: the result goes agent→dispatcher→caller, four hops. routed_inproc is the same dispatcher " +
-		"on an in-process pipe to the embedded server instead of loopback TCP, as `agentreach up` runs it: neither " +
-		"it nor the server reads or writes a socket for its messages; callers and agents stay on TCP.")
+		"--relay-results: the result goes agent→dispatcher→caller, four hops. routed_inproc is the same stack " +
+		"(callers, dispatcher, agents) on a second embedded server in this process, its dispatcher on an in-process " +
+		"pipe to that server instead of loopback TCP, as `agentreach up` runs it: neither it nor the server reads or " +
+		"writes a socket for the dispatcher's messages; callers and agents stay on TCP.")
 	r.note("Everything shares one process and %d cores, so dispatcher_cpu_per_1k_rps is the difference in whole-process "+
 		"CPU (getrusage) per 1,000 answered req/s between the routed and the direct open-loop runs at the same offered "+
 		"rate: the highest of the open-loop rates that the routed path kept up with (dispatcher_cpu_at_rps). "+

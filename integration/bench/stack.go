@@ -148,8 +148,9 @@ type echoStack struct {
 }
 
 // startEcho starts overheadAgents echo agents behind one dispatcher with
-// cfg and waits until the dispatcher routes to all of them.
-func (r *run) startEcho(e *env, cfg dispatcher.Config) (*echoStack, error) {
+// cfg (on an in-process connection with inProcess) and waits until the
+// dispatcher routes to all of them.
+func (r *run) startEcho(e *env, cfg dispatcher.Config, inProcess bool) (*echoStack, error) {
 	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
 		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
 	})
@@ -157,7 +158,7 @@ func (r *run) startEcho(e *env, cfg dispatcher.Config) (*echoStack, error) {
 		return nil, err
 	}
 	s := &echoStack{r: r, e: e, agents: agents}
-	if err := s.restart(cfg, false); err != nil {
+	if err := s.restart(cfg, inProcess); err != nil {
 		agents.stop()
 		return nil, err
 	}
