@@ -42,6 +42,7 @@ func TestQuickSuite(t *testing.T) {
 	}{
 		{bench.ScenarioOverhead,
 			[]string{"direct_rps", "routed_rps", "throughput_ratio", "direct_p50_us_c1", "routed_p50_us_c1", "p50_ratio_c1",
+				"throughput_ratio_round_min", "throughput_ratio_round_max", "p50_ratio_c1_round_min", "p50_ratio_c1_round_max",
 				"relay_rps", "relay_throughput_ratio", "relay_p50_ratio_c1", "relay_direct_rps", "relay_direct_p50_ratio_c1",
 				"routed_relayed_rps", "routed_relayed_p50_ratio_c1", "routed_inproc_rps", "routed_inproc_p50_ratio_c1", "relay_agents_rps", "routed_vs_relay_agents",
 				"relay_agents_direct_rps", "relay_agents_direct_p50_ratio_c1", "routed_vs_relay_agents_direct",

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,6 +181,7 @@ func runOverhead(r *run) error {
 	// whichever was measured then.
 	rounds := pick(r, overheadRounds, 1)
 	closed := map[string]map[int]*latency{}
+	byRound := map[string]map[int][]*latency{} // the same, round by round
 	measure := func(ms []method) error {
 		loads := []int{1, overheadCallers}
 		for round := range rounds {
@@ -192,7 +194,9 @@ func runOverhead(r *run) error {
 					}
 					if closed[m.name] == nil {
 						closed[m.name] = map[int]*latency{}
+						byRound[m.name] = map[int][]*latency{}
 					}
+					byRound[m.name][c] = append(byRound[m.name][c], l)
 					if closed[m.name][c] == nil {
 						closed[m.name][c] = newLatency()
 					}
@@ -231,6 +235,19 @@ func runOverhead(r *run) error {
 	r.set("direct_p50_us_c1", usf(d1.p(50)))
 	r.set("routed_p50_us_c1", usf(r1.p(50)))
 	r.set("p50_ratio_c1", ratio(usf(r1.p(50)), usf(d1.p(50))))
+	// The headline ratios round by round: how far they move within this
+	// run is its own noise.
+	spread := func(key string, of func(routed, direct *latency) float64, c int) {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i, rl := range byRound["routed"][c] {
+			v := of(rl, byRound["direct"][c][i])
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		r.set(key+"_round_min", lo)
+		r.set(key+"_round_max", hi)
+	}
+	spread("throughput_ratio", func(rt, d *latency) float64 { return ratio(rt.rps(), d.rps()) }, overheadCallers)
+	spread("p50_ratio_c1", func(rt, d *latency) float64 { return ratio(usf(rt.p(50)), usf(d.p(50))) }, 1)
 	r.set("direct_p99_us_c1", usf(d1.p(99)))
 	r.set("routed_p99_us_c1", usf(r1.p(99)))
 	r.set("direct_p50_us_c64", usf(d64.p(50)))
@@ -334,9 +351,12 @@ func runOverhead(r *run) error {
 
 	r.addTable("overhead: echo through a plain queue group (direct) vs through the dispatcher (routed)",
 		[]string{"method", "load", "answered/s", "p50 µs", "p99 µs", "p99.9 µs", "failed", "CPU cores"}, rows)
+	fig := r.rep.Figures
 	summary := [][]string{
-		{"throughput_ratio (routed/direct, 64 callers)", f(r.rep.Figures["throughput_ratio"])},
-		{"p50_ratio_c1 (routed/direct, 1 caller)", f(r.rep.Figures["p50_ratio_c1"])},
+		{"throughput_ratio (routed/direct, 64 callers)", f(fig["throughput_ratio"])},
+		{fmt.Sprintf("… round by round, lowest–highest of %d", rounds), f(fig["throughput_ratio_round_min"]) + "–" + f(fig["throughput_ratio_round_max"])},
+		{"p50_ratio_c1 (routed/direct, 1 caller)", f(fig["p50_ratio_c1"])},
+		{fmt.Sprintf("… round by round, lowest–highest of %d", rounds), f(fig["p50_ratio_c1_round_min"]) + "–" + f(fig["p50_ratio_c1_round_max"])},
 	}
 	summary = append(summary, floorRows...)
 	r.addTable("overhead: summary", []string{"figure", "value"}, append(summary, [][]string{
@@ -353,7 +373,8 @@ func runOverhead(r *run) error {
 		overheadAgents, overheadAgents)
 	r.note("Closed-loop points are measured in rounds (%d here, of %v each), the methods taking turns within each round "+
 		"(routed_relayed, which needs the dispatcher restarted, in rounds of its own afterwards); a point's figures "+
-		"merge its rounds. Measured one after another instead, the ratios moved with the machine's drift.", rounds, pointDur/time.Duration(rounds))
+		"merge its rounds. Measured one after another instead, the ratios moved with the machine's drift. "+
+		"*_round_min and *_round_max give the headline ratios round by round: how far they move within one run.", rounds, pointDur/time.Duration(rounds))
 	r.note("relay, relay_direct and relay_agents are floors measured in the same run: a bare relay (one connection, " +
 		"a map of reply subjects, nothing else) in front of the direct responders, with the answers coming back " +
 		"through it (relay, four message hops) or sent by the responders to the caller (relay_direct, three hops); " +
