@@ -31,8 +31,9 @@ reports ratios, so the comparison holds on noisy hardware:
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does). Latency comes from HDR histograms with open-loop (Poisson) load
 measured from each request's intended send time; a request that times out
-counts in the percentiles at its timeout. Results and how to read them:
-BENCHMARKS.md.`
+counts in the percentiles at its timeout. Each scenario first spins one
+thread for 2 s and reports how steadily the machine ran it (machine_*).
+Results and how to read them: BENCHMARKS.md.`
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (

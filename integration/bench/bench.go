@@ -88,6 +88,18 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 	// own nats-server process): they are part of the benchmark.
 	ownCPU := func() time.Duration { return processCPU() + childrenCPU() }
 	start, cpu0, sys0 := time.Now(), ownCPU(), systemCPU()
+	// How steadily the machine runs a thread, measured first: its slow
+	// stretches hit every method of the scenario alike.
+	spin := pick(r, 2*time.Second, 500*time.Millisecond)
+	r.prog.begin("machine steadiness", nil)
+	st := measureSteadiness(spin)
+	r.set("machine_slow_ms_share", st.slowShare)
+	r.set("machine_slow_stretches_per_10s", st.stretches)
+	r.set("machine_longest_slow_ms", float64(st.longest.Milliseconds()))
+	r.note("Machine steadiness, before the scenario: one thread spinning alone for %v ran below a fifth of its median "+
+		"speed in %.1f%% of its milliseconds, in %.0f stretches of %d ms or more per 10 s, the longest %d ms. Whatever runs "+
+		"during such a stretch (on a shared or throttled VM the host's doing, not this process's) waits too.",
+		spin, 100*st.slowShare, st.stretches, steadyStretch, st.longest.Milliseconds())
 	err := fn(r)
 	if err == nil {
 		err = ctx.Err()

@@ -81,7 +81,7 @@ func TestQuickSuite(t *testing.T) {
 					t.Errorf("%s = %v is not finite", k, v)
 				}
 			}
-			for _, k := range tc.present {
+			for _, k := range append(tc.present, "machine_slow_ms_share", "machine_slow_stretches_per_10s", "machine_longest_slow_ms") {
 				if _, ok := rep.Figures[k]; !ok {
 					t.Errorf("missing figure %s", k)
 				}

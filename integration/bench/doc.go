@@ -12,7 +12,10 @@
 // latency measured from each request's intended send time, so a stall is
 // not hidden by coordinated omission) except where maximum throughput is
 // the question. A request that times out counts in the percentiles at its
-// timeout and is also counted on its own.
+// timeout and is also counted on its own. Each scenario first spins one
+// thread for two seconds and reports how steadily the machine ran it
+// (machine_*): on a shared or throttled virtual machine the vCPUs slow down
+// for stretches of milliseconds that stall every method alike.
 //
 // Scenarios:
 //
