@@ -191,3 +191,28 @@ func TestLeastLoadAvoidsASlowIdleInstanceAndProbesItLater(t *testing.T) {
 		t.Fatal("a long-idle slow instance is never probed again")
 	}
 }
+
+// One slow first task (a cold start, the machine stalling) must not make an
+// instance look slower than its peers once minSamples tasks are in; an
+// instance slow throughout still does.
+func TestOneSlowFirstTaskDoesNotBrandAnInstance(t *testing.T) {
+	d := testDispatcher(t)
+	now := time.Now()
+	outlier, steady, slow := d.loadOf("outlier"), d.loadOf("steady"), d.loadOf("slow")
+	for i := range minSamples {
+		first := 2 * time.Millisecond
+		if i == 0 {
+			first = 40 * time.Millisecond
+		}
+		outlier.observe(first, now)
+		steady.observe(2*time.Millisecond, now)
+		slow.observe(20*time.Millisecond, now)
+	}
+	o, s, w := outlier.currentLatency(now), steady.currentLatency(now), slow.currentLatency(now)
+	if clearlySlower(o, s) {
+		t.Fatalf("one 40 ms task among %d of 2 ms: average %v against %v, judged slower", minSamples, time.Duration(o), time.Duration(s))
+	}
+	if !clearlySlower(w, s) {
+		t.Fatalf("an instance at 20 ms throughout: average %v against %v, not judged slower", time.Duration(w), time.Duration(s))
+	}
+}
