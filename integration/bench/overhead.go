@@ -180,8 +180,8 @@ func runOverhead(r *run) error {
 	// machine runs slower falls on every method alike rather than on
 	// whichever was measured then.
 	rounds := pick(r, overheadRounds, 1)
-	closed := map[string]map[int]*latency{}
-	byRound := map[string]map[int][]*latency{} // the same, round by round
+	byRound := map[string]map[int][]*latency{} // method → callers → one per round
+	closed := map[string]map[int]*latency{}    // the same, its rounds merged
 	measure := func(ms []method) error {
 		loads := []int{1, overheadCallers}
 		for round := range rounds {
@@ -192,21 +192,24 @@ func runOverhead(r *run) error {
 					if err != nil {
 						return err
 					}
-					if closed[m.name] == nil {
-						closed[m.name] = map[int]*latency{}
+					if byRound[m.name] == nil {
 						byRound[m.name] = map[int][]*latency{}
 					}
 					byRound[m.name][c] = append(byRound[m.name][c], l)
-					if closed[m.name][c] == nil {
-						closed[m.name][c] = newLatency()
-					}
-					closed[m.name][c].add(l)
 				}
 			}
 		}
 		for _, c := range loads {
 			for _, m := range ms {
-				row(m.name, fmt.Sprintf("closed, %d callers", c), closed[m.name][c])
+				merged := newLatency()
+				for _, l := range byRound[m.name][c] {
+					merged.add(l)
+				}
+				if closed[m.name] == nil {
+					closed[m.name] = map[int]*latency{}
+				}
+				closed[m.name][c] = merged
+				row(m.name, fmt.Sprintf("closed, %d callers", c), merged)
 			}
 		}
 		return nil
