@@ -9,20 +9,27 @@ import (
 )
 
 // hintSamples is how many recent latencies per agent type the learned
-// timeout hint is computed from; it is recomputed every hintEvery samples.
+// timeout hint is computed from; it is recomputed, when read, once
+// hintEvery samples have come in since it last was (or once the first
+// hintFirst have).
 const (
 	hintSamples = 256
 	hintEvery   = 32
+	hintFirst   = 8
 )
 
 // typeLatency learns an agent type's timeout hint, about 2 × p95 of its
-// recent task latencies.
+// recent task latencies. Every finished task adds a sample; the hint is
+// only needed when a task is acknowledged, so the percentile is computed
+// then rather than on every sample.
 type typeLatency struct {
 	mu      sync.Mutex
 	samples []time.Duration // ring
 	next    int
-	seen    int
+	seen    int // samples ever observed
+	at      int // seen when hint was computed
 	hint    time.Duration
+	sorted  []time.Duration // scratch for the percentile
 }
 
 func (l *typeLatency) observe(d time.Duration) {
@@ -34,16 +41,18 @@ func (l *typeLatency) observe(d time.Duration) {
 		l.samples[l.next] = d
 		l.next = (l.next + 1) % hintSamples
 	}
-	if l.seen++; l.seen%hintEvery == 0 || l.seen == 8 {
-		sorted := slices.Clone(l.samples)
-		slices.Sort(sorted)
-		l.hint = 2 * sorted[len(sorted)*95/100]
-	}
+	l.seen++
 }
 
 func (l *typeLatency) current() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.seen >= hintFirst && (l.at == 0 || l.seen-l.at >= hintEvery) {
+		l.sorted = append(l.sorted[:0], l.samples...)
+		slices.Sort(l.sorted)
+		l.hint = 2 * l.sorted[len(l.sorted)*95/100]
+		l.at = l.seen
+	}
 	return l.hint
 }
 
