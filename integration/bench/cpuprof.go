@@ -27,9 +27,11 @@ const (
 )
 
 // labelled runs fn with the component label set, so that goroutines it
-// starts carry it.
-func labelled(ctx context.Context, component string, fn func()) {
-	pprof.Do(ctx, pprof.Labels(labelKey, component), func(context.Context) { fn() })
+// starts carry it. fn gets the labelled context: a labelled call nested in
+// fn must start from it, since the goroutine's labels are reset to those of
+// the context passed in when labelled returns.
+func labelled(ctx context.Context, component string, fn func(ctx context.Context)) {
+	pprof.Do(ctx, pprof.Labels(labelKey, component), fn)
 }
 
 // cpuByComponent profiles the process's CPU while fn runs and returns the
@@ -52,10 +54,15 @@ func cpuByComponent(fn func() error) (map[string]time.Duration, error) {
 	return byComp, nil
 }
 
-// share returns the CPU of component c in cores over wall time el, with
-// background GC work split among the components in proportion to their
-// other CPU.
+// share returns the CPU of component c in cores over wall time el (see
+// ownCPU).
 func share(byComp map[string]time.Duration, c string, el time.Duration) float64 {
+	return ownCPU(byComp, c).Seconds() / el.Seconds()
+}
+
+// ownCPU returns the CPU of component c with background GC work split
+// among the components in proportion to their other CPU.
+func ownCPU(byComp map[string]time.Duration, c string) time.Duration {
 	var total time.Duration
 	for k, v := range byComp {
 		if k != compGC {
@@ -66,7 +73,7 @@ func share(byComp map[string]time.Duration, c string, el time.Duration) float64 
 	if total > 0 {
 		own += time.Duration(float64(byComp[compGC]) * float64(own) / float64(total))
 	}
-	return own.Seconds() / el.Seconds()
+	return own
 }
 
 // parseCPUProfile reads a gzipped profile.proto written by runtime/pprof

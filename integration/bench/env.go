@@ -49,7 +49,7 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 		// The server's goroutines (and every client connection's), started
 		// from here, carry the nats-server label, for the CPU breakdown.
 		var s *server.Server
-		labelled(ctx, compServer, func() { s, err = natstest.Start(serverOptions(dir)) })
+		labelled(ctx, compServer, func(context.Context) { s, err = natstest.Start(serverOptions(dir)) })
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("embedded server: %w", err)
@@ -79,7 +79,8 @@ func (e *env) connect(name string) (*nats.Conn, error) { return e.dial(name) }
 
 // connectInProcess opens a connection that close will close, on an
 // in-process pipe to the embedded server rather than loopback TCP. The
-// server's goroutines for it carry the nats-server label.
+// server's goroutines for it carry the nats-server label; ctx must carry
+// the dialer's own label, which the connection's goroutines get.
 func (e *env) connectInProcess(ctx context.Context, name string) (*nats.Conn, error) {
 	if e.srv == nil {
 		return nil, fmt.Errorf("connect %s in-process: the nats-server runs in a process of its own", name)
@@ -106,7 +107,7 @@ type labelledServer struct {
 }
 
 func (l labelledServer) InProcessConn() (conn net.Conn, err error) {
-	labelled(l.ctx, compServer, func() { conn, err = l.s.InProcessConn() })
+	labelled(l.ctx, compServer, func(context.Context) { conn, err = l.s.InProcessConn() })
 	return conn, err
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -24,6 +25,7 @@ const (
 	relayAgentsDirectSubj = "bench.relay.agents.direct"
 	relayDirectSubj       = "bench.relay.direct"
 	relayProtoDirectSubj  = "bench.relay.proto.direct"
+	relayContractSubj     = "bench.relay.contract.direct"
 	echoCapability        = "echo"
 )
 
@@ -43,7 +45,7 @@ func runOverhead(r *run) error {
 	// The baseline: echo responders in one queue group, each on its own
 	// connection, answering from the subscription's goroutine. They carry
 	// the agents label, as the echo agents do.
-	labelled(r.ctx, compAgents, func() { err = startResponders(e, jsonHdr) })
+	labelled(r.ctx, compAgents, func(context.Context) { err = startResponders(e, jsonHdr) })
 	if err != nil {
 		return err
 	}
@@ -52,7 +54,7 @@ func runOverhead(r *run) error {
 	// same responders, with the answers coming back through it (four
 	// message hops, as the dispatcher's relayed results) or going to the
 	// caller directly (three, as the agents' direct results).
-	labelled(r.ctx, compDispatch, func() {
+	labelled(r.ctx, compDispatch, func(context.Context) {
 		err = startRelay(e, relay{listen: relaySubject, to: func() string { return directSubject }})
 		if err == nil {
 			err = startRelay(e, relay{listen: relayDirectSubj, to: func() string { return directSubject }, direct: true})
@@ -97,10 +99,25 @@ func runOverhead(r *run) error {
 		h.Set(streams.HeaderCapability, echoCapability)
 		h.Set(streams.HeaderRequestID, token)
 	}
-	labelled(r.ctx, compDispatch, func() {
+	// The floor of DESIGN.md's contract: that second relay, also setting
+	// every header the contract has a dispatcher put on each delivery
+	// (a UUID request id, the orchestration id, hops and attempt), and
+	// nothing else.
+	setContract := func(h nats.Header, _ string) {
+		id := streams.NewRequestID()
+		h.Set(streams.HeaderCapability, echoCapability)
+		h.Set(streams.HeaderRequestID, id)
+		h.Set(streams.HeaderOrchestrationID, id)
+		h.Set(streams.HeaderHops, "1")
+		h.Set(streams.HeaderAttempt, "1")
+	}
+	labelled(r.ctx, compDispatch, func(context.Context) {
 		err = startRelay(e, relay{listen: relayAgentsSubj, to: toAgent, set: setAgent})
 		if err == nil {
 			err = startRelay(e, relay{listen: relayAgentsDirectSubj, to: toAgent, set: setAgent, offer: true})
+		}
+		if err == nil {
+			err = startRelay(e, relay{listen: relayContractSubj, to: toAgent, set: setContract, offer: true})
 		}
 	})
 	if err != nil {
@@ -112,9 +129,9 @@ func runOverhead(r *run) error {
 	// agentkit does (the result with its headers to the caller, the notice
 	// to the relay) and do nothing else. Against relay_agents_direct it
 	// shows what agentkit's own work costs.
-	labelled(r.ctx, compAgents, func() { err = startProtoAgents(e) })
+	labelled(r.ctx, compAgents, func(context.Context) { err = startProtoAgents(e) })
 	if err == nil {
-		labelled(r.ctx, compDispatch, func() {
+		labelled(r.ctx, compDispatch, func(context.Context) {
 			err = startRelay(e, relay{listen: relayProtoDirectSubj, to: func() string {
 				return streams.Subjects{}.Agent(fmt.Sprintf("proto-%d", next.Add(1)%overheadAgents))
 			}, set: setAgent, offer: true})
@@ -148,6 +165,7 @@ func runOverhead(r *run) error {
 	methods := []method{{name: "direct", subject: directSubject}, {name: "routed", subject: routedSubject}}
 	closedMethods := append(methods, method{name: "relay", subject: relaySubject}, method{name: "relay_direct", subject: relayDirectSubj},
 		method{name: "relay_agents", subject: relayAgentsSubj}, method{name: "relay_agents_direct", subject: relayAgentsDirectSubj},
+		method{name: "relay_contract_direct", subject: relayContractSubj},
 		method{name: "relay_proto_direct", subject: relayProtoDirectSubj},
 		method{name: "routed_inproc", subject: routedSubject, callers: inprocCallers})
 	callersOf := func(m method) []*nats.Conn {
@@ -182,13 +200,32 @@ func runOverhead(r *run) error {
 	rounds := pick(r, overheadRounds, 1)
 	byRound := map[string]map[int][]*latency{} // method → callers → one per round
 	closed := map[string]map[int]*latency{}    // the same, its rounds merged
+	// CPU by component of the 64-caller rounds, from CPU profiles, and the
+	// requests those rounds answered: where each method's CPU goes.
+	cpu64 := map[string]*taskCPU{}
 	measure := func(ms []method) error {
 		loads := []int{1, overheadCallers}
 		for round := range rounds {
 			for _, c := range loads {
 				for _, m := range ms {
-					l, err := r.closedLoop(callersOf(m), closedSpec{step: fmt.Sprintf("%s, %d callers, round %d of %d", m.name, c, round+1, rounds),
-						callers: c, dur: pointDur / time.Duration(rounds), timeout: timeout, build: closedMsg(m.subject)})
+					var l *latency
+					point := func() (err error) {
+						l, err = r.closedLoop(callersOf(m), closedSpec{step: fmt.Sprintf("%s, %d callers, round %d of %d", m.name, c, round+1, rounds),
+							callers: c, dur: pointDur / time.Duration(rounds), timeout: timeout, build: closedMsg(m.subject)})
+						return err
+					}
+					var err error
+					if c == overheadCallers {
+						var byComp map[string]time.Duration
+						if byComp, err = cpuByComponent(point); byComp != nil {
+							if cpu64[m.name] == nil {
+								cpu64[m.name] = &taskCPU{byComp: map[string]time.Duration{}}
+							}
+							cpu64[m.name].add(byComp, l.ok)
+						}
+					} else {
+						err = point()
+					}
 					if err != nil {
 						return err
 					}
@@ -266,6 +303,7 @@ func runOverhead(r *run) error {
 		{"routed_inproc", "routed, dispatcher on an in-process connection"},
 		{"relay_agents", "bare relay to the agents"},
 		{"relay_agents_direct", "bare relay to the agents, answers direct"},
+		{"relay_contract_direct", "bare relay to the agents with the contract's delivery headers, answers direct"},
 		{"relay_proto_direct", "bare relay to minimal protocol agents, answers direct"},
 	}
 	var floorRows [][]string
@@ -279,8 +317,14 @@ func runOverhead(r *run) error {
 			[]string{fmt.Sprintf("%s_throughput_ratio (%s/direct, 64 callers)", fl.name, fl.about), f(r.rep.Figures[fl.name+"_throughput_ratio"])},
 			[]string{fmt.Sprintf("%s_p50_ratio_c1 (%s/direct, 1 caller)", fl.name, fl.about), f(r.rep.Figures[fl.name+"_p50_ratio_c1"])})
 	}
+	var names []string
+	for _, m := range closedMethods {
+		names = append(names, m.name)
+	}
+	cpuRows := cpuPerTask(r, append(names, "routed_relayed"), cpu64)
 	r.set("routed_vs_relay_agents", ratio(r64.rps(), closed["relay_agents"][overheadCallers].rps()))
 	r.set("routed_vs_relay_agents_direct", ratio(r64.rps(), closed["relay_agents_direct"][overheadCallers].rps()))
+	r.set("routed_vs_relay_contract_direct", ratio(r64.rps(), closed["relay_contract_direct"][overheadCallers].rps()))
 	r.set("direct_cpu_cores_c64", d64.cores())
 	r.set("routed_cpu_cores_c64", r64.cores())
 
@@ -362,10 +406,16 @@ func runOverhead(r *run) error {
 		{fmt.Sprintf("… round by round, lowest–highest of %d", rounds), f(fig["p50_ratio_c1_round_min"]) + "–" + f(fig["p50_ratio_c1_round_max"])},
 	}
 	summary = append(summary, floorRows...)
+	if len(cpuRows) > 0 {
+		r.addTable("overhead: CPU per answered request at 64 callers, µs (CPU profiles of the same rounds, by component)",
+			[]string{"method", "nats-server", "dispatcher or relay", "agents or responders", "callers and runtime", "total", "× direct"}, cpuRows)
+	}
 	r.addTable("overhead: summary", []string{"figure", "value"}, append(summary, [][]string{
 		{"routed_vs_relay_agents (routed/bare relay to the agents, 64 callers)", f(r.rep.Figures["routed_vs_relay_agents"])},
 		{"routed_vs_relay_agents_direct (routed/bare relay to the agents, answers direct, 64 callers)",
 			f(r.rep.Figures["routed_vs_relay_agents_direct"])},
+		{"routed_vs_relay_contract_direct (routed/the same with the contract's delivery headers, 64 callers)",
+			f(r.rep.Figures["routed_vs_relay_contract_direct"])},
 		{"added_p99_us_50pct", f(r.rep.Figures["added_p99_us_50pct"])},
 		{"added_p99_us_half_routed_max", f(r.rep.Figures["added_p99_us_half_routed_max"])},
 		{fmt.Sprintf("dispatcher_cpu_per_1k_rps (cores, at %.0f req/s; routed − direct)", cpuRate), fmt.Sprintf("%.3f", cpuPer1k)},
@@ -389,7 +439,11 @@ func runOverhead(r *run) error {
 		"agents that speak the protocol as agentkit does — the result to the caller with Reach-Status, Reach-Request-Id, " +
 		"Reach-Orchestration-Id, Reach-Attempt, Reach-Node and Content-Type, then the bodiless notice to the relay — " +
 		"from their subscription's goroutine and nothing else: the floor of the protocol, so the gap to " +
-		"relay_agents_direct is agentkit's own work.")
+		"relay_agents_direct is agentkit's own work. relay_contract_direct is relay_agents_direct also setting " +
+		"every header DESIGN.md has a dispatcher put on each delivery — Reach-Request-Id as a UUID, " +
+		"Reach-Orchestration-Id, Reach-Hops, Reach-Attempt — and nothing else: no routing, timeout, retry, breaker, " +
+		"load accounting or feedback record. It is the floor of any dispatcher that keeps the wire contract; " +
+		"routed_vs_relay_contract_direct is what the dispatcher's own work leaves of it.")
 	r.note("Routed requests make three message hops on the caller's path (caller→dispatcher→agent, agent→caller) " +
 		"against two for the direct queue group, plus the agent's bodiless notice to the dispatcher off that path " +
 		"(a task slower than agentkit.AckDelay adds an ACK). routed_relayed is the same dispatcher with " +
@@ -404,6 +458,12 @@ func runOverhead(r *run) error {
 		"more messages per task (the delivery and the notice), and agentkit's slot, ACK timer and worker hand-off "+
 		"against a bare responder, less what "+
 		"the baseline spends that the routed path does not; it is no strict bound either way.", numCPU())
+	r.note("CPU per answered request: every 64-caller round is CPU-profiled and its samples summed by the profiling "+
+		"label of the goroutine they hit — the nats-server (for routed_inproc, the second server), the dispatcher or "+
+		"relay, the agents or responders, and the rest: the callers, timers and the Go runtime — with the background "+
+		"GC's samples shared out in proportion, then divided by the requests those rounds answered. Everything "+
+		"shares %d cores and keeps them about equally busy, so throughput_ratio is close to direct's total over "+
+		"routed's: 0.5 needs a routed request to cost at most twice the CPU of a direct one.", numCPU())
 	r.note("Open-loop latency is measured from each request's intended (Poisson) send time; timed-out and failed "+
 		"requests count at the %v timeout. <method>_send_lag_p99_us is how late the generator itself sent: on a "+
 		"saturated or shared machine it waits for a core too, and that wait is part of every latency.", timeout)
@@ -426,6 +486,65 @@ func runOverhead(r *run) error {
 	r.goal("dispatcher_cpu", fmt.Sprintf("dispatcher ≤ 0.05 cores per 1k req/s: %.3f own (profiled); the whole "+
 		"routed-minus-direct difference is %.3f", ownAt, cpuPer1k), ownAt <= 0.05)
 	return nil
+}
+
+// taskCPU sums CPU by component over profiled points and the requests
+// they answered.
+type taskCPU struct {
+	byComp   map[string]time.Duration
+	answered int64
+}
+
+func (tc *taskCPU) add(byComp map[string]time.Duration, answered int64) {
+	for k, v := range byComp {
+		tc.byComp[k] += v
+	}
+	tc.answered += answered
+}
+
+// perTask returns the microseconds of CPU per answered request of
+// component c, background GC shared out (see ownCPU).
+func (tc *taskCPU) perTask(c string) float64 {
+	return ratio(usf(ownCPU(tc.byComp, c)), float64(tc.answered))
+}
+
+// total returns the microseconds of CPU per answered request of every
+// component together.
+func (tc *taskCPU) total() float64 {
+	var d time.Duration
+	for _, v := range tc.byComp {
+		d += v
+	}
+	return ratio(usf(d), float64(tc.answered))
+}
+
+// cpuPerTask records the CPU per answered request of each method's
+// profiled 64-caller rounds, by component, and returns its table rows
+// (none when no profile could be taken).
+func cpuPerTask(r *run, methods []string, cpu map[string]*taskCPU) [][]string {
+	direct := cpu["direct"]
+	if direct == nil {
+		return nil
+	}
+	comps := []struct{ key, comp string }{{"server", compServer}, {"dispatcher", compDispatch}, {"agents", compAgents},
+		{"callers", compUnlabeled}}
+	var rows [][]string
+	for _, name := range methods {
+		tc := cpu[name]
+		if tc == nil {
+			continue
+		}
+		row := []string{name}
+		for _, c := range comps {
+			v := tc.perTask(c.comp)
+			r.set(fmt.Sprintf("%s_%s_us_per_req_c%d", name, c.key, overheadCallers), v)
+			row = append(row, f(v))
+		}
+		total := tc.total()
+		r.set(fmt.Sprintf("%s_cpu_us_per_req_c%d", name, overheadCallers), total)
+		rows = append(rows, append(row, f(total), fmt.Sprintf("%.2f", ratio(total, direct.total()))))
+	}
+	return rows
 }
 
 func usf(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

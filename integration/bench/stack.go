@@ -24,7 +24,7 @@ type agentSet struct {
 func (r *run) startAgents(e *env, capability, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) (*agentSet, error) {
 	set := &agentSet{}
 	var err error
-	labelled(r.ctx, compAgents, func() { err = r.addAgents(e, set, capability, prefix, n, maxConc, handler) })
+	labelled(r.ctx, compAgents, func(context.Context) { err = r.addAgents(e, set, capability, prefix, n, maxConc, handler) })
 	if err != nil {
 		set.stop()
 		return nil, err
@@ -93,14 +93,15 @@ type dispatch struct {
 // inProcess, on an in-process pipe to the embedded server, as `agentreach
 // up` runs it); its goroutines carry the dispatcher label.
 func (r *run) startDispatcher(e *env, cfg dispatcher.Config, inProcess bool) (ds *dispatch, err error) {
-	labelled(r.ctx, compDispatch, func() { ds, err = r.newDispatcher(e, cfg, inProcess) })
+	labelled(r.ctx, compDispatch, func(ctx context.Context) { ds, err = r.newDispatcher(ctx, e, cfg, inProcess) })
 	return ds, err
 }
 
-func (r *run) newDispatcher(e *env, cfg dispatcher.Config, inProcess bool) (*dispatch, error) {
+// newDispatcher starts a dispatcher; ctx carries its profiling label.
+func (r *run) newDispatcher(ctx context.Context, e *env, cfg dispatcher.Config, inProcess bool) (*dispatch, error) {
 	connect := e.connect
 	if inProcess {
-		connect = func(name string) (*nats.Conn, error) { return e.connectInProcess(r.ctx, name) }
+		connect = func(name string) (*nats.Conn, error) { return e.connectInProcess(ctx, name) }
 	}
 	nc, err := connect("dispatcher")
 	if err != nil {
@@ -108,7 +109,7 @@ func (r *run) newDispatcher(e *env, cfg dispatcher.Config, inProcess bool) (*dis
 	}
 	d, err := dispatcher.New(nc, cfg)
 	if err == nil {
-		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err = d.Start(ctx)
 		cancel()
 	}
