@@ -74,8 +74,18 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 	return e, nil
 }
 
-// connect opens a connection that close will close.
-func (e *env) connect(name string) (*nats.Conn, error) { return e.dial(name) }
+// connect opens a connection that close will close, with opts added to
+// the defaults.
+func (e *env) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(e.url, append([]nats.Option{nats.Name("bench-" + name), nats.MaxReconnects(-1)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", name, err)
+	}
+	e.mu.Lock()
+	e.conns = append(e.conns, nc)
+	e.mu.Unlock()
+	return nc, nil
+}
 
 // connectInProcess opens a connection that close will close, on an
 // in-process pipe to the embedded server rather than loopback TCP. The
@@ -85,18 +95,7 @@ func (e *env) connectInProcess(ctx context.Context, name string) (*nats.Conn, er
 	if e.srv == nil {
 		return nil, fmt.Errorf("connect %s in-process: the nats-server runs in a process of its own", name)
 	}
-	return e.dial(name, nats.InProcessServer(labelledServer{ctx, e.srv}))
-}
-
-func (e *env) dial(name string, opts ...nats.Option) (*nats.Conn, error) {
-	nc, err := nats.Connect(e.url, append([]nats.Option{nats.Name("bench-" + name), nats.MaxReconnects(-1)}, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", name, err)
-	}
-	e.mu.Lock()
-	e.conns = append(e.conns, nc)
-	e.mu.Unlock()
-	return nc, nil
+	return e.connect(name, nats.InProcessServer(labelledServer{ctx, e.srv}))
 }
 
 // labelledServer opens in-process connections to s whose server-side

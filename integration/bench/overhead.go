@@ -202,30 +202,31 @@ func runOverhead(r *run) error {
 	closed := map[string]map[int]*latency{}    // the same, its rounds merged
 	// CPU by component of the 64-caller rounds, from CPU profiles, and the
 	// requests those rounds answered: where each method's CPU goes.
-	cpu64 := map[string]*taskCPU{}
+	cpu64 := taskCPUs{}
+	// point measures method m at c callers for one round; 64-caller rounds
+	// run under a CPU profile.
+	point := func(m method, c int, round int) (l *latency, err error) {
+		loop := func() error {
+			l, err = r.closedLoop(callersOf(m), closedSpec{step: fmt.Sprintf("%s, %d callers, round %d of %d", m.name, c, round+1, rounds),
+				callers: c, dur: pointDur / time.Duration(rounds), timeout: timeout, build: closedMsg(m.subject)})
+			return err
+		}
+		if c != overheadCallers {
+			err = loop()
+			return l, err
+		}
+		byComp, err := cpuByComponent(loop)
+		if byComp != nil {
+			cpu64.add(m.name, byComp, l.ok)
+		}
+		return l, err
+	}
 	measure := func(ms []method) error {
 		loads := []int{1, overheadCallers}
 		for round := range rounds {
 			for _, c := range loads {
 				for _, m := range ms {
-					var l *latency
-					point := func() (err error) {
-						l, err = r.closedLoop(callersOf(m), closedSpec{step: fmt.Sprintf("%s, %d callers, round %d of %d", m.name, c, round+1, rounds),
-							callers: c, dur: pointDur / time.Duration(rounds), timeout: timeout, build: closedMsg(m.subject)})
-						return err
-					}
-					var err error
-					if c == overheadCallers {
-						var byComp map[string]time.Duration
-						if byComp, err = cpuByComponent(point); byComp != nil {
-							if cpu64[m.name] == nil {
-								cpu64[m.name] = &taskCPU{byComp: map[string]time.Duration{}}
-							}
-							cpu64[m.name].add(byComp, l.ok)
-						}
-					} else {
-						err = point()
-					}
+					l, err := point(m, c, round)
 					if err != nil {
 						return err
 					}
@@ -411,13 +412,13 @@ func runOverhead(r *run) error {
 			[]string{"method", "nats-server", "dispatcher or relay", "agents or responders", "callers and runtime", "total", "× direct"}, cpuRows)
 	}
 	r.addTable("overhead: summary", []string{"figure", "value"}, append(summary, [][]string{
-		{"routed_vs_relay_agents (routed/bare relay to the agents, 64 callers)", f(r.rep.Figures["routed_vs_relay_agents"])},
+		{"routed_vs_relay_agents (routed/bare relay to the agents, 64 callers)", f(fig["routed_vs_relay_agents"])},
 		{"routed_vs_relay_agents_direct (routed/bare relay to the agents, answers direct, 64 callers)",
-			f(r.rep.Figures["routed_vs_relay_agents_direct"])},
+			f(fig["routed_vs_relay_agents_direct"])},
 		{"routed_vs_relay_contract_direct (routed/the same with the contract's delivery headers, 64 callers)",
-			f(r.rep.Figures["routed_vs_relay_contract_direct"])},
-		{"added_p99_us_50pct", f(r.rep.Figures["added_p99_us_50pct"])},
-		{"added_p99_us_half_routed_max", f(r.rep.Figures["added_p99_us_half_routed_max"])},
+			f(fig["routed_vs_relay_contract_direct"])},
+		{"added_p99_us_50pct", f(fig["added_p99_us_50pct"])},
+		{"added_p99_us_half_routed_max", f(fig["added_p99_us_half_routed_max"])},
 		{fmt.Sprintf("dispatcher_cpu_per_1k_rps (cores, at %.0f req/s; routed − direct)", cpuRate), fmt.Sprintf("%.3f", cpuPer1k)},
 		{"dispatcher_own_cpu_per_1k_rps (cores; its own goroutines, profiled)", fmt.Sprintf("%.3f", ownAt)},
 	}...))
@@ -499,7 +500,16 @@ type taskCPU struct {
 	answered int64
 }
 
-func (tc *taskCPU) add(byComp map[string]time.Duration, answered int64) {
+// taskCPUs holds a taskCPU per method.
+type taskCPUs map[string]*taskCPU
+
+// add adds one profiled point of method name.
+func (t taskCPUs) add(name string, byComp map[string]time.Duration, answered int64) {
+	tc := t[name]
+	if tc == nil {
+		tc = &taskCPU{byComp: map[string]time.Duration{}}
+		t[name] = tc
+	}
 	for k, v := range byComp {
 		tc.byComp[k] += v
 	}
@@ -525,7 +535,7 @@ func (tc *taskCPU) total() float64 {
 // cpuPerTask records the CPU per answered request of each method's
 // profiled 64-caller rounds, by component, and returns its table rows
 // (none when no profile could be taken).
-func cpuPerTask(r *run, methods []string, cpu map[string]*taskCPU) [][]string {
+func cpuPerTask(r *run, methods []string, cpu taskCPUs) [][]string {
 	direct := cpu["direct"]
 	if direct == nil {
 		return nil

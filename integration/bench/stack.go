@@ -99,11 +99,13 @@ func (r *run) startDispatcher(e *env, cfg dispatcher.Config, inProcess bool) (ds
 
 // newDispatcher starts a dispatcher; ctx carries its profiling label.
 func (r *run) newDispatcher(ctx context.Context, e *env, cfg dispatcher.Config, inProcess bool) (*dispatch, error) {
-	connect := e.connect
+	var nc *nats.Conn
+	var err error
 	if inProcess {
-		connect = func(name string) (*nats.Conn, error) { return e.connectInProcess(ctx, name) }
+		nc, err = e.connectInProcess(ctx, "dispatcher")
+	} else {
+		nc, err = e.connect("dispatcher")
 	}
-	nc, err := connect("dispatcher")
 	if err != nil {
 		return nil, err
 	}
