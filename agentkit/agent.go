@@ -422,14 +422,16 @@ func (a *Agent) run(h Handler, req *Request) {
 	defer ctx.end()
 	var key string
 	if k := req.Header.Get(streams.HeaderIdempotencyKey); k != "" {
-		key = idemKey(req.Capability, k)
+		key = streams.IdempotencyKey(req.Capability, k)
 		stored, err := a.idem.begin(ctx, key, req.RequestID)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeTimeout, "waiting for another execution of idempotency key %q", k)))
 			return
 		case errors.Is(err, errInDoubt):
-			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeInternal, "idempotency key %q: %v", k, err)))
+			m := a.errorMsg(req, streams.NewError(streams.CodeInternal, "idempotency key %q: %v", k, err))
+			m.Header.Set(streams.HeaderInDoubt, "true")
+			a.publish(req, m)
 			return
 		case err != nil: // the bucket is unreachable now: nothing ran, another attempt may do better
 			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeTargetBusy, "idempotency key %q: %v", k, err)))

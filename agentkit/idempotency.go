@@ -2,11 +2,8 @@ package agentkit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,18 +42,6 @@ type idempotency struct {
 	reg   *registry.Registry
 	owner string
 	check time.Duration // how often a waiter checks the owner is alive
-}
-
-var kvKeyRE = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,128}$`)
-
-// idemKey scopes a caller's key to the capability and makes it a valid KV
-// key (hashing keys that are not).
-func idemKey(capability, key string) string {
-	if !kvKeyRE.MatchString(key) {
-		sum := sha256.Sum256([]byte(key))
-		key = "sha256-" + hex.EncodeToString(sum[:16])
-	}
-	return capability + "." + key
 }
 
 // errInDoubt is returned when the instance executing a key died before

@@ -44,6 +44,14 @@ const (
 	// result went to the caller directly (HeaderReplyTo).
 	HeaderDirect = "Reach-Direct"
 
+	// HeaderInDoubt, "true" on an INTERNAL error reply, says that the
+	// outcome of an idempotent execution is unknown: the instance that
+	// claimed the idempotency key left before storing an outcome, so the side
+	// effect may or may not have happened and the key is not executed again.
+	// A durable task answered so goes to REACH_REVIEW (reason "in_doubt"),
+	// for a person to decide, never to the dead-letter replayer.
+	HeaderInDoubt = "Reach-In-Doubt"
+
 	// Durable tier: set on dead letters, review entries and replays.
 	HeaderDLQReason   = "Reach-DLQ-Reason"
 	HeaderDLQAttempts = "Reach-DLQ-Attempts"
