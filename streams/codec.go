@@ -3,7 +3,9 @@ package streams
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -70,7 +72,7 @@ func Decode(contentType string, data []byte, v any) error {
 	switch contentType {
 	case ContentTypeJSON:
 		if err := json.Unmarshal(data, v); err != nil {
-			return NewError(CodeBadRequest, "payload is not valid JSON for %T: %v", v, err)
+			return NewError(CodeBadRequest, "%s", describeJSONError(err))
 		}
 		return nil
 	case ContentTypeMsgpack:
@@ -79,12 +81,56 @@ func Decode(contentType string, data []byte, v any) error {
 		dec.Reset(bytes.NewReader(data))
 		dec.SetCustomStructTag("json")
 		if err := dec.Decode(v); err != nil {
-			return NewError(CodeBadRequest, "payload is not valid msgpack for %T: %v", v, err)
+			if validMsgpack(data) {
+				return NewError(CodeBadRequest, "payload does not have the expected shape: %v", err)
+			}
+			return NewError(CodeBadRequest, "payload is not valid msgpack: %v", err)
 		}
 		return nil
 	default:
 		return NewError(CodeBadRequest, "unsupported content type %q (want %s or %s)", contentType, ContentTypeMsgpack, ContentTypeJSON)
 	}
+}
+
+// describeJSONError says what is wrong with a JSON payload in the caller's
+// terms: the field and the JSON types, never the Go type it was decoded into.
+func describeJSONError(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return fmt.Sprintf("payload field %q must be %s, got %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value)
+	case errors.As(err, &typeErr):
+		return fmt.Sprintf("payload must be %s, got %s", jsonKind(typeErr.Type), typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Sprintf("payload is not valid JSON: %v (at byte %d)", err, syntaxErr.Offset)
+	}
+	return "payload is not valid JSON: " + err.Error()
+}
+
+// jsonKind names the JSON type a Go type is decoded from.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "a value"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "a value"
 }
 
 // ErrorBody encodes e as the {"code","message"} body of an error reply.
