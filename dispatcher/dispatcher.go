@@ -292,7 +292,8 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 	if n := d.inflight.Add(1); n > int64(d.cfg.MaxInFlight) {
 		d.inflight.Add(-1)
 		d.stats.overloaded.Add(1)
-		d.replyError(m, "", "", streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight))
+		ct, _ := streams.PayloadType(m.Header, m.Data)
+		d.replyError(m, ct, "", "", streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight))
 		return
 	}
 	d.tasks.Add(1)

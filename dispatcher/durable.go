@@ -38,6 +38,7 @@ const (
 	ReasonFailed   = "failed"   // the task failed, or exhausted its attempts
 	ReasonPoison   = "poison"   // the task can never succeed (BAD_REQUEST and the like)
 	ReasonDeadline = "deadline" // the overall deadline passed
+	ReasonInDoubt  = "in_doubt" // an idempotent execution's outcome is unknown (Reach-In-Doubt)
 )
 
 // startDurable joins the durable consumer shared by every replica.
@@ -129,6 +130,11 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		recorded = d.recordResult(t, nil, e)
 	case e.Code == streams.CodeDeadlineExceeded:
 		where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
+	case t.inDoubt:
+		// Whether the side effect happened is unknown, and the key will not
+		// run again by itself: a person decides (`agentreach review resolve`),
+		// never the dead-letter replayer.
+		where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonInDoubt, e)
 	case buffered(e.Code):
 		if time.Now().After(t.deadline) {
 			where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
@@ -202,6 +208,8 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 		for k, v := range res.Header {
 			out.Header[k] = v
 		}
+		out.Header.Del(streams.HeaderActive)
+		out.Header.Set(streams.HeaderNode, t.node)
 	} else {
 		out = streams.ErrorReply(out.Subject, t.contentType, t.requestID, e)
 		out.Header.Set(streams.HeaderNode, t.node)

@@ -164,11 +164,15 @@ func lookup[T any](m *sync.Map, key string, fresh func() *T) *T {
 	return v.(*T)
 }
 
-// forget drops per-instance state when an instance leaves the table, and
-// ends the waits of tasks delivered to it so they can go elsewhere.
-func (d *Dispatcher) forget(id string) {
+// forget drops per-instance state when an instance leaves the table. A lost
+// instance's deliveries end at once, so their tasks go elsewhere; one that
+// left after draining promised to finish them, so they wait for their
+// answers (or their timers) as before.
+func (d *Dispatcher) forget(id string, how registry.Removal) {
 	d.loads.Delete(id)
-	d.abandon(id)
+	if how == registry.Lost {
+		d.abandon(id)
+	}
 }
 
 // noteActive reads the Reach-Active count of a reply: the instance's tasks

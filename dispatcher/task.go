@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"container/list"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -43,6 +42,7 @@ type task struct {
 	queued      *list.Element                                  // in its capability's wait queue
 	waitTimer   *time.Timer                                    // ends its wait for a slot
 	seq         uint64                                         // stream sequence of a durable task; 0 on the direct tier
+	inDoubt     bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	log         taskLog
 }
 
@@ -95,14 +95,15 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 		m.Header = h
 	}
 	t := &task{
-		req:         m,
-		capability:  capability,
-		requestID:   h.Get(streams.HeaderRequestID),
-		orchID:      h.Get(streams.HeaderOrchestrationID),
-		affinity:    h.Get(streams.HeaderAffinityKey),
-		unicast:     h.Get(streams.HeaderAgent),
-		contentType: streams.ContentType(h, m.Data),
+		req:        m,
+		capability: capability,
+		requestID:  h.Get(streams.HeaderRequestID),
+		orchID:     h.Get(streams.HeaderOrchestrationID),
+		affinity:   h.Get(streams.HeaderAffinityKey),
+		unicast:    h.Get(streams.HeaderAgent),
 	}
+	ct, badPayload := streams.PayloadType(h, m.Data)
+	t.contentType = ct
 	if t.requestID == "" {
 		t.requestID = streams.NewRequestID()
 	}
@@ -121,41 +122,40 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 			return t, streams.NewError(streams.CodeBadRequest, "%s: %v", streams.HeaderAgent, err)
 		}
 	}
-	if t.contentType != streams.ContentTypeJSON && t.contentType != streams.ContentTypeMsgpack {
-		return t, streams.NewError(streams.CodeBadRequest, "unsupported content type %q", t.contentType)
+	if badPayload != nil {
+		return t, badPayload
 	}
-	hops, err := intHeader(h, streams.HeaderHops)
+	// Every delivery says what its payload is, so no agent needs the
+	// sniffing rule.
+	h.Set(streams.HeaderContentType, t.contentType)
+	hops, err := streams.ParseCount(h, streams.HeaderHops)
 	if err != nil {
 		return t, err
 	}
-	t.hops = int(hops) + 1
-	if t.hops > d.cfg.MaxHops {
-		return t, streams.NewError(streams.CodeLoopDetected, "%d hops exceed the limit of %d", t.hops, d.cfg.MaxHops)
+	t.hops = int(min(hops, int64(d.cfg.MaxHops))) + 1
+	if hops >= int64(d.cfg.MaxHops) {
+		return t, streams.NewError(streams.CodeLoopDetected, "%s %d: one more hop exceeds the limit of %d", streams.HeaderHops, hops, d.cfg.MaxHops)
 	}
-	wish, err := intHeader(h, streams.HeaderTimeout)
+	wish, err := streams.ParseCount(h, streams.HeaderTimeout)
 	if err != nil {
 		return t, err
 	}
-	t.wish = time.Duration(wish) * time.Millisecond
-	if v := h.Get(streams.HeaderBudget); v != "" {
-		b, perr := strconv.ParseFloat(v, 64)
-		if perr != nil || b < 0 || math.IsNaN(b) || math.IsInf(b, 0) {
-			return t, streams.NewError(streams.CodeBadRequest, "header %s must be a non-negative number, got %q", streams.HeaderBudget, v)
-		}
-		t.budget = b
+	t.wish = time.Duration(min(wish, int64(d.cfg.MaxCallTimeout/time.Millisecond))) * time.Millisecond
+	if t.budget, err = streams.ParseBudget(h); err != nil {
+		return t, err
 	}
-	if v := h.Get(streams.HeaderVisits); v != "" {
-		t.visits = strings.Split(v, ",")
+	if t.visits, err = streams.ParseVisits(h); err != nil {
+		return t, err
 	}
 	if d.cfg.isWrite(t.capability) && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
 	}
-	dl, err := intHeader(h, streams.HeaderDeadline)
+	dl, err := streams.ParseDeadline(h)
 	if err != nil {
 		return t, err
 	}
-	if dl > 0 {
-		t.deadline = time.UnixMilli(dl)
+	if !dl.IsZero() {
+		t.deadline = dl
 		if time.Until(t.deadline) <= 0 {
 			return t, streams.NewError(streams.CodeDeadlineExceeded, "the deadline passed before dispatch")
 		}
@@ -163,18 +163,6 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 		t.deadline = defaultDeadline
 	}
 	return t, nil
-}
-
-func intHeader(h nats.Header, k string) (int64, *streams.Error) {
-	v := h.Get(k)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, streams.NewError(streams.CodeBadRequest, "header %s must be a non-negative integer, got %q", k, v)
-	}
-	return n, nil
 }
 
 // A task has no goroutine of its own. The subscription callback starts it
@@ -211,7 +199,7 @@ func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
 	} else {
 		d.stats.failed.Add(1)
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
-		d.replyError(t.req, t.requestID, t.orchID, e, t.attemptHeaders()...)
+		d.replyError(t.req, t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
 	d.recordEvent(t, t.start, OutcomeReply, e)
 }
@@ -561,6 +549,10 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 		kind = outcomeBusy
 	case streams.CodeTimeout:
 		kind = outcomeSlow
+	case streams.CodeNoAgent:
+		// The instance does not serve the capability (its record is stale
+		// or wrong): like an unreachable one, another instance may.
+		kind = outcomeUnreachable
 	}
 	d.end(dl, nil, m, e, kind)
 }
@@ -609,6 +601,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	}
 	if last != nil {
 		t.spent += costOf(last)
+		t.inDoubt = e != nil && e.Code == streams.CodeInternal && last.Header.Get(streams.HeaderInDoubt) == "true"
 	}
 	if !kind.retryable() {
 		t.done(t, res, e)
@@ -635,8 +628,10 @@ func (d *Dispatcher) abandon(id string) {
 	}
 }
 
+// costOf is the Reach-Cost of an agent's reply; a malformed one counts as 0
+// (the agent's mistake must not fail the task it came with).
 func costOf(m *nats.Msg) float64 {
-	c, _ := strconv.ParseFloat(m.Header.Get(streams.HeaderCost), 64)
+	c, _ := streams.ParseCost(m.Header)
 	return c
 }
 
@@ -647,10 +642,16 @@ func (d *Dispatcher) offersDirect(t *task) bool {
 	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != ""
 }
 
-func (t *task) attemptHeaders() []string {
+// errorHeaders are the header pairs of t's error reply beyond the code:
+// the attempts (0 when nothing was delivered), the instance of the last
+// attempt, and whether its outcome is in doubt.
+func (t *task) errorHeaders() []string {
 	h := []string{streams.HeaderAttempt, strconv.Itoa(t.attempts)}
 	if t.node != "" {
 		h = append(h, streams.HeaderNode, t.node)
+	}
+	if t.inDoubt {
+		h = append(h, streams.HeaderInDoubt, "true")
 	}
 	return h
 }
@@ -666,6 +667,8 @@ func (d *Dispatcher) reply(t *task, res *nats.Msg) *streams.Error {
 	out.Header.Set(streams.HeaderRequestID, t.requestID)
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
+	out.Header.Set(streams.HeaderNode, t.node)
+	out.Header.Del(streams.HeaderActive) // the agent's load report is for dispatchers
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
 		return streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err)
 	}
@@ -675,9 +678,10 @@ func (d *Dispatcher) reply(t *task, res *nats.Msg) *streams.Error {
 	return nil
 }
 
-// replyError answers a request with an error code; kv are extra header pairs.
-func (d *Dispatcher) replyError(m *nats.Msg, requestID, orchID string, e *streams.Error, kv ...string) {
-	out := streams.ErrorReply(m.Reply, streams.ContentType(m.Header, m.Data), requestID, e)
+// replyError answers a request with an error code in contentType; kv are
+// extra header pairs.
+func (d *Dispatcher) replyError(m *nats.Msg, contentType, requestID, orchID string, e *streams.Error, kv ...string) {
+	out := streams.ErrorReply(m.Reply, contentType, requestID, e)
 	if orchID != "" {
 		out.Header.Set(streams.HeaderOrchestrationID, orchID)
 	}

@@ -101,7 +101,8 @@ func TestBadInputGetsItsCode(t *testing.T) {
 		}, streams.ErrPayloadTooLarge},
 		{"payload that outgrows max_payload with delivery headers", func() error {
 			// Fits as sent, but not once the dispatcher adds its headers.
-			return streams.ErrorFromMessage(rawReq("reach.task.math.add", bytes.Repeat([]byte("x"), maxPayload-64)))
+			big := append(append([]byte(`"`), bytes.Repeat([]byte("x"), maxPayload-66)...), '"') // a JSON string
+			return streams.ErrorFromMessage(rawReq("reach.task.math.add", big))
 		}, streams.ErrPayloadTooLarge},
 		{"result over max_payload", func() error {
 			_, err := c.Call(ctx, "math.blowup", nil)

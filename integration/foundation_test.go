@@ -48,7 +48,7 @@ func load(c *agentkit.Client, capability string, callers int) *loadRun {
 				default:
 				}
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := c.Call(cctx, capability, []byte(`{"n":1}`))
+				_, err := c.Call(cctx, capability, map[string]int{"n": 1})
 				cancel()
 				if err != nil {
 					l.mu.Lock()
@@ -102,7 +102,7 @@ func TestSpreadFollowsWeights(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range next {
-				if _, err := c.Call(context.Background(), "echo", []byte(`{}`)); err != nil {
+				if _, err := c.Call(context.Background(), "echo", map[string]any{}); err != nil {
 					t.Errorf("call: %v", err)
 					continue
 				}

@@ -53,7 +53,7 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 	st.Agent(agentkit.Config{Type: "slow", ID: "slow-1", MaxConcurrent: 2 * maxInFlight}, map[string]agentkit.Handler{"slow": Slow(service)})
 	c := st.Client()
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		_, err := c.Call(context.Background(), "slow", []byte(`{}`), agentkit.WithTimeout(time.Second))
+		_, err := c.Call(context.Background(), "slow", map[string]any{}, agentkit.WithTimeout(time.Second))
 		return err
 	})
 

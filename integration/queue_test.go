@@ -63,7 +63,7 @@ func gatedStack(t *testing.T, queueWait time.Duration) (*dispatcher.Dispatcher, 
 	g := newGate()
 	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
 	WaitRoutable(t, "gated", 1, d)
-	return d, g, st.Client()
+	return d, g, st.Client(agentkit.WithJSON())
 }
 
 // When every slot of a capability is in use, tasks wait in the dispatcher
@@ -152,7 +152,7 @@ func TestAUnicastTaskWaitsWithoutBlockingOthers(t *testing.T) {
 	st.Agent(agentkit.Config{Type: "gated", ID: "free-1", MaxConcurrent: 1}, map[string]agentkit.Handler{
 		"gated": func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }})
 	WaitRoutable(t, "gated", 2, d)
-	c := st.Client()
+	c := st.Client(agentkit.WithJSON())
 
 	// Hold gated-1's only slot, then queue a unicast task for it.
 	held := make(chan error, 2)

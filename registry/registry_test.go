@@ -76,7 +76,9 @@ func TestTableFollowsPutsDeletesAndExpiry(t *testing.T) {
 	if _, err := reg.Put(ctx, rec("keep", "echo")); err != nil {
 		t.Fatal(err)
 	}
-	tab := registry.NewTable(reg, registry.WithLogger(zerolog.Nop()))
+	removals := make(chan string, 4)
+	tab := registry.NewTable(reg, registry.WithLogger(zerolog.Nop()),
+		registry.WithRemoveHook(func(id string, how registry.Removal) { removals <- id + " " + how.String() }))
 	if err := tab.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,7 @@ func TestTableFollowsPutsDeletesAndExpiry(t *testing.T) {
 		}
 		return nil
 	})
-	// A delete leaves the table.
+	// A delete after draining leaves the table: the instance left.
 	if err := reg.Delete(ctx, "new"); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +119,25 @@ func TestTableFollowsPutsDeletesAndExpiry(t *testing.T) {
 		}
 		return nil
 	})
+	if got := <-removals; got != "new left" {
+		t.Errorf("removal of a draining instance's deleted record: %q, want \"new left\"", got)
+	}
+	// A delete without draining is a lost instance.
+	if _, err := reg.Put(ctx, rec("abrupt", "echo")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, time.Second, func() error {
+		if _, ok := tab.Lookup("abrupt"); !ok {
+			return errors.New("abrupt not in the table yet")
+		}
+		return nil
+	})
+	if err := reg.Delete(ctx, "abrupt"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-removals; got != "abrupt lost" {
+		t.Errorf("removal of a ready instance's deleted record: %q, want \"abrupt lost\"", got)
+	}
 	// Without heartbeats "keep" expires on the server's clock (TTL 600ms).
 	start := time.Now()
 	natstest.WaitFor(t, 3*time.Second, func() error {
@@ -126,6 +147,9 @@ func TestTableFollowsPutsDeletesAndExpiry(t *testing.T) {
 		return nil
 	})
 	t.Logf("expired %v after the last put (TTL 600ms)", time.Since(start))
+	if got := <-removals; got != "keep lost" {
+		t.Errorf("removal of an expired record: %q, want \"keep lost\"", got)
+	}
 }
 
 func TestHeartbeatKeepsRecordAliveAndDeregisters(t *testing.T) {

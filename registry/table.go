@@ -39,7 +39,7 @@ type Table struct {
 	reg       *Registry
 	log       zerolog.Logger
 	reconcile time.Duration
-	onRemove  func(id string)
+	onRemove  func(id string, how Removal)
 
 	mu      sync.RWMutex
 	byID    map[string]*Instance
@@ -132,9 +132,32 @@ func WithReconcileInterval(d time.Duration) TableOption {
 	}
 }
 
+// Removal says how an instance left a table.
+type Removal int
+
+const (
+	// Lost: the record expired (the agent stopped heartbeating: a crash),
+	// was purged, became unreadable, or was deleted while the instance was
+	// still "ready". Its deliveries will not be answered.
+	Lost Removal = iota
+	// Left: the instance had put "draining" and then deleted its record,
+	// as the protocol asks of an agent that leaves. It promised to finish
+	// its work, so answers to its deliveries may still arrive.
+	Left
+)
+
+func (r Removal) String() string {
+	if r == Left {
+		return "left"
+	}
+	return "lost"
+}
+
 // WithRemoveHook calls fn (from the table's goroutine) whenever an instance
-// leaves the table: deleted, expired or unreadable.
-func WithRemoveHook(fn func(id string)) TableOption { return func(t *Table) { t.onRemove = fn } }
+// leaves the table, saying how.
+func WithRemoveHook(fn func(id string, how Removal)) TableOption {
+	return func(t *Table) { t.onRemove = fn }
+}
 
 // NewTable returns a table over reg; call Start to fill it.
 func NewTable(reg *Registry, opts ...TableOption) *Table {
@@ -200,7 +223,9 @@ func (t *Table) replace(listing map[string]jetstream.KeyValueEntry) {
 	}
 	t.mu.Unlock()
 	for _, id := range gone {
-		t.remove(id)
+		// Missed while the watcher was down: a draining instance counts as
+		// having left (its deliveries still time out if it crashed).
+		t.remove(id, true)
 	}
 	for _, kve := range listing {
 		t.apply(kve)
@@ -209,13 +234,15 @@ func (t *Table) replace(listing map[string]jetstream.KeyValueEntry) {
 
 func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	if kve.Operation() != jetstream.KeyValuePut {
-		t.remove(kve.Key())
+		// A delete is how a draining agent leaves; a purge is an expiry
+		// (the limit marker of a record past its TTL) or an operator.
+		t.remove(kve.Key(), kve.Operation() == jetstream.KeyValueDelete)
 		return
 	}
 	e, err := toEntry(kve)
 	if err != nil {
 		t.log.Warn().Err(err).Str("agent", kve.Key()).Msg("ignoring unreadable agent record")
-		t.remove(kve.Key())
+		t.remove(kve.Key(), false)
 		return
 	}
 	t.mu.Lock()
@@ -244,17 +271,24 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	t.signal()
 }
 
-func (t *Table) remove(id string) {
+// remove drops instance id; deleted says its record was deleted rather
+// than expired, purged or unreadable, which counts as leaving when the
+// instance was draining.
+func (t *Table) remove(id string, deleted bool) {
 	t.mu.Lock()
 	inst, ok := t.byID[id]
+	how := Lost
 	if ok {
+		if deleted && inst.Entry().Status == StatusDraining {
+			how = Left
+		}
 		delete(t.byID, id)
 		t.unindex(inst, inst.Entry())
 		t.signal()
 	}
 	t.mu.Unlock()
 	if ok && t.onRemove != nil {
-		t.onRemove(id)
+		t.onRemove(id, how)
 	}
 }
 
