@@ -293,7 +293,9 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 		d.inflight.Add(-1)
 		d.stats.overloaded.Add(1)
 		ct, _ := streams.PayloadType(m.Header, m.Data)
-		d.replyError(m, ct, "", "", streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight))
+		id, orch := taskIDs(m.Header)
+		d.replyError(m, ct, id, orch, streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight),
+			streams.HeaderAttempt, "0")
 		return
 	}
 	d.tasks.Add(1)

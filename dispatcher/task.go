@@ -97,19 +97,12 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 	t := &task{
 		req:        m,
 		capability: capability,
-		requestID:  h.Get(streams.HeaderRequestID),
-		orchID:     h.Get(streams.HeaderOrchestrationID),
 		affinity:   h.Get(streams.HeaderAffinityKey),
 		unicast:    h.Get(streams.HeaderAgent),
 	}
+	t.requestID, t.orchID = taskIDs(h)
 	ct, badPayload := streams.PayloadType(h, m.Data)
 	t.contentType = ct
-	if t.requestID == "" {
-		t.requestID = streams.NewRequestID()
-	}
-	if t.orchID == "" {
-		t.orchID = t.requestID
-	}
 	t.log = taskLog{base: &d.log, t: t}
 	if err := streams.ValidateCapability(t.capability); err != nil {
 		return t, streams.NewError(streams.CodeBadRequest, "%v", err)
@@ -163,6 +156,19 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 		t.deadline = defaultDeadline
 	}
 	return t, nil
+}
+
+// taskIDs returns a request's id and orchestration id, filling in what the
+// caller left out: a fresh UUID, and the request id.
+func taskIDs(h nats.Header) (requestID, orchID string) {
+	requestID, orchID = h.Get(streams.HeaderRequestID), h.Get(streams.HeaderOrchestrationID)
+	if requestID == "" {
+		requestID = streams.NewRequestID()
+	}
+	if orchID == "" {
+		orchID = requestID
+	}
+	return requestID, orchID
 }
 
 // A task has no goroutine of its own. The subscription callback starts it
@@ -669,6 +675,9 @@ func (d *Dispatcher) reply(t *task, res *nats.Msg) *streams.Error {
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderNode, t.node)
 	out.Header.Del(streams.HeaderActive) // the agent's load report is for dispatchers
+	if out.Header.Get(streams.HeaderContentType) == "" {
+		out.Header.Set(streams.HeaderContentType, t.contentType) // results are in their request's type
+	}
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
 		return streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err)
 	}

@@ -59,6 +59,23 @@ func TestARelayedResultCarriesTheDispatchersHeaders(t *testing.T) {
 		t.Errorf("relayed reply leaks the agent's %s: %v", streams.HeaderActive, v)
 	}
 
+	// An agent that leaves out the Content-Type of its result: the reply is
+	// in its request's type all the same.
+	RawInstance(t, agentNC, "raw-2", time.Second, func(m *nats.Msg) {
+		out := nats.NewMsg(m.Reply)
+		out.Header.Set(streams.HeaderStatus, string(streams.StatusFinished))
+		out.Data = m.Data
+		_ = agentNC.PublishMsg(out)
+	}, "bare")
+	WaitRoutable(t, "bare", 1, d)
+	res, err = st.Conn().Request(streams.Subjects{}.Task("bare"), []byte(`{}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Header.Get(streams.HeaderContentType); got != streams.ContentTypeJSON || res.Header.Get(streams.HeaderNode) != "raw-2" {
+		t.Errorf("relayed reply of an agent that set no Content-Type: headers %v", res.Header)
+	}
+
 	// Nothing delivered: NO_AGENT says so with Reach-Attempt 0.
 	res, err = st.Conn().Request(streams.Subjects{}.Task("nothing.here"), []byte(`{}`), 5*time.Second)
 	if err != nil {
