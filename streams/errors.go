@@ -8,7 +8,7 @@ import (
 // Code is a wire error code, carried in the Reach-Error header.
 type Code string
 
-// The wire error codes (DESIGN.md §4). Each maps one-to-one to a sentinel
+// The wire error codes (docs/reference.md, Error codes). Each maps one-to-one to a sentinel
 // error below; only CodeTimeout, CodeTargetBusy and transport failures are
 // retried.
 const (

@@ -1,6 +1,6 @@
 package streams
 
-// Header names of the wire contract (DESIGN.md §4). Metadata always travels in
+// Header names of the wire contract (docs/protocol.md). Metadata always travels in
 // headers, never in the payload.
 const (
 	HeaderRequestID       = "Reach-Request-Id"

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Bucket and stream names (DESIGN.md §5).
+// Bucket and stream names (docs/protocol.md, State in NATS).
 const (
 	BucketAgents      = "REACH_AGENTS"
 	BucketCaps        = "REACH_CAPS"
