@@ -98,6 +98,7 @@ type Agent struct {
 	slots    chan struct{}
 	workers  *workers
 	inflight sync.WaitGroup
+	running  sync.Map        // *Request → struct{}: the deliveries holding a slot, for CANCEL
 	ctx      context.Context // cancelled on hard stop
 	stop     context.CancelFunc
 
@@ -370,6 +371,10 @@ func (a *Agent) Drain(ctx context.Context) error {
 // slot or answers TARGET_BUSY, acknowledges, and starts the handler.
 func (a *Agent) deliver(m *nats.Msg) {
 	if m.Reply == "" {
+		if m.Header.Get(streams.HeaderStatus) == string(streams.StatusCancel) {
+			a.cancelTask(m.Header.Get(streams.HeaderRequestID), m.Header.Get(streams.HeaderAttempt))
+			return
+		}
 		a.log.Warn().Str("subject", m.Subject).Msg("delivery without reply subject dropped")
 		return
 	}
@@ -388,10 +393,25 @@ func (a *Agent) deliver(m *nats.Msg) {
 		return
 	}
 	req.holdsSlot = true
+	a.running.Store(req, struct{}{})
 	a.hb.SetActive(len(a.slots))
 	req.ackTimer = time.AfterFunc(AckDelay, func() { a.ack(req) })
 	a.inflight.Add(1)
 	a.workers.push(job{h, req})
+}
+
+// cancelTask cancels the handler context of the delivery of requestID with
+// that attempt (every delivery of requestID when attempt is empty): nobody
+// will use its answer. A cancel for a task not running here is ignored.
+func (a *Agent) cancelTask(requestID, attempt string) {
+	a.running.Range(func(k, _ any) bool {
+		req := k.(*Request)
+		if req.RequestID == requestID && (attempt == "" || attempt == strconv.Itoa(req.Attempt)) {
+			a.log.Debug().Str("request_id", requestID).Int("attempt", req.Attempt).Msg("task cancelled")
+			req.cancel()
+		}
+		return true
+	})
 }
 
 // AckDelay is how long an agent holds back its ACKED: a task finished within
@@ -415,11 +435,17 @@ func (a *Agent) ack(req *Request) {
 
 func (a *Agent) run(h Handler, req *Request) {
 	defer func() {
+		a.running.Delete(req)
 		a.release(req) // if no reply went out
 		a.inflight.Done()
 	}()
 	ctx := &taskCtx{Context: a.ctx, req: req, deadline: req.Deadline}
 	defer ctx.end()
+	req.ctx.Store(ctx)
+	if req.cancelled.Load() { // cancelled before it started: nothing runs
+		a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeCancelled, "cancelled before it started")))
+		return
+	}
 	var key string
 	if k := req.Header.Get(streams.HeaderIdempotencyKey); k != "" {
 		key = streams.IdempotencyKey(req.Capability, k)

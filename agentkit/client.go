@@ -134,15 +134,28 @@ func (c *Client) Call(ctx context.Context, capability string, payload any, opts 
 		return nil, err
 	}
 	reply, err := c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil && ctx.Err() != nil {
+		c.cancel(m.Header.Get(streams.HeaderRequestID)) // nobody will read the answer now
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, streams.NewError(streams.CodeNoAgent, "no dispatcher is listening on %s", m.Subject)
+	case errors.Is(err, context.Canceled):
+		return nil, streams.NewError(streams.CodeCancelled, "call of %s cancelled: %v", capability, context.Cause(ctx))
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
 		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no result for %s within the caller's deadline", capability)
 	case err != nil:
 		return nil, fmt.Errorf("agentkit: call %s: %w", capability, err)
 	}
 	return outcome(reply)
+}
+
+// cancel tells every dispatcher replica that the task requestID is no
+// longer wanted (reach.cancel); the one holding it cancels its delivery.
+func (c *Client) cancel(requestID string) {
+	m := nats.NewMsg(c.subjects.Cancel())
+	m.Header.Set(streams.HeaderRequestID, requestID)
+	_ = c.nc.PublishMsg(m) // advisory: a lost cancel only wastes the agent's work
 }
 
 // propagate copies what travels across hops from the handler's request (if

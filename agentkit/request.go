@@ -40,7 +40,9 @@ type Request struct {
 	replyTo   string // the caller's reply subject, when the result may go there directly
 	holdsSlot bool
 	ackTimer  *time.Timer
-	answered  atomic.Bool // ACKED, PROCESSING or the result has gone out
+	answered  atomic.Bool             // ACKED, PROCESSING or the result has gone out
+	cancelled atomic.Bool             // a CANCEL came for this delivery
+	ctx       atomic.Pointer[taskCtx] // the handler's context, once it runs
 
 	mu   sync.Mutex
 	cost float64
@@ -99,6 +101,15 @@ func (r *Request) costHeader() string {
 }
 
 type requestKey struct{}
+
+// cancel ends the handler's context (or, before the handler starts, keeps
+// it from running).
+func (r *Request) cancel() {
+	r.cancelled.Store(true)
+	if c := r.ctx.Load(); c != nil {
+		c.cancelNow()
+	}
+}
 
 // RequestFromContext returns the task a handler's context belongs to.
 func RequestFromContext(ctx context.Context) (*Request, bool) {

@@ -11,7 +11,7 @@ import (
 // timer behind a deadline, are made only when something asks for them
 // (Done or Err): many handlers never do, and a timer per task was a
 // measurable share of a fast agent's CPU. It is cancelled when the
-// handler returns.
+// handler returns, or earlier by a CANCEL for its task (cancelNow).
 type taskCtx struct {
 	context.Context // the agent's: cancelled on a hard stop
 	req             *Request
@@ -32,12 +32,21 @@ var ended = func() context.Context {
 func (c *taskCtx) materialize() context.Context {
 	c.once.Do(func() {
 		if c.deadline.IsZero() {
-			c.inner = c.Context
+			c.inner, c.cancel = context.WithCancel(c.Context)
 		} else {
 			c.inner, c.cancel = context.WithDeadline(c.Context, c.deadline)
 		}
 	})
 	return c.inner
+}
+
+// cancelNow cancels the context: the dispatcher said nobody will use the
+// task's answer (a CANCEL). After the handler returned it does nothing.
+func (c *taskCtx) cancelNow() {
+	c.materialize()
+	if c.cancel != nil {
+		c.cancel()
+	}
 }
 
 func (c *taskCtx) Deadline() (time.Time, bool) {

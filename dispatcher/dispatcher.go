@@ -49,6 +49,9 @@ type Dispatcher struct {
 	loads   sync.Map // instance id → *instLoad
 	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
 	hints   sync.Map // agent type → *typeLatency
+	// backoffs holds the tasks waiting out a backoff before a retry (a set
+	// of *task), so that a cancel can find them.
+	backoffs sync.Map
 
 	events   eventLog
 	inflight atomic.Int64
@@ -163,6 +166,14 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if d.apiSubs, err = d.subscribeAPI(); err != nil {
 		return fmt.Errorf("dispatcher: api: %w", err)
 	}
+	// Every replica hears every cancel (no queue group): the one holding
+	// the task acts on it.
+	cancelSub, err := d.nc.Subscribe(d.cfg.Subjects.Cancel(), d.onCancel)
+	if err != nil {
+		d.stopAPI()
+		return fmt.Errorf("dispatcher: subscribe %s: %w", d.cfg.Subjects.Cancel(), err)
+	}
+	d.apiSubs = append(d.apiSubs, cancelSub)
 	cleanup = append(cleanup, d.stopAPI)
 	if err := d.nc.FlushWithContext(ctx); err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
@@ -289,17 +300,34 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
 		return
 	}
+	if e := d.admit(); e != nil {
+		ct, _ := streams.PayloadType(m.Header, m.Data)
+		id, orch := taskIDs(m.Header)
+		out := errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+		out.Subject = m.Reply
+		if err := d.nc.PublishMsg(out); err != nil {
+			d.log.Warn().Err(err).Str("request_id", id).Msg("error reply failed")
+		}
+		return
+	}
+	d.handle(m) // answer releases the in-flight slot
+}
+
+// admit takes one of the replica's MaxInFlight slots for a task, or
+// returns OVERLOADED. release gives it back when the task has ended.
+func (d *Dispatcher) admit() *streams.Error {
 	if n := d.inflight.Add(1); n > int64(d.cfg.MaxInFlight) {
 		d.inflight.Add(-1)
 		d.stats.overloaded.Add(1)
-		ct, _ := streams.PayloadType(m.Header, m.Data)
-		id, orch := taskIDs(m.Header)
-		d.replyError(m, ct, id, orch, streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight),
-			streams.HeaderAttempt, "0")
-		return
+		return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight)
 	}
 	d.tasks.Add(1)
-	d.handle(m) // answer releases the in-flight slot
+	return nil
+}
+
+func (d *Dispatcher) release() {
+	d.inflight.Add(-1)
+	d.tasks.Done()
 }
 
 // Stats is a snapshot of a replica's counters since Start.

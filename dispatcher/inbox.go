@@ -68,6 +68,17 @@ func (ib *inbox) close(token string) {
 	ib.mu.Unlock()
 }
 
+// all returns every open delivery.
+func (ib *inbox) all() []*delivery {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	out := make([]*delivery, 0, len(ib.waiters))
+	for _, dl := range ib.waiters {
+		out = append(out, dl)
+	}
+	return out
+}
+
 // to returns the open deliveries to an instance.
 func (ib *inbox) to(id string) []*delivery {
 	ib.mu.Lock()

@@ -55,7 +55,26 @@ func (d *Dispatcher) enqueue(q *waitQueue, t *task) {
 	q.n.Add(1)
 	t.waitTimer = time.AfterFunc(wait, func() { d.giveUp(q, t, wait) })
 	q.mu.Unlock()
+	if e := t.stopped.Load(); e != nil {
+		d.unqueue(q, t, e) // cancelled on its way into the queue
+		return
+	}
 	d.pump(q) // a slot may have come free since resolve looked
+}
+
+// unqueue ends t's wait with e, unless pump or giveUp took it first.
+func (d *Dispatcher) unqueue(q *waitQueue, t *task, e *streams.Error) {
+	q.mu.Lock()
+	if t.queued == nil {
+		q.mu.Unlock()
+		return
+	}
+	q.tasks.Remove(t.queued)
+	q.n.Add(-1)
+	t.queued = nil
+	t.waitTimer.Stop()
+	q.mu.Unlock()
+	t.done(t, nil, e)
 }
 
 // pump sends waiting tasks, oldest first, while an instance has a free

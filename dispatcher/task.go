@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,6 +44,11 @@ type task struct {
 	waitTimer   *time.Timer                                    // ends its wait for a slot
 	seq         uint64                                         // stream sequence of a durable task; 0 on the direct tier
 	inDoubt     bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
+	// Cancellation (cancel.go): stopped holds why, once set; current is the
+	// open delivery, if any; waiting is true while a backoff timer owns t.
+	stopped atomic.Pointer[streams.Error]
+	current atomic.Pointer[delivery]
+	waiting atomic.Bool
 	log         taskLog
 }
 
@@ -192,12 +198,26 @@ func (d *Dispatcher) handle(m *nats.Msg) {
 // answer ends a direct-tier task: the result or the error to the caller,
 // and its feedback record.
 func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
-	defer func() {
-		d.inflight.Add(-1)
-		d.tasks.Done()
-	}()
+	defer d.release()
+	out, e := d.conclude(t, res, e)
+	if out != nil {
+		out.Subject = t.req.Reply
+		if err := d.nc.PublishMsg(out); err != nil {
+			t.log.Warn().Err(err).Str("code", string(streams.CodeOf(e))).Msg("reply to caller failed")
+		}
+	}
+}
+
+// conclude ends a task that answers a caller (over NATS or in process):
+// it builds the reply the caller gets — the result with the dispatcher's
+// headers, or an error reply; nil when the agent answered the caller
+// itself — and counts, logs and records the outcome. The returned error
+// is the task's final one (a result too large for its headers becomes
+// PAYLOAD_TOO_LARGE).
+func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.Msg, *streams.Error) {
+	var out *nats.Msg
 	if e == nil {
-		e = d.reply(t, res)
+		out, e = d.resultMsg(t, res)
 	}
 	if e == nil {
 		d.stats.finished.Add(1)
@@ -205,9 +225,10 @@ func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
 	} else {
 		d.stats.failed.Add(1)
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
-		d.replyError(t.req, t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
+		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
 	d.recordEvent(t, t.start, OutcomeReply, e)
+	return out, e
 }
 
 // routeWait runs t to its outcome and waits for it (the durable tier,
@@ -241,6 +262,10 @@ func (o outcome) retryable() bool { return o >= outcomeBusy }
 // or time is left. While tasks of its capability wait for a slot, it
 // queues behind them.
 func (d *Dispatcher) run(t *task) {
+	if e := t.stopped.Load(); e != nil {
+		t.done(t, nil, e)
+		return
+	}
 	if time.Until(t.deadline) <= 0 {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
 		return
@@ -295,7 +320,15 @@ func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 		t.done(t, nil, e)
 		return
 	}
+	// The timer owns t until it fires, unless a cancel takes it first:
+	// whoever flips waiting back moves t on.
+	t.waiting.Store(true)
+	d.backoffs.Store(t, struct{}{})
 	time.AfterFunc(time.Duration(rand.Int64N(int64(ceiling))+1), func() { // full jitter
+		if !t.waiting.CompareAndSwap(true, false) {
+			return // cancelled
+		}
+		d.backoffs.Delete(t)
 		if time.Until(t.deadline) <= 0 {
 			t.done(t, nil, t.last)
 			return
@@ -303,6 +336,9 @@ func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 		d.stats.redirected.Add(1)
 		d.run(t)
 	})
+	if e := t.stopped.Load(); e != nil {
+		d.takeFromBackoff(t, e) // cancelled while the timer was armed
+	}
 }
 
 // mayRetry is the retry rule: only a retryable outcome (TARGET_BUSY, a
@@ -427,9 +463,10 @@ type delivery struct {
 	t     *task
 	inst  *registry.Instance
 	load  *instLoad
-	probe bool
-	sent  time.Time
-	token string // the last token of its reply subject
+	probe   bool
+	attempt int // the task's attempt number of this delivery
+	sent    time.Time
+	token   string // the last token of its reply subject
 
 	mu      sync.Mutex
 	over    bool // claimed by whatever ended it
@@ -461,7 +498,13 @@ func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, ki
 
 // send delivers t to inst, with a timer for the ACK.
 func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
-	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe} // resolve reserved the slot
+	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe, attempt: t.attempts} // resolve reserved the slot
+	if e := t.stopped.Load(); e != nil { // cancelled on its way here: the slot goes back unused
+		dl.load.inflight.Add(-1)
+		d.freed(inst)
+		t.done(t, nil, e)
+		return
+	}
 	// A direct-tier request's own headers are reused: nothing reads the
 	// caller's values of the headers set here once the task has started. A
 	// durable task keeps its original headers for parking.
@@ -508,6 +551,11 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 	dl.mu.Unlock()
 	if err != nil {
 		d.settle(dl, nil, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable)
+		return
+	}
+	t.current.Store(dl)
+	if e := t.stopped.Load(); e != nil {
+		d.cancelDelivery(dl, e) // cancelled while it was being sent
 	}
 }
 
@@ -573,6 +621,7 @@ func (d *Dispatcher) expire(dl *delivery) {
 	dl.over = true
 	acked := dl.acked
 	dl.mu.Unlock()
+	d.notifyCancel(dl) // whatever the instance still does for it, nobody will use
 	id := dl.inst.ID
 	switch {
 	case time.Until(dl.t.deadline) <= 0:
@@ -590,6 +639,7 @@ func (d *Dispatcher) expire(dl *delivery) {
 func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
 	d.inbox.close(dl.token)
 	t, load := dl.t, dl.load
+	t.current.CompareAndSwap(dl, nil)
 	load.inflight.Add(-1)
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
@@ -616,9 +666,13 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 		t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
 		d.retry(t, e, kind)
 	}
-	// The slot is free: hand it to a waiting task.
-	for _, c := range dl.inst.Entry().Capabilities {
-		for _, key := range [2]string{c, unicastKey(c, dl.inst.ID)} {
+	d.freed(dl.inst)
+}
+
+// freed hands a slot of inst that just came free to a waiting task.
+func (d *Dispatcher) freed(inst *registry.Instance) {
+	for _, c := range inst.Entry().Capabilities {
+		for _, key := range [2]string{c, unicastKey(c, inst.ID)} {
 			if q := d.waiting(key); q != nil && q.n.Load() > 0 {
 				d.pump(q)
 			}
@@ -662,12 +716,12 @@ func (t *task) errorHeaders() []string {
 	return h
 }
 
-// reply sends an instance's result to the caller with the dispatcher's
-// headers, or returns PAYLOAD_TOO_LARGE when they make it exceed the
-// server's max_payload.
-func (d *Dispatcher) reply(t *task, res *nats.Msg) *streams.Error {
+// resultMsg returns an instance's result with the dispatcher's headers,
+// nil when the agent answered the caller itself, or PAYLOAD_TOO_LARGE when
+// the headers make it exceed the server's max_payload.
+func (d *Dispatcher) resultMsg(t *task, res *nats.Msg) (*nats.Msg, *streams.Error) {
 	if res.Header.Get(streams.HeaderDirect) != "" {
-		return nil // the agent answered the caller itself (onReply checked that it was offered)
+		return nil, nil // the agent answered the caller itself (onReply checked that it was offered)
 	}
 	out := &nats.Msg{Subject: t.req.Reply, Data: res.Data, Header: res.Header}
 	out.Header.Set(streams.HeaderRequestID, t.requestID)
@@ -679,25 +733,20 @@ func (d *Dispatcher) reply(t *task, res *nats.Msg) *streams.Error {
 		out.Header.Set(streams.HeaderContentType, t.contentType) // results are in their request's type
 	}
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		return streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err)
+		return nil, streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err)
 	}
-	if err := d.nc.PublishMsg(out); err != nil {
-		t.log.Warn().Err(err).Msg("reply to caller failed")
-	}
-	return nil
+	return out, nil
 }
 
-// replyError answers a request with an error code in contentType; kv are
-// extra header pairs.
-func (d *Dispatcher) replyError(m *nats.Msg, contentType, requestID, orchID string, e *streams.Error, kv ...string) {
-	out := streams.ErrorReply(m.Reply, contentType, requestID, e)
+// errorMsg builds an error reply in contentType (its subject left for the
+// sender to set); kv are extra header pairs.
+func errorMsg(contentType, requestID, orchID string, e *streams.Error, kv ...string) *nats.Msg {
+	out := streams.ErrorReply("", contentType, requestID, e)
 	if orchID != "" {
 		out.Header.Set(streams.HeaderOrchestrationID, orchID)
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
 		out.Header.Set(kv[i], kv[i+1])
 	}
-	if err := d.nc.PublishMsg(out); err != nil {
-		d.log.Warn().Err(err).Str("request_id", requestID).Msg("error reply failed")
-	}
+	return out
 }

@@ -24,6 +24,9 @@ const (
 	CodeUnauthorized     Code = "UNAUTHORIZED"
 	CodeDeadlineExceeded Code = "DEADLINE_EXCEEDED"
 	CodeInternal         Code = "INTERNAL"
+	// CodeCancelled ends a task that its caller cancelled (reach.cancel, or
+	// the in-process caller's context) before it finished. Never retried.
+	CodeCancelled Code = "CANCELLED"
 )
 
 // Sentinel errors, one per wire code. An *Error with a code matches its
@@ -41,6 +44,7 @@ var (
 	ErrUnauthorized     = errors.New("UNAUTHORIZED: the caller may not do this")
 	ErrDeadlineExceeded = errors.New("DEADLINE_EXCEEDED: the overall deadline passed")
 	ErrInternal         = errors.New("INTERNAL: the task failed")
+	ErrCancelled        = errors.New("CANCELLED: the caller cancelled the task")
 )
 
 // Errors that are not wire codes.
@@ -65,13 +69,14 @@ var codeSentinels = map[Code]error{
 	CodeUnauthorized:     ErrUnauthorized,
 	CodeDeadlineExceeded: ErrDeadlineExceeded,
 	CodeInternal:         ErrInternal,
+	CodeCancelled:        ErrCancelled,
 }
 
 // Codes lists every wire error code.
 func Codes() []Code {
 	return []Code{CodeTimeout, CodeTargetBusy, CodeBizReject, CodeNoAgent, CodeCircuitOpen,
 		CodeOverloaded, CodeLoopDetected, CodePayloadTooLarge, CodeBadRequest,
-		CodeUnauthorized, CodeDeadlineExceeded, CodeInternal}
+		CodeUnauthorized, CodeDeadlineExceeded, CodeInternal, CodeCancelled}
 }
 
 // Sentinel returns the sentinel error of c, or ErrInternal for an unknown code.

@@ -76,6 +76,11 @@ const (
 	StatusFinished   Status = "FINISHED"
 	StatusFailed     Status = "FAILED"
 	StatusTimeout    Status = "TIMEOUT"
+	// StatusCancel is not a task state but an instruction: a message on
+	// reach.agent.<id> without a reply subject, naming a task by
+	// Reach-Request-Id (and Reach-Attempt), that nobody will use the
+	// answer of any more. Ignoring it is always correct.
+	StatusCancel Status = "CANCEL"
 )
 
 // Terminal reports whether a task in state s has ended.

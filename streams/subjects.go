@@ -87,6 +87,10 @@ func (s Subjects) Result(requestID string) string { return s.prefix() + ".result
 // ResultWildcard matches every durable result: reach.result.>.
 func (s Subjects) ResultWildcard() string { return s.prefix() + ".result.>" }
 
+// Cancel is the subject on which a caller cancels a direct-tier task by
+// its Reach-Request-Id; every dispatcher replica listens (no queue group).
+func (s Subjects) Cancel() string { return s.prefix() + ".cancel" }
+
 // API is the control and inspection subject for a verb: reach.api.<verb>.
 func (s Subjects) API(verb string) string { return s.prefix() + ".api." + verb }
 

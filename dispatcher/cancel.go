@@ -1,0 +1,172 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Cancellation. A task is cancelled when nobody will use its answer: its
+// caller said so on reach.cancel, or an in-process caller's context ended
+// (Call). The task then ends with that error wherever it is — delivered,
+// waiting for a slot, or backing off before a retry — and the instance
+// working on it gets a CANCEL (DESIGN §9), which it may ignore: an answer
+// that still arrives is dropped. The dispatcher also sends a CANCEL when it
+// gives up on a delivery itself (no ACK, no result in time, the deadline
+// passed), because the instance's work is wasted from then on.
+//
+// A task belongs to whatever holds it — its open delivery (claimed once), its
+// place in a wait queue (under the queue's lock) or its backoff timer (the
+// waiting flag) — and cancel takes it from there. Between those places a
+// task checks its stopped error at each step (run, send, enqueue, retry),
+// so a cancel that finds it in transit ends it at the next one.
+
+// cancel ends t with e as soon as possible. Calling it again, or after t
+// ended, does nothing.
+func (d *Dispatcher) cancel(t *task, e *streams.Error) {
+	if !t.stopped.CompareAndSwap(nil, e) {
+		return
+	}
+	if dl := t.current.Load(); dl != nil {
+		d.cancelDelivery(dl, e)
+	}
+	d.takeFromBackoff(t, e)
+	if q := d.waiting(t.queueKey()); q != nil {
+		d.unqueue(q, t, e)
+	}
+}
+
+// cancelDelivery ends an open delivery with e, telling its instance.
+func (d *Dispatcher) cancelDelivery(dl *delivery, e *streams.Error) {
+	if dl.claim() {
+		d.notifyCancel(dl)
+		d.settle(dl, nil, nil, e, outcomeFinal)
+	}
+}
+
+// takeFromBackoff ends t with e if a backoff timer holds it.
+func (d *Dispatcher) takeFromBackoff(t *task, e *streams.Error) {
+	if t.waiting.CompareAndSwap(true, false) {
+		d.backoffs.Delete(t)
+		t.done(t, nil, e)
+	}
+}
+
+// notifyCancel tells dl's instance that its work for dl is no longer
+// wanted: a message without reply subject, Reach-Status CANCEL, naming the
+// task and the attempt.
+func (d *Dispatcher) notifyCancel(dl *delivery) {
+	m := nats.NewMsg(d.cfg.Subjects.Agent(dl.inst.ID))
+	m.Header.Set(streams.HeaderStatus, string(streams.StatusCancel))
+	m.Header.Set(streams.HeaderRequestID, dl.t.requestID)
+	m.Header.Set(streams.HeaderAttempt, strconv.Itoa(dl.attempt))
+	m.Header.Set(streams.HeaderCapability, dl.t.capability)
+	if err := d.nc.PublishMsg(m); err != nil {
+		dl.t.log.Debug().Err(err).Str("node", dl.inst.ID).Msg("cancel not sent")
+	}
+}
+
+// onCancel handles a caller's cancel on reach.cancel: every direct-tier
+// task of this replica with that request id ends CANCELLED. Durable tasks
+// are not cancelled this way: they end in a recorded outcome.
+func (d *Dispatcher) onCancel(m *nats.Msg) {
+	id := m.Header.Get(streams.HeaderRequestID)
+	if streams.ValidateInstanceID(id) != nil {
+		d.log.Debug().Str("request_id", id).Msg("cancel without a valid request id ignored")
+		return
+	}
+	e := streams.NewError(streams.CodeCancelled, "cancelled by the caller")
+	for _, t := range d.tasksWithID(id) {
+		t.log.Debug().Msg("task cancelled by the caller")
+		d.cancel(t, e)
+	}
+}
+
+// tasksWithID finds this replica's direct-tier tasks with request id id:
+// those with an open delivery, waiting for a slot, or backing off. It scans
+// them (cancels are rare), so tasks carry no index of their own.
+func (d *Dispatcher) tasksWithID(id string) []*task {
+	var found []*task
+	seen := make(map[*task]bool)
+	add := func(t *task) {
+		if t.requestID == id && t.seq == 0 && !seen[t] {
+			seen[t] = true
+			found = append(found, t)
+		}
+	}
+	for _, dl := range d.inbox.all() {
+		add(dl.t)
+	}
+	d.backoffs.Range(func(k, _ any) bool {
+		add(k.(*task))
+		return true
+	})
+	d.queues.Range(func(_, v any) bool {
+		q := v.(*waitQueue)
+		q.mu.Lock()
+		for el := q.tasks.Front(); el != nil; el = el.Next() {
+			add(el.Value.(*task))
+		}
+		q.mu.Unlock()
+		return true
+	})
+	return found
+}
+
+// Call routes one task in this process, as if req had arrived on
+// reach.task.<capability> (its headers and body; a reply subject is
+// ignored), and returns the reply a caller would receive: the result with
+// the Reach-* headers, or an error reply. It is the way in for code that
+// runs beside a dispatcher (the HTTP gateway, fan-out, workflows): the same
+// admission, routing, retries, events and stats as a task from NATS, minus
+// one message hop. When ctx ends first the task is cancelled — its
+// instance gets a CANCEL — and Call returns CANCELLED, or
+// DEADLINE_EXCEEDED when ctx's deadline passed; ctx's deadline also bounds
+// the task's overall deadline. Call must be used between Start and Drain
+// or Close; req is the task's from then on.
+func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg) *nats.Msg {
+	start := time.Now()
+	ct, _ := streams.PayloadType(req.Header, req.Data)
+	if d.Table() == nil {
+		id, orch := taskIDs(req.Header)
+		return errorMsg(ct, id, orch, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name),
+			streams.HeaderAttempt, "0")
+	}
+	if e := d.admit(); e != nil {
+		id, orch := taskIDs(req.Header)
+		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+	}
+	req.Reply = "" // the answer comes back here: nothing to offer an agent directly
+	t, e := d.newTask(req, capability, start.Add(d.cfg.Deadline))
+	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
+		t.deadline = dl
+	}
+	out := make(chan *nats.Msg, 1)
+	t.start = start
+	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
+		defer d.release()
+		reply, _ := d.conclude(t, res, e)
+		out <- reply
+	}
+	if e != nil {
+		t.done(t, nil, e)
+		return <-out
+	}
+	d.run(t)
+	select {
+	case reply := <-out:
+		return reply
+	case <-ctx.Done():
+		code := streams.CodeCancelled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = streams.CodeDeadlineExceeded
+		}
+		d.cancel(t, streams.NewError(code, "the caller stopped waiting: %v", ctx.Err()))
+		return <-out // cancel ends the task at once, wherever it is
+	}
+}
