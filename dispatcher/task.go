@@ -49,7 +49,7 @@ type task struct {
 	stopped atomic.Pointer[streams.Error]
 	current atomic.Pointer[delivery]
 	waiting atomic.Bool
-	log         taskLog
+	log     taskLog
 }
 
 // taskLog puts a task's fields on every event it starts. Unlike a child
@@ -460,9 +460,9 @@ func (d *Dispatcher) anyFree(rs *registry.Routes) bool {
 
 // delivery is one attempt of a task at one instance.
 type delivery struct {
-	t     *task
-	inst  *registry.Instance
-	load  *instLoad
+	t       *task
+	inst    *registry.Instance
+	load    *instLoad
 	probe   bool
 	attempt int // the task's attempt number of this delivery
 	sent    time.Time
@@ -499,7 +499,7 @@ func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, ki
 // send delivers t to inst, with a timer for the ACK.
 func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe, attempt: t.attempts} // resolve reserved the slot
-	if e := t.stopped.Load(); e != nil { // cancelled on its way here: the slot goes back unused
+	if e := t.stopped.Load(); e != nil {                                                          // cancelled on its way here: the slot goes back unused
 		dl.load.inflight.Add(-1)
 		d.freed(inst)
 		t.done(t, nil, e)
