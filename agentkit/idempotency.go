@@ -102,8 +102,8 @@ func (id *idempotency) wait(ctx context.Context, key string) (*idemRecord, error
 			if e.Operation() != jetstream.KeyValuePut {
 				return nil, nil
 			}
-			var rec idemRecord
-			if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
+			rec, err := decodeIdemRecord(e.Value())
+			if err != nil {
 				return nil, fmt.Errorf("unreadable idempotency record %s: %w", key, err)
 			}
 			if rec.State == idemDone {
@@ -112,6 +112,18 @@ func (id *idempotency) wait(ctx context.Context, key string) (*idemRecord, error
 			owner = rec.Owner
 		}
 	}
+}
+
+// decodeIdemRecord reads a stored record, which any agent may have
+// written: checked to be one well-formed msgpack value first, so that no
+// container header sizes an allocation by itself.
+func decodeIdemRecord(b []byte) (idemRecord, error) {
+	var rec idemRecord
+	if !streams.ValidMsgpack(b) {
+		return rec, errors.New("not one well-formed msgpack value")
+	}
+	err := msgpack.Unmarshal(b, &rec)
+	return rec, err
 }
 
 // release gives a claim back without an outcome (the task never ran), so a

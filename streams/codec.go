@@ -76,15 +76,15 @@ func Decode(contentType string, data []byte, v any) error {
 		}
 		return nil
 	case ContentTypeMsgpack:
+		if !ValidMsgpack(data) { // first: see ValidMsgpack
+			return NewError(CodeBadRequest, "payload is not one well-formed msgpack value")
+		}
 		dec := msgpack.GetDecoder()
 		defer msgpack.PutDecoder(dec)
 		dec.Reset(bytes.NewReader(data))
 		dec.SetCustomStructTag("json")
 		if err := dec.Decode(v); err != nil {
-			if validMsgpack(data) {
-				return NewError(CodeBadRequest, "payload does not have the expected shape: %v", err)
-			}
-			return NewError(CodeBadRequest, "payload is not valid msgpack: %v", err)
+			return NewError(CodeBadRequest, "payload does not have the expected shape: %v", err)
 		}
 		return nil
 	default:

@@ -24,6 +24,9 @@ const (
 	CodeUnauthorized     Code = "UNAUTHORIZED"
 	CodeDeadlineExceeded Code = "DEADLINE_EXCEEDED"
 	CodeInternal         Code = "INTERNAL"
+	// CodeIncomplete is a broadcast or fan-out whose completion policy was
+	// not met; the body still carries what came back.
+	CodeIncomplete Code = "INCOMPLETE"
 	// CodeCancelled ends a task that its caller cancelled (reach.cancel, or
 	// the in-process caller's context) before it finished. Never retried.
 	CodeCancelled Code = "CANCELLED"
@@ -45,6 +48,7 @@ var (
 	ErrDeadlineExceeded = errors.New("DEADLINE_EXCEEDED: the overall deadline passed")
 	ErrInternal         = errors.New("INTERNAL: the task failed")
 	ErrCancelled        = errors.New("CANCELLED: the caller cancelled the task")
+	ErrIncomplete       = errors.New("INCOMPLETE: the completion policy was not met")
 )
 
 // Errors that are not wire codes.
@@ -70,13 +74,14 @@ var codeSentinels = map[Code]error{
 	CodeDeadlineExceeded: ErrDeadlineExceeded,
 	CodeInternal:         ErrInternal,
 	CodeCancelled:        ErrCancelled,
+	CodeIncomplete:       ErrIncomplete,
 }
 
 // Codes lists every wire error code.
 func Codes() []Code {
 	return []Code{CodeTimeout, CodeTargetBusy, CodeBizReject, CodeNoAgent, CodeCircuitOpen,
 		CodeOverloaded, CodeLoopDetected, CodePayloadTooLarge, CodeBadRequest,
-		CodeUnauthorized, CodeDeadlineExceeded, CodeInternal, CodeCancelled}
+		CodeUnauthorized, CodeDeadlineExceeded, CodeInternal, CodeIncomplete, CodeCancelled}
 }
 
 // Sentinel returns the sentinel error of c, or ErrInternal for an unknown code.

@@ -44,6 +44,16 @@ const (
 	// result went to the caller directly (HeaderReplyTo).
 	HeaderDirect = "Reach-Direct"
 
+	// Orchestration (DESIGN §8–§12).
+	HeaderRequire  = "Reach-Require"   // caller: task requirements, JSON
+	HeaderPrefer   = "Reach-Prefer"    // caller: latency, cost or quality
+	HeaderQuorum   = "Reach-Quorum"    // caller: broadcast completion, a fraction (0.6) or a count (3)
+	HeaderExpected = "Reach-Expected"  // dispatcher: on a broadcast or fan-out reply, branches expected
+	HeaderAnswered = "Reach-Answered"  // dispatcher: on a broadcast or fan-out reply, branches that answered
+	HeaderHedged   = "Reach-Hedged"    // dispatcher: "1" when a hedged second delivery produced the answer
+	HeaderParentID = "Reach-Parent-Id" // dispatcher: on a branch or workflow step, the fan-out's or run's request id
+	HeaderRunID    = "Reach-Run-Id"    // dispatcher: on a workflow's reply, its run id
+
 	// HeaderInDoubt, "true" on an INTERNAL error reply, says that the
 	// outcome of an idempotent execution is unknown: the instance that
 	// claimed the idempotency key left before storing an outcome, so the side

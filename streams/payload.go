@@ -22,7 +22,7 @@ func PayloadType(h nats.Header, body []byte) (string, *Error) {
 		switch {
 		case len(bytes.TrimSpace(body)) == 0 || json.Valid(body):
 			return ContentTypeJSON, nil
-		case validMsgpack(body):
+		case ValidMsgpack(body):
 			return ContentTypeMsgpack, nil
 		}
 		var probe any
@@ -38,7 +38,7 @@ func PayloadType(h nats.Header, body []byte) (string, *Error) {
 			return ct, NewError(CodeBadRequest, "payload is not valid JSON: %v", json.Unmarshal(body, &probe))
 		}
 	case ContentTypeMsgpack:
-		if len(body) > 0 && !validMsgpack(body) {
+		if len(body) > 0 && !ValidMsgpack(body) {
 			if json.Valid(body) {
 				return ct, NewError(CodeBadRequest, "payload is JSON but %s says %s: send it as %s", HeaderContentType, ct, ContentTypeJSON)
 			}
@@ -50,9 +50,12 @@ func PayloadType(h nats.Header, body []byte) (string, *Error) {
 	return ct, nil
 }
 
-// validMsgpack reports whether b holds exactly one well-formed msgpack
-// value and nothing after it.
-func validMsgpack(b []byte) bool {
+// ValidMsgpack reports whether b holds exactly one well-formed msgpack
+// value and nothing after it. Decode outside msgpack only after this
+// check: the decoder preallocates what a container header claims, so a
+// few bytes claiming a billion elements would take the process's memory;
+// in a well-formed value every element claimed is there.
+func ValidMsgpack(b []byte) bool {
 	r := bytes.NewReader(b)
 	dec := msgpack.GetDecoder()
 	defer msgpack.PutDecoder(dec)

@@ -72,6 +72,19 @@ func (s Subjects) Broadcast(capability string) string {
 	return s.prefix() + ".broadcast." + capability
 }
 
+// BroadcastWildcard matches every broadcast: reach.broadcast.>.
+func (s Subjects) BroadcastWildcard() string { return s.prefix() + ".broadcast.>" }
+
+// CapabilityFromBroadcast returns the capability of a
+// reach.broadcast.<cap> subject, or "".
+func (s Subjects) CapabilityFromBroadcast(subject string) string {
+	return s.CapabilityAfter("broadcast", subject)
+}
+
+// FanOut is the subject of scatter-gather requests over several
+// capabilities: reach.fanout.
+func (s Subjects) FanOut() string { return s.prefix() + ".fanout" }
+
 // Submit is the durable-tier subject captured by the REACH_TASKS stream.
 func (s Subjects) Submit(capability string) string { return s.prefix() + ".submit." + capability }
 
