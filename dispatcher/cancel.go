@@ -118,6 +118,13 @@ func (d *Dispatcher) tasksWithID(id string) []*task {
 	return found
 }
 
+// CallOption adjusts one task started with Call.
+type CallOption func(*task)
+
+// WithoutRetries delivers the task once: a broadcast asks each instance,
+// and another delivery would be a second question.
+func WithoutRetries() CallOption { return func(t *task) { t.noRetry = true } }
+
 // Call routes one task in this process, as if req had arrived on
 // reach.task.<capability> (its headers and body; a reply subject is
 // ignored), and returns the reply a caller would receive: the result with
@@ -129,7 +136,7 @@ func (d *Dispatcher) tasksWithID(id string) []*task {
 // DEADLINE_EXCEEDED when ctx's deadline passed; ctx's deadline also bounds
 // the task's overall deadline. Call must be used between Start and Drain
 // or Close; req is the task's from then on.
-func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg) *nats.Msg {
+func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg, opts ...CallOption) *nats.Msg {
 	start := time.Now()
 	ct, _ := streams.PayloadType(req.Header, req.Data)
 	if d.Table() == nil {
@@ -145,6 +152,9 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg)
 	t, e := d.newTask(req, capability, start.Add(d.cfg.Deadline))
 	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
 		t.deadline = dl
+	}
+	for _, o := range opts {
+		o(t)
 	}
 	out := make(chan *nats.Msg, 1)
 	t.start = start

@@ -83,6 +83,25 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 	return d, nil
 }
 
+// Config returns the replica's configuration, defaults filled in.
+func (d *Dispatcher) Config() Config { return d.cfg }
+
+// Routable returns the ids of the instances a task of capability could be
+// delivered to now: routable (ready) and not refused by their breaker.
+// A broadcast asks exactly these.
+func (d *Dispatcher) Routable(capability string) []string {
+	rs := d.Table().Candidates(capability)
+	now := time.Now()
+	ids := make([]string, 0, rs.Len())
+	for i := 0; i < rs.Len(); i++ {
+		inst := rs.Instances[i]
+		if d.loadOf(inst.ID).breaker.status(now).State != BreakerOpen {
+			ids = append(ids, inst.ID)
+		}
+	}
+	return ids
+}
+
 // Name returns the replica's name.
 func (d *Dispatcher) Name() string { return d.cfg.Name }
 

@@ -35,6 +35,16 @@ type Event struct {
 	Cost            float64   `json:"cost,omitempty"`
 	LatencyMS       float64   `json:"latency_ms"`
 	Start           time.Time `json:"start"`
+	// ParentID is the request id of the fan-out, broadcast or workflow run
+	// a task was a branch or step of (Reach-Parent-Id).
+	ParentID string `json:"parent_id,omitempty"`
+	// Kind is "fanout" or "broadcast" for the record of a scatter-gather
+	// itself (its branches leave records of their own); empty for a task.
+	Kind string `json:"kind,omitempty"`
+	// Expected, Answered and Succeeded count a scatter-gather's branches.
+	Expected  int `json:"expected,omitempty"`
+	Answered  int `json:"answered,omitempty"`
+	Succeeded int `json:"succeeded,omitempty"`
 }
 
 // How records travel. A message on reach.event.<capability> carries one or
@@ -90,27 +100,62 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		Dispatcher: d.cfg.Name, Status: string(streams.StatusFinished), Outcome: outcome, Node: t.node, Failed: t.triedIDs,
 		Attempts: t.attempts, Cost: t.spent, Start: start,
 		LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
+		ParentID:  t.req.Header.Get(streams.HeaderParentID),
 	}
 	if d.table != nil {
 		ev.Candidates = d.table.Candidates(t.capability).Len()
 	}
 	if e != nil {
-		ev.Status, ev.Code = string(streams.StatusFailed), string(e.Code)
-		if e.Code == streams.CodeTimeout {
-			ev.Status = string(streams.StatusTimeout)
-		}
+		ev.Status, ev.Code = StatusOf(e), string(e.Code)
 	}
-	capability := t.capability
+	if t.seq > 0 {
+		ev.Tier = "durable"
+		d.publishEvent(&ev, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
+		return
+	}
+	d.publishEvent(&ev, "")
+}
+
+// StatusOf is the Reach-Status of a task that ended with e: TIMEOUT for
+// the code TIMEOUT, FAILED for every other.
+func StatusOf(e *streams.Error) string {
+	if e.Code == streams.CodeTimeout {
+		return string(streams.StatusTimeout)
+	}
+	return string(streams.StatusFailed)
+}
+
+// RecordEvent writes a feedback record that is not a task's own, such as
+// a fan-out's or a broadcast's, batched like the direct tier's records.
+// Dispatcher and Tier are filled in when empty. It does nothing when the
+// replica runs with NoEvents.
+func (d *Dispatcher) RecordEvent(ev Event) {
+	if d.cfg.NoEvents {
+		return
+	}
+	if ev.Dispatcher == "" {
+		ev.Dispatcher = d.cfg.Name
+	}
+	if ev.Tier == "" {
+		ev.Tier = "direct"
+	}
+	d.publishEvent(&ev, "")
+}
+
+// publishEvent sends ev on its capability's event subject: alone with
+// msgID as its message id when one is given (deduplicated across
+// redeliveries), else batched.
+func (d *Dispatcher) publishEvent(ev *Event, msgID string) {
+	capability := ev.Capability
 	if streams.ValidateCapability(capability) != nil {
 		capability = "invalid" // a BAD_REQUEST for the subject itself still leaves its record
 	}
 	subject := d.cfg.Subjects.Event(capability)
-	if t.seq > 0 {
-		ev.Tier = "durable"
+	if msgID != "" {
 		m := nats.NewMsg(subject)
-		m.Header.Set(streams.HeaderMsgID, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
+		m.Header.Set(streams.HeaderMsgID, msgID)
 		m.Header.Set(HeaderEvents, "1")
-		m.Data = appendEvent(nil, &ev)
+		m.Data = appendEvent(nil, ev)
 		d.publishEvents(m)
 		return
 	}
@@ -123,7 +168,7 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	if b.buf == nil {
 		b.buf = (*eventBufs.Get().(*[]byte))[:0]
 	}
-	b.buf = appendEvent(b.buf, &ev)
+	b.buf = appendEvent(b.buf, ev)
 	b.n++
 	var full *nats.Msg
 	switch {
@@ -229,7 +274,24 @@ func appendEvent(b []byte, ev *Event) []byte {
 	b = strconv.AppendFloat(b, ev.LatencyMS, 'g', -1, 64)
 	b = append(b, `,"start":"`...)
 	b = ev.Start.AppendFormat(b, time.RFC3339Nano)
-	return append(b, "\"}\n"...)
+	b = append(b, '"')
+	if ev.ParentID != "" {
+		b = append(b, `,"parent_id":`...)
+		b = appendString(b, ev.ParentID)
+	}
+	if ev.Kind != "" {
+		b = append(b, `,"kind":`...)
+		b = appendString(b, ev.Kind)
+	}
+	for _, f := range [...]struct {
+		key string
+		n   int
+	}{{`,"expected":`, ev.Expected}, {`,"answered":`, ev.Answered}, {`,"succeeded":`, ev.Succeeded}} {
+		if f.n != 0 {
+			b = strconv.AppendInt(append(b, f.key...), int64(f.n), 10)
+		}
+	}
+	return append(b, "}\n"...)
 }
 
 // appendString appends s as a JSON string.

@@ -26,7 +26,10 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 			Failed:   rapid.SliceOfN(str, 0, 3).Draw(rt, "failed"),
 			Attempts: rapid.IntRange(0, 100).Draw(rt, "attempts"),
 			Cost:     rapid.Float64Range(-1e12, 1e12).Draw(rt, "cost"), LatencyMS: rapid.Float64Range(0, 1e9).Draw(rt, "latency"),
-			Start: time.Unix(rapid.Int64Range(0, 1<<33).Draw(rt, "s"), rapid.Int64Range(0, 1e9-1).Draw(rt, "ns")).UTC(),
+			Start:    time.Unix(rapid.Int64Range(0, 1<<33).Draw(rt, "s"), rapid.Int64Range(0, 1e9-1).Draw(rt, "ns")).UTC(),
+			ParentID: str.Draw(rt, "parent"), Kind: str.Draw(rt, "kind"),
+			Expected: rapid.IntRange(0, 300).Draw(rt, "expected"), Answered: rapid.IntRange(0, 300).Draw(rt, "answered"),
+			Succeeded: rapid.IntRange(0, 300).Draw(rt, "succeeded"),
 		}
 		std, err := json.Marshal(ev)
 		if err != nil {

@@ -46,6 +46,7 @@ type task struct {
 	inDoubt     bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	// Cancellation (cancel.go): stopped holds why, once set; current is the
 	// open delivery, if any; waiting is true while a backoff timer owns t.
+	noRetry bool // Call's WithoutRetries
 	stopped atomic.Pointer[streams.Error]
 	current atomic.Pointer[delivery]
 	waiting atomic.Bool
@@ -303,7 +304,11 @@ func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why n
 // jittered backoff otherwise — or ends with the last error.
 func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 	t.last = e
-	if !mayRetry(kind, t.attempts, d.cfg.retries(t.capability), t.spent, t.budget) {
+	retries := d.cfg.retries(t.capability)
+	if t.noRetry {
+		retries = 0
+	}
+	if !mayRetry(kind, t.attempts, retries, t.spent, t.budget) {
 		if t.budget > 0 && t.spent >= t.budget {
 			e = streams.NewError(e.Code, "%s (cost budget %v spent: %v)", e.Message, t.budget, t.spent)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -142,4 +143,21 @@ func WaitRoutable(tb testing.TB, capability string, n int, ds ...*dispatcher.Dis
 		}
 		return nil
 	})
+}
+
+// FanOut starts the fan-out and broadcast service beside d, on its own
+// connection.
+func (st *Stack) FanOut(d *dispatcher.Dispatcher) *fanout.Service {
+	st.T.Helper()
+	s, err := fanout.New(st.Conn(), d, fanout.Config{}, fanout.WithLogger(st.log))
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		st.T.Fatal(err)
+	}
+	st.T.Cleanup(func() { _ = s.Close() })
+	return s
 }
