@@ -35,6 +35,7 @@ type Event struct {
 	Cost            float64   `json:"cost,omitempty"`
 	LatencyMS       float64   `json:"latency_ms"`
 	Start           time.Time `json:"start"`
+	By              string    `json:"by,omitempty"` // who resolved a review entry (RecordResolution)
 }
 
 // How records travel. A message on reach.event.<capability> carries one or
