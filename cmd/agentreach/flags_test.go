@@ -201,7 +201,7 @@ func commandFlags(t *testing.T, name string) []string {
 	case "breakers", "stats":
 		return append(conn, "json", "gather")
 	case "bench":
-		return []string{"quick", "json"}
+		return []string{"quick", "json-file"}
 	case "version":
 		return nil
 	}
@@ -222,6 +222,7 @@ func TestTopLevel(t *testing.T) {
 		{args: []string{"help", "call"}, code: exitOK, stdout: "Usage: agentreach call"},
 		{args: []string{"frobnicate"}, code: exitUsage, stderr: `unknown command "frobnicate"`},
 		{args: []string{"version"}, code: exitOK, stdout: "agentreach "},
+		{args: []string{"bench", "--json-file"}, code: exitUsage, stderr: "flag needs an argument: -json-file"},
 		{args: []string{"call", "--no-such-flag"}, code: exitUsage, stderr: "no-such-flag"},
 		{args: []string{"call"}, code: exitUsage, stderr: "want <capability>"},
 		{args: []string{"call", "echo", "{not json"}, code: exitUsage, stderr: "payload is not valid JSON"},
