@@ -222,6 +222,8 @@ func TestTopLevel(t *testing.T) {
 		{args: []string{"help", "call"}, code: exitOK, stdout: "Usage: agentreach call"},
 		{args: []string{"frobnicate"}, code: exitUsage, stderr: `unknown command "frobnicate"`},
 		{args: []string{"version"}, code: exitOK, stdout: "agentreach "},
+		{args: []string{"--version"}, code: exitOK, stdout: longVersion() + "\n"},
+		{args: []string{"-version"}, code: exitOK, stdout: longVersion() + "\n"},
 		{args: []string{"bench", "--json-file"}, code: exitUsage, stderr: "flag needs an argument: -json-file"},
 		{args: []string{"call", "--no-such-flag"}, code: exitUsage, stderr: "no-such-flag"},
 		{args: []string{"call"}, code: exitUsage, stderr: "want <capability>"},
