@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,8 @@ func TestUp(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn"}, &stdout, &stderr)
+		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
+			"--max-payload", strconv.Itoa(4 << 20)}, &stdout, &stderr)
 	}()
 
 	waitOutput(t, &stdout, "Agent-Reach is up") // printed once everything runs
@@ -33,6 +35,16 @@ func TestUp(t *testing.T) {
 	r := runCmd(t, runCall, "--server", url, "echo", `{"text":"hi"}`)
 	if r.code != exitOK || !strings.Contains(r.stdout, `"text": "hi"`) {
 		t.Fatalf("call echo: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// --max-payload raised the server's limit: 2 MiB fits.
+	big := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(big, []byte(`{"blob":"`+strings.Repeat("x", 2<<20)+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCmd(t, runCall, "--server", url, "--json", "echo", "@"+big)
+	var out callOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK || len(out.Result) < 2<<20 {
+		t.Fatalf("call echo @big.json: exit %d, %d result bytes (%v), stderr %q", r.code, len(out.Result), err, r.stderr)
 	}
 	r = runCmd(t, runAgents, "--server", url, "--json")
 	var entries []agentJSON
