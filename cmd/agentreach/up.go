@@ -27,8 +27,14 @@ and, with --demo, the demo agents (echo, slow, math.add; see 'agentreach demo
 --help'), which reach the server over in-process pipes. Other processes
 reach it at --nats-listen: agents, 'agentreach call', the nats CLI.
 
+While it runs it holds an exclusive lock on <data-dir>/agentreach.lock (with
+its process id inside): a second 'agentreach up' on the same --data-dir
+exits at once, naming the holder, instead of sharing the JetStream store.
+Two stacks on one machine need their own --data-dir and --nats-listen.
+
 Ctrl-C or SIGTERM drains the demo agents, then the dispatcher, then stops the
-server; the data directory keeps the durable state for the next run.`
+server and releases the lock; the data directory keeps the durable state for
+the next run.`
 
 // startupTimeout bounds starting the embedded server and everything on it.
 const startupTimeout = 30 * time.Second
@@ -103,6 +109,12 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	// Locked before the server opens the store, released after it stopped.
+	unlock, err := lockDataDir(dataDir, log)
+	if err != nil {
+		return err
+	}
+	st.add("data dir lock", func(context.Context) error { return unlock() })
 	srv, err := startServer(f, dataDir, log)
 	if err != nil {
 		return err
@@ -181,7 +193,7 @@ func startServer(f *upFlags, dataDir string, log zerolog.Logger) (*server.Server
 		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			return nil, fmt.Errorf("cannot listen on %s: %w (is another `agentreach up` or nats-server running? "+
-				"choose another address with --nats-listen)", f.listen, err)
+				"choose another address with --nats-listen; a second stack also needs its own --data-dir)", f.listen, err)
 		}
 		_ = l.Close()
 	}
