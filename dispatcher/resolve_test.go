@@ -26,7 +26,7 @@ func TestRecordResolutionRecordsOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	subjects := streams.Subjects{}
-	p := Parked{Stream: streams.StreamReview, Seq: 7, Capability: "orders.write", RequestID: "req-1", Reason: "in_doubt",
+	p := Parked{Stream: streams.StreamReview, Seq: 7, Capability: "orders.write", RequestID: "req-1", Reason: ReasonInDoubt,
 		Code: string(streams.CodeInternal), Attempts: 2,
 		Header: nats.Header{streams.HeaderNode: {"writer-1"}, streams.HeaderOrchestrationID: {"orch-1"}}}
 	for range 2 { // a retry is not recorded twice

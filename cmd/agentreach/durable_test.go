@@ -452,10 +452,6 @@ func TestParkedUsage(t *testing.T) {
 	}
 }
 
-// reasonInDoubt is the review reason of an idempotent execution whose
-// outcome is unknown (dispatcher.ReasonInDoubt once the dispatcher has it).
-const reasonInDoubt = "in_doubt"
-
 // TestReviewResolve checks both resolutions of an in-doubt review entry:
 // --rerun removes the dead instance's claim and runs the task again,
 // --drop removes the entry and runs nothing; each leaves a record.
@@ -491,7 +487,7 @@ func TestReviewResolve(t *testing.T) {
 		if _, err := kv.Create(ctx, claim, b); err != nil {
 			t.Fatal(err)
 		}
-		n := park(t, url, "reach.review.echo", id, reasonInDoubt, `{"in_doubt":true}`, streams.HeaderIdempotencyKey, key,
+		n := park(t, url, "reach.review.echo", id, dispatcher.ReasonInDoubt, `{"in_doubt":true}`, streams.HeaderIdempotencyKey, key,
 			streams.HeaderError, string(streams.CodeInternal), streams.HeaderInDoubt, "true")
 		return strconv.FormatUint(n, 10), claim
 	}
