@@ -9,7 +9,7 @@ NATS     := $(BIN)/nats
 
 ## bench: every benchmark scenario (about 6 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
-	$(BIN)/agentreach bench all --json bench.json
+	$(BIN)/agentreach bench all --json-file bench.json
 
 ## run: the local stack — embedded NATS, a dispatcher and demo agents.
 ## (Built, then run directly, so that Ctrl-C reaches only the stack.)

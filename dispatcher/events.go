@@ -45,6 +45,8 @@ type Event struct {
 	Expected  int `json:"expected,omitempty"`
 	Answered  int `json:"answered,omitempty"`
 	Succeeded int `json:"succeeded,omitempty"`
+	// By is who resolved a review entry (RecordResolution).
+	By string `json:"by,omitempty"`
 }
 
 // How records travel. A message on reach.event.<capability> carries one or
@@ -282,6 +284,10 @@ func appendEvent(b []byte, ev *Event) []byte {
 	if ev.Kind != "" {
 		b = append(b, `,"kind":`...)
 		b = appendString(b, ev.Kind)
+	}
+	if ev.By != "" {
+		b = append(b, `,"by":`...)
+		b = appendString(b, ev.By)
 	}
 	for _, f := range [...]struct {
 		key string

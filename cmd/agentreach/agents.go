@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
 )
 
 const agentsAbout = `
@@ -37,7 +38,7 @@ func runAgents(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	)
 	cl := newCmdline("agents", "agentreach agents [flags]", agentsAbout)
 	cl.group("Flags", func(fs *flag.FlagSet) {
-		fs.BoolVar(&asJSON, "json", false, "print the records as a JSON array")
+		cl.jsonFlag(fs, &asJSON, `print the records as a JSON array; a failure as {"error": …}`)
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting and reading the registry")
@@ -48,8 +49,7 @@ func runAgents(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	conn.log = conn.logger(stderr)
 	entries, err := listAgents(ctx, &conn)
 	if err != nil && !errors.Is(err, registry.ErrInvalidRecord) {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
+		return cl.fail(stderr, notProvisioned(err, conn.serverList(), "bucket "+streams.BucketAgents))
 	}
 	if err != nil { // some records did not decode: list the others
 		fmt.Fprintf(stderr, "warning: skipped records: %v\n", err)
@@ -60,8 +60,7 @@ func runAgents(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		err = printAgentsTable(stdout, entries, time.Now())
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
+		return cl.fail(stderr, err)
 	}
 	return exitOK
 }

@@ -29,7 +29,7 @@ reports ratios, so the comparison holds on noisy hardware:
             crash-to-no-task, record expiry, memory per 1k agents
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
-does). Latency comes from HDR histograms with open-loop (Poisson) load
+does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load
 measured from each request's intended send time; a request that times out
 counts in the percentiles at its timeout. Each scenario first spins one
 thread for 2 s and reports how steadily the machine ran it (machine_*).
@@ -43,7 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	cl := newCmdline("bench", "agentreach bench [flags] [scenario|all]", benchAbout)
 	cl.group("Flags", func(fs *flag.FlagSet) {
 		fs.BoolVar(&quick, "quick", false, "shorten every measurement point: checks the suite works, figures are noisy")
-		fs.StringVar(&jsonFile, "json", "", "also write every figure as JSON to `file` (one object per scenario, by name)")
+		fs.StringVar(&jsonFile, "json-file", "", "also write every figure as JSON to `file` (one object per scenario, by name;\none scenario: its figures at the top level)")
 	})
 	pos, code, ok := cl.parse(args, stdout, stderr)
 	if !ok {

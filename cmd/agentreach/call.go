@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/streams"
@@ -19,12 +23,19 @@ and prints the result: the body on stdout (indented when it is JSON) and the
 metadata (status, node, attempt, request id, orchestration id, cost) on stderr.
 With --json, stdout gets one object {"result": …, "meta": {…}} instead.
 
+The payload is the argument itself ('{"text":"hi"}'), @<file> for the
+contents of a file, or - for stdin: the way to send a payload too big for a
+command line. It must be JSON, and fit the server's max_payload with the
+task's headers (else PAYLOAD_TOO_LARGE, naming both sizes).
+
 On failure it prints "error: <CODE>: <message>" to stderr (with --json also
 {"error": {"code", "message"}, "meta": …} on stdout) and exits with status 1;
 usage errors, such as a payload that is not JSON, exit with status 2.
 
 Example:
   agentreach call echo '{"text":"hi"}'
+  agentreach call echo @order.json
+  generate-order | agentreach call echo -
   agentreach call --agent echo-x1Yz2 --header traceparent=00-… echo '{}'`
 
 // callMeta is the metadata of a call's outcome.
@@ -51,12 +62,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		headers  pairList
 		asJSON   bool
 	)
-	cl := newCmdline("call", "agentreach call [flags] <capability> [<json>]", callAbout)
+	cl := newCmdline("call", "agentreach call [flags] <capability> ['<json>' | @<file> | -]", callAbout)
 	cl.group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&agent, "agent", "", "send the task to this instance `id` only (unicast)")
 		fs.StringVar(&affinity, "affinity-key", "", "Reach-Affinity-Key: with the hash strategy, equal `key`s go to the same instance")
 		registerHeaders(fs, &headers)
-		fs.BoolVar(&asJSON, "json", false, `print one JSON object {"result": …, "meta": {…}} on stdout`)
+		cl.jsonFlag(fs, &asJSON, `print one JSON object {"result": …, "meta": {…}} on stdout, or {"error": …} on failure`)
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 30*time.Second, "how long to wait for the result: the call's overall deadline (Reach-Deadline)")
@@ -65,7 +76,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	capability, payload, code, ok := taskArgs(cl, pos, stderr)
+	capability, p, code, ok := taskArgs(cl, pos, stderr)
 	if !ok {
 		return code
 	}
@@ -83,35 +94,55 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		opts = append(opts, agentkit.WithAffinityKey(affinity))
 	}
 
-	cctx, client, done, ok := openClient(ctx, &conn, "agentreach-call", stderr)
-	if !ok {
-		return exitFail
+	s, err := openClient(ctx, &conn, "agentreach-call", stderr)
+	if err != nil {
+		return cl.fail(stderr, err)
 	}
-	defer done()
-	res, err := client.Call(cctx, capability, payload, opts...)
-	return printResult(stdout, stderr, res, err, requestID, asJSON)
+	defer s.close()
+	res, err := s.client.Call(s.ctx, capability, p.data, opts...)
+	return printResult(stdout, stderr, res, s.tooLarge(err, p), requestID, asJSON)
 }
 
 // taskArgs checks the positional arguments of a command that sends a task,
-// <capability> [<json>], and returns the capability and the payload (default
-// {}): the JSON bytes as given, sent as they are. On a usage error ok is
-// false and code is the exit code.
-func taskArgs(cl *cmdline, pos []string, stderr io.Writer) (capability string, payload []byte, code int, ok bool) {
+// <capability> [<payload>], and returns the capability and the payload
+// (default {}; see readPayload), sent as it is. On a usage error, or a
+// payload over maxPayloadRead, ok is false and code is the exit code.
+func taskArgs(cl *cmdline, pos []string, stderr io.Writer) (capability string, p payload, code int, ok bool) {
 	if len(pos) < 1 || len(pos) > 2 {
-		return "", nil, cl.usageError(stderr, "want <capability> and optionally a JSON payload, got %d arguments", len(pos)), false
+		return "", p, cl.usageError(stderr, "want <capability> and optionally a payload ('<json>', @<file> or - for stdin), got %d arguments", len(pos)), false
 	}
-	capability, payload = pos[0], []byte("{}")
-	if len(pos) == 2 {
-		payload = []byte(pos[1])
-	}
+	capability, p = pos[0], payload{data: []byte("{}")}
 	if err := streams.ValidateCapability(capability); err != nil {
-		return "", nil, cl.usageError(stderr, "%v", err), false
+		return "", p, cl.usageError(stderr, "%v", err), false
 	}
+	if len(pos) == 2 {
+		var err error
+		if p, err = readPayload(pos[1]); err != nil {
+			var we *streams.Error
+			if errors.As(err, &we) {
+				return "", p, cl.fail(stderr, err), false
+			}
+			return "", p, cl.usageError(stderr, "%v", err), false
+		}
+	}
+	if len(bytes.TrimSpace(p.data)) == 0 {
+		return "", p, cl.usageError(stderr, "%s is empty: want a JSON value", p.what()), false
+	}
+	if !json.Valid(p.data) {
+		return "", p, cl.usageError(stderr, "%s is not valid JSON: %v", p.what(), jsonProblem(p.data)), false
+	}
+	return capability, p, exitOK, true
+}
+
+// jsonProblem says what is wrong with data that is not JSON, and where.
+func jsonProblem(data []byte) error {
 	var probe any
-	if err := json.Unmarshal(payload, &probe); err != nil {
-		return "", nil, cl.usageError(stderr, "payload is not valid JSON: %v", err), false
+	err := json.Unmarshal(data, &probe)
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w (at byte %d)", err, se.Offset)
 	}
-	return capability, payload, exitOK, true
+	return err
 }
 
 // registerHeaders defines --header, which call and submit share.
@@ -128,26 +159,54 @@ func headerOptions(headers pairList) []agentkit.CallOption {
 	return opts
 }
 
-// openClient sets up a command that talks to agents: the logger, a
-// connection called name, a JSON client on the subjects of --prefix, and
-// ctx bounded by --timeout. On failure it prints the error and ok is false;
-// otherwise the caller runs done when finished.
-func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Writer) (
-	cctx context.Context, client *agentkit.Client, done func(), ok bool) {
+// session is the connection of a command that talks to agents: a JSON
+// client on the subjects of --prefix and a context bounded by --timeout.
+type session struct {
+	ctx    context.Context
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *agentkit.Client
+	conn   *connFlags
+	cancel context.CancelFunc
+}
+
+// openClient sets up the logger and a connection called name; the caller
+// closes the session when finished.
+func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Writer) (*session, error) {
 	conn.log = conn.logger(stderr)
 	nc, err := conn.connect(name)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{nc: nc, conn: conn}
+	s.client, err = agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
 	if err == nil {
-		client, err = agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
-		if err != nil {
-			nc.Close()
-		}
+		s.js, err = jetstream.New(nc)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return nil, nil, nil, false
+		nc.Close()
+		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, conn.timeout)
-	return cctx, client, func() { cancel(); nc.Close() }, true
+	s.ctx, s.cancel = context.WithTimeout(ctx, conn.timeout)
+	return s, nil
+}
+
+func (s *session) close() {
+	s.cancel()
+	s.nc.Close()
+}
+
+// tooLarge rewrites the client's PAYLOAD_TOO_LARGE refusal of p to name
+// the payload, its size and the server's limit, and what to do; other
+// errors pass unchanged.
+func (s *session) tooLarge(err error, p payload) error {
+	var we *streams.Error
+	if !errors.As(err, &we) || we.Code != streams.CodePayloadTooLarge {
+		return err
+	}
+	return streams.NewError(streams.CodePayloadTooLarge,
+		"%s is %d bytes: with the task's headers that is more than the server's max_payload of %d bytes; "+
+			"send less, or raise the server's max_payload (agentreach up --max-payload)", p.what(), len(p.data), s.nc.MaxPayload())
 }
 
 // printResult prints the outcome of a call or a durable task and returns the
@@ -164,7 +223,7 @@ func printResult(stdout, stderr io.Writer, res *agentkit.Result, callErr error, 
 		}
 	}
 	if callErr != nil {
-		e := streams.AsError(callErr)
+		e := errorObject(callErr)
 		if meta.Status == "" {
 			meta.Status = string(streams.StatusFailed)
 		}

@@ -2,6 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -127,6 +132,90 @@ func TestCommands(t *testing.T) {
 		})
 	}
 
+	t.Run("payload from a file and from stdin", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "task.json")
+		if err := os.WriteFile(file, []byte(`{"text":"from a file"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := call(t, "echo", "@"+file)
+		if r.code != exitOK || !strings.Contains(r.stdout, `"text": "from a file"`) {
+			t.Fatalf("@file: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		setPayloadInput(t, `{"text":"piped"}`)
+		r = call(t, "echo", "-")
+		if r.code != exitOK || !strings.Contains(r.stdout, `"text": "piped"`) {
+			t.Fatalf("stdin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		setPayloadInput(t, `{"text":"piped durable"}`)
+		r = runCmd(t, runSubmit, append(append([]string{}, srv...), "--wait", "echo", "-")...)
+		if r.code != exitOK || !strings.Contains(r.stdout, `"text": "piped durable"`) {
+			t.Fatalf("submit stdin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("bad payload sources", func(t *testing.T) {
+		dir := t.TempDir()
+		broken := filepath.Join(dir, "broken.json")
+		if err := os.WriteFile(broken, []byte(`{"text":`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		missing := filepath.Join(dir, "missing.json")
+		for _, tt := range []struct{ arg, stdin, stderr string }{
+			{arg: "@" + missing, stderr: "open " + missing + ": no such file or directory"},
+			{arg: "@" + broken, stderr: "payload from file " + broken + " is not valid JSON"},
+			{arg: "-", stdin: "", stderr: "payload from stdin is empty: want a JSON value"},
+			{arg: "-", stdin: "nope", stderr: "payload from stdin is not valid JSON"},
+		} {
+			setPayloadInput(t, tt.stdin)
+			if r := call(t, "echo", tt.arg); r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) {
+				t.Errorf("%s: exit %d, stderr %q; want %d and %q", tt.arg, r.code, r.stderr, exitUsage, tt.stderr)
+			}
+		}
+	})
+
+	t.Run("payload over max_payload", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "big.json")
+		big := `{"blob":"` + strings.Repeat("x", 2<<20) + `"}`
+		if err := os.WriteFile(file, []byte(big), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("error: PAYLOAD_TOO_LARGE: payload from file %s is %d bytes: with the task's headers that is more than "+
+			"the server's max_payload of %d bytes", file, len(big), 1<<20)
+		for _, run := range []runFunc{runCall, runSubmit} {
+			r := runCmd(t, run, append(append([]string{}, srv...), "echo", "@"+file)...)
+			if r.code != exitFail || !strings.Contains(r.stderr, want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitFail, want)
+			}
+			r = runCmd(t, run, append(append([]string{}, srv...), "--json", "echo", "@"+file)...)
+			var out callOutput
+			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitFail ||
+				out.Error == nil || out.Error.Code != streams.CodePayloadTooLarge || !strings.Contains(out.Error.Message, strconv.Itoa(len(big))) {
+				t.Fatalf("--json: exit %d, stdout %.300q (%v)", r.code, r.stdout, err)
+			}
+		}
+	})
+
+	t.Run("stats and breakers", func(t *testing.T) {
+		for _, run := range []runFunc{runStats, runBreakers} {
+			r := runCmd(t, run, append(append([]string{}, srv...), "--json")...)
+			var replies []json.RawMessage
+			if err := json.Unmarshal([]byte(r.stdout), &replies); err != nil || r.code != exitOK || len(replies) != 1 {
+				t.Fatalf("--json: exit %d, stdout %q (%v), stderr %q; want an array of one reply", r.code, r.stdout, err, r.stderr)
+			}
+		}
+		r := runCmd(t, runBreakers, srv...)
+		if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !strings.HasSuffix(header, "LATENCY (GEO AVG)") {
+			t.Fatalf("breakers: exit %d, header %q", r.code, header)
+		}
+		r = runCmd(t, runBreakers, "--help")
+		for _, want := range []string{"LATENCY (GEO AVG) is the replica's moving geometric average", "weighs\n0.05",
+			"by a factor of e\nevery 5 s", "reads 0 until the\ninstance has 5 samples"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("breakers --help lacks %q", want)
+			}
+		}
+	})
+
 	t.Run("server from the environment", func(t *testing.T) {
 		t.Setenv("AGENTREACH_SERVER", url)
 		if r := runCmd(t, runCall, "echo", `{}`); r.code != exitOK {
@@ -170,6 +259,29 @@ func TestCommands(t *testing.T) {
 			t.Errorf("table:\n%s", r.stdout)
 		}
 	})
+}
+
+// setPayloadInput makes a payload of "-" read input until the test ends.
+func setPayloadInput(t *testing.T, input string) {
+	old := payloadInput
+	payloadInput = func() io.Reader { return strings.NewReader(input) }
+	t.Cleanup(func() { payloadInput = old })
+}
+
+// TestNoDispatcher checks that stats and breakers fail when no dispatcher
+// answers, instead of printing an empty table.
+func TestNoDispatcher(t *testing.T) {
+	s := natstest.RunServer(t)
+	for _, tt := range []struct {
+		run  runFunc
+		verb string
+	}{{runStats, "stats"}, {runBreakers, "breakers"}} {
+		r := runCmd(t, tt.run, "--server", s.ClientURL(), "--gather", "200ms")
+		if want := "error: no dispatcher answered on reach.api." + tt.verb + " within 200ms"; r.code != exitFail ||
+			!strings.Contains(r.stderr, want) || r.stdout != "" {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q; want %d and %q", tt.verb, r.code, r.stdout, r.stderr, exitFail, want)
+		}
+	}
 }
 
 func TestCallNoServer(t *testing.T) {

@@ -130,19 +130,20 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 func (c *connFlags) serverList() string { return strings.Join(splitList(c.servers), ",") }
 
 // connect opens a connection called name to the servers of --server. Once
-// connected it reconnects forever; only the first dial can fail.
+// connected it reconnects forever; only the first dial can fail, with a
+// CONNECT error.
 func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	opts, err := c.options(name)
 	if err != nil {
-		return nil, err
+		return nil, withCode(codeConnect, err)
 	}
 	servers := c.serverList()
 	if servers == "" {
-		return nil, errors.New("--server is empty")
+		return nil, withCode(codeConnect, errors.New("--server is empty"))
 	}
 	nc, err := nats.Connect(servers, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", servers, err)
+		return nil, withCode(codeConnect, fmt.Errorf("connect to %s: %w", servers, err))
 	}
 	return nc, nil
 }

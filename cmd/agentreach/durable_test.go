@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -145,12 +146,17 @@ func TestDurableCommands(t *testing.T) {
 		}
 		id := strings.TrimSpace(r.stdout)
 		r = runCmd(t, runResult, with(id)...)
-		if r.code != exitFail || !strings.Contains(r.stderr, "error: no result recorded yet for "+id+"\n") || r.stdout != "" {
+		if r.code != exitFail || r.stdout != "" || !strings.Contains(r.stderr, "error: no outcome recorded for "+id+
+			": no result, dead letter or review entry; the task may still wait or run, or was never submitted\n") {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		r = runCmd(t, runResult, with("--json", id)...)
+		if e := decodeFailure(t, r); r.code != exitFail || e.Error.Code != codeNotFound || !strings.Contains(e.Error.Message, id) {
+			t.Fatalf("result --json: exit %d, stdout %q", r.code, r.stdout)
 		}
 		r = runCmd(t, runResult, with("--wait", "--timeout", "300ms", id)...)
 		if r.code != exitFail || !strings.Contains(r.stderr, "error: DEADLINE_EXCEEDED: ") ||
-			!strings.Contains(r.stderr, "'agentreach result "+id+"'") {
+			!strings.Contains(r.stderr, "or was never submitted") || !strings.Contains(r.stderr, "'agentreach result "+id+"'") {
 			t.Fatalf("result --wait: exit %d, stderr %q", r.code, r.stderr)
 		}
 		// It waits in REACH_TASKS, not in a queue for people.
@@ -212,9 +218,19 @@ func TestDurableCommands(t *testing.T) {
 			t.Fatalf("show --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
 		}
 
-		// No outcome is recorded for a dead letter.
-		if r := runCmd(t, runResult, with(id)...); r.code != exitFail || !strings.Contains(r.stderr, "no result recorded yet") {
-			t.Fatalf("result: exit %d, stderr %q", r.code, r.stderr)
+		// result says where the task is, with --wait or without.
+		for _, wait := range [][]string{nil, {"--wait"}} {
+			r := runCmd(t, runResult, with(append(wait, id)...)...)
+			if want := "error: parked in REACH_DLQ (seq " + seq + ", reason poison): BAD_REQUEST: "; r.code != exitFail ||
+				!strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "'agentreach dlq replay "+seq+"'") || r.stdout != "" {
+				t.Fatalf("result %v: exit %d, stdout %q, stderr %q; want %q", wait, r.code, r.stdout, r.stderr, want)
+			}
+			r = runCmd(t, runResult, with(append(wait, "--json", id)...)...)
+			e := decodeFailure(t, r)
+			if r.code != exitFail || e.Error.Code != streams.CodeBadRequest || e.Parked == nil || e.Parked.Seq != dead.Seq ||
+				e.Parked.Stream != streams.StreamDLQ || e.Parked.Reason != dispatcher.ReasonPoison || e.Meta == nil || e.Meta.RequestID != id {
+				t.Fatalf("result %v --json: exit %d, stdout %q", wait, r.code, r.stdout)
+			}
 		}
 
 		setConfirmInput(t, "", false)
@@ -315,14 +331,14 @@ func TestDurableCommands(t *testing.T) {
 
 		seq = park(t, url, "reach.review.echo", "handled-"+uuid.NewString(), dispatcher.ReasonDeadline, `{}`)
 		s := strconv.FormatUint(seq, 10)
-		r = runCmd(t, runReview, with("resolve", s)...)
-		if r.code != exitOK || r.stdout != "resolved 1 review entry\n" {
+		r = runCmd(t, runReview, with("resolve", "--drop", s)...)
+		if r.code != exitOK || r.stdout != "dropped 1 review entry\n" {
 			t.Fatalf("resolve: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		if left := listParked(t, runReview, srv); len(left) != 0 {
 			t.Fatalf("left after resolve: %+v", left)
 		}
-		r = runCmd(t, runReview, with("resolve", s)...)
+		r = runCmd(t, runReview, with("resolve", "--drop", s)...)
 		if r.code != exitFail || !strings.Contains(r.stderr, "no review entry with seq "+s) {
 			t.Fatalf("resolve again: exit %d, stderr %q", r.code, r.stderr)
 		}
@@ -412,7 +428,13 @@ func TestParkedUsage(t *testing.T) {
 		{runDLQ, []string{"replay", "1", "2"}, "at most one <seq>"},
 		{runDLQ, []string{"purge"}, "pass --yes"},
 		{runDLQ, []string{"purge", "4"}, "pass --yes"},
-		{runReview, []string{"resolve"}, "resolve: want a <seq>"},
+		{runReview, []string{"resolve", "--drop"}, "resolve: want a <seq>"},
+		{runReview, []string{"resolve", "1"}, "resolve: want --rerun (run the task again) or --drop"},
+		{runReview, []string{"resolve", "--rerun", "--drop", "1"}, "give --rerun or --drop, not both"},
+		{runReview, []string{"resolve", "--drop", "--by", " ", "1"}, "--by is empty"},
+		{runReview, []string{"replay", "--rerun", "1"}, "--rerun and --drop go with resolve, not replay"},
+		{runSubmit, []string{"echo", "@"}, `payload "@" names no file`},
+		{runSubmit, []string{"echo", "@/nonexistent/task.json"}, "/nonexistent/task.json"},
 		{runReview, []string{"replay", "--new-deadline", "-1h", "1"}, "--new-deadline must not be negative"},
 		{runSubmit, nil, "want <capability>"},
 		{runSubmit, []string{"echo", "{nope"}, "payload is not valid JSON"},
@@ -428,4 +450,133 @@ func TestParkedUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReviewResolve checks both resolutions of an in-doubt review entry:
+// --rerun removes the dead instance's claim and runs the task again,
+// --drop removes the entry and runs nothing; each leaves a record.
+func TestReviewResolve(t *testing.T) {
+	url := startStack(t)
+	srv := []string{"--server", url, "--timeout", "10s"}
+	with := func(args ...string) []string { return append(append([]string{}, srv...), args...) }
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, streams.BucketIdempotency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// inDoubt parks a task the way the dispatcher does when an instance
+	// died holding its idempotency claim, which stays behind pending.
+	inDoubt := func(t *testing.T, id string) (seq, claim string) {
+		t.Helper()
+		key := "key-" + uuid.NewString()
+		claim = streams.IdempotencyKey("echo", key)
+		b, err := msgpack.Marshal(map[string]string{"state": "pending", "owner": "ghost-1", "request_id": id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Create(ctx, claim, b); err != nil {
+			t.Fatal(err)
+		}
+		n := park(t, url, "reach.review.echo", id, dispatcher.ReasonInDoubt, `{"in_doubt":true}`, streams.HeaderIdempotencyKey, key,
+			streams.HeaderError, string(streams.CodeInternal), streams.HeaderInDoubt, "true")
+		return strconv.FormatUint(n, 10), claim
+	}
+	// records returns the REACH_EVENTS records of request id.
+	records := func(t *testing.T, id string) []dispatcher.Event {
+		t.Helper()
+		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []dispatcher.Event
+		for _, m := range list {
+			evs, err := dispatcher.DecodeEvents(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				if ev.RequestID == id {
+					out = append(out, ev)
+				}
+			}
+		}
+		return out
+	}
+	recorded := func(t *testing.T, id, outcome string) {
+		t.Helper()
+		for _, ev := range records(t, id) {
+			if ev.Outcome == outcome {
+				if ev.By != "tester" || ev.Capability != "echo" || ev.Code != string(streams.CodeInternal) {
+					t.Errorf("record %+v", ev)
+				}
+				return
+			}
+		}
+		t.Errorf("no %s record for %s in REACH_EVENTS: %+v", outcome, id, records(t, id))
+	}
+	gone := func(t *testing.T, id string) {
+		t.Helper()
+		for _, e := range listParked(t, runReview, srv) {
+			if e.RequestID == id {
+				t.Errorf("entry still in review: %+v", e)
+			}
+		}
+	}
+
+	t.Run("rerun", func(t *testing.T) {
+		id := "doubt-" + uuid.NewString()
+		seq, claim := inDoubt(t, id)
+		r := runCmd(t, runReview, with("resolve", "--rerun", "--by", "tester", seq)...)
+		if r.code != exitOK || r.stdout != "resubmitted 1 review entry\n" {
+			t.Fatalf("resolve --rerun: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		// It ran again: a result, and the claim is the new execution's.
+		r = runCmd(t, runResult, with("--wait", id)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, `"in_doubt": true`) {
+			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		e, err := kv.Get(ctx, claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec map[string]any
+		if err := msgpack.Unmarshal(e.Value(), &rec); err != nil || rec["state"] != "done" || rec["owner"] == "ghost-1" {
+			t.Fatalf("claim after the rerun: %v (%v)", rec, err)
+		}
+		gone(t, id)
+		recorded(t, id, dispatcher.OutcomeReviewRerun)
+	})
+
+	t.Run("drop", func(t *testing.T) {
+		id := "doubt-" + uuid.NewString()
+		seq, claim := inDoubt(t, id)
+		before, err := kv.Get(ctx, claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runCmd(t, runReview, with("resolve", "--drop", "--json", "--by", "tester", seq)...)
+		if r.code != exitOK || r.stdout != `{"dropped":1}`+"\n" {
+			t.Fatalf("resolve --drop: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		gone(t, id)
+		recorded(t, id, dispatcher.OutcomeReviewDrop)
+		// Nothing ran: no outcome, and the claim is as it was.
+		if r := runCmd(t, runResult, with(id)...); r.code != exitFail || !strings.Contains(r.stderr, "no outcome recorded for "+id) {
+			t.Fatalf("result: exit %d, stderr %q", r.code, r.stderr)
+		}
+		after, err := kv.Get(ctx, claim)
+		if err != nil || after.Revision() != before.Revision() {
+			t.Fatalf("claim changed: revision %d, was %d (%v)", after.Revision(), before.Revision(), err)
+		}
+	})
 }

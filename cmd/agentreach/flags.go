@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,12 +106,15 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// cmdline is one command's flag set and help text.
+// cmdline is one command's flag set and help text, and how it reports
+// failures.
 type cmdline struct {
 	fs       *flag.FlagSet
 	synopsis string
 	about    string
 	groups   []flagGroup
+	asJSON   *bool     // the command's --json (jsonFlag); nil when it has none
+	stdout   io.Writer // set by parse: where a failure's JSON object goes
 }
 
 type flagGroup struct {
@@ -140,11 +144,23 @@ func (c *cmdline) group(title string, define func(*flag.FlagSet)) {
 	c.groups = append(c.groups, g)
 }
 
+// jsonFlag defines the command's --json on fs: machine output on stdout,
+// and for every failure one JSON object {"error": {"code", "message"}}
+// (see fail).
+func (c *cmdline) jsonFlag(fs *flag.FlagSet, p *bool, usage string) {
+	fs.BoolVar(p, "json", false, usage)
+	c.asJSON = p
+}
+
+// jsonMode reports whether failures print their JSON object.
+func (c *cmdline) jsonMode() bool { return c.asJSON != nil && *c.asJSON && c.stdout != nil }
+
 // parse parses the command line and then the environment. It returns the
 // positional arguments, or ok=false and the exit code when the command must
 // stop: 0 after --help, exitUsage after a bad flag.
 func (c *cmdline) parse(args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
 	c.fs.SetOutput(stderr)
+	c.stdout = stdout
 	pos, err := parseArgs(c.fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -152,6 +168,11 @@ func (c *cmdline) parse(args []string, stdout, stderr io.Writer) (pos []string, 
 		return nil, exitOK, false
 	case err != nil: // the flag package has printed the error
 		fmt.Fprintf(stderr, "Run 'agentreach %s --help' for usage.\n", c.fs.Name())
+		if c.asJSON != nil && !*c.asJSON {
+			// The parser stopped at the bad flag: --json may follow it.
+			*c.asJSON = jsonRequested(args, os.LookupEnv)
+		}
+		c.printFailure(failureOutput{Error: &streams.Error{Code: codeUsage, Message: err.Error()}})
 		return nil, exitUsage, false
 	}
 	if err := bindEnv(c.fs, os.LookupEnv); err != nil {
@@ -169,10 +190,67 @@ func (c *cmdline) parseNoArgs(args []string, stdout, stderr io.Writer) (code int
 	return code, ok
 }
 
-// usageError prints a usage error and returns exitUsage.
+// jsonRequested reports whether args (up to "--") or the environment set
+// --json to true, whatever else they hold.
+func jsonRequested(args []string, lookup func(string) (string, bool)) bool {
+	on := false
+	if v, ok := lookup(envName("json")); ok {
+		on, _ = strconv.ParseBool(v)
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if name != "json" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		on = true
+		if hasValue {
+			on, _ = strconv.ParseBool(value)
+		}
+	}
+	return on
+}
+
+// usageError prints a usage error (with --json also its JSON object on
+// stdout) and returns exitUsage.
 func (c *cmdline) usageError(stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "error: %s\nRun 'agentreach %s --help' for usage.\n", fmt.Sprintf(format, args...), c.fs.Name())
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(stderr, "error: %s\nRun 'agentreach %s --help' for usage.\n", msg, c.fs.Name())
+	c.printFailure(failureOutput{Error: &streams.Error{Code: codeUsage, Message: msg}})
 	return exitUsage
+}
+
+// fail reports a failure and returns exitFail: "error: <err>" on stderr and,
+// with --json, {"error": {"code", "message"}} on stdout (see errorObject).
+func (c *cmdline) fail(stderr io.Writer, err error) int {
+	return c.failWith(stderr, err, failureOutput{})
+}
+
+// failWith is fail with more fields in the JSON object.
+func (c *cmdline) failWith(stderr io.Writer, err error, out failureOutput) int {
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	out.Error = errorObject(err)
+	c.printFailure(out)
+	return exitFail
+}
+
+// failureOutput is the one JSON object a failure prints with --json.
+type failureOutput struct {
+	Error *streams.Error `json:"error"`
+	Meta  *callMeta      `json:"meta,omitempty"`
+	// Parked is where a durable task was parked instead of a result.
+	Parked *parkedJSON `json:"parked,omitempty"`
+	// Resubmitted counts the entries a replay resubmitted before failing.
+	Resubmitted *int `json:"resubmitted,omitempty"`
+}
+
+// printFailure prints out on stdout in JSON mode.
+func (c *cmdline) printFailure(out failureOutput) {
+	if c.jsonMode() {
+		writeJSONLine(c.stdout, out)
+	}
 }
 
 // usage prints the help: synopsis, description, then every flag with its

@@ -178,7 +178,7 @@ func commandFlags(t *testing.T, name string) []string {
 	conn := []string{"server", "user", "password", "token", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level", "timeout"}
 	switch name {
 	case "up":
-		return []string{"data-dir", "nats-listen", "sync-always", "demo", "heartbeat", "instances", "slow-delay",
+		return []string{"data-dir", "nats-listen", "max-payload", "sync-always", "demo", "heartbeat", "instances", "slow-delay",
 			"strategy", "capability-strategy", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "name", "prefix", "log-level",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval"}
 	case "dispatcher":
@@ -197,11 +197,11 @@ func commandFlags(t *testing.T, name string) []string {
 	case "dlq":
 		return append(conn, "json", "all", "new-deadline", "yes")
 	case "review":
-		return append(conn, "json", "all", "new-deadline")
+		return append(conn, "json", "all", "new-deadline", "rerun", "drop", "by")
 	case "breakers", "stats":
 		return append(conn, "json", "gather")
 	case "bench":
-		return []string{"quick", "json"}
+		return []string{"quick", "json-file"}
 	case "version":
 		return nil
 	}
@@ -222,6 +222,10 @@ func TestTopLevel(t *testing.T) {
 		{args: []string{"help", "call"}, code: exitOK, stdout: "Usage: agentreach call"},
 		{args: []string{"frobnicate"}, code: exitUsage, stderr: `unknown command "frobnicate"`},
 		{args: []string{"version"}, code: exitOK, stdout: "agentreach "},
+		{args: []string{"--version"}, code: exitOK, stdout: longVersion() + "\n"},
+		{args: []string{"-version"}, code: exitOK, stdout: longVersion() + "\n"},
+		{args: []string{"bench", "--json-file"}, code: exitUsage, stderr: "flag needs an argument: -json-file"},
+		{args: []string{"up", "--max-payload", "0"}, code: exitUsage, stderr: "--max-payload"},
 		{args: []string{"call", "--no-such-flag"}, code: exitUsage, stderr: "no-such-flag"},
 		{args: []string{"call"}, code: exitUsage, stderr: "want <capability>"},
 		{args: []string{"call", "echo", "{not json"}, code: exitUsage, stderr: "payload is not valid JSON"},

@@ -21,15 +21,29 @@ breakers of the instances it routes to, and prints one row per replica and
 instance: state (CLOSED, OPEN, HALF_OPEN), consecutive failures, failures and
 outcomes in the last window, the share of traffic admitted while ramping up
 after a close, the failure penalty and the latency average. Replicas share
-OPEN and CLOSED transitions through the REACH_BREAKERS bucket.`
+OPEN and CLOSED transitions through the REACH_BREAKERS bucket.
+
+LATENCY (GEO AVG) is the replica's moving geometric average of the instance's
+task latency, the figure least-load routing compares: each new task weighs
+0.05 (the first five count equally), so one stray spike moves it little. While
+the instance gets no task from the replica the average fades, by a factor of e
+every 5 s, so an instance once found slow is tried again. It reads 0 until the
+instance has 5 samples.
+
+When no dispatcher answers within --gather it fails with "no dispatcher
+answered on <subject> within <gather>" and exit status 1.`
 
 const statsAbout = `
 Asks every running dispatcher replica (on <prefix>.api.stats) for its counters
 since start: tasks received, finished, failed, answered OVERLOADED, dropped,
-sent to another instance, in flight, and the agents in its routing table.`
+sent to another instance, in flight, and the agents in its routing table.
+
+When no dispatcher answers within --gather it fails with "no dispatcher
+answered on <subject> within <gather>" and exit status 1.`
 
 // gather sends an empty request on subject and collects every reply that
-// arrives within wait: one per dispatcher replica.
+// arrives within wait: one per dispatcher replica. No reply at all is a
+// NO_DISPATCHER error.
 func gather(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration) ([][]byte, error) {
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -45,11 +59,15 @@ func gather(ctx context.Context, nc *nats.Conn, subject string, wait time.Durati
 	var out [][]byte
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return out, nil // the wait is over
+		if err == nil && len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+			err = nats.ErrNoResponders // the server says no one listens
 		}
-		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-			return nil, fmt.Errorf("no dispatcher is answering on %s", subject)
+		if err != nil { // the wait is over
+			if len(out) == 0 {
+				return nil, withCode(codeNoDispatcher, fmt.Errorf("no dispatcher answered on %s within %v "+
+					"(is one running against this server, with this --prefix? a slow one may need a longer --gather)", subject, wait))
+			}
+			return out, nil
 		}
 		out = append(out, m.Data)
 	}
@@ -65,7 +83,7 @@ func inspect(ctx context.Context, name, about, verb string, args []string, stdou
 	)
 	cl := newCmdline(name, "agentreach "+name+" [flags]", about)
 	cl.group("Flags", func(fs *flag.FlagSet) {
-		fs.BoolVar(&asJSON, "json", false, "print the replies as a JSON array")
+		cl.jsonFlag(fs, &asJSON, `print the replies as a JSON array; a failure as {"error": …}`)
 		fs.DurationVar(&wait, "gather", 500*time.Millisecond, "how long to collect replies from the replicas")
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
@@ -74,11 +92,13 @@ func inspect(ctx context.Context, name, about, verb string, args []string, stdou
 	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
 	}
+	if wait <= 0 {
+		return cl.usageError(stderr, "--gather must be positive, got %v", wait)
+	}
 	conn.log = conn.logger(stderr)
 	nc, err := conn.connect("agentreach-" + name)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
+		return cl.fail(stderr, err)
 	}
 	defer nc.Close()
 	replies, err := gather(ctx, nc, conn.subjects().API(verb), wait)
@@ -86,8 +106,7 @@ func inspect(ctx context.Context, name, about, verb string, args []string, stdou
 		err = print(stdout, replies, asJSON)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
+		return cl.fail(stderr, err)
 	}
 	return exitOK
 }
@@ -101,7 +120,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {
-	var all []dispatcher.BreakersReply
+	all := []dispatcher.BreakersReply{} // --json: an array, never null
 	for _, r := range replies {
 		var br dispatcher.BreakersReply
 		if err := json.Unmarshal(r, &br); err != nil {
@@ -114,7 +133,7 @@ func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {
 		return writeJSON(w, all)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISPATCHER\tINSTANCE\tSTATE\tCONSECUTIVE\tFAILED/TOTAL (1m)\tSHARE\tPENALTY\tLATENCY")
+	fmt.Fprintln(tw, "DISPATCHER\tINSTANCE\tSTATE\tCONSECUTIVE\tFAILED/TOTAL (1m)\tSHARE\tPENALTY\tLATENCY (GEO AVG)")
 	for _, br := range all {
 		for _, b := range br.Breakers {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d/%d\t%.0f%%\t%.2f\t%.1fms\n", br.Dispatcher, b.Instance, b.State,
@@ -125,7 +144,7 @@ func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {
 }
 
 func printStats(w io.Writer, replies [][]byte, asJSON bool) error {
-	var all []dispatcher.Stats
+	all := []dispatcher.Stats{} // --json: an array, never null
 	for _, r := range replies {
 		var s dispatcher.Stats
 		if err := json.Unmarshal(r, &s); err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,22 +45,37 @@ Example:
   agentreach dlq purge --yes 42`
 
 const reviewAbout = `
-Inspects and handles the review queue REACH_REVIEW: durable tasks whose
-overall deadline passed before they finished (reason "deadline"), held for a
-person with their original headers and payload, the error code, the attempts
-and the last error.
+Inspects and handles the review queue REACH_REVIEW: durable tasks held for a
+person to decide, with their original headers and payload, the error code,
+the attempts and the last error. Two reasons put a task there:
+
+  deadline   its overall deadline passed before it finished
+  in_doubt   an idempotent execution's outcome is unknown: the instance that
+             claimed its idempotency key died before storing an outcome, so
+             the side effect may or may not have happened
 
 Sub-commands:
   ls                 one row per entry, oldest first (--json: an array)
   show <seq>         every field, the headers and the payload (indented JSON)
   replay <seq>       resubmit to the durable tier with the same request id
   replay --all       (--new-deadline gives it a new deadline) and remove the entry
-  resolve <seq>      delete the entry: the person handled the task
+  resolve --rerun <seq>
+                     run the task again: delete its claim in REACH_IDEMPOTENCY
+                     (so it executes, not replays), then resubmit it like replay
+                     (--new-deadline applies) and remove the entry
+  resolve --drop <seq>
+                     remove the entry: the task runs no more
+
+Each resolve is recorded in REACH_EVENTS (on <prefix>.event.<capability>,
+outcome review_rerun or review_drop, with --by: who decided). The record is
+written first; if the resolution then fails, run the same command again: a
+second record within two minutes is dropped as a duplicate.
 
 Example:
   agentreach review ls
   agentreach review replay --new-deadline 1h 7
-  agentreach review resolve 7`
+  agentreach review resolve --rerun 7
+  agentreach review resolve --drop --by alice 8`
 
 // parkedKind describes one queue of parked tasks: the dead letters or the
 // review queue.
@@ -71,16 +87,20 @@ type parkedKind struct {
 	synopsis string
 	about    string
 	remove   string // the sub-command that deletes: "purge" (one or all, confirmed) or "resolve" (one)
+	handles  string // what to do with entry %d, as a sentence part
 }
 
 var (
 	dlqKind = parkedKind{name: "dlq", stream: streams.StreamDLQ, noun: "dead letter", nouns: "dead letters",
 		synopsis: "agentreach dlq [flags] ls | show <seq> | replay (<seq>|--all) | purge [<seq>]",
-		about:    dlqAbout, remove: "purge"}
+		about:    dlqAbout, remove: "purge", handles: "'agentreach dlq replay %d' runs it again"}
 	reviewKind = parkedKind{name: "review", stream: streams.StreamReview, noun: "review entry", nouns: "review entries",
-		synopsis: "agentreach review [flags] ls | show <seq> | replay (<seq>|--all) | resolve <seq>",
-		about:    reviewAbout, remove: "resolve"}
+		synopsis: "agentreach review [flags] ls | show <seq> | replay (<seq>|--all) | resolve (--rerun|--drop) <seq>",
+		about:    reviewAbout, remove: "resolve", handles: "'agentreach review resolve --rerun %d' (or --drop) decides"}
 )
+
+// handle says what to do with entry seq.
+func (k parkedKind) handle(seq uint64) string { return fmt.Sprintf(k.handles, seq) }
 
 func (k parkedKind) count(n int) string {
 	if n == 1 {
@@ -109,10 +129,17 @@ type parkedCmd struct {
 	kind     parkedKind
 	js       jetstream.JetStream
 	subjects streams.Subjects
+	server   string        // --server, for messages
 	timeout  time.Duration // bound on each read or change
 	asJSON   bool
 	stdout   io.Writer
 	stderr   io.Writer
+}
+
+// resolution is how `review resolve` handles an entry.
+type resolution struct {
+	rerun, drop bool
+	by          string
 }
 
 func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr io.Writer) int {
@@ -122,15 +149,21 @@ func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr 
 		all      bool
 		yes      bool
 		deadline time.Duration
+		res      resolution
 	)
 	cl := newCmdline(k.name, k.synopsis, k.about)
 	cl.group("Flags", func(fs *flag.FlagSet) {
-		fs.BoolVar(&asJSON, "json", false, `print JSON: ls an array, show an object, the others {"<what was done>": n}`)
+		cl.jsonFlag(fs, &asJSON, `print JSON: ls an array, show an object, the others {"<what was done>": n}; a failure {"error": …}`)
 		fs.BoolVar(&all, "all", false, "replay every "+k.noun+" instead of one <seq>")
 		fs.DurationVar(&deadline, "new-deadline", 0,
-			"replay: give the resubmitted task a new overall deadline (Reach-Deadline) this far from now;\n0 means the dispatchers' default for durable tasks, counted from the resubmission")
+			"replay (and resolve --rerun): give the resubmitted task a new overall deadline (Reach-Deadline) this far from now;\n0 means the dispatchers' default for durable tasks, counted from the resubmission")
 		if k.remove == "purge" {
 			fs.BoolVar(&yes, "yes", false, "purge without asking for confirmation (needed when stdin is not a terminal)")
+		}
+		if k.remove == "resolve" {
+			fs.BoolVar(&res.rerun, "rerun", false, "resolve: run the task again, even if an earlier execution went through")
+			fs.BoolVar(&res.drop, "drop", false, "resolve: remove the entry; the task runs no more")
+			fs.StringVar(&res.by, "by", currentUser(), "resolve: who decided, as recorded in REACH_EVENTS (`name`)")
 		}
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
@@ -179,6 +212,16 @@ func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr 
 	if deadline < 0 {
 		return cl.usageError(stderr, "--new-deadline must not be negative, got %v", deadline)
 	}
+	switch {
+	case sub != "resolve" && (res.rerun || res.drop):
+		return cl.usageError(stderr, "--rerun and --drop go with resolve, not %s", sub)
+	case sub == "resolve" && res.rerun && res.drop:
+		return cl.usageError(stderr, "resolve: give --rerun or --drop, not both")
+	case sub == "resolve" && !res.rerun && !res.drop:
+		return cl.usageError(stderr, "resolve: want --rerun (run the task again) or --drop (it runs no more)")
+	case sub == "resolve" && strings.TrimSpace(res.by) == "":
+		return cl.usageError(stderr, "resolve: --by is empty: say who decides")
+	}
 	var in io.Reader
 	if sub == "purge" && !yes {
 		var term bool
@@ -190,25 +233,27 @@ func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr 
 	conn.log = conn.logger(stderr)
 	nc, err := conn.connect("agentreach-" + k.name)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
+		return cl.fail(stderr, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
+		return cl.fail(stderr, err)
 	}
-	p := &parkedCmd{kind: k, js: js, subjects: conn.subjects(), timeout: conn.timeout, asJSON: asJSON, stdout: stdout, stderr: stderr}
+	p := &parkedCmd{kind: k, js: js, subjects: conn.subjects(), server: conn.serverList(), timeout: conn.timeout,
+		asJSON: asJSON, stdout: stdout, stderr: stderr}
 	switch sub {
 	case "ls":
 		err = p.list(ctx)
 	case "show":
 		err = p.show(ctx, seq)
 	case "replay":
-		err = p.replay(ctx, seq, deadline)
+		var n int
+		if n, err = p.replay(ctx, seq, deadline); err != nil && n > 0 {
+			return cl.failWith(stderr, p.explain(err), failureOutput{Resubmitted: &n})
+		}
 	case "resolve":
-		err = p.resolve(ctx, seq)
+		err = p.resolve(ctx, seq, res, deadline)
 	case "purge":
 		if hasSeq {
 			err = p.purgeOne(ctx, seq, in)
@@ -217,10 +262,26 @@ func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr 
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
+		return cl.fail(stderr, p.explain(err))
 	}
 	return exitOK
+}
+
+// explain names the stream of the command when err says it is missing.
+func (p *parkedCmd) explain(err error) error {
+	return notProvisioned(err, p.server, "stream "+p.kind.stream)
+}
+
+// currentUser returns the name of the user running the command, the
+// default of --by.
+func currentUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if name := os.Getenv("USER"); name != "" {
+		return name
+	}
+	return "unknown"
 }
 
 // bounded returns ctx bounded by --timeout.
@@ -252,7 +313,7 @@ func (p *parkedCmd) get(ctx context.Context, seq uint64) (dispatcher.Parked, err
 	defer cancel()
 	e, err := dispatcher.GetParked(ctx, p.js, p.subjects, p.kind.stream, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return e, fmt.Errorf("no %s with seq %d in %s", p.kind.noun, seq, p.kind.stream)
+		return e, withCode(codeNotFound, fmt.Errorf("no %s with seq %d in %s", p.kind.noun, seq, p.kind.stream))
 	}
 	return e, err
 }
@@ -269,9 +330,11 @@ func (p *parkedCmd) show(ctx context.Context, seq uint64) error {
 }
 
 // replay resubmits entry seq, or every entry when seq is 0, with
-// dispatcher.Replay, and prints how many were resubmitted. deadline > 0
-// gives each resubmitted task a new Reach-Deadline that far from now.
-func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Duration) error {
+// dispatcher.Replay, and prints how many were resubmitted; when some were
+// not, it prints nothing and returns how many were beside the error.
+// deadline > 0 gives each resubmitted task a new Reach-Deadline that far
+// from now.
+func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Duration) (int, error) {
 	var list []dispatcher.Parked
 	if seq == 0 {
 		lctx, cancel := p.bounded(ctx)
@@ -279,20 +342,17 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 		list, err = dispatcher.ListParked(lctx, p.js, p.subjects, p.kind.stream)
 		cancel()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		sort.SliceStable(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
 	} else {
 		e, err := p.get(ctx, seq)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		list = append(list, e)
 	}
-	var newDeadline time.Time
-	if deadline > 0 {
-		newDeadline = time.Now().Add(deadline)
-	}
+	newDeadline := deadlineFrom(deadline)
 	n := 0
 	var errs []error
 	for _, e := range list {
@@ -308,24 +368,64 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 		}
 		n++
 	}
-	p.report("resubmitted", n)
 	if len(errs) > 0 {
-		return fmt.Errorf("%d of %s not resubmitted: %w", len(list)-n, p.kind.count(len(list)), errors.Join(errs...))
+		return n, fmt.Errorf("%d of %s not resubmitted (%d were): %w", len(list)-n, p.kind.count(len(list)), n, errors.Join(errs...))
 	}
-	return nil
+	p.report("resubmitted", n)
+	return n, nil
 }
 
-func (p *parkedCmd) resolve(ctx context.Context, seq uint64) error {
+// deadlineFrom returns the time d from now, or zero for 0.
+func deadlineFrom(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
+}
+
+// resolve records a person's decision on review entry seq in REACH_EVENTS,
+// then carries it out: --rerun deletes the task's idempotency claim and
+// resubmits it, --drop deletes the entry. The record comes first and is
+// deduplicated (within REACH_EVENTS' duplicate window, two minutes), so
+// running the command again after a failure finishes the resolution
+// without recording it twice.
+func (p *parkedCmd) resolve(ctx context.Context, seq uint64, r resolution, deadline time.Duration) error {
 	e, err := p.get(ctx, seq)
 	if err != nil {
 		return err
 	}
-	dctx, cancel := p.bounded(ctx)
-	defer cancel()
-	if err := dispatcher.DeleteParked(dctx, p.js, p.kind.stream, e.Seq); err != nil {
-		return err
+	outcome := dispatcher.OutcomeReviewDrop
+	if r.rerun {
+		outcome = dispatcher.OutcomeReviewRerun
 	}
-	p.report("resolved", 1)
+	rctx, cancel := p.bounded(ctx)
+	defer cancel()
+	if err := dispatcher.RecordResolution(rctx, p.js, p.subjects, e, outcome, r.by); err != nil {
+		return notProvisioned(err, p.server, "stream "+streams.StreamEvents)
+	}
+	if r.drop {
+		if err := dispatcher.DeleteParked(rctx, p.js, p.kind.stream, e.Seq); err != nil {
+			return fmt.Errorf("recorded %s, but the entry was not deleted: %w", outcome, err)
+		}
+		p.report("dropped", 1)
+		return nil
+	}
+	if key := e.Header.Get(streams.HeaderIdempotencyKey); key != "" {
+		kv, err := p.js.KeyValue(rctx, streams.BucketIdempotency)
+		if err == nil {
+			// Deleting a key that is not there is no error.
+			err = kv.Delete(rctx, streams.IdempotencyKey(e.Capability, key))
+		}
+		if err != nil {
+			return fmt.Errorf("recorded %s, but the idempotency claim was not deleted, so nothing was resubmitted: %w", outcome,
+				notProvisioned(err, p.server, "bucket "+streams.BucketIdempotency))
+		}
+	}
+	if err := dispatcher.Replay(rctx, p.js, p.subjects, e, deadlineFrom(deadline)); err != nil {
+		return fmt.Errorf("recorded %s, but the task was not resubmitted: %w", outcome,
+			notProvisioned(err, p.server, "stream "+streams.StreamTasks))
+	}
+	p.report("resubmitted", 1)
 	return nil
 }
 

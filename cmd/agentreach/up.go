@@ -27,8 +27,14 @@ and, with --demo, the demo agents (echo, slow, math.add; see 'agentreach demo
 --help'), which reach the server over in-process pipes. Other processes
 reach it at --nats-listen: agents, 'agentreach call', the nats CLI.
 
+While it runs it holds an exclusive lock on <data-dir>/agentreach.lock (with
+its process id inside): a second 'agentreach up' on the same --data-dir
+exits at once, naming the holder, instead of sharing the JetStream store.
+Two stacks on one machine need their own --data-dir and --nats-listen.
+
 Ctrl-C or SIGTERM drains the demo agents, then the dispatcher, then stops the
-server; the data directory keeps the durable state for the next run.`
+server and releases the lock; the data directory keeps the durable state for
+the next run.`
 
 // startupTimeout bounds starting the embedded server and everything on it.
 const startupTimeout = 30 * time.Second
@@ -38,6 +44,7 @@ type upFlags struct {
 	global     globalFlags
 	dataDir    string
 	listen     string
+	maxPayload int
 	syncAlways bool
 	demo       bool
 	heartbeat  time.Duration
@@ -48,6 +55,8 @@ type upFlags struct {
 func (f *upFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", ".agentreach", "`directory` of the JetStream file store (created if missing)")
 	fs.StringVar(&f.listen, "nats-listen", "127.0.0.1:4222", "`host:port` of the NATS client listener (port 0: any free port)")
+	fs.IntVar(&f.maxPayload, "max-payload", server.MAX_PAYLOAD_SIZE,
+		"the server's max_payload: the largest message, payload and headers, in `bytes` (at most 64 MiB)")
 	fs.BoolVar(&f.syncAlways, "sync-always", false,
 		"fsync every JetStream write before acknowledging it (sync_interval: always).\n"+
 			"By default the store fsyncs every 2 minutes, so a power loss may lose up to\n"+
@@ -75,6 +84,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if _, _, err := splitListen(f.listen); err != nil {
 		return cl.usageError(stderr, "%v", err)
 	}
+	if f.maxPayload <= 0 || f.maxPayload > maxPayloadRead {
+		return cl.usageError(stderr, "--max-payload %d: want 1 to %d bytes", f.maxPayload, maxPayloadRead)
+	}
 	if err := up(ctx, &f, stdout, f.global.logger(stderr)); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitFail
@@ -90,7 +102,20 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 			err = serr
 		}
 	}()
-	srv, dataDir, err := startServer(f, log)
+	dataDir, err := filepath.Abs(f.dataDir)
+	if err == nil {
+		err = os.MkdirAll(dataDir, 0o750)
+	}
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	// Locked before the server opens the store, released after it stopped.
+	unlock, err := lockDataDir(dataDir, log)
+	if err != nil {
+		return err
+	}
+	st.add("data dir lock", func(context.Context) error { return unlock() })
+	srv, err := startServer(f, dataDir, log)
 	if err != nil {
 		return err
 	}
@@ -156,39 +181,34 @@ func splitListen(listen string) (host string, port int, err error) {
 	return host, port, nil
 }
 
-// startServer starts the embedded nats-server with JetStream in --data-dir
-// and waits until it takes connections. It returns the absolute data dir.
-func startServer(f *upFlags, log zerolog.Logger) (*server.Server, string, error) {
+// startServer starts the embedded nats-server with JetStream in dataDir
+// and waits until it takes connections.
+func startServer(f *upFlags, dataDir string, log zerolog.Logger) (*server.Server, error) {
 	host, port, err := splitListen(f.listen)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if port != server.RANDOM_PORT {
 		// The server only logs a taken port; find out first and say so.
 		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return nil, "", fmt.Errorf("cannot listen on %s: %w (is another `agentreach up` or nats-server running? choose another address with --nats-listen)", f.listen, err)
+			return nil, fmt.Errorf("cannot listen on %s: %w (is another `agentreach up` or nats-server running? "+
+				"choose another address with --nats-listen; a second stack also needs its own --data-dir)", f.listen, err)
 		}
 		_ = l.Close()
-	}
-	dir, err := filepath.Abs(f.dataDir)
-	if err == nil {
-		err = os.MkdirAll(dir, 0o750)
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("--data-dir: %w", err)
 	}
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "agentreach-up",
 		Host:       host,
 		Port:       port,
+		MaxPayload: int32(f.maxPayload),
 		JetStream:  true,
-		StoreDir:   dir,
+		StoreDir:   dataDir,
 		SyncAlways: f.syncAlways,
 		NoSigs:     true, // this process handles signals and stops the server itself
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("nats-server: %w", err)
+		return nil, fmt.Errorf("nats-server: %w", err)
 	}
 	sl := newServerLogger(log)
 	trace := log.GetLevel() <= zerolog.TraceLevel
@@ -197,9 +217,9 @@ func startServer(f *upFlags, log zerolog.Logger) (*server.Server, string, error)
 	if err := waitReady(srv, sl.fatal, startupTimeout); err != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, "", err
+		return nil, err
 	}
-	return srv, dir, nil
+	return srv, nil
 }
 
 // waitReady waits until srv takes connections with JetStream on, the server

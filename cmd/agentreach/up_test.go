@@ -7,11 +7,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
 )
 
 func TestUp(t *testing.T) {
@@ -25,7 +30,8 @@ func TestUp(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn"}, &stdout, &stderr)
+		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
+			"--max-payload", strconv.Itoa(4 << 20)}, &stdout, &stderr)
 	}()
 
 	waitOutput(t, &stdout, "Agent-Reach is up") // printed once everything runs
@@ -33,6 +39,16 @@ func TestUp(t *testing.T) {
 	r := runCmd(t, runCall, "--server", url, "echo", `{"text":"hi"}`)
 	if r.code != exitOK || !strings.Contains(r.stdout, `"text": "hi"`) {
 		t.Fatalf("call echo: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// --max-payload raised the server's limit: 2 MiB fits.
+	big := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(big, []byte(`{"blob":"`+strings.Repeat("x", 2<<20)+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCmd(t, runCall, "--server", url, "--json", "echo", "@"+big)
+	var out callOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK || len(out.Result) < 2<<20 {
+		t.Fatalf("call echo @big.json: exit %d, %d result bytes (%v), stderr %q", r.code, len(out.Result), err, r.stderr)
 	}
 	r = runCmd(t, runAgents, "--server", url, "--json")
 	var entries []agentJSON
@@ -74,7 +90,117 @@ func TestUpPortTaken(t *testing.T) {
 	}
 	defer l.Close()
 	r := runCmd(t, runUp, "--nats-listen", l.Addr().String(), "--data-dir", t.TempDir())
-	if r.code != exitFail || !strings.Contains(r.stderr, "cannot listen on "+l.Addr().String()) {
+	if r.code != exitFail || !strings.Contains(r.stderr, "cannot listen on "+l.Addr().String()) ||
+		!strings.Contains(r.stderr, "a second stack also needs its own --data-dir") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// upRun is `up` running in a goroutine of the test.
+type upRun struct {
+	stdout, stderr *syncBuffer
+	done           chan int
+	cancel         context.CancelFunc
+	code           int
+	exited         bool
+}
+
+// startUp runs `up` with args until the test ends.
+func startUp(t *testing.T, args ...string) *upRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	u := &upRun{stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan int, 1), cancel: cancel}
+	go func() { u.done <- runUp(ctx, append(args, "--log-level", "warn"), u.stdout, u.stderr) }()
+	t.Cleanup(func() { u.stop(t) })
+	return u
+}
+
+// wait waits up to timeout for up to exit and reports its exit code.
+func (u *upRun) wait(timeout time.Duration) (code int, exited bool) {
+	if !u.exited {
+		select {
+		case u.code = <-u.done:
+			u.exited = true
+		case <-time.After(timeout):
+		}
+	}
+	return u.code, u.exited
+}
+
+// stop stops up and returns its exit code; it fails t when up does not
+// stop within a bound.
+func (u *upRun) stop(t *testing.T) int {
+	u.cancel()
+	code, exited := u.wait(30 * time.Second)
+	if !exited {
+		t.Fatal("up did not stop within 30s")
+	}
+	return code
+}
+
+// TestUpDataDirLock checks that a second `up` on the data dir of a running
+// one exits at once, naming the dir and the holder, without costing the
+// first any durable task it accepted; and that stopping releases the dir.
+func TestUpDataDirLock(t *testing.T) {
+	before := goroutines()
+	dir := t.TempDir()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	url := "nats://" + listen
+	first := startUp(t, "--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "500ms")
+	waitOutput(t, first.stdout, "Agent-Reach is up")
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, err := agentkit.NewClient(nc, agentkit.WithJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 30 {
+		capability := "echo"
+		if i%10 == 0 {
+			capability = "slow" // still running when the second stack tries
+		}
+		id, err := client.Submit(ctx, capability, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+
+	start := time.Now()
+	second := startUp(t, "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--demo")
+	code, exited := second.wait(20 * time.Second) // a safety bound; it takes milliseconds
+	if !exited {
+		t.Fatalf("a second up on the same --data-dir still runs after 20s; stderr:\n%s", second.stderr.String())
+	}
+	t.Logf("the second up exited %d after %v", code, time.Since(start))
+	want := fmt.Sprintf("error: --data-dir %s is in use by process %d (another agentreach up?); stop it or choose another --data-dir",
+		dir, os.Getpid())
+	if code != exitFail || !strings.Contains(second.stderr.String(), want) {
+		t.Fatalf("second up: exit %d, stderr %q; want %d and %q", code, second.stderr.String(), exitFail, want)
+	}
+
+	for _, id := range ids {
+		if res, err := client.Wait(ctx, id); err != nil || res.Status != streams.StatusFinished {
+			t.Fatalf("task %s accepted by the first stack: %v, %v", id, res, err)
+		}
+	}
+	if code := first.stop(t); code != exitOK {
+		t.Fatalf("first up exited %d; stderr:\n%s", code, first.stderr.String())
+	}
+
+	// Released: the next up on the dir starts.
+	third := startUp(t, "--nats-listen", "127.0.0.1:0", "--data-dir", dir)
+	waitOutput(t, third.stdout, "Agent-Reach is up")
+	if code := third.stop(t); code != exitOK {
+		t.Fatalf("third up exited %d; stderr:\n%s", code, third.stderr.String())
+	}
+	nc.Close()
+	checkNoLeaks(t, before)
 }

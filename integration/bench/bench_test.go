@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 }
 
 // TestQuickSuite runs every scenario in quick mode and checks that the
-// report holds the figures `agentreach bench --json` promises. It checks
+// report holds the figures `agentreach bench --json-file` promises. It checks
 // no timing: CI machines (and the race detector) are too noisy for that.
 func TestQuickSuite(t *testing.T) {
 	methods := []string{"queue_group", "pull", "least_load", "round_robin"}

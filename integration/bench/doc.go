@@ -26,5 +26,5 @@
 //   - registry: thousands of simulated agents heartbeating; join-to-routable
 //     time, a crashed agent's exit, memory and CPU per 1,000 agents.
 //
-// The CLI runs them as `agentreach bench <scenario> [--json FILE] [--quick]`.
+// The CLI runs them as `agentreach bench <scenario> [--json-file FILE] [--quick]`.
 package bench

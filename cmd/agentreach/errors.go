@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// The CLI's own failure codes, for failures that carry no wire error code
+// (streams.Code…). With --json a failure prints {"error": {"code",
+// "message"}} with one of these or a wire code; docs/cli.md lists them.
+const (
+	// codeUsage: a bad command line, flag, environment variable or payload
+	// (exit status 2).
+	codeUsage streams.Code = "USAGE"
+	// codeConnect: no connection to NATS (unreachable, refused credentials,
+	// a wrong connection flag).
+	codeConnect streams.Code = "CONNECT"
+	// codeNotFound: no entry with that sequence, or no outcome recorded for
+	// that request id.
+	codeNotFound streams.Code = "NOT_FOUND"
+	// codeNotProvisioned: a stream or bucket Agent-Reach needs does not
+	// exist on the server, or JetStream is off.
+	codeNotProvisioned streams.Code = "NOT_PROVISIONED"
+	// codeNoDispatcher: no dispatcher answered an inspection request.
+	codeNoDispatcher streams.Code = "NO_DISPATCHER"
+)
+
+// codedError gives an error one of the CLI's failure codes.
+type codedError struct {
+	code streams.Code
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+// withCode returns err with failure code c.
+func withCode(c streams.Code, err error) error { return &codedError{code: c, err: err} }
+
+// errorObject returns what --json prints for err: the CLI's failure code
+// with the whole message, else the wire error in its chain (a deadline that
+// ran out is DEADLINE_EXCEEDED), else INTERNAL.
+func errorObject(err error) *streams.Error {
+	var ce *codedError
+	if errors.As(err, &ce) {
+		return &streams.Error{Code: ce.code, Message: err.Error()}
+	}
+	var we *streams.Error
+	if !errors.As(err, &we) && errors.Is(err, context.DeadlineExceeded) {
+		return &streams.Error{Code: streams.CodeDeadlineExceeded, Message: err.Error()}
+	}
+	return streams.AsError(err)
+}
+
+// notProvisioned explains the error of using resource (e.g. "stream
+// REACH_DLQ") on server when the resource, or JetStream, is missing: a
+// NOT_PROVISIONED error that says what creates it. Other errors pass
+// unchanged, as does an error that has a failure code already.
+func notProvisioned(err error, server, resource string) error {
+	var ce *codedError
+	switch {
+	case errors.As(err, &ce):
+		return err
+	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound),
+		errors.Is(err, jetstream.ErrNoStreamResponse):
+		check := "--server"
+		if errors.Is(err, jetstream.ErrNoStreamResponse) { // no stream captures the subject: the prefix shapes it
+			check = "--server or --prefix"
+		}
+		return withCode(codeNotProvisioned, fmt.Errorf("%s does not exist on %s: nothing has provisioned Agent-Reach there "+
+			"('agentreach up' or 'agentreach dispatcher' creates the streams and buckets); is %s right? (%w)",
+			resource, server, check, err))
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		errors.Is(err, nats.ErrNoResponders):
+		return withCode(codeNotProvisioned, fmt.Errorf("JetStream is not enabled on %s, so %s cannot exist: "+
+			"run nats-server with JetStream (-js) or 'agentreach up'; is --server right? (%w)", server, resource, err))
+	}
+	return err
+}
