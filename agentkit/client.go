@@ -3,7 +3,6 @@ package agentkit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -133,19 +132,9 @@ func (c *Client) Call(ctx context.Context, capability string, payload any, opts 
 	if err != nil {
 		return nil, err
 	}
-	reply, err := c.nc.RequestMsgWithContext(ctx, m)
-	if err != nil && ctx.Err() != nil {
-		c.cancel(m.Header.Get(streams.HeaderRequestID)) // nobody will read the answer now
-	}
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, streams.NewError(streams.CodeNoAgent, "no dispatcher is listening on %s", m.Subject)
-	case errors.Is(err, context.Canceled):
-		return nil, streams.NewError(streams.CodeCancelled, "call of %s cancelled: %v", capability, context.Cause(ctx))
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no result for %s within the caller's deadline", capability)
-	case err != nil:
-		return nil, fmt.Errorf("agentkit: call %s: %w", capability, err)
+	reply, err := c.request(ctx, m, "call "+capability)
+	if err != nil {
+		return nil, err
 	}
 	return outcome(reply)
 }

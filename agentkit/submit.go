@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -148,12 +149,37 @@ func (w *waiter) wait(ctx context.Context) (*Result, error) {
 		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no outcome for %s before the caller's deadline", w.requestID)
 	case m := <-w.ch:
 		if m.Subject == w.c.subjects.Result(w.requestID) {
+			w.stored(ctx)
 			return outcome(m)
 		}
 		e := streams.NewError(streams.Code(m.Header.Get(streams.HeaderError)), "%s", m.Header.Get(streams.HeaderLastError))
 		return resultOf(m), fmt.Errorf("%w (%s, reason %s): %w", ErrParked, m.Subject, m.Header.Get(streams.HeaderDLQReason), e)
 	}
 }
+
+// stored waits (up to ctx and storeWait) until REACH_RESULTS holds the
+// result that just arrived live: a subscriber can hear it before the
+// stream has stored it, and whoever Wait returned to may read it from
+// there (`agentreach result`) next.
+func (w *waiter) stored(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, storeWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := w.c.Result(ctx, w.requestID); !errors.Is(err, ErrNoResult) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// storeWait bounds how long Wait waits for a result it heard to be stored.
+const storeWait = 2 * time.Second
 
 func outcome(m *nats.Msg) (*Result, error) {
 	res := resultOf(m)

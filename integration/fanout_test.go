@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -77,7 +79,7 @@ func fanoutStack(t *testing.T) (*Stack, *dispatcher.Dispatcher, *seen) {
 	return st, d, &s
 }
 
-func fanoutReq(t *testing.T, nc *nats.Conn, subject string, body []byte, kv ...string) (*nats.Msg, fanout.Reply) {
+func fanoutReq(t *testing.T, nc *nats.Conn, subject string, body []byte, kv ...string) (*nats.Msg, streams.Aggregate) {
 	t.Helper()
 	m := nats.NewMsg(subject)
 	m.Data = body
@@ -88,7 +90,7 @@ func fanoutReq(t *testing.T, nc *nats.Conn, subject string, body []byte, kv ...s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r fanout.Reply
+	var r streams.Aggregate
 	if err := streams.Decode(streams.ContentType(res.Header, res.Data), res.Data, &r); err != nil {
 		t.Fatalf("aggregate %q does not decode: %v", res.Data, err)
 	}
@@ -354,5 +356,61 @@ func TestBadFanOutsAreRefusedWithTheFieldNamed(t *testing.T) {
 	}
 	if n := len(s.of("risk.credit")) + len(s.of("risk.fraud")); n != 0 {
 		t.Errorf("%d branches of bad fan-outs were delivered", n)
+	}
+}
+
+func TestTheClientFansOutAndBroadcastsFromInsideAHandler(t *testing.T) {
+	st, d, s := fanoutStack(t)
+	client := st.Client()
+	type score struct {
+		Score float64 `json:"score"`
+	}
+	// An agentkit agent whose handler fans out with its own ctx.
+	st.Agent(agentkit.Config{Type: "underwriter"}, map[string]agentkit.Handler{"underwrite": func(ctx context.Context, _ *agentkit.Request) (any, error) {
+		g, err := client.FanOut(ctx, []agentkit.Branch{
+			{Name: "credit", Capability: "risk.credit", Payload: map[string]int{"id": 7}},
+			{Name: "fraud", Capability: "risk.fraud", Payload: map[string]int{"id": 7}},
+			{Name: "kyc", Capability: "risk.kyc", Timeout: 200 * time.Millisecond},
+		}, agentkit.Mode("quorum"), agentkit.Quorum(2))
+		if err != nil {
+			return nil, err
+		}
+		var sum float64
+		for _, r := range g.Replies {
+			var sc score
+			if err := r.Decode(&sc); err != nil {
+				return nil, err
+			}
+			sum += sc.Score
+		}
+		return map[string]any{"sum": sum, "answered": g.Answered, "missing": len(g.Missing)}, nil
+	}})
+	WaitRoutable(t, "underwrite", 1, d)
+	start := time.Now()
+	res, err := client.Call(context.Background(), "underwrite", map[string]any{}, agentkit.WithHeader(streams.HeaderOrchestrationID, "claim-42"))
+	t.Logf("the call that fanned out took %v", time.Since(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Sum      float64 `json:"sum"`
+		Answered int     `json:"answered"`
+		Missing  int     `json:"missing"`
+	}
+	if err := res.Decode(&out); err != nil || out.Sum != 0.91+0.12 || out.Answered != 2 || out.Missing != 1 {
+		t.Fatalf("underwrite: %+v (%v)", out, err)
+	}
+	// The branches belong to the outer call's chain.
+	if dl := s.of("risk.credit")[0]; dl.Header.Get(streams.HeaderOrchestrationID) != "claim-42" || dl.Header.Get(streams.HeaderHops) != "2" {
+		t.Errorf("a branch started inside a handler: headers %v, want orchestration claim-42 and hop 2", dl.Header)
+	}
+
+	g, err := client.Broadcast(context.Background(), "risk.credit", map[string]int{"id": 1})
+	if err != nil || !g.Complete || len(g.Replies) != 1 || g.Replies[0].Node != "credit-1" {
+		t.Fatalf("broadcast: %+v, %v", g, err)
+	}
+	g, err = client.Broadcast(context.Background(), "risk.reject", map[string]int{"id": 1})
+	if !errors.Is(err, streams.ErrIncomplete) || g == nil || g.Replies[0].Err == nil {
+		t.Errorf("a broadcast nobody succeeds at: %+v, %v; want INCOMPLETE with the replies", g, err)
 	}
 }

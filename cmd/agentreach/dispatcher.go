@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -140,7 +142,7 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 }
 
 // start creates and starts a dispatcher on nc.
-func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger) (*dispatcher.Dispatcher, error) {
+func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger) (*node, error) {
 	d, err := dispatcher.New(nc, f.config(subjects), dispatcher.WithLogger(log))
 	if err != nil {
 		return nil, err
@@ -148,7 +150,28 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 	if err := d.Start(ctx); err != nil {
 		return nil, err
 	}
-	return d, nil
+	n := &node{Dispatcher: d}
+	if n.fanout, err = fanout.New(nc, d, fanout.Config{}, fanout.WithLogger(log)); err == nil {
+		err = n.fanout.Start(ctx)
+	}
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// node is one dispatcher replica with the services that run beside it:
+// broadcast and fan-out.
+type node struct {
+	*dispatcher.Dispatcher
+	fanout *fanout.Service
+}
+
+// Drain stops the services first (their branches are the dispatcher's
+// tasks), then the dispatcher.
+func (n *node) Drain(ctx context.Context) error {
+	return errors.Join(n.fanout.Drain(ctx), n.Dispatcher.Drain(ctx))
 }
 
 // provision creates the buckets and streams of topo that do not exist yet.

@@ -192,6 +192,10 @@ func commandFlags(t *testing.T, name string) []string {
 		return append(conn, "agent", "affinity-key", "header", "json")
 	case "submit":
 		return append(conn, "wait", "request-id", "header", "json")
+	case "broadcast":
+		return append(conn, "quorum", "header", "json")
+	case "fanout":
+		return append(conn, "header", "json")
 	case "result":
 		return append(conn, "wait", "json")
 	case "dlq":

@@ -34,6 +34,8 @@ var commands = []command{
 	{"demo", "run the demo agents (echo, slow, math.add) against an existing server", runDemo},
 	{"agents", "list the live agent instances from the registry", runAgents},
 	{"call", "call a capability with a JSON payload and print the result", runCall},
+	{"broadcast", "send a payload to every routable instance of a capability and print each one's answer", runBroadcast},
+	{"fanout", "send a fan-out request (branches over several capabilities) and print each branch's answer", runFanOut},
 	{"submit", "submit a durable task (JetStream) and print its request id; --wait for the outcome", runSubmit},
 	{"result", "print the recorded outcome of a durable task by request id", runResult},
 	{"dlq", "list, show, replay or purge dead letters (REACH_DLQ)", runDLQ},

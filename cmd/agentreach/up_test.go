@@ -50,6 +50,29 @@ func TestUp(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK || len(out.Result) < 2<<20 {
 		t.Fatalf("call echo @big.json: exit %d, %d result bytes (%v), stderr %q", r.code, len(out.Result), err, r.stderr)
 	}
+	// Broadcast and fan-out run beside the dispatcher.
+	r = runCmd(t, runBroadcast, "--server", url, "--json", "echo", `{"text":"all"}`)
+	var agg struct {
+		Expected int  `json:"expected"`
+		Complete bool `json:"complete"`
+		Replies  []struct {
+			Result map[string]any `json:"result"`
+		} `json:"replies"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &agg); err != nil || r.code != exitOK || !agg.Complete || agg.Expected != 2 || // the two demo echo instances
+
+		agg.Replies[0].Result["text"] != "all" {
+		t.Fatalf("broadcast echo: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	fan := filepath.Join(dir, "fan.json")
+	if err := os.WriteFile(fan, []byte(`{"branches": [{"name": "e", "capability": "echo", "payload": {"text": "x"}},
+		{"name": "m", "capability": "math.add", "payload": {"a": 1, "b": 2}}], "mode": "all"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCmd(t, runFanOut, "--server", url, fan)
+	if r.code != exitOK || !strings.Contains(r.stdout, `{"sum":3}`) || !strings.Contains(r.stderr, "complete=true") {
+		t.Fatalf("fanout: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
 	r = runCmd(t, runAgents, "--server", url, "--json")
 	var entries []agentJSON
 	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 {

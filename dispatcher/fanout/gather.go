@@ -2,64 +2,23 @@ package fanout
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Reply is the aggregate answer of a fan-out or broadcast (DESIGN §8), in
-// the request's content type.
+// Reply is the aggregate answer of a fan-out or broadcast, with the
+// completion policy it was decided by.
 type Reply struct {
-	// Code and Message are set when the completion policy was not met
-	// (INCOMPLETE), so that a caller reading only {"code","message"} of an
-	// error reply still learns why.
-	Code    streams.Code `json:"code,omitempty"`
-	Message string       `json:"message,omitempty"`
-	// Expected counts the branches (for a broadcast, the instances asked);
-	// Answered those that replied, with a result or an error of their own;
-	// Succeeded those that FINISHED.
-	Expected  int  `json:"expected"`
-	Answered  int  `json:"answered"`
-	Succeeded int  `json:"succeeded"`
-	Complete  bool `json:"complete"`
-	// Replies holds one entry per branch that answered, in request order
-	// (for a broadcast, by instance id).
-	Replies []BranchReply `json:"replies"`
-	// Missing holds the branches that did not answer, with the reason.
-	Missing []Missing `json:"missing"`
-
-	mode   Mode // the completion policy applied (not on the wire)
+	streams.Aggregate
+	mode   Mode
 	quorum Quorum
-}
-
-// BranchReply is what one branch answered.
-type BranchReply struct {
-	Name   string `json:"name"`
-	Node   string `json:"node,omitempty"`
-	Status string `json:"status"`
-	// Result is the branch's result as a value: raw JSON inside a JSON
-	// reply, a raw msgpack value inside a msgpack reply.
-	Result    any            `json:"result,omitempty"`
-	Error     *streams.Error `json:"error,omitempty"`
-	LatencyMS float64        `json:"latency_ms"`
-	Attempts  int            `json:"attempts"`
-}
-
-// Missing is a branch without an answer of its own: none in time
-// (TIMEOUT), nothing to deliver it to (NO_AGENT, CIRCUIT_OPEN, …), or
-// cancelled once a first-mode fan-out was decided (CANCELLED).
-type Missing struct {
-	Name    string `json:"name"`
-	Reason  string `json:"reason"`
-	Message string `json:"message,omitempty"`
 }
 
 // job is one branch ready to run: its task message and where it goes.
@@ -111,7 +70,7 @@ func gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []job, mode Mode
 			decide()
 		}
 	}
-	r := &Reply{Expected: len(jobs), Replies: []BranchReply{}, Missing: []Missing{}}
+	r := &Reply{Aggregate: streams.Aggregate{Expected: len(jobs), Replies: []streams.BranchReply{}, Missing: []streams.Missing{}}}
 	for i, o := range got {
 		r.add(jobs[i].name, o, contentType, maxWait)
 	}
@@ -123,7 +82,7 @@ func gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []job, mode Mode
 func (r *Reply) add(name string, o outcome, contentType string, maxWait time.Duration) {
 	h := o.reply.Header
 	code := streams.Code(h.Get(streams.HeaderError))
-	br := BranchReply{Name: name, Node: h.Get(streams.HeaderNode), Status: h.Get(streams.HeaderStatus),
+	br := streams.BranchReply{Name: name, Node: h.Get(streams.HeaderNode), Status: h.Get(streams.HeaderStatus),
 		LatencyMS: float64(o.latency.Microseconds()) / 1000, Attempts: int(streams.IntHeader(h, streams.HeaderAttempt))}
 	switch {
 	case code == "":
@@ -136,12 +95,13 @@ func (r *Reply) add(name string, o outcome, contentType string, maxWait time.Dur
 		r.Replies = append(r.Replies, br)
 		r.Answered++
 	case o.decided && code == streams.CodeCancelled:
-		r.Missing = append(r.Missing, Missing{Name: name, Reason: string(streams.CodeCancelled), Message: "another branch answered first"})
-	case o.late && (code == streams.CodeCancelled || code == streams.CodeDeadlineExceeded):
-		r.Missing = append(r.Missing, Missing{Name: name, Reason: string(streams.CodeTimeout),
+		r.Missing = append(r.Missing, streams.Missing{Name: name, Reason: string(streams.CodeCancelled), Message: "another branch answered first"})
+	case code == streams.CodeDeadlineExceeded || o.late && code == streams.CodeCancelled:
+		// Out of time: its own, the fan-out's max wait or the deadline.
+		r.Missing = append(r.Missing, streams.Missing{Name: name, Reason: string(streams.CodeTimeout),
 			Message: fmt.Sprintf("no answer within its time (max wait %v)", maxWait)})
 	default:
-		m := Missing{Name: name, Reason: string(code)}
+		m := streams.Missing{Name: name, Reason: string(code)}
 		if e := streams.ErrorFromMessage(o.reply); e != nil {
 			m.Message = e.Message
 		}
@@ -180,22 +140,23 @@ func (r *Reply) complete(mode Mode, q Quorum) {
 // rawValue returns a branch's result body as a value to embed in a reply
 // of contentType: as it is when it is in that type, converted when the
 // agent answered in the other one, nil when empty.
-func rawValue(contentType string, m *nats.Msg) any {
+func rawValue(contentType string, m *nats.Msg) streams.Raw {
 	if len(m.Data) == 0 {
 		return nil
 	}
 	have := streams.ContentType(m.Header, m.Data)
-	if have != contentType {
-		var v any
-		if streams.Decode(have, m.Data, &v) != nil {
-			return string(m.Data)
-		}
-		return v
+	if have == contentType {
+		return streams.Raw(m.Data)
 	}
-	if contentType == streams.ContentTypeMsgpack {
-		return msgpack.RawMessage(m.Data)
+	var v any
+	if streams.Decode(have, m.Data, &v) != nil {
+		v = string(m.Data)
 	}
-	return json.RawMessage(m.Data)
+	b, err := streams.Encode(contentType, v)
+	if err != nil {
+		return nil
+	}
+	return streams.Raw(b)
 }
 
 // encode returns the reply in contentType within maxPayload (less room for
@@ -215,7 +176,7 @@ func (r *Reply) encode(contentType string, maxPayload int64) ([]byte, error) {
 			return nil, streams.NewError(streams.CodePayloadTooLarge, "the aggregate of %d branches exceeds max_payload %d without any result", r.Expected, maxPayload)
 		}
 		br := &r.Replies[i]
-		size := resultSize(br.Result)
+		size := len(br.Result)
 		br.Result = nil
 		br.Error = streams.NewError(streams.CodePayloadTooLarge, "result of %d bytes left out: the aggregate exceeds the server's max_payload of %d", size, maxPayload)
 		br.Status = string(streams.StatusFailed)
@@ -230,27 +191,11 @@ const headerRoom = 4 << 10
 func (r *Reply) largest() int {
 	best, size := -1, 0
 	for i, br := range r.Replies {
-		if n := resultSize(br.Result); n > size {
+		if n := len(br.Result); n > size {
 			best, size = i, n
 		}
 	}
 	return best
-}
-
-func resultSize(v any) int {
-	switch x := v.(type) {
-	case json.RawMessage:
-		return len(x)
-	case msgpack.RawMessage:
-		return len(x)
-	case string:
-		return len(x)
-	}
-	if v == nil {
-		return 0
-	}
-	b, _ := json.Marshal(v)
-	return len(b)
 }
 
 // message builds the reply to send: FINISHED or FAILED/INCOMPLETE with the

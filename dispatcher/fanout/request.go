@@ -118,23 +118,6 @@ type Request struct {
 	MaxWait time.Duration
 }
 
-// wireRequest is the fan-out body (DESIGN §8); P is the raw payload type
-// of its content type.
-type wireRequest[P ~[]byte] struct {
-	Branches  []wireBranch[P] `json:"branches"`
-	Mode      string          `json:"mode"`
-	Quorum    *float64        `json:"quorum"`
-	MaxWaitMS *int64          `json:"max_wait_ms"`
-}
-
-type wireBranch[P ~[]byte] struct {
-	Name       string `json:"name"`
-	Capability string `json:"capability"`
-	Agent      string `json:"agent"`
-	Payload    P      `json:"payload"`
-	TimeoutMS  int64  `json:"timeout_ms"`
-}
-
 // DecodeRequest reads and validates a fan-out body of contentType. Every
 // problem is a BAD_REQUEST naming the field: no branches, too many, a
 // branch without a name or with a duplicate one, an invalid capability or
@@ -145,31 +128,28 @@ func DecodeRequest(contentType string, body []byte) (*Request, *streams.Error) {
 		req *Request
 		err error
 	)
+	var w streams.FanOutRequest
 	switch contentType {
 	case streams.ContentTypeJSON:
-		var w wireRequest[json.RawMessage]
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err = dec.Decode(&w); err == nil && dec.More() {
 			err = errors.New("more than one JSON value")
-		}
-		if err == nil {
-			req, err = w.validate()
 		}
 	case streams.ContentTypeMsgpack:
 		if !streams.ValidMsgpack(body) { // first: a container header must not size an allocation by itself
 			err = errors.New("not one well-formed msgpack value")
 			break
 		}
-		var w wireRequest[msgpack.RawMessage]
 		dec := msgpack.NewDecoder(bytes.NewReader(body))
 		dec.SetCustomStructTag("json")
 		dec.DisallowUnknownFields(true)
-		if err = dec.Decode(&w); err == nil {
-			req, err = w.validate()
-		}
+		err = dec.Decode(&w)
 	default:
 		err = fmt.Errorf("unsupported content type %q", contentType)
+	}
+	if err == nil {
+		req, err = validate(&w)
 	}
 	if err != nil {
 		return nil, streams.NewError(streams.CodeBadRequest, "fan-out: %v", err)
@@ -177,7 +157,7 @@ func DecodeRequest(contentType string, body []byte) (*Request, *streams.Error) {
 	return req, nil
 }
 
-func (w *wireRequest[P]) validate() (*Request, error) {
+func validate(w *streams.FanOutRequest) (*Request, error) {
 	n := len(w.Branches)
 	switch {
 	case n == 0:
