@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
-	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -21,13 +22,19 @@ type greeting struct {
 // An agent serving "greet", a dispatcher, and a client calling it by
 // capability, all against an embedded NATS server.
 func Example() {
+	// An embedded NATS server with JetStream, as `agentreach up` runs one.
 	dir, _ := os.MkdirTemp("", "agentkit-example")
 	defer os.RemoveAll(dir)
-	srv, err := natstest.Start(natstest.Options(dir))
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true})
 	if err != nil {
 		panic(err)
 	}
-	defer natstest.Stop(srv)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		panic("nats-server did not start")
+	}
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
 	nc, _ := nats.Connect(srv.ClientURL())
 	defer nc.Close()
 	ctx := context.Background()

@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -18,11 +19,16 @@ import (
 func ExampleTable() {
 	dir, _ := os.MkdirTemp("", "registry-example")
 	defer os.RemoveAll(dir)
-	srv, err := natstest.Start(natstest.Options(dir))
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true})
 	if err != nil {
 		panic(err)
 	}
-	defer natstest.Stop(srv)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		panic("nats-server did not start")
+	}
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
 	nc, _ := nats.Connect(srv.ClientURL())
 	defer nc.Close()
 	ctx := context.Background()
