@@ -372,7 +372,7 @@ func (a *Agent) Drain(ctx context.Context) error {
 func (a *Agent) deliver(m *nats.Msg) {
 	if m.Reply == "" {
 		if m.Header.Get(streams.HeaderStatus) == string(streams.StatusCancel) {
-			a.cancelTask(m.Header.Get(streams.HeaderRequestID), m.Header.Get(streams.HeaderAttempt))
+			a.cancelTask(m.Header)
 			return
 		}
 		a.log.Warn().Str("subject", m.Subject).Msg("delivery without reply subject dropped")
@@ -400,14 +400,20 @@ func (a *Agent) deliver(m *nats.Msg) {
 	a.workers.push(job{h, req})
 }
 
-// cancelTask cancels the handler context of the delivery of requestID with
-// that attempt (every delivery of requestID when attempt is empty): nobody
-// will use its answer. A cancel for a task not running here is ignored.
-func (a *Agent) cancelTask(requestID, attempt string) {
+// cancelTask cancels the handler context of the delivery a CANCEL names:
+// by its reply subject (Reach-Delivery), or, from a sender that does not
+// say, every delivery of the request id with that attempt. A cancel for a
+// delivery not running here is ignored.
+func (a *Agent) cancelTask(h nats.Header) {
+	delivery, requestID, attempt := h.Get(streams.HeaderDelivery), h.Get(streams.HeaderRequestID), h.Get(streams.HeaderAttempt)
 	a.running.Range(func(k, _ any) bool {
 		req := k.(*Request)
-		if req.RequestID == requestID && (attempt == "" || attempt == strconv.Itoa(req.Attempt)) {
-			a.log.Debug().Str("request_id", requestID).Int("attempt", req.Attempt).Msg("task cancelled")
+		match := req.reply == delivery
+		if delivery == "" {
+			match = req.RequestID == requestID && (attempt == "" || attempt == strconv.Itoa(req.Attempt))
+		}
+		if match {
+			a.log.Debug().Str("request_id", req.RequestID).Int("attempt", req.Attempt).Msg("task cancelled")
 			req.cancel()
 		}
 		return true
@@ -490,7 +496,7 @@ func (a *Agent) run(h Handler, req *Request) {
 // released, so a later retry or dead-letter replay executes the key again
 // once the fault is fixed.
 func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	e := streams.ErrorFromMessage(m)
 	var err error
@@ -508,6 +514,10 @@ func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
 		a.log.Error().Err(err).Str("request_id", req.RequestID).Str("key", key).Msg("idempotency outcome not recorded")
 	}
 }
+
+// settleTimeout bounds how long an idempotent task's outcome is retried
+// into REACH_IDEMPOTENCY before the reply goes out without it.
+const settleTimeout = 30 * time.Second
 
 // call runs the handler, turning a panic into an INTERNAL error so one bad
 // task never takes the agent down.

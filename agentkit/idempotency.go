@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +43,9 @@ type idempotency struct {
 	reg   *registry.Registry
 	owner string
 	check time.Duration // how often a waiter checks the owner is alive
+	// executing holds the keys this instance has claimed and not settled:
+	// a claim of its own that is not in here lost its outcome.
+	executing sync.Map
 }
 
 // errInDoubt is returned when the instance executing a key died before
@@ -57,6 +61,7 @@ func (id *idempotency) begin(ctx context.Context, key, requestID string) (*idemR
 	for {
 		_, err := id.kv.Create(ctx, key, claim)
 		if err == nil {
+			id.executing.Store(key, struct{}{})
 			return nil, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -86,7 +91,13 @@ func (id *idempotency) wait(ctx context.Context, key string) (*idemRecord, error
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-tick.C:
-			if owner == "" || owner == id.owner {
+			if owner == id.owner {
+				if _, running := id.executing.Load(key); !running {
+					return nil, fmt.Errorf("%w: this instance claimed the key and did not store its outcome (the store failed, or it restarted under the same id); it is not executed again", errInDoubt)
+				}
+				continue
+			}
+			if owner == "" {
 				continue
 			}
 			if _, err := id.reg.Get(ctx, owner); errors.Is(err, registry.ErrNotFound) {
@@ -129,18 +140,40 @@ func decodeIdemRecord(b []byte) (idemRecord, error) {
 // release gives a claim back without an outcome (the task never ran), so a
 // retry may execute it.
 func (id *idempotency) release(ctx context.Context, key string) error {
-	return id.kv.Delete(ctx, key)
+	defer id.executing.Delete(key)
+	return retryKV(ctx, func(ctx context.Context) error { return id.kv.Delete(ctx, key) })
 }
 
 // store records the outcome of key for replay.
 func (id *idempotency) store(ctx context.Context, key string, rec *idemRecord) error {
+	defer id.executing.Delete(key)
 	rec.State, rec.Owner = idemDone, id.owner
 	b, err := msgpack.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	_, err = id.kv.Put(ctx, key, b)
-	return err
+	return retryKV(ctx, func(ctx context.Context) error { _, err := id.kv.Put(ctx, key, b); return err })
+}
+
+// retryKV runs op until it succeeds or ctx ends, backing off from 50 ms to
+// 1 s: an outcome is worth waiting for across a server restart or a leader
+// election, since without it the key ends in doubt.
+func retryKV(ctx context.Context, op func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := op(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // replayMsg turns a stored outcome into a reply.

@@ -105,6 +105,30 @@ func TestIdempotentKeyOfDeadOwnerIsInDoubt(t *testing.T) {
 	t.Log(e)
 }
 
+// A claim of the agent's own that it is not executing — its store failed,
+// or it restarted under the same id — is in doubt too, at once, instead of
+// a wait for itself that only the deadline ends.
+func TestAnOwnClaimWithoutExecutionIsInDoubt(t *testing.T) {
+	nc, d, _ := setup(t)
+	var effects atomic.Int64
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: 200 * time.Millisecond},
+		map[string]agentkit.Handler{"pay.charge": writer(&effects, nil)})
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), streams.BucketIdempotency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, _ := msgpack.Marshal(map[string]string{"state": "pending", "owner": "w1", "request_id": "r"})
+	if _, err := kv.Create(context.Background(), "pay.charge.order-8", claim); err != nil {
+		t.Fatal(err)
+	}
+	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-8")
+	last := r[len(r)-1]
+	if e := streams.ErrorFromMessage(last); e == nil || e.Code != streams.CodeInternal || last.Header.Get(streams.HeaderInDoubt) != "true" || effects.Load() != 0 {
+		t.Fatalf("want INTERNAL in doubt without execution, got %v, headers %v (effects %d)", e, last.Header, effects.Load())
+	}
+}
+
 func TestBusyOutcomeReleasesTheKey(t *testing.T) {
 	nc, d, _ := setup(t)
 	var calls atomic.Int64

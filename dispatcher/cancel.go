@@ -59,13 +59,14 @@ func (d *Dispatcher) takeFromBackoff(t *task, e *streams.Error) {
 
 // notifyCancel tells dl's instance that its work for dl is no longer
 // wanted: a message without reply subject, Reach-Status CANCEL, naming the
-// task and the attempt.
+// task, the attempt and the delivery (its reply subject).
 func (d *Dispatcher) notifyCancel(dl *delivery) {
 	m := nats.NewMsg(d.cfg.Subjects.Agent(dl.inst.ID))
 	m.Header.Set(streams.HeaderStatus, string(streams.StatusCancel))
 	m.Header.Set(streams.HeaderRequestID, dl.t.requestID)
 	m.Header.Set(streams.HeaderAttempt, strconv.Itoa(dl.attempt))
 	m.Header.Set(streams.HeaderCapability, dl.t.capability)
+	m.Header.Set(streams.HeaderDelivery, d.inbox.prefix+dl.token)
 	if err := d.nc.PublishMsg(m); err != nil {
 		dl.t.log.Debug().Err(err).Str("node", dl.inst.ID).Msg("cancel not sent")
 	}

@@ -38,6 +38,7 @@ type Dispatcher struct {
 	breakerKV  jetstream.KeyValue
 	apiSubs    []*nats.Subscription
 	js         jetstream.JetStream
+	results    jetstream.Stream // REACH_RESULTS, for redelivered durable tasks
 	consume    jetstream.ConsumeContext
 	stopReplay func()
 	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them

@@ -43,6 +43,10 @@ const (
 
 // startDurable joins the durable consumer shared by every replica.
 func (d *Dispatcher) startDurable(ctx context.Context, js jetstream.JetStream) error {
+	var err error
+	if d.results, err = js.Stream(ctx, streams.StreamResults); err != nil {
+		return fmt.Errorf("dispatcher: open %s (run provisioning first): %w", streams.StreamResults, err)
+	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamTasks, jetstream.ConsumerConfig{
 		Durable:       d.cfg.DurableConsumer,
 		Description:   "Agent-Reach dispatchers: durable-tier tasks",
@@ -113,6 +117,13 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
 	}
 	t.seq = md.Sequence.Stream
+	if md.NumDelivered > 1 && d.resultRecorded(t.requestID) {
+		// An earlier delivery recorded the result and its acknowledgement
+		// was lost (a crash, a server restart): the task has its outcome.
+		t.log.Debug().Uint64("delivered", md.NumDelivered).Msg("redelivered task already has its result")
+		d.ackDurable(t, msg)
+		return
+	}
 
 	stop := d.keepInProgress(msg)
 	var res *nats.Msg
@@ -159,13 +170,28 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		return
 	}
 	d.recordEvent(t, md.Timestamp, where, e)
+	d.ackDurable(t, msg)
+}
+
+// ackDurable acknowledges a durable task whose outcome is recorded.
+func (d *Dispatcher) ackDurable(t *task, msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := msg.DoubleAck(ctx); err != nil {
-		// Recorded but not acknowledged: the redelivery replays the stored
-		// outcome (idempotency key) and the record is deduplicated.
+		// Recorded but not acknowledged: the redelivery finds the result
+		// (resultRecorded), or replays the stored outcome (idempotency key),
+		// and the record is deduplicated.
 		t.log.Warn().Err(err).Msg("durable ack")
 	}
+}
+
+// resultRecorded reports whether REACH_RESULTS holds a result for
+// requestID; a failed lookup says no (the task then runs, and replays).
+func (d *Dispatcher) resultRecorded(requestID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := d.results.GetLastMsgForSubject(ctx, d.cfg.Subjects.Result(requestID))
+	return err == nil
 }
 
 // buffered reports whether a code means "no capacity now": the durable task

@@ -608,9 +608,10 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 		kind = outcomeBusy
 	case streams.CodeTimeout:
 		kind = outcomeSlow
-	case streams.CodeNoAgent:
+	case streams.CodeNoAgent, streams.CodeCancelled:
 		// The instance does not serve the capability (its record is stale
-		// or wrong): like an unreachable one, another instance may.
+		// or wrong), or dropped a delivery nobody cancelled: like an
+		// unreachable one, another instance may take it.
 		kind = outcomeUnreachable
 	}
 	d.end(dl, nil, m, e, kind)

@@ -61,15 +61,16 @@ func TestACallerCancelsOnReachCancel(t *testing.T) {
 	if err := nc.PublishMsg(req); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, deliveries, "delivery")
+	recvDelivered := recv(t, deliveries, "delivery")
 	c := nats.NewMsg(streams.Subjects{}.Cancel())
 	c.Header.Set(streams.HeaderRequestID, "cancel-me")
 	if err := nc.PublishMsg(c); err != nil {
 		t.Fatal(err)
 	}
 	got := recv(t, cancels, "CANCEL at the instance")
+	dl := recvDelivered
 	for k, want := range map[string]string{streams.HeaderStatus: "CANCEL", streams.HeaderRequestID: "cancel-me",
-		streams.HeaderAttempt: "1", streams.HeaderCapability: "hold"} {
+		streams.HeaderAttempt: "1", streams.HeaderCapability: "hold", streams.HeaderDelivery: dl.Reply} {
 		if v := got.Header.Get(k); v != want {
 			t.Errorf("CANCEL header %s = %q, want %q", k, v, want)
 		}

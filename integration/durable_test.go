@@ -299,3 +299,53 @@ func TestManyTasksLeaveOneEventEach(t *testing.T) {
 		return nil
 	})
 }
+
+// A redelivered durable task whose result is already recorded (its first
+// delivery's acknowledgement was lost) ends there: it is not run again and
+// gets no second outcome.
+func TestARedeliveredTaskWithARecordedResultEndsThere(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	nc := st.Conn()
+	js := jsOf(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The result of "paid-7", as a delivery whose ack got lost recorded it.
+	res := nats.NewMsg(streams.Subjects{}.Result("paid-7"))
+	res.Header.Set(streams.HeaderStatus, string(streams.StatusFinished))
+	res.Header.Set(streams.HeaderRequestID, "paid-7")
+	res.Data = []byte(`{"charged":"paid-7"}`)
+	if _, err := js.PublishMsg(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	// Submitted with no agent: the first delivery waits in the stream, so
+	// the one that finds the agent is a redelivery.
+	if _, err := st.Client().Submit(ctx, "pay.charge", map[string]int{"n": 7}, agentkit.WithRequestID("paid-7")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if d.Stats().Buffered == 0 {
+			return errors.New("the task has not waited in the stream yet")
+		}
+		return nil
+	})
+	effects := countEffects(t, st.Conn())
+	st.Agent(agentkit.Config{Type: "pay", ID: "payer-1"}, map[string]agentkit.Handler{"pay.charge": payer(st.Conn())})
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		s, err := js.Stream(ctx, streams.StreamTasks)
+		if err != nil {
+			return err
+		}
+		if info, err := s.Info(ctx); err != nil || info.State.Msgs != 0 {
+			return fmt.Errorf("REACH_TASKS holds %v tasks (%v)", info.State.Msgs, err)
+		}
+		return nil
+	})
+	o, err := ReadOutcomes(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Completed["paid-7"] != 1 || o.DeadLettered["paid-7"] != 0 || o.InReview["paid-7"] != 0 || effects.Load() != 0 {
+		t.Errorf("outcomes %+v, %d side effects; want the one recorded result and no execution", o, effects.Load())
+	}
+}

@@ -54,6 +54,11 @@ const (
 	HeaderParentID = "Reach-Parent-Id" // dispatcher: on a branch or workflow step, the fan-out's or run's request id
 	HeaderRunID    = "Reach-Run-Id"    // dispatcher: on a workflow's reply, its run id
 
+	// HeaderDelivery is set on a CANCEL: the reply subject of the delivery
+	// it cancels, which names that delivery alone (two copies of a durable
+	// task redelivered at once share request id and attempt).
+	HeaderDelivery = "Reach-Delivery"
+
 	// HeaderInDoubt, "true" on an INTERNAL error reply, says that the
 	// outcome of an idempotent execution is unknown: the instance that
 	// claimed the idempotency key left before storing an outcome, so the side
