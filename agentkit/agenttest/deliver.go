@@ -30,8 +30,9 @@ type reply struct {
 	after time.Duration // since the delivery was sent
 }
 
-// status is what a reply says: its Reach-Status, with its Reach-Error, or
-// "no responders" for the server's 503 (nothing subscribed).
+// status is what a reply says: its Reach-Status with its Reach-Error
+// ("FAILED BIZ_REJECT", "TIMEOUT"), or "no responders" for the server's 503
+// (nothing subscribed).
 func (r reply) status() string {
 	if r.msg.Header.Get("Status") == "503" {
 		return "no responders"
@@ -40,7 +41,7 @@ func (r reply) status() string {
 	if st == "" {
 		st = "a reply without Reach-Status"
 	}
-	if code := r.msg.Header.Get(streams.HeaderError); code != "" {
+	if code := r.msg.Header.Get(streams.HeaderError); code != "" && code != st {
 		st += " " + code
 	}
 	return st

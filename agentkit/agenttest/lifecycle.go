@@ -18,12 +18,13 @@ import (
 // capabilities, the bucket's heartbeat and status ready.
 func checkRegister(ctx context.Context, s *suite) error {
 	id := s.env.AgentID
-	es, ok := s.records.await(ctx, time.Now().Add(registerWithin), s.gone, func(es []recordEntry) bool {
+	start := time.Now()
+	es, ok := s.records.await(ctx, start.Add(registerWithin), s.gone, func(es []recordEntry) bool {
 		return firstPut(es) != nil
 	})
 	if !ok {
 		return fmt.Errorf("no record under the %s key %q within %v (protocol: put your record under your instance id, %s); saw %s",
-			streams.BucketAgents, id, registerWithin, EnvAgentID, s.otherRecords(ctx, es))
+			streams.BucketAgents, id, round(time.Since(start)), EnvAgentID, s.otherRecords(ctx, es))
 	}
 	first := firstPut(es)
 	rec, err := registry.DecodeRecord(first.value)

@@ -41,6 +41,12 @@ func run() error {
 	if server == "" {
 		server = nats.DefaultURL
 	}
+	id := os.Getenv("AGENTREACH_AGENT_ID") // empty: agentkit makes one up
+	if id != "" {
+		if err := streams.ValidateInstanceID(id); err != nil {
+			return fmt.Errorf("AGENTREACH_AGENT_ID: %w", err)
+		}
+	}
 	nc, err := nats.Connect(server, nats.Name("goagent"))
 	if err != nil {
 		return fmt.Errorf("connect to %s (AGENTREACH_SERVER): %w", server, err)
@@ -49,7 +55,7 @@ func run() error {
 	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	a, err := agentkit.New(nc, agentkit.Config{
 		Type:          "conformance",
-		ID:            os.Getenv("AGENTREACH_AGENT_ID"),
+		ID:            id,
 		MaxConcurrent: maxConcurrent,
 		Version:       "1.0.0",
 	}, agentkit.WithLogger(log))
