@@ -116,18 +116,17 @@ func opName(op jetstream.KeyValueOp) string {
 	return "purge or expiry"
 }
 
-// heartbeatPuts is how many puts the heartbeat rule times: the first and
-// the two after it.
-const heartbeatPuts = 3
-
-// checkHeartbeat: the two puts after the first each come within 1.5 ×
-// heartbeat_ms of the one before, by the server's timestamps; every put of
-// the run decodes, and the key is not removed before the agent is stopped.
-// It runs late, so it rarely waits: the puts it times have happened.
+// checkHeartbeat: among the puts of the run so far (at least three), two
+// gaps in a row are each within 1.5 × heartbeat_ms, by the server's
+// timestamps; every put decodes, and the key is not removed before the
+// agent is stopped. One late put alone does not fail the rule — on a loaded
+// machine any process can stall for a moment — but an agent whose interval
+// is wrong has no such pair. The rule runs late, so the puts it judges have
+// happened and it rarely waits.
 func checkHeartbeat(ctx context.Context, s *suite) error {
 	limit := Heartbeat * 3 / 2
-	es, _ := s.records.await(ctx, time.Now().Add(heartbeatPuts*limit), s.gone, func(es []recordEntry) bool {
-		return len(es) >= heartbeatPuts
+	es, _ := s.records.await(ctx, time.Now().Add(3*limit), s.gone, func(es []recordEntry) bool {
+		return len(es) >= 3
 	})
 	var p problems
 	var puts []recordEntry
@@ -141,13 +140,23 @@ func checkHeartbeat(ctx context.Context, s *suite) error {
 		}
 		puts = append(puts, e)
 	}
-	if len(puts) < heartbeatPuts {
+	if len(puts) < 3 {
 		p.add("only %d puts of the record, the last %v ago (want one every heartbeat_ms, %v)", len(puts), lastAge(puts), Heartbeat)
+		return p.err()
 	}
-	for i := 1; i < min(len(puts), heartbeatPuts); i++ {
-		if gap := puts[i].at.Sub(puts[i-1].at); gap > limit {
-			p.add("put %d came %v after put %d (server timestamps), want at most %v (1.5 × heartbeat_ms)", i+1, round(gap), i, limit)
+	gaps := make([]time.Duration, len(puts)-1)
+	onTime := false
+	for i := range gaps {
+		gaps[i] = puts[i+1].at.Sub(puts[i].at)
+		onTime = onTime || i > 0 && gaps[i-1] <= limit && gaps[i] <= limit
+	}
+	if !onTime {
+		shown := make([]string, len(gaps))
+		for i, g := range gaps {
+			shown[i] = round(g).String()
 		}
+		p.add("no two gaps in a row between puts are within %v (1.5 × heartbeat_ms); the gaps were %s (server timestamps)",
+			limit, strings.Join(shown, ", "))
 	}
 	return p.err()
 }

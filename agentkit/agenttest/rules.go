@@ -47,7 +47,7 @@ type rule struct {
 const ruleRegister = "register"
 
 // rules are checked in this order. heartbeat comes late, so that the puts it
-// times have happened and it need not wait; drain comes last, as it stops
+// judges have happened and it need not wait; drain comes last, as it stops
 // the agent.
 var rules = []rule{
 	{ruleRegister, "registers under its instance id, subscribed first, with the conformance record", checkRegister},

@@ -5,45 +5,81 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit/agenttest"
 )
 
-// brokenAgent is the raw agent, in process, with two faults: it never
-// sends ACKED, and on Stop it quits at once instead of draining (no
-// draining record, the tasks in flight dropped, the key left to expire).
-type brokenAgent struct{ a *agent }
+// inProcess is the raw agent run in this process, with tune applied before
+// it serves: a way to break it on purpose. Stop drains it, or with hardStop
+// closes it at once.
+type inProcess struct {
+	tune     func(*agent)
+	hardStop bool
+	a        *agent
+}
 
-func (b *brokenAgent) Start(_ context.Context, env agenttest.Env) error {
+func (p *inProcess) Start(_ context.Context, env agenttest.Env) error {
 	a, err := newAgent(env.ServerURL, env.AgentID)
 	if err != nil {
 		return err
 	}
-	a.publish = func(m *nats.Msg) error {
-		if m.Header.Get(hStatus) == "ACKED" {
-			return nil
-		}
-		return a.nc.PublishMsg(m)
-	}
+	p.tune(a)
 	if err := a.serve(); err != nil {
 		a.close()
 		return err
 	}
-	b.a = a
+	p.a = a
 	return nil
 }
 
-func (b *brokenAgent) Stop(context.Context) error {
-	b.a.close()
-	return nil
+func (p *inProcess) Stop(context.Context) error {
+	if p.hardStop {
+		p.a.close()
+		return nil
+	}
+	return p.a.drain()
 }
 
-// The suite catches an agent that breaks the protocol: exactly the rules
-// ack and drain fail, and their messages say what was seen.
+// resultOf returns the result of rule in report.
+func resultOf(t *testing.T, report *agenttest.Report, rule string) agenttest.Result {
+	t.Helper()
+	for _, r := range report.Results {
+		if r.Rule == rule {
+			return r
+		}
+	}
+	t.Fatalf("no result for rule %s", rule)
+	return agenttest.Result{}
+}
+
+// checkSays fails t unless the message of rule says each of want.
+func checkSays(t *testing.T, report *agenttest.Report, rule string, want ...string) {
+	t.Helper()
+	r := resultOf(t, report, rule)
+	for _, w := range want {
+		if !strings.Contains(r.Message, w) {
+			t.Errorf("the message of rule %s does not say %q:\n%s", rule, w, r.Message)
+		}
+	}
+}
+
+// The suite catches an agent that never sends ACKED and, on SIGTERM, quits
+// at once instead of draining (no draining record, the tasks in flight
+// dropped, the key left to expire): exactly the rules ack and drain fail,
+// and their messages say what was seen.
 func TestBrokenAgentFails(t *testing.T) {
-	report, err := agenttest.Check(t.Context(), &brokenAgent{})
+	agent := &inProcess{hardStop: true, tune: func(a *agent) {
+		a.publish = func(m *nats.Msg) error {
+			if m.Header.Get(hStatus) == "ACKED" {
+				return nil
+			}
+			return a.nc.PublishMsg(m)
+		}
+	}}
+	report, err := agenttest.Check(t.Context(), agent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,19 +91,21 @@ func TestBrokenAgentFails(t *testing.T) {
 	if !slices.Equal(failed, []string{"ack", "drain"}) {
 		t.Fatalf("failed rules %v, want [ack drain]", failed)
 	}
-	for rule, want := range map[string][]string{
-		"ack":   {"rule ack: no ACKED, PROCESSING or result within 1s", "saw FINISHED after 1.5", "docs/conformance.md#ack"},
-		"drain": {"rule drain: no put with \"status\": \"draining\"", "got no result", "saw nothing", "docs/conformance.md#drain"},
-	} {
-		for _, r := range report.Results {
-			if r.Rule != rule {
-				continue
-			}
-			for _, w := range want {
-				if !strings.Contains(r.Message, w) {
-					t.Errorf("the message of rule %s does not say %q:\n%s", rule, w, r.Message)
-				}
-			}
-		}
+	checkSays(t, report, "ack", "rule ack: no ACKED, PROCESSING or result within 1s", "saw FINISHED after 1.5", "docs/conformance.md#ack")
+	checkSays(t, report, "drain", `rule drain: no put with "status": "draining"`, "got no result", "saw nothing", "docs/conformance.md#drain")
+}
+
+// An agent that heartbeats every 2 s instead of the bucket's 1 s fails
+// register (its heartbeat_ms) and heartbeat (its gaps).
+func TestSlowHeartbeatFails(t *testing.T) {
+	agent := &inProcess{tune: func(a *agent) { a.heartbeat = 2 * time.Second }}
+	report, err := agenttest.Check(t.Context(), agent, agenttest.Only("register", "heartbeat"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	if len(report.Failed()) != 2 {
+		t.Fatalf("failed %v, want register and heartbeat", report.Failed())
+	}
+	checkSays(t, report, "register", `"heartbeat_ms" is 2000, want 1000`)
+	checkSays(t, report, "heartbeat", "no two gaps in a row between puts are within 1.5s", "the gaps were 2")
 }
