@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/agentkit/agenttest"
+	"github.com/agent-reach/agentreach/streams"
 )
 
 const conformanceAbout = `
@@ -46,6 +46,8 @@ type conformanceReport struct {
 	ElapsedMS int64               `json:"elapsed_ms"`
 	Results   []conformanceResult `json:"results"`
 	Output    string              `json:"output,omitempty"`
+	// Error is why the run ended before every rule was checked.
+	Error *streams.Error `json:"error,omitempty"`
 }
 
 type conformanceResult struct {
@@ -67,7 +69,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Sprintf(conformanceAbout, wrap(strings.Join(ids, ", "), 72, "\n  ")))
 	cl.group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&rules, "rules", "", "comma-separated rule `ids` to check (default: every rule)")
-		fs.BoolVar(&asJSON, "json", false, `print one JSON object {"passed", "elapsed_ms", "results": […], "output"} on stdout`)
+		cl.jsonFlag(fs, &asJSON, `print one JSON object {"passed", "elapsed_ms", "results": […], "output"} on stdout`)
 		fs.DurationVar(&timeout, "timeout", 2*time.Minute, "bound on the whole run")
 	})
 	pos, code, ok := cl.parse(args, stdout, stderr)
@@ -95,17 +97,17 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	report, err := agenttest.Check(ctx, agenttest.Command(pos[0], pos[1:]...), opts...)
-	if err != nil && report == nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFail
-	}
-	if asJSON {
-		printConformanceJSON(stdout, report)
-	} else {
-		printConformance(stdout, report)
+	if report == nil {
+		return cl.fail(stderr, err)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "error: the run ended early: %v\n", err)
+		err = fmt.Errorf("the run ended early: %w", err)
+		fmt.Fprintf(stderr, "error: %v\n", err)
+	}
+	if asJSON {
+		printConformanceJSON(stdout, report, err)
+	} else {
+		printConformance(stdout, report)
 	}
 	if !report.Passed() && report.Output != "" && !asJSON {
 		fmt.Fprintf(stderr, "\nthe agent's output (the last 64 KiB at most):\n%s", report.Output)
@@ -140,16 +142,19 @@ func printConformance(w io.Writer, r *agenttest.Report) {
 	fmt.Fprintf(w, "%d of %d rules failed in %v: %s\n", len(failed), len(r.Results), elapsed, strings.Join(names, ", "))
 }
 
-func printConformanceJSON(w io.Writer, r *agenttest.Report) {
-	out := conformanceReport{Passed: r.Passed(), ElapsedMS: r.Elapsed.Milliseconds(), Output: r.Output,
+// printConformanceJSON prints the report as one JSON object; err, when the
+// run ended early, is its "error".
+func printConformanceJSON(w io.Writer, r *agenttest.Report, err error) {
+	out := conformanceReport{Passed: r.Passed() && err == nil, ElapsedMS: r.Elapsed.Milliseconds(), Output: r.Output,
 		Results: make([]conformanceResult, len(r.Results))}
+	if err != nil {
+		out.Error = errorObject(err)
+	}
 	for i, res := range r.Results {
 		out.Results[i] = conformanceResult{Rule: res.Rule, Title: res.Title, Passed: res.Passed,
 			Message: res.Message, ElapsedMS: res.Elapsed.Milliseconds()}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(out)
+	writeJSONLine(w, out)
 }
 
 // short rounds d for a line of the report: to microseconds below a

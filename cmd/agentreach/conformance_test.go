@@ -43,19 +43,20 @@ func TestConformanceRawAgent(t *testing.T) {
 
 func TestConformanceUsage(t *testing.T) {
 	tests := []struct {
-		args   []string
-		stderr string
+		args           []string
+		stderr, stdout string
 	}{
-		{nil, "want the agent's command after --"},
-		{[]string{"--", "no-such-agent-binary"}, `agent command "no-such-agent-binary"`},
-		{[]string{"--rules", "ack,dance", "--", "true"}, `--rules: unknown rule "dance"`},
-		{[]string{"--timeout", "0s", "--", "true"}, "--timeout must be positive"},
+		{nil, "want the agent's command after --", ""},
+		{[]string{"--", "no-such-agent-binary"}, `agent command "no-such-agent-binary"`, ""},
+		{[]string{"--rules", "ack,dance", "--", "true"}, `--rules: unknown rule "dance"`, ""},
+		{[]string{"--timeout", "0s", "--", "true"}, "--timeout must be positive", ""},
+		{[]string{"--json", "--rules", "dance", "--", "true"}, `unknown rule "dance"`, `{"error":{"code":"USAGE","message":"--rules: unknown rule \"dance\"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			r := runCmd(t, runConformance, tt.args...)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitUsage, tt.stderr)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) || !strings.HasPrefix(r.stdout, tt.stdout) {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want %d, %q and %q", r.code, r.stderr, r.stdout, exitUsage, tt.stderr, tt.stdout)
 			}
 		})
 	}
@@ -80,14 +81,16 @@ func TestPrintConformance(t *testing.T) {
 }
 
 // A run that could not take place (here: the agent's command is not a
-// program) exits 1 with the reason.
+// program) exits 1 with the reason, with --json as the one error object.
 func TestConformanceAgentDoesNotStart(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "agent")
 	if err := os.WriteFile(bin, []byte("not a program\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := runCmd(t, runConformance, "--", bin)
-	if r.code != exitFail || !strings.Contains(r.stderr, "start the agent: start "+bin) {
-		t.Fatalf("exit %d, stderr %q; want %d naming the agent that did not start", r.code, r.stderr, exitFail)
+	r := runCmd(t, runConformance, "--json", "--", bin)
+	var out failureOutput
+	if r.code != exitFail || !strings.Contains(r.stderr, "start the agent: start "+bin) ||
+		json.Unmarshal([]byte(r.stdout), &out) != nil || out.Error == nil || !strings.Contains(out.Error.Message, bin) {
+		t.Fatalf("exit %d, stderr %q, stdout %q; want %d and an error naming the agent that did not start", r.code, r.stderr, r.stdout, exitFail)
 	}
 }
