@@ -12,11 +12,13 @@
 // caller sees. docs/conformance.md describes every rule and the
 // capabilities; every failure message names its rule and section.
 //
-// A process in any language is checked with Command; from a Go test:
+// A process in any language is checked with Command (a Go agent's main
+// package can be built for it with Build); from a Go test:
 //
 //	func TestConformance(t *testing.T) {
-//		agenttest.Run(t, agenttest.Command("./myagent"))
+//		agenttest.Run(t, agenttest.Command(agenttest.Build(t, "./cmd/myagent")))
 //	}
 //
-// and from a shell: agentreach conformance -- ./myagent.
+// and from a shell: agentreach conformance -- ./myagent. An Agent can also
+// run in process, as long as Stop drains it the way SIGTERM would.
 package agenttest
