@@ -45,8 +45,10 @@ type Config struct {
 	MaxConcurrent int
 	// Weight scales this instance's share of traffic; default 100.
 	Weight int
-	// Heartbeat is the heartbeat interval; default 5 s. It must match the
-	// REACH_AGENTS bucket TTL (3 × heartbeat) that was provisioned.
+	// Heartbeat is the heartbeat interval. 0 (the default) reads it from
+	// the REACH_AGENTS bucket at Start: its TTL / 3, the heartbeat it was
+	// provisioned with. Any other value must equal that, or Start fails with
+	// ErrHeartbeatMismatch.
 	Heartbeat time.Duration
 	// TimeoutHint declares how long a task may take; 0 lets dispatchers
 	// learn it.
@@ -126,10 +128,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 	if cfg.MaxConcurrent < 1 {
 		return nil, fmt.Errorf("agentkit: MaxConcurrent must be at least 1, got %d", cfg.MaxConcurrent)
 	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = streams.DefaultHeartbeat
-	}
-	if cfg.Heartbeat < 100*time.Millisecond {
+	if cfg.Heartbeat != 0 && cfg.Heartbeat < 100*time.Millisecond {
 		return nil, fmt.Errorf("agentkit: Heartbeat %v is below the 100ms minimum", cfg.Heartbeat)
 	}
 	if cfg.Version == "" {
@@ -187,7 +186,9 @@ func (a *Agent) Handle(capability string, h Handler) error {
 	return nil
 }
 
-// Record returns the agent record this agent heartbeats.
+// Record returns the agent record this agent heartbeats. Before Start its
+// heartbeat_ms is Config.Heartbeat: 0 while it is to be read from the
+// bucket.
 func (a *Agent) Record() registry.Record {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -250,11 +251,6 @@ func (a *Agent) Start(ctx context.Context) error {
 	if len(a.handlers) == 0 {
 		return ErrNoHandlers
 	}
-	rec := a.record()
-	rec.Normalize()
-	if err := rec.Validate(); err != nil {
-		return err
-	}
 	if a.hbConn == nil {
 		hc, err := a.nc.Opts.Connect()
 		if err != nil {
@@ -276,6 +272,10 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := a.setHeartbeat(ctx, reg); err != nil {
+		return err
+	}
+	rec := a.record()
 	hb, err := registry.NewHeartbeat(reg, rec, a.log)
 	if err != nil {
 		return err
@@ -315,6 +315,24 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.sub, a.hb, a.started = sub, hb, true
 	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).
 		Bool("direct_results", a.replyPrefix != "").Msg("agent registered")
+	return nil
+}
+
+// setHeartbeat takes the heartbeat interval from the REACH_AGENTS bucket
+// (TTL / 3) when Config.Heartbeat is 0, and refuses one that differs.
+func (a *Agent) setHeartbeat(ctx context.Context, reg *registry.Registry) error {
+	st, err := reg.KeyValue().Status(ctx)
+	if err != nil {
+		return fmt.Errorf("agentkit: read the heartbeat of %s: %w", streams.BucketAgents, err)
+	}
+	bucket := st.TTL() / 3
+	switch {
+	case a.cfg.Heartbeat == 0:
+		a.cfg.Heartbeat = bucket
+	case a.cfg.Heartbeat != bucket:
+		return fmt.Errorf("%w: Config.Heartbeat is %v, but %s has TTL %v, so agents heartbeat every %v (leave Heartbeat 0 to use it)",
+			ErrHeartbeatMismatch, a.cfg.Heartbeat, streams.BucketAgents, st.TTL(), bucket)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -316,5 +317,34 @@ func TestClientPropagatesFromHandlerContext(t *testing.T) {
 	}
 	if got := streams.IntHeader(m.Header, streams.HeaderDeadline); got != deadline {
 		t.Fatalf("inner deadline %d, want the caller's %d", got, deadline)
+	}
+}
+
+// An agent without Config.Heartbeat takes the bucket's (TTL / 3), and one
+// whose Heartbeat differs from it is refused at Start.
+func TestHeartbeatFromBucket(t *testing.T) {
+	nc, _, reg := setup(t) // provisioned with a 200 ms heartbeat
+	startAgent(t, nc, agentkit.Config{Type: "echo", ID: "hb1"}, map[string]agentkit.Handler{
+		"echo": func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil },
+	})
+	e, err := reg.Get(context.Background(), "hb1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.HeartbeatMS != 200 {
+		t.Fatalf("heartbeat_ms %d, want the bucket's 200", e.HeartbeatMS)
+	}
+
+	a, err := agentkit.New(nc, agentkit.Config{Type: "echo", ID: "hb2", Heartbeat: 5 * time.Second}, agentkit.WithoutSignals())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Handle("echo", func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil })
+	err = a.Start(context.Background())
+	if !errors.Is(err, agentkit.ErrHeartbeatMismatch) || !strings.Contains(err.Error(), "TTL 600ms") {
+		t.Fatalf("Start with a 5s heartbeat on a 200ms bucket: %v, want ErrHeartbeatMismatch naming the TTL", err)
+	}
+	if _, err := reg.Get(context.Background(), "hb2"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a refused agent registered: %v", err)
 	}
 }

@@ -14,6 +14,10 @@ var (
 	ErrAlreadyStarted = errors.New("agentkit: agent already started")
 	// ErrNoHandlers is returned by Start when no capability is registered.
 	ErrNoHandlers = errors.New("agentkit: no capability handlers registered")
+	// ErrHeartbeatMismatch is returned by Start when Config.Heartbeat is
+	// set and differs from the heartbeat the REACH_AGENTS bucket was
+	// provisioned with (its TTL / 3).
+	ErrHeartbeatMismatch = errors.New("agentkit: heartbeat does not match the REACH_AGENTS bucket")
 )
 
 // Reject returns a business rejection (BIZ_REJECT): the task is understood

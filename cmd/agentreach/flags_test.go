@@ -206,6 +206,8 @@ func commandFlags(t *testing.T, name string) []string {
 		return append(conn, "json", "gather")
 	case "bench":
 		return []string{"quick", "json-file"}
+	case "conformance":
+		return []string{"rules", "json", "timeout"}
 	case "version":
 		return nil
 	}

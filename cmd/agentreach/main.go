@@ -42,6 +42,7 @@ var commands = []command{
 	{"review", "list, show, replay or resolve tasks past their deadline (REACH_REVIEW)", runReview},
 	{"stats", "print every dispatcher replica's counters", runStats},
 	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
+	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", runConformance},
 	{"bench", "run the benchmark suite against plain NATS baselines (see BENCHMARKS.md)", runBench},
 	{"version", "print the version", runVersion},
 }

@@ -1,0 +1,152 @@
+package agenttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// outputLimit is how much of a process's output Command keeps: the last
+// outputLimit to 2 × outputLimit bytes.
+const outputLimit = 64 << 10
+
+// waitDelay bounds how long a process's output is still read after it
+// exits (a child of it may hold the pipes open).
+const waitDelay = 2 * time.Second
+
+// Command returns the agent under test as a process: name run with args and
+// this process's environment plus Env's variables (Env.Environ), so it
+// reads AGENTREACH_SERVER and AGENTREACH_AGENT_ID. Stop sends it SIGTERM and
+// waits for it to exit: an exit status other than 0 is an error, and when
+// Stop's context ends first the process is killed. Its stdout and stderr
+// are kept (the last 64 KiB) for Report.Output.
+//
+// Run the agent's program directly, not through a launcher such as
+// `go run`: the signal goes to the process started, and its exit status is
+// the one checked.
+func Command(name string, args ...string) Agent {
+	return &process{name: name, args: args, done: make(chan struct{})}
+}
+
+// process is an agent run as a child process.
+type process struct {
+	name string
+	args []string
+	out  tailBuffer
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the process has exited
+	waitErr error         // its exit, once done is closed
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts the process; it does not wait for it to register.
+func (p *process) Start(_ context.Context, env Env) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return ErrAlreadyStarted
+	}
+	cmd := exec.Command(p.name, p.args...)
+	cmd.Env = append(os.Environ(), env.Environ()...)
+	cmd.Stdout, cmd.Stderr = &p.out, &p.out
+	cmd.WaitDelay = waitDelay
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd = cmd
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	return nil
+}
+
+// Stop sends SIGTERM and waits for the process to exit, or kills it when
+// ctx ends first. Calling it again returns the first result.
+func (p *process) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	p.stopOnce.Do(func() {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			p.stopErr = fmt.Errorf("send SIGTERM to %s: %w", p.name, err)
+		}
+		start := time.Now()
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			<-p.done
+			p.stopErr = fmt.Errorf("%s did not exit within %v of SIGTERM, so it was killed", p.name, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if p.stopErr == nil && p.waitErr != nil {
+			p.stopErr = fmt.Errorf("%s exited after SIGTERM with %w", p.name, p.waitErr)
+		}
+	})
+	return p.stopErr
+}
+
+// exited is closed when the process has ended; exitErr then says how.
+func (p *process) exited() <-chan struct{} { return p.done }
+
+// exitErr says how the process ended, once exited is closed.
+func (p *process) exitErr() error {
+	if p.waitErr == nil {
+		return errors.New("exit status 0")
+	}
+	return p.waitErr
+}
+
+// Output returns the last 64 KiB (at least) of what the process printed.
+func (p *process) Output() string { return p.out.String() }
+
+// tailBuffer keeps the last outputLimit to 2 × outputLimit bytes written to
+// it; it is safe for concurrent use.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*outputLimit {
+		t.b = append(t.b[:0], t.b[len(t.b)-outputLimit:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// Build compiles the main package pkg (a path as `go build` takes it, e.g.
+// "./cmd/myagent") into the test's temporary directory and returns the
+// binary, for Command. It fails the test when the build fails.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "agent-under-test")
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("agenttest: go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/agentkit/agenttest"
+)
+
+// The raw-protocol agent passes the suite through the command line: exit
+// 0 and a JSON report with every rule passed.
+func TestConformanceRawAgent(t *testing.T) {
+	before := goroutines()
+	bin := agenttest.Build(t, "../../examples/rawagent")
+	r := runCmd(t, runConformance, "--json", "--", bin)
+	if r.code != exitOK {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var out conformanceReport
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("--json output does not decode: %v\n%s", err, r.stdout)
+	}
+	var rules []string
+	for _, res := range out.Results {
+		rules = append(rules, res.Rule)
+		if !res.Passed || res.Message != "" {
+			t.Errorf("rule %s: passed %v, message %q", res.Rule, res.Passed, res.Message)
+		}
+	}
+	if !out.Passed || !slices.Equal(rules, agenttest.RuleIDs()) {
+		t.Fatalf("passed %v, rules %v; want every rule %v passed", out.Passed, rules, agenttest.RuleIDs())
+	}
+	if !strings.Contains(out.Output, "drained") {
+		t.Errorf("the report does not carry the agent's output: %q", out.Output)
+	}
+	checkNoLeaks(t, before)
+}
+
+func TestConformanceUsage(t *testing.T) {
+	tests := []struct {
+		args           []string
+		stderr, stdout string
+	}{
+		{nil, "want the agent's command after --", ""},
+		{[]string{"--", "no-such-agent-binary"}, `agent command "no-such-agent-binary"`, ""},
+		{[]string{"--rules", "ack,dance", "--", "true"}, `--rules: unknown rule "dance"`, ""},
+		{[]string{"--timeout", "0s", "--", "true"}, "--timeout must be positive", ""},
+		{[]string{"--json", "--rules", "dance", "--", "true"}, `unknown rule "dance"`, `{"error":{"code":"USAGE","message":"--rules: unknown rule \"dance\"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := runCmd(t, runConformance, tt.args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) || !strings.HasPrefix(r.stdout, tt.stdout) {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want %d, %q and %q", r.code, r.stderr, r.stdout, exitUsage, tt.stderr, tt.stdout)
+			}
+		})
+	}
+}
+
+// The text report: one line per rule, the failure's message without its
+// repeated rule prefix, and a summary naming what failed.
+func TestPrintConformance(t *testing.T) {
+	report := &agenttest.Report{Elapsed: 7420 * time.Millisecond, Results: []agenttest.Result{
+		{Rule: "ack", Passed: true, Elapsed: 12 * time.Millisecond},
+		{Rule: "busy", Passed: true, Elapsed: 400 * time.Microsecond},
+		{Rule: "drain", Elapsed: 6500 * time.Millisecond,
+			Message: "rule drain: no put with status draining (see docs/conformance.md#drain)"},
+	}}
+	var b strings.Builder
+	printConformance(&b, report)
+	want := "PASS ack 12ms\nPASS busy 400µs\nFAIL drain 6.5s: no put with status draining (see docs/conformance.md#drain)\n" +
+		"1 of 3 rules failed in 7.4s: drain\n"
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// A run that could not take place (here: the agent's command is not a
+// program) exits 1 with the reason, with --json as the one error object.
+func TestConformanceAgentDoesNotStart(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(bin, []byte("not a program\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runCmd(t, runConformance, "--json", "--", bin)
+	var out failureOutput
+	if r.code != exitFail || !strings.Contains(r.stderr, "start the agent: start "+bin) ||
+		json.Unmarshal([]byte(r.stdout), &out) != nil || out.Error == nil || !strings.Contains(out.Error.Message, bin) {
+		t.Fatalf("exit %d, stderr %q, stdout %q; want %d and an error naming the agent that did not start", r.code, r.stderr, r.stdout, exitFail)
+	}
+}
