@@ -1,6 +1,7 @@
 package agentkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -38,9 +39,18 @@ func BadRequest(format string, args ...any) error {
 }
 
 // classify maps a handler error to its wire error: an *streams.Error keeps its
-// code, an error wrapping a wire sentinel gets that code, and anything else
-// is a failure (INTERNAL).
+// code, an error wrapping a wire sentinel gets that code, the context's
+// deadline or cancellation becomes DEADLINE_EXCEEDED or CANCELLED, and
+// anything else is a failure (INTERNAL).
 func classify(err error) *streams.Error {
+	var we *streams.Error
+	switch {
+	case errors.As(err, &we):
+	case errors.Is(err, context.DeadlineExceeded): // the task's deadline passed: nobody waits for it
+		return streams.NewError(streams.CodeDeadlineExceeded, "%v", err)
+	case errors.Is(err, context.Canceled): // a CANCEL, or the agent stopping hard
+		return streams.NewError(streams.CodeCancelled, "%v", err)
+	}
 	e := streams.AsError(err)
 	if e.Message == "" {
 		e.Message = fmt.Sprint(err)

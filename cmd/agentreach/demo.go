@@ -229,7 +229,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cl := newCmdline("demo", "agentreach demo [flags]", demoAbout)
 	cl.group("Flags", func(fs *flag.FlagSet) {
 		df.register(fs)
-		registerHeartbeat(fs, &heartbeat)
+		fs.DurationVar(&heartbeat, "heartbeat", 0,
+			"agents' heartbeat interval; 0 reads it from the REACH_AGENTS bucket (its TTL / 3),\nanything else must match the bucket")
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting and registering each agent")
