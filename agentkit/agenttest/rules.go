@@ -60,6 +60,7 @@ var rules = []rule{
 	{"idempotency", "an idempotency key executes once; its stored outcome is replayed", checkIdempotency},
 	{"unknown-capability", "a capability not offered is NO_AGENT at once", checkUnknownCapability},
 	{"reply-headers", "the caller's reply carries the Reach-* headers, relayed or direct", checkReplyHeaders},
+	{"cancel", "a CANCEL, for a running delivery or one it never had, leaves the agent serving", checkCancel},
 	{"heartbeat", "puts its record every heartbeat_ms, by the server's clock", checkHeartbeat},
 	{"drain", "on SIGTERM: status draining, every task finished, key deleted, exit 0", checkDrain},
 }

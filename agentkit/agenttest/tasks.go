@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/agent-reach/agentreach/streams"
@@ -341,4 +342,50 @@ func checkReplyHeaders(ctx context.Context, s *suite) error {
 		}
 	}
 	return p.err()
+}
+
+// The cancel rule's task: long enough to be cancelled while it runs.
+const cancelTaskMS = 1500
+
+// checkCancel: a CANCEL for a running delivery of conformance.slow, and one
+// for a delivery the agent never had, leave the agent serving: an echo is
+// answered at once after both. Whatever the cancelled delivery is answered
+// with afterwards (its result, CANCELLED, nothing) is correct — the
+// dispatcher drops it — as is ignoring the cancel.
+func checkCancel(ctx context.Context, s *suite) error {
+	d, err := s.deliver(capSlow, streams.ContentTypeJSON, mustEncode(streams.ContentTypeJSON, slowInput{MS: cancelTaskMS}))
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	// Cancelled once it runs (an ACKED), or after ackWithin all the same:
+	// an agent that never acknowledges fails the ack rule, not this one.
+	if first, ok := d.next(ctx, d.sent.Add(ackWithin)); ok && first.terminal() {
+		return fmt.Errorf("%s {\"ms\": %d} ended at once (%s) instead of running to be cancelled; saw %s", capSlow, cancelTaskMS, first.status(), d.seen())
+	}
+	for _, c := range []struct{ delivery, requestID string }{
+		{d.sub.Subject, d.requestID},              // the running delivery
+		{s.nc.NewInbox(), streams.NewRequestID()}, // one the agent never had
+	} {
+		m := nats.NewMsg(s.env.Subjects.Agent(s.env.AgentID))
+		m.Header.Set(streams.HeaderStatus, string(streams.StatusCancel))
+		m.Header.Set(streams.HeaderRequestID, c.requestID)
+		m.Header.Set(streams.HeaderAttempt, "1")
+		m.Header.Set(streams.HeaderCapability, capSlow)
+		m.Header.Set(streams.HeaderDelivery, c.delivery)
+		if err := s.nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("send a CANCEL: %w", err)
+		}
+	}
+	echo, err := s.deliver(capEcho, streams.ContentTypeJSON, []byte(`{"after":"cancel"}`))
+	if err != nil {
+		return err
+	}
+	defer echo.close()
+	r, ok := echo.final(ctx, echo.sent.Add(answerWithin))
+	if !ok || !r.is(streams.StatusFinished) || string(r.msg.Data) != `{"after":"cancel"}` {
+		return fmt.Errorf("after a CANCEL (protocol: a message without reply subject, never answered; ignoring it is correct) the agent did not answer an echo within %v; saw %s",
+			answerWithin, echo.seen())
+	}
+	return nil
 }

@@ -5,11 +5,16 @@
 //	agentreach demo                   the demo agents (echo, slow, math.add)
 //	agentreach agents [--json]        the live agent instances
 //	agentreach call <cap> '<json>'    call a capability and print the result (payload also @file or - for stdin)
+//	agentreach broadcast <cap> '<json>'  ask every routable instance; one row per instance
+//	agentreach fanout <file>|-        a fan-out over several capabilities; one row per branch
 //	agentreach submit <cap> '<json>'  submit a durable task; prints its request id (--wait: the outcome)
 //	agentreach result <request-id>    the outcome of a durable task: result, dead letter, review entry or none
 //	agentreach dlq ls|show|replay|purge        dead letters (REACH_DLQ)
 //	agentreach review ls|show|replay|resolve   tasks waiting for a person's decision (REACH_REVIEW)
 //	agentreach stats | breakers       what every dispatcher replica counts and holds
+//	agentreach caps | policy          capability declarations (REACH_CAPS) and live policy (REACH_POLICY)
+//	agentreach conformance -- <cmd>   check an agent in any language against the wire contract
+//	agentreach bench [<scenario>]     the benchmark suite (BENCHMARKS.md)
 //	agentreach version                (or agentreach --version)
 //
 // Each command has --help, which lists every flag with its default and its
