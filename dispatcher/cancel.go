@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,7 +33,10 @@ func (d *Dispatcher) cancel(t *task, e *streams.Error) {
 	if !t.stopped.CompareAndSwap(nil, e) {
 		return
 	}
-	if dl := t.current.Load(); dl != nil {
+	t.mu.Lock()
+	open := slices.Clone(t.open)
+	t.mu.Unlock()
+	for _, dl := range open {
 		d.cancelDelivery(dl, e)
 	}
 	d.takeFromBackoff(t, e)

@@ -135,6 +135,12 @@ type Config struct {
 	// DefaultStrategy picks instances for capabilities not in Strategies;
 	// default "least_load".
 	DefaultStrategy string
+	// Hedges turns hedged requests on for capabilities (DESIGN §9): a
+	// second delivery to another instance when the first has not answered
+	// within the hedge delay, first answer wins. Only for capabilities whose
+	// repeated execution is harmless (idempotent or read-only); a write
+	// (Writes) is refused.
+	Hedges map[string]HedgeConfig
 	// Strategies maps a capability to its strategy name: "least_load",
 	// "round_robin", "weighted_round_robin" or "hash" (consistent hashing on
 	// Reach-Affinity-Key).
@@ -222,6 +228,15 @@ func (c *Config) validate() error {
 	for _, capability := range c.Writes {
 		if err := streams.ValidateCapability(capability); err != nil {
 			return bad("writes: %v", err)
+		}
+	}
+	for capability, h := range c.Hedges {
+		if err := c.hedgeable(capability); err != nil {
+			return bad("%v", err)
+		}
+		h.setDefaults()
+		if err := h.validate(capability); err != nil {
+			return bad("%v", err)
 		}
 	}
 	return nil

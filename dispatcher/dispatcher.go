@@ -49,7 +49,8 @@ type Dispatcher struct {
 	started bool
 	loads   sync.Map // instance id → *instLoad
 	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
-	hints   sync.Map // agent type → *typeLatency
+	hints   sync.Map // agent type → *latencyWindow
+	hedges  sync.Map // capability → *capHedge
 	// backoffs holds the tasks waiting out a backoff before a retry (a set
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
@@ -363,6 +364,8 @@ type Stats struct {
 	Durable    int64  `json:"durable"`
 	Buffered   int64  `json:"buffered"`
 	Replayed   int64  `json:"replayed"`
+	Hedged     int64  `json:"hedged"`         // hedge deliveries sent
+	HedgesOver int64  `json:"hedges_refused"` // hedges the budget refused
 	InFlight   int64  `json:"in_flight"`
 	Agents     int    `json:"agents"`
 }
@@ -370,6 +373,7 @@ type Stats struct {
 type stats struct {
 	received, finished, failed, overloaded, dropped, redirected atomic.Int64
 	durable, buffered, replayed, queued                         atomic.Int64
+	hedged, hedgesRefused                                       atomic.Int64
 }
 
 // Stats returns the replica's counters.
@@ -386,6 +390,8 @@ func (d *Dispatcher) Stats() Stats {
 		Durable:    d.stats.durable.Load(),
 		Buffered:   d.stats.buffered.Load(),
 		Replayed:   d.stats.replayed.Load(),
+		Hedged:     d.stats.hedged.Load(),
+		HedgesOver: d.stats.hedgesRefused.Load(),
 		InFlight:   d.inflight.Load(),
 	}
 	if t := d.Table(); t != nil {

@@ -47,6 +47,10 @@ type Event struct {
 	Succeeded int `json:"succeeded,omitempty"`
 	// By is who resolved a review entry (RecordResolution).
 	By string `json:"by,omitempty"`
+	// Hedged is set when a hedge was sent for the task (DESIGN §9);
+	// HedgeWon when the hedge's answer was the one used.
+	Hedged   bool `json:"hedged,omitempty"`
+	HedgeWon bool `json:"hedge_won,omitempty"`
 }
 
 // How records travel. A message on reach.event.<capability> carries one or
@@ -103,6 +107,7 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		Attempts: t.attempts, Cost: t.spent, Start: start,
 		LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
 		ParentID:  t.req.Header.Get(streams.HeaderParentID),
+		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
 	}
 	if d.table != nil {
 		ev.Candidates = d.table.Candidates(t.capability).Len()
@@ -288,6 +293,12 @@ func appendEvent(b []byte, ev *Event) []byte {
 	if ev.By != "" {
 		b = append(b, `,"by":`...)
 		b = appendString(b, ev.By)
+	}
+	if ev.Hedged {
+		b = append(b, `,"hedged":true`...)
+	}
+	if ev.HedgeWon {
+		b = append(b, `,"hedge_won":true`...)
 	}
 	for _, f := range [...]struct {
 		key string

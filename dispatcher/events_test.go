@@ -28,6 +28,7 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 			Cost:     rapid.Float64Range(-1e12, 1e12).Draw(rt, "cost"), LatencyMS: rapid.Float64Range(0, 1e9).Draw(rt, "latency"),
 			Start:    time.Unix(rapid.Int64Range(0, 1<<33).Draw(rt, "s"), rapid.Int64Range(0, 1e9-1).Draw(rt, "ns")).UTC(),
 			ParentID: str.Draw(rt, "parent"), Kind: str.Draw(rt, "kind"), By: str.Draw(rt, "by"),
+			Hedged: rapid.Bool().Draw(rt, "hedged"), HedgeWon: rapid.Bool().Draw(rt, "hedge_won"),
 			Expected: rapid.IntRange(0, 300).Draw(rt, "expected"), Answered: rapid.IntRange(0, 300).Draw(rt, "answered"),
 			Succeeded: rapid.IntRange(0, 300).Draw(rt, "succeeded"),
 		}

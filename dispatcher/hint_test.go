@@ -27,11 +27,11 @@ func TestTimeoutHintIsLearnedPerTypeUnlessDeclared(t *testing.T) {
 	if h := d.timeoutHint(&registry.Entry{Record: registry.Record{Type: "new"}}); h != 0 {
 		t.Fatalf("a type never seen has hint %v", h)
 	}
-	for range hintSamples { // the type got slower: the hint follows the recent samples
+	for range latencySamples { // the type got slower: the hint follows the recent samples
 		d.typeLatency("llm").observe(400 * time.Millisecond)
 	}
 	if h := d.timeoutHint(&registry.Entry{Record: registry.Record{Type: "llm"}}); h != 800*time.Millisecond {
-		t.Fatalf("hint after %d slower tasks %v, want 800ms", hintSamples, h)
+		t.Fatalf("hint after %d slower tasks %v, want 800ms", latencySamples, h)
 	}
 	cfg := d.cfg
 	if got := cfg.callTimeout(0, learned); got != 5*time.Second {

@@ -44,13 +44,22 @@ type task struct {
 	waitTimer   *time.Timer                                    // ends its wait for a slot
 	seq         uint64                                         // stream sequence of a durable task; 0 on the direct tier
 	inDoubt     bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
-	// Cancellation (cancel.go): stopped holds why, once set; current is the
-	// open delivery, if any; waiting is true while a backoff timer owns t.
-	noRetry bool // Call's WithoutRetries
+	// Cancellation (cancel.go): stopped holds why, once set; waiting is
+	// true while a backoff timer owns t.
+	noRetry bool      // Call's WithoutRetries
+	hedge   *capHedge // its capability's hedging, nil when off (hedge.go)
 	stopped atomic.Pointer[streams.Error]
-	current atomic.Pointer[delivery]
 	waiting atomic.Bool
-	log     taskLog
+	// mu guards what concurrent deliveries of a hedged task both touch:
+	// open (the deliveries not yet settled), ended (an outcome was decided),
+	// and attempts, node, spent, inDoubt and triedIDs while deliveries run.
+	// Before the first delivery and after the outcome one owner holds t.
+	mu        sync.Mutex
+	open      []*delivery
+	ended     bool
+	hedged    bool // a hedge delivery was sent
+	hedgedWon bool // the outcome came from the hedge
+	log       taskLog
 }
 
 // taskLog puts a task's fields on every event it starts. Unlike a child
@@ -108,6 +117,9 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 		unicast:    h.Get(streams.HeaderAgent),
 	}
 	t.requestID, t.orchID = taskIDs(h)
+	if t.unicast == "" {
+		t.hedge = d.hedgeOf(capability)
+	}
 	ct, badPayload := streams.PayloadType(h, m.Data)
 	t.contentType = ct
 	t.log = taskLog{base: &d.log, t: t}
@@ -284,9 +296,11 @@ func (d *Dispatcher) run(t *task) {
 func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why noRoute) {
 	switch {
 	case inst != nil:
+		t.mu.Lock()
 		t.attempts++
 		t.node = inst.ID
-		d.send(t, inst, probe)
+		t.mu.Unlock()
+		d.send(t, inst, probe, false)
 	case why == routeFull && d.cfg.QueueWait > 0:
 		d.enqueue(d.queueOf(t.queueKey()), t)
 	case why == routeFull:
@@ -469,7 +483,8 @@ type delivery struct {
 	inst    *registry.Instance
 	load    *instLoad
 	probe   bool
-	attempt int // the task's attempt number of this delivery
+	hedge   bool // the second delivery of a hedged task
+	attempt int  // the task's attempt number of this delivery
 	sent    time.Time
 	token   string // the last token of its reply subject
 
@@ -502,19 +517,24 @@ func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, ki
 }
 
 // send delivers t to inst, with a timer for the ACK.
-func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
-	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe, attempt: t.attempts} // resolve reserved the slot
-	if e := t.stopped.Load(); e != nil {                                                          // cancelled on its way here: the slot goes back unused
+func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
+	t.mu.Lock()
+	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe, attempt: t.attempts, hedge: hedge} // resolve reserved the slot
+	t.mu.Unlock()
+	if e := t.stopped.Load(); e != nil { // cancelled on its way here: the slot goes back unused
 		dl.load.inflight.Add(-1)
 		d.freed(inst)
-		t.done(t, nil, e)
+		if !hedge {
+			t.done(t, nil, e)
+		}
 		return
 	}
 	// A direct-tier request's own headers are reused: nothing reads the
 	// caller's values of the headers set here once the task has started. A
-	// durable task keeps its original headers for parking.
+	// durable task keeps its original headers for parking, and a task that
+	// may be hedged gives each delivery its own, as two may be sent at once.
 	h := t.req.Header
-	if t.seq > 0 {
+	if t.seq > 0 || t.hedge != nil {
 		h = make(nats.Header, len(t.req.Header)+7)
 		for k, v := range t.req.Header {
 			h[k] = v
@@ -525,7 +545,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 	out.Header.Set(streams.HeaderRequestID, t.requestID)
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
 	out.Header.Set(streams.HeaderHops, strconv.Itoa(t.hops))
-	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
+	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(dl.attempt))
 	out.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
 	out.Header.Set(streams.HeaderVisits, strings.Join(append(slices.Clip(t.visits), inst.ID), ","))
 	if d.offersDirect(t) {
@@ -537,7 +557,10 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 		d.end(dl, nil, nil, streams.AsError(err), outcomeFinal)
 		return
 	}
-	t.log.Debug().Str("node", inst.ID).Int("attempt", t.attempts).Str("state", string(streams.StatusSent)).Msg("task state")
+	t.log.Debug().Str("node", inst.ID).Int("attempt", dl.attempt).Bool("hedge", hedge).Str("state", string(streams.StatusSent)).Msg("task state")
+	t.mu.Lock()
+	t.open = append(t.open, dl) // before the publish: a reply may settle dl at once
+	t.mu.Unlock()
 	// The lock is held across the publish and the arming of the timer, so a
 	// reply or the timer handles dl only once both are done (and whatever
 	// the next attempt writes into the shared header map comes after this
@@ -558,9 +581,12 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe bool) {
 		d.settle(dl, nil, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable)
 		return
 	}
-	t.current.Store(dl)
 	if e := t.stopped.Load(); e != nil {
 		d.cancelDelivery(dl, e) // cancelled while it was being sent
+		return
+	}
+	if t.hedge != nil && !hedge {
+		d.armHedge(t, dl)
 	}
 }
 
@@ -645,7 +671,6 @@ func (d *Dispatcher) expire(dl *delivery) {
 func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
 	d.inbox.close(dl.token)
 	t, load := dl.t, dl.load
-	t.current.CompareAndSwap(dl, nil)
 	load.inflight.Add(-1)
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
@@ -656,23 +681,47 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 		load.penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
 	}
 	if !dl.sent.IsZero() && (kind == outcomeDone || kind == outcomeSlow) {
-		load.observe(now.Sub(dl.sent), now)
+		took := now.Sub(dl.sent)
+		load.observe(took, now)
 		if kind == outcomeDone {
-			d.typeLatency(dl.inst.Entry().Type).observe(now.Sub(dl.sent))
+			d.typeLatency(dl.inst.Entry().Type).observe(took)
+			if t.hedge != nil {
+				t.hedge.latency.observe(took)
+			}
 		}
 	}
+	defer d.freed(dl.inst)
+	t.mu.Lock()
+	t.open = slices.DeleteFunc(t.open, func(o *delivery) bool { return o == dl })
 	if last != nil {
 		t.spent += costOf(last)
-		t.inDoubt = e != nil && e.Code == streams.CodeInternal && last.Header.Get(streams.HeaderInDoubt) == "true"
 	}
-	if !kind.retryable() {
-		t.done(t, res, e)
-	} else {
+	switch {
+	case t.ended: // a hedged task's other delivery decided it: this one is moot
+		t.mu.Unlock()
+		return
+	case kind.retryable() && len(t.open) > 0: // the task's other delivery may still answer
 		t.triedIDs = append(t.triedIDs, dl.inst.ID)
+		t.mu.Unlock()
+		t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed; another delivery runs")
+		return
+	case kind.retryable():
+		t.triedIDs = append(t.triedIDs, dl.inst.ID)
+		t.mu.Unlock()
 		t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
 		d.retry(t, e, kind)
+		return
 	}
-	d.freed(dl.inst)
+	t.ended = true
+	t.node, t.hedgedWon = dl.inst.ID, dl.hedge
+	t.inDoubt = e != nil && e.Code == streams.CodeInternal && last != nil && last.Header.Get(streams.HeaderInDoubt) == "true"
+	losers := t.open
+	t.open = nil
+	t.mu.Unlock()
+	for _, o := range losers {
+		d.cancelDelivery(o, streams.NewError(streams.CodeCancelled, "another delivery of the task answered first"))
+	}
+	t.done(t, res, e)
 }
 
 // freed hands a slot of inst that just came free to a waiting task.
@@ -719,6 +768,9 @@ func (t *task) errorHeaders() []string {
 	if t.inDoubt {
 		h = append(h, streams.HeaderInDoubt, "true")
 	}
+	if t.hedgedWon {
+		h = append(h, streams.HeaderHedged, "1")
+	}
 	return h
 }
 
@@ -735,6 +787,9 @@ func (d *Dispatcher) resultMsg(t *task, res *nats.Msg) (*nats.Msg, *streams.Erro
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderNode, t.node)
 	out.Header.Del(streams.HeaderActive) // the agent's load report is for dispatchers
+	if t.hedgedWon {
+		out.Header.Set(streams.HeaderHedged, "1")
+	}
 	if out.Header.Get(streams.HeaderContentType) == "" {
 		out.Header.Set(streams.HeaderContentType, t.contentType) // results are in their request's type
 	}
