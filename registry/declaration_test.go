@@ -206,6 +206,7 @@ func TestValidateInput(t *testing.T) {
 		{"msgpack valid", "orders.query", streams.ContentTypeMsgpack, mp(map[string]any{"sku": "a", "qty": 3}), ""},
 		{"msgpack wrong type", "orders.query", streams.ContentTypeMsgpack, mp(map[string]any{"sku": "a", "qty": 1.5}), `payload.qty: want integer, got number`},
 		{"msgpack binary", "orders.query", streams.ContentTypeMsgpack, mp(map[string]any{"sku": []byte("a")}), `payload.sku: holds a value JSON cannot express`},
+		{"msgpack claiming a huge map", "orders.query", streams.ContentTypeMsgpack, []byte{0xdf, 0xff, 0xff, 0xff, 0xff}, `payload is not one well-formed msgpack value`},
 		{"unsupported type", "orders.query", "text/plain", []byte(`x`), `unsupported content type "text/plain"`},
 		{"undeclared capability", "orders.write", streams.ContentTypeJSON, []byte(`[]`), ""},
 	}

@@ -149,7 +149,6 @@ func (c *CapabilityPolicy) validate(p *problems) {
 		positive("breaker.cooldown", b.Cooldown)
 	}
 	if c.Require != nil {
-		c.Require.Permissions = sortedSet(c.Require.Permissions)
 		c.Require.validate(p, "require")
 	}
 }
@@ -318,6 +317,9 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 		var c CapabilityPolicy
 		if _, err := decodeDocument(data, &c); err != nil {
 			return bad(err)
+		}
+		if c.Require != nil {
+			c.Require.Permissions = sortedSet(c.Require.Permissions)
 		}
 		var p problems
 		c.validate(&p)

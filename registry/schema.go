@@ -74,6 +74,9 @@ func validatePayload(sch *jsonschema.Schema, contentType string, body []byte) er
 		case streams.ContentTypeJSON:
 			v, err = jsonschema.UnmarshalJSON(bytes.NewReader(body))
 		case streams.ContentTypeMsgpack:
+			if !streams.ValidMsgpack(body) { // first: a container header alone may claim gigabytes
+				return fmt.Errorf("%w: payload is not one well-formed msgpack value", ErrInvalidPayload)
+			}
 			dec := msgpack.GetDecoder()
 			dec.Reset(bytes.NewReader(body))
 			v, err = dec.DecodeInterface()
