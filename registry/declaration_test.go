@@ -180,6 +180,12 @@ func TestDeclarationValidateListsEveryProblem(t *testing.T) {
 
 func TestValidateInput(t *testing.T) {
 	d := compiled(t, ordersReader)
+	if c, ok := d.Capability("orders.query"); !ok || c.Mode != registry.ModeRead || !c.Idempotent || c.TimeoutMS != 2000 {
+		t.Fatalf("Capability(orders.query) = %+v, %v", c, ok)
+	}
+	if _, ok := d.Capability("orders.write"); ok {
+		t.Fatal("an undeclared capability is declared")
+	}
 	mp := func(v any) []byte {
 		b, err := msgpack.Marshal(v)
 		if err != nil {

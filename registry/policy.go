@@ -34,9 +34,6 @@ func StrategyNames() []string {
 	return []string{"hash", "least_load", "round_robin", "weighted_round_robin"}
 }
 
-// CapabilityPolicyKey returns the REACH_POLICY key of capability's policy.
-func CapabilityPolicyKey(capability string) string { return PolicyCapabilityPrefix + capability }
-
 // Duration is a time.Duration written as a Go duration string ("500ms",
 // "3s", "1m30s") in JSON and YAML.
 type Duration time.Duration
