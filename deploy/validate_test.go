@@ -7,8 +7,8 @@ package deploy
 //     version this module depends on), and a single embedded node started
 //     from nats-1.conf (cluster removed) serves the Agent-Reach flows with
 //     the configured users, permissions and JetStream settings.
-//   - docker-compose.yml is read with a small YAML-subset reader
-//     (yamlsubset_test.go) and cross-checked against the NATS configs,
+//   - docker-compose.yml is read with go.yaml.in/yaml/v3 (the YAML
+//     library of the whole project) and cross-checked against the NATS configs,
 //     .env.example, the Dockerfile and the agentreach CLI surface.
 //   - The Dockerfile is checked line by line.
 
@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -31,6 +32,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -676,11 +678,15 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 
 // ---------------------------------------------------------------- docker-compose.yml
 
+// loadCompose reads the compose file; a key given twice is an error.
 func loadCompose(t *testing.T) map[string]any {
 	t.Helper()
-	doc, err := parseYAMLSubset(readFile(t, composeFile))
-	if err != nil {
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(readFile(t, composeFile)), &doc); err != nil {
 		t.Fatalf("%s: %v", composeFile, err)
+	}
+	if doc == nil {
+		t.Fatalf("%s is empty", composeFile)
 	}
 	return doc
 }
@@ -717,9 +723,16 @@ func asMap(v any) map[string]any {
 	return m
 }
 
+// asString reads a scalar as the text it was written as: YAML reads
+// replicas: 2 as a number and restart: "no" as a string.
 func asString(v any) string {
-	s, _ := v.(string)
-	return s
+	switch v := v.(type) {
+	case string:
+		return v
+	case int, int64, uint64, float64, bool:
+		return fmt.Sprint(v)
+	}
+	return ""
 }
 
 // asStrings reads a list of strings, or a string split on blanks.

@@ -14,6 +14,13 @@ const (
 	StatusDraining = "draining"
 )
 
+// Dependency states an agent reports in its record's deps.
+const (
+	DepUp       = "up"
+	DepDegraded = "degraded"
+	DepDown     = "down"
+)
+
 // DefaultWeight is the weight of a record that does not set one.
 const DefaultWeight = 100
 
@@ -33,6 +40,10 @@ type Record struct {
 	TimeoutHintMS int64   `json:"timeout_hint_ms"`
 	HeartbeatMS   int64   `json:"heartbeat_ms"`
 	Version       string  `json:"version"`
+	// Deps is the agent's report on each dependency its type declares
+	// (depends_on): DepUp, DepDegraded or DepDown. An instance with a
+	// dependency down takes no tasks that need it.
+	Deps map[string]string `json:"deps,omitempty"`
 }
 
 // Normalize fills defaults: weight 100, status "ready".
@@ -84,6 +95,15 @@ func (r *Record) Validate() error {
 		return bad("timeout_hint_ms must not be negative, got %d", r.TimeoutHintMS)
 	case r.HeartbeatMS < 100:
 		return bad("heartbeat_ms must be at least 100, got %d", r.HeartbeatMS)
+	}
+	for _, dep := range sortedKeys(r.Deps) {
+		state := r.Deps[dep]
+		if err := streams.ValidateCapability(dep); err != nil {
+			return bad("deps: %v", err)
+		}
+		if state != DepUp && state != DepDegraded && state != DepDown {
+			return bad("deps.%s must be %q, %q or %q, got %q", dep, DepUp, DepDegraded, DepDown, state)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -26,6 +27,22 @@ type Instance struct {
 
 // Entry returns the latest record of the instance.
 func (i *Instance) Entry() *Entry { return i.entry.Load() }
+
+// DownDependency returns the dependency the instance's latest record
+// reports down, the first by name, or "" when none is.
+func (i *Instance) DownDependency() string { return i.Entry().DownDependency() }
+
+// DownDependency returns the dependency the record reports down, the first
+// by name, or "" when none is. It does not allocate.
+func (e *Entry) DownDependency() string {
+	down := ""
+	for dep, state := range e.Deps {
+		if state == DepDown && (down == "" || dep < down) {
+			down = dep
+		}
+	}
+	return down
+}
 
 // Table is a routing table fed by a watch on REACH_AGENTS: puts, deletes and
 // TTL expiry (limit markers) apply within milliseconds. Its watcher is
@@ -251,7 +268,8 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	if ok {
 		old := inst.Entry()
 		inst.entry.Store(&e)
-		if old.Status == e.Status && old.Weight == e.Weight && slices.Equal(old.Capabilities, e.Capabilities) {
+		if old.Status == e.Status && old.Weight == e.Weight && slices.Equal(old.Capabilities, e.Capabilities) &&
+			maps.Equal(old.Deps, e.Deps) {
 			return // a heartbeat: same routes
 		}
 		t.unindex(inst, old)
@@ -312,7 +330,8 @@ func (t *Table) signal() {
 }
 
 // Changed returns a channel closed at the next change of routes (an instance
-// joining, leaving, or changing status or capabilities).
+// joining, leaving, or changing status, weight, capabilities or the states
+// of its dependencies).
 func (t *Table) Changed() <-chan struct{} {
 	t.mu.RLock()
 	defer t.mu.RUnlock()

@@ -204,6 +204,8 @@ func commandFlags(t *testing.T, name string) []string {
 		return append(conn, "json", "all", "new-deadline", "rerun", "drop", "by")
 	case "breakers", "stats":
 		return append(conn, "json", "gather")
+	case "caps", "policy":
+		return append(conn, "json")
 	case "bench":
 		return []string{"quick", "json-file"}
 	case "conformance":

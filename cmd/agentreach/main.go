@@ -40,6 +40,8 @@ var commands = []command{
 	{"result", "print the recorded outcome of a durable task by request id", runResult},
 	{"dlq", "list, show, replay or purge dead letters (REACH_DLQ)", runDLQ},
 	{"review", "list, show, replay or resolve tasks past their deadline (REACH_REVIEW)", runReview},
+	{"caps", "put, validate, list, show or remove capability declarations (REACH_CAPS)", runCaps},
+	{"policy", "get, set, edit, validate or list the routing policy (REACH_POLICY)", runPolicy},
 	{"stats", "print every dispatcher replica's counters", runStats},
 	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
 	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", runConformance},

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const capsAbout = `
+Manages the capability declarations in REACH_CAPS: per agent type, what its
+instances can do (capabilities with input schemas, timeouts and costs),
+their labels, limits and permissions, and what they refuse. Dispatchers
+route a task only to instances whose declaration satisfies its requirements.
+A FILE is YAML or JSON ("-" reads stdin); docs/declarations.md describes it.
+
+Sub-commands:
+  put FILE         validate FILE and store it under its type; an invalid
+                   declaration is refused with the field named, and nothing
+                   is written
+  validate FILE    check FILE without connecting to NATS
+  ls               one row per type, invalid stored values marked (--json:
+                   an array)
+  show TYPE        the declaration of TYPE in YAML (--json: in JSON)
+  rm TYPE          delete the declaration of TYPE
+
+Example:
+  agentreach caps validate orders-reader.yaml
+  agentreach caps put orders-reader.yaml
+  agentreach caps show orders-reader`
+
+// capsEntryJSON is one row of `caps ls --json`.
+type capsEntryJSON struct {
+	Type        string                `json:"type"`
+	Revision    uint64                `json:"revision"`
+	Updated     time.Time             `json:"updated"`
+	Declaration *registry.Declaration `json:"declaration,omitempty"`
+	// Error says why the stored value is invalid: dispatchers ignore it
+	// and keep the last good one.
+	Error string `json:"error,omitempty"`
+}
+
+func runCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		conn   connFlags
+		asJSON bool
+	)
+	cl := newCmdline("caps", "agentreach caps [flags] put FILE | validate FILE | ls | show TYPE | rm TYPE", capsAbout)
+	cl.group("Flags", func(fs *flag.FlagSet) {
+		cl.jsonFlag(fs, &asJSON, `print JSON: put {"type", "revision"}, validate {"valid", "type"}, ls an array,`+"\n"+
+			`show the declaration, rm {"removed"}; a failure as {"error": …}`)
+	})
+	cl.group("Connection flags", func(fs *flag.FlagSet) {
+		conn.register(fs, 10*time.Second, "bound on connecting and on each read or write")
+	})
+	pos, code, ok := cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return cl.usageError(stderr, "want a sub-command: put, validate, ls, show or rm")
+	}
+	sub, rest := pos[0], pos[1:]
+	want := map[string]string{"put": "FILE", "validate": "FILE", "ls": "", "show": "TYPE", "rm": "TYPE"}
+	arg, known := want[sub]
+	switch {
+	case !known:
+		return cl.usageError(stderr, "unknown sub-command %q (want put, validate, ls, show or rm)", sub)
+	case arg == "" && len(rest) > 0:
+		return cl.usageError(stderr, "%s: unexpected argument %q", sub, rest[0])
+	case arg != "" && len(rest) != 1:
+		return cl.usageError(stderr, "%s: want one %s, got %d arguments", sub, arg, len(rest))
+	case arg == "TYPE" && !validType(rest[0]):
+		return cl.usageError(stderr, "%s: %q is not an agent type: want dotted lowercase tokens such as orders-reader", sub, rest[0])
+	}
+
+	var decl *registry.Declaration
+	var name string
+	if arg == "FILE" {
+		data, from, err := readDocument(rest[0], registry.MaxDeclarationSize)
+		if err != nil {
+			return cl.usageError(stderr, "%v", err)
+		}
+		name = from
+		if decl, err = registry.ParseDeclaration(data); err != nil {
+			return cl.fail(stderr, invalidDocument(from, err))
+		}
+	}
+	if sub == "validate" {
+		if asJSON {
+			writeJSONLine(stdout, map[string]any{"valid": true, "type": decl.Type})
+		} else {
+			fmt.Fprintf(stdout, "%s: a valid declaration of %s (%s)\n", name, decl.Type, count(len(decl.Capabilities), "capability", "capabilities"))
+		}
+		return exitOK
+	}
+
+	conn.log = conn.logger(stderr)
+	nc, kv, err := openBucket(ctx, &conn, "agentreach-caps", streams.BucketCaps)
+	if err != nil {
+		return cl.fail(stderr, err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	switch sub {
+	case "put":
+		rev, err := registry.PutDeclaration(ctx, kv, decl)
+		if err != nil {
+			return cl.fail(stderr, err)
+		}
+		if asJSON {
+			writeJSONLine(stdout, map[string]any{"type": decl.Type, "revision": rev})
+		} else {
+			fmt.Fprintf(stdout, "put %s (revision %d)\n", decl.Type, rev)
+		}
+	case "ls":
+		list, err := registry.ListDeclarations(ctx, kv)
+		if err != nil {
+			return cl.fail(stderr, err)
+		}
+		if asJSON {
+			err = printCapsJSON(stdout, list)
+		} else {
+			err = printCapsTable(stdout, list, time.Now())
+		}
+		if err != nil {
+			return cl.fail(stderr, err)
+		}
+	case "show":
+		e, err := registry.GetDeclaration(ctx, kv, rest[0])
+		switch {
+		case errors.Is(err, registry.ErrNoDeclaration):
+			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no declaration for type %q", streams.BucketCaps, rest[0])))
+		case err != nil:
+			return cl.fail(stderr, err)
+		case e.Err != nil:
+			return cl.fail(stderr, storedInvalid(streams.BucketCaps, e.Type, e.Revision, e.Err))
+		}
+		if err := printDocument(stdout, e.Declaration, asJSON); err != nil {
+			return cl.fail(stderr, err)
+		}
+	case "rm":
+		if _, err := registry.GetDeclaration(ctx, kv, rest[0]); errors.Is(err, registry.ErrNoDeclaration) {
+			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no declaration for type %q", streams.BucketCaps, rest[0])))
+		}
+		if err := registry.DeleteDeclaration(ctx, kv, rest[0]); err != nil {
+			return cl.fail(stderr, err)
+		}
+		if asJSON {
+			writeJSONLine(stdout, map[string]string{"removed": rest[0]})
+		} else {
+			fmt.Fprintf(stdout, "removed %s\n", rest[0])
+		}
+	}
+	return exitOK
+}
+
+// validType reports whether s can name an agent type (a REACH_CAPS key).
+func validType(s string) bool { return streams.ValidateCapability(s) == nil }
+
+func printCapsJSON(w io.Writer, list []registry.DeclarationEntry) error {
+	out := make([]capsEntryJSON, len(list))
+	for i, e := range list {
+		out[i] = capsEntryJSON{Type: e.Type, Revision: e.Revision, Updated: e.Updated, Declaration: e.Declaration}
+		if e.Err != nil {
+			out[i].Error = e.Err.Error()
+		}
+	}
+	return writeJSON(w, out)
+}
+
+func printCapsTable(w io.Writer, list []registry.DeclarationEntry, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tREVISION\tAGE\tVERSION\tCAPABILITIES\tSTATUS")
+	for _, e := range list {
+		version, caps, status := "-", "-", "ok"
+		if d := e.Declaration; d != nil {
+			names := make([]string, len(d.Capabilities))
+			for i, c := range d.Capabilities {
+				names[i] = c.Name
+			}
+			version, caps = orDash(d.Version), strings.Join(names, ",")
+		} else {
+			status = invalidStatus(e.Err)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", e.Type, e.Revision, heartbeatAge(now.Sub(e.Updated)), version, caps, status)
+	}
+	return tw.Flush()
+}
+
+// openBucket connects and binds bucket; a missing bucket is a
+// NOT_PROVISIONED error saying what creates it.
+func openBucket(ctx context.Context, conn *connFlags, name, bucket string) (*nats.Conn, jetstream.KeyValue, error) {
+	nc, err := conn.connect(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		nc.Close()
+		return nil, nil, notProvisioned(err, conn.serverList(), "bucket "+bucket)
+	}
+	return nc, kv, nil
+}
+
+// readDocument reads a declaration or policy FILE, "-" for stdin, of at
+// most max bytes, and returns it with the name messages give it. A missing
+// or unreadable file is an error naming it.
+func readDocument(arg string, max int) (data []byte, name string, err error) {
+	var r io.Reader
+	switch arg {
+	case "":
+		return nil, "", errors.New("the FILE argument is empty")
+	case "-":
+		r, name = payloadInput(), "stdin"
+	default:
+		f, err := os.Open(arg)
+		if err != nil {
+			return nil, "", err // *PathError names the file
+		}
+		defer f.Close()
+		r, name = f, arg
+	}
+	data, err = io.ReadAll(io.LimitReader(r, int64(max)+1))
+	switch {
+	case err != nil:
+		return nil, "", fmt.Errorf("read %s: %w", name, err)
+	case len(data) > max:
+		return nil, "", fmt.Errorf("%s is more than %d bytes, the most a value may hold", name, max)
+	}
+	return data, name, nil
+}
+
+// invalidDocument is the failure of a FILE that does not validate: a
+// BAD_REQUEST naming the file before the field.
+func invalidDocument(name string, err error) error {
+	return withCode(streams.CodeBadRequest, fmt.Errorf("%s: %w", name, err))
+}
+
+// storedInvalid is the failure of reading a stored value that does not
+// validate.
+func storedInvalid(bucket, key string, revision uint64, err error) error {
+	return withCode(streams.CodeBadRequest, fmt.Errorf("%s holds an invalid value under %s (revision %d), which dispatchers ignore, keeping the last good one: %w",
+		bucket, key, revision, err))
+}
+
+// printDocument prints v as YAML, or with asJSON as indented JSON.
+func printDocument(w io.Writer, v any, asJSON bool) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(w, json.RawMessage(b))
+	}
+	y, err := jsonToYAML(b)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(y)
+	return err
+}
+
+// jsonToYAML writes a JSON document as block YAML, keys in their order.
+// Strings YAML would read as something else ("no", "1.0") come out quoted.
+func jsonToYAML(data []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	node, err := yamlNode(dec)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(node); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// yamlNode reads the next JSON value from dec as a YAML node.
+func yamlNode(dec *json.Decoder) (*yaml.Node, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		if t == '{' {
+			n = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		}
+		for dec.More() {
+			if n.Kind == yaml.MappingNode {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.(string)})
+			}
+			v, err := yamlNode(dec)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, v)
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return nil, err
+		}
+		if len(n.Content) == 0 {
+			n.Style = yaml.FlowStyle // {} and []
+		}
+		return n, nil
+	case string:
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t}
+		if yaml11Bools[t] {
+			n.Style = yaml.DoubleQuotedStyle // YAML 1.1 readers take these for booleans
+		}
+		return n, nil
+	case json.Number:
+		tag := "!!int"
+		if strings.ContainsAny(t.String(), ".eE") {
+			tag = "!!float"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: t.String()}, nil
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(t)}, nil
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+}
+
+// invalidStatus is the last column of `ls` for a stored value that does
+// not validate: uncut, so it names the field.
+func invalidStatus(err error) string { return "ignored: " + oneLine(err.Error()) }
+
+// yaml11Bools are the strings YAML 1.1 reads as booleans; YAML 1.2 (and
+// so this CLI) reads them as strings, but other tools may not.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "n": true, "N": true, "no": true, "No": true, "NO": true,
+	"on": true, "On": true, "ON": true, "off": true, "Off": true, "OFF": true,
+}
+
+// count writes n with the noun's singular or plural.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
