@@ -93,7 +93,10 @@ const windowBuckets = 20
 
 // breaker is one instance's circuit breaker. Time is passed in, so the
 // state machine can be driven by tests; its methods are safe for
-// concurrent use.
+// concurrent use. Its window geometry and ramp come from cfg, the
+// dispatcher's Config; allow and record take the thresholds of the task
+// at hand (its capability's policy), so an instance is judged by the
+// breaker settings of each task's capability.
 type breaker struct {
 	cfg  *BreakerConfig
 	rand func() float64
@@ -119,17 +122,17 @@ func newBreaker(cfg *BreakerConfig) *breaker {
 
 // allow reports whether a task may go to the instance now, and whether it
 // is a half-open probe (whose outcome must be recorded as one).
-func (b *breaker) allow(now time.Time) (admit, probe bool) {
+func (b *breaker) allow(now time.Time, cfg *BreakerConfig) (admit, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state == BreakerOpen && now.Sub(b.openedAt) >= b.cfg.Cooldown {
+	if b.state == BreakerOpen && now.Sub(b.openedAt) >= cfg.Cooldown {
 		b.state, b.probes, b.probeOK = BreakerHalfOpen, 0, 0
 	}
 	switch b.state {
 	case BreakerOpen:
 		return false, false
 	case BreakerHalfOpen:
-		if b.probes < b.cfg.Probes {
+		if b.probes < cfg.Probes {
 			b.probes++
 			return true, true
 		}
@@ -142,7 +145,7 @@ func (b *breaker) allow(now time.Time) (admit, probe bool) {
 }
 
 // record adds an outcome and returns the new state when it changed.
-func (b *breaker) record(now time.Time, success, probe bool) (BreakerState, bool) {
+func (b *breaker) record(now time.Time, success, probe bool, cfg *BreakerConfig) (BreakerState, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -156,7 +159,7 @@ func (b *breaker) record(now time.Time, success, probe bool) (BreakerState, bool
 			b.openLocked(now)
 			return BreakerOpen, true
 		}
-		if b.probeOK++; b.probeOK >= b.cfg.Probes {
+		if b.probeOK++; b.probeOK >= cfg.Probes {
 			b.closeLocked(now)
 			return BreakerClosed, true
 		}
@@ -173,12 +176,12 @@ func (b *breaker) record(now time.Time, success, probe bool) (BreakerState, bool
 	}
 	bk.fail++
 	b.consecutive++
-	if b.consecutive >= b.cfg.ConsecutiveFailures {
+	if b.consecutive >= cfg.ConsecutiveFailures {
 		b.openLocked(now)
 		return BreakerOpen, true
 	}
 	ok, fail := b.windowLocked(now)
-	if ok+fail >= b.cfg.MinVolume && float64(fail) > b.cfg.FailureRatio*float64(ok+fail) {
+	if ok+fail >= cfg.MinVolume && float64(fail) > cfg.FailureRatio*float64(ok+fail) {
 		b.openLocked(now)
 		return BreakerOpen, true
 	}

@@ -154,7 +154,7 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
 	}
 	req.Reply = "" // the answer comes back here: nothing to offer an agent directly
-	t, e := d.newTask(req, capability, start.Add(d.cfg.Deadline))
+	t, e := d.newTask(req, capability, start, false)
 	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
 		t.deadline = dl
 	}

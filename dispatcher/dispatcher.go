@@ -51,6 +51,15 @@ type Dispatcher struct {
 	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
 	hints   sync.Map // agent type → *latencyWindow
 	hedges  sync.Map // capability → *capHedge
+	// Live policy and declarations (policy.go, match.go).
+	policies    *registry.PolicyWatcher
+	catalog     *registry.Catalog
+	pols        sync.Map // capability → *capPolicy, resolved from the current policy snapshot
+	capInflight sync.Map // capability → *atomic.Int64, its tasks in flight here
+	// requirements caches parsed Reach-Require values, views the static
+	// filters of routes by requirement (match.go).
+	requirements boundedMap
+	views        boundedMap
 	// backoffs holds the tasks waiting out a backoff before a retry (a set
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
@@ -77,7 +86,8 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
 	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64),
-		events: eventLog{pending: make(map[string]*eventBatch)}}
+		events:       eventLog{pending: make(map[string]*eventBatch)},
+		requirements: boundedMap{limit: maxRequirements}, views: boundedMap{limit: maxViews}}
 	for _, o := range opts {
 		o(d)
 	}
@@ -153,6 +163,23 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: load routing table: %w", err)
 	}
 	cleanup = append(cleanup, d.table.Close)
+	// Live policy and capability declarations, each followed like the
+	// registry: a change applies within milliseconds, a bad value is
+	// logged and ignored.
+	if d.policies, err = registry.NewPolicyWatcher(ctx, js, registry.WatchLogger(d.log)); err == nil {
+		err = d.policies.Start(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("dispatcher: watch %s: %w", streams.BucketPolicy, err)
+	}
+	cleanup = append(cleanup, d.policies.Close)
+	if d.catalog, err = registry.NewCatalog(ctx, js, registry.WatchLogger(d.log)); err == nil {
+		err = d.catalog.Start(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("dispatcher: watch %s: %w", streams.BucketCaps, err)
+	}
+	cleanup = append(cleanup, d.catalog.Close)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone, shareDone, pumpDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -269,6 +296,8 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 		}
 		d.stopWatch()
 		d.table.Close()
+		d.policies.Close()
+		d.catalog.Close()
 		d.stopErr = errors.Join(errs...)
 		d.log.Info().Err(d.stopErr).Msg("dispatcher stopped")
 	})

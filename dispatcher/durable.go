@@ -110,7 +110,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		h.Set(streams.HeaderRequestID, id)
 	}
 	m := &nats.Msg{Subject: msg.Subject(), Header: h, Data: msg.Data()}
-	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()), md.Timestamp.Add(d.cfg.DurableDeadline))
+	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()), md.Timestamp, true)
 	if e == nil && h.Get(streams.HeaderIdempotencyKey) == "" {
 		// Durable delivery is at least once: a redelivery after a crash must
 		// replay, not re-execute.

@@ -51,6 +51,10 @@ type Event struct {
 	// HedgeWon when the hedge's answer was the one used.
 	Hedged   bool `json:"hedged,omitempty"`
 	HedgeWon bool `json:"hedge_won,omitempty"`
+	// Excluded lists the instances offering the capability that the task
+	// could not go to, and why: requirements not met, a dependency down,
+	// too slow for max_latency_ms, a breaker open.
+	Excluded []streams.Exclusion `json:"excluded,omitempty"`
 }
 
 // How records travel. A message on reach.event.<capability> carries one or
@@ -108,6 +112,9 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
 		ParentID:  t.req.Header.Get(streams.HeaderParentID),
 		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
+	}
+	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
+		ev.Excluded = d.exclusions(t, false)
 	}
 	if d.table != nil {
 		ev.Candidates = d.table.Candidates(t.capability).Len()
@@ -299,6 +306,10 @@ func appendEvent(b []byte, ev *Event) []byte {
 	}
 	if ev.HedgeWon {
 		b = append(b, `,"hedge_won":true`...)
+	}
+	if len(ev.Excluded) > 0 { // rare: the plain encoder will do
+		x, _ := json.Marshal(ev.Excluded)
+		b = append(append(b, `,"excluded":`...), x...)
 	}
 	for _, f := range [...]struct {
 		key string

@@ -169,7 +169,8 @@ func (d *Dispatcher) sendHedge(t *task, first *delivery) {
 	}
 	// Pick with a shadow of t, so that the pick touches none of the state
 	// the first delivery's settling may be changing.
-	shadow := &task{capability: t.capability, affinity: t.affinity, visits: t.visits, triedIDs: []string{first.inst.ID}, log: t.log}
+	shadow := &task{capability: t.capability, affinity: t.affinity, visits: t.visits, pol: t.pol, need: t.need, needKey: t.needKey,
+		prefer: t.prefer, badTypes: t.badTypes, triedIDs: []string{first.inst.ID}, log: t.log}
 	inst, probe, _ := d.resolve(shadow)
 	if inst == nil {
 		return

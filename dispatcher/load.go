@@ -62,6 +62,8 @@ type instLoad struct {
 	breaker      *breaker
 
 	mu        sync.Mutex
+	qual      float64 // moving average of feedback scores (Client.Feedback)
+	qualN     int
 	logEWMA   float64 // moving average of ln(latency in ns)
 	samples   int
 	lastAt    time.Time
@@ -97,6 +99,28 @@ func (l *instLoad) observe(d time.Duration, now time.Time) {
 // is held.
 func (l *instLoad) logLatency(now time.Time) float64 {
 	return l.logEWMA - float64(now.Sub(l.lastAt))/float64(latencyDecay)
+}
+
+// qualityAlpha weighs a new feedback score in the quality average.
+const qualityAlpha = 0.1
+
+// observeQuality folds a feedback score into the quality average.
+func (l *instLoad) observeQuality(score float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.qualN == 0 {
+		l.qual = score
+	} else {
+		l.qual = qualityAlpha*score + (1-qualityAlpha)*l.qual
+	}
+	l.qualN++
+}
+
+// quality returns the quality average and how many scores it holds.
+func (l *instLoad) quality() (float64, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.qual, l.qualN
 }
 
 // reserve takes one of the instance's slots, unless all limit of them are

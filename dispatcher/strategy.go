@@ -57,7 +57,16 @@ func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
 		return -1
 	}
 	b := sampleWeighted(rs, t, a)
-	if b >= 0 && d.lighter(rs.Instances[a], rs.Instances[b]) {
+	if b < 0 {
+		return a
+	}
+	if bFirst, decided := d.preferred(t, rs.Instances[a], rs.Instances[b]); decided { // Reach-Prefer
+		if bFirst {
+			return b
+		}
+		return a
+	}
+	if d.lighter(rs.Instances[a], rs.Instances[b]) {
 		return b
 	}
 	return a

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -214,5 +215,12 @@ func TestOneSlowFirstTaskDoesNotBrandAnInstance(t *testing.T) {
 	}
 	if !clearlySlower(w, s) {
 		t.Fatalf("an instance at 20 ms throughout: average %v against %v, not judged slower", time.Duration(w), time.Duration(s))
+	}
+}
+
+// The policy names the strategies the dispatcher has.
+func TestPolicyKnowsTheStrategies(t *testing.T) {
+	if got, want := registry.StrategyNames(), StrategyNames(); !slices.Equal(got, want) {
+		t.Fatalf("registry.StrategyNames() = %v, dispatcher has %v", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"container/list"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -46,10 +47,22 @@ type task struct {
 	inDoubt     bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	// Cancellation (cancel.go): stopped holds why, once set; waiting is
 	// true while a backoff timer owns t.
-	noRetry bool      // Call's WithoutRetries
-	hedge   *capHedge // its capability's hedging, nil when off (hedge.go)
-	stopped atomic.Pointer[streams.Error]
-	waiting atomic.Bool
+	pol *capPolicy // its capability's policy when it started (policy.go)
+	// Matching (match.go): the requirement and preference, the view of the
+	// instances that meet it, the instances a pick passed over and why, and
+	// the types whose input schema refused the payload.
+	need     registry.Requirement
+	needKey  string
+	prefer   string
+	view     *view
+	passed   []streams.Exclusion
+	badTypes []string
+	started  bool      // run has checked and admitted it
+	admitted bool      // holds one of its capability's in-flight slots
+	noRetry  bool      // Call's WithoutRetries
+	hedge    *capHedge // its capability's hedging, nil when off (hedge.go)
+	stopped  atomic.Pointer[streams.Error]
+	waiting  atomic.Bool
 	// mu guards what concurrent deliveries of a hedged task both touch:
 	// open (the deliveries not yet settled), ended (an outcome was decided),
 	// and attempts, node, spent, inDoubt and triedIDs while deliveries run.
@@ -104,7 +117,7 @@ func (t *task) visitsOf(id string) int {
 // newTask reads a request's headers, filling in what the caller left out:
 // the request id (a fresh UUID), the orchestration id (the request id) and
 // the deadline (defaultDeadline).
-func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline time.Time) (*task, *streams.Error) {
+func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, durable bool) (*task, *streams.Error) {
 	h := m.Header
 	if h == nil {
 		h = nats.Header{}
@@ -115,8 +128,16 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 		capability: capability,
 		affinity:   h.Get(streams.HeaderAffinityKey),
 		unicast:    h.Get(streams.HeaderAgent),
+		pol:        d.policy(capability),
+	}
+	defaultDeadline := start.Add(t.pol.deadline)
+	if durable {
+		defaultDeadline = start.Add(d.cfg.DurableDeadline)
 	}
 	t.requestID, t.orchID = taskIDs(h)
+	if e := d.readRequirements(t, h); e != nil {
+		return t, e
+	}
 	if t.unicast == "" {
 		t.hedge = d.hedgeOf(capability)
 	}
@@ -152,14 +173,14 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, defaultDeadline tim
 	if err != nil {
 		return t, err
 	}
-	t.wish = time.Duration(min(wish, int64(d.cfg.MaxCallTimeout/time.Millisecond))) * time.Millisecond
+	t.wish = time.Duration(min(wish, int64(t.pol.maxCall/time.Millisecond))) * time.Millisecond
 	if t.budget, err = streams.ParseBudget(h); err != nil {
 		return t, err
 	}
 	if t.visits, err = streams.ParseVisits(h); err != nil {
 		return t, err
 	}
-	if d.cfg.isWrite(t.capability) && h.Get(streams.HeaderIdempotencyKey) == "" {
+	if t.pol.write && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
 	}
 	dl, err := streams.ParseDeadline(h)
@@ -199,7 +220,7 @@ func taskIDs(h nats.Header) (requestID, orchID string) {
 // handle starts one direct-tier task; answer replies to the caller.
 func (d *Dispatcher) handle(m *nats.Msg) {
 	start := time.Now()
-	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), start.Add(d.cfg.Deadline))
+	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), start, false)
 	t.start, t.done = start, d.answer
 	if e != nil {
 		d.answer(t, nil, e)
@@ -228,6 +249,7 @@ func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
 // is the task's final one (a result too large for its headers becomes
 // PAYLOAD_TOO_LARGE).
 func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.Msg, *streams.Error) {
+	t.finish()
 	var out *nats.Msg
 	if e == nil {
 		out, e = d.resultMsg(t, res)
@@ -249,6 +271,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
 	done := make(chan struct{})
 	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
+		t.finish()
 		res, e = r, err
 		close(done)
 	}
@@ -279,11 +302,18 @@ func (d *Dispatcher) run(t *task) {
 		t.done(t, nil, e)
 		return
 	}
+	if !t.started {
+		t.started = true
+		if e := d.start(t); e != nil {
+			t.done(t, nil, e)
+			return
+		}
+	}
 	if time.Until(t.deadline) <= 0 {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
 		return
 	}
-	if q := d.waiting(t.queueKey()); q != nil && q.n.Load() > 0 && d.cfg.QueueWait > 0 {
+	if q := d.waiting(t.queueKey()); q != nil && q.n.Load() > 0 && t.pol.queueWait > 0 {
 		d.enqueue(q, t)
 		return
 	}
@@ -301,7 +331,7 @@ func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why n
 		t.node = inst.ID
 		t.mu.Unlock()
 		d.send(t, inst, probe, false)
-	case why == routeFull && d.cfg.QueueWait > 0:
+	case why == routeFull && t.pol.queueWait > 0:
 		d.enqueue(d.queueOf(t.queueKey()), t)
 	case why == routeFull:
 		t.attempts++ // a wait for capacity uses a retry too
@@ -318,7 +348,7 @@ func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why n
 // jittered backoff otherwise — or ends with the last error.
 func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 	t.last = e
-	retries := d.cfg.retries(t.capability)
+	retries := t.pol.retries
 	if t.noRetry {
 		retries = 0
 	}
@@ -394,11 +424,16 @@ func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
 	case routeFull:
 		return streams.NewError(streams.CodeTargetBusy, "every instance of %s has all its slots in use", t.capability)
 	case routeOpen:
-		return streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
+		e := streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
+		e.Excluded = d.exclusions(t, false)
+		return e
 	case routeLooped:
 		return streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
 	}
-	return streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", t.capability)
+	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
+		return d.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
+	}
+	return d.noAgent(t, "no routable instance offers %s", t.capability)
 }
 
 // resolve picks the next instance for t and reserves one of its slots
@@ -420,14 +455,16 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why 
 	if rs.Len() == 0 {
 		return nil, false, routeNoAgent
 	}
+	rs = d.matching(t, rs)
+	if rs.Len() == 0 {
+		return nil, false, routeNoAgent
+	}
 	if !d.anyFree(rs) {
 		return nil, false, routeFull // the common answer while tasks wait: found cheaply
 	}
-	name, ok := d.cfg.Strategies[t.capability]
-	if !ok {
-		name = d.cfg.DefaultStrategy
-	}
-	var full, open, looped int
+	name := t.pol.strategy
+	var full, open, looped, slow int
+	t.passed = t.passed[:0]
 	now := time.Now()
 	for _, retryTried := range []bool{false, true} {
 		t.retryTried, t.skipIDs = retryTried, t.skipIDs[:0]
@@ -438,20 +475,32 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why 
 			}
 			cand := rs.Instances[i]
 			l := d.loadOf(cand.ID)
+			over, ms := t.tooSlow(l, now)
 			switch {
 			case t.visitsOf(cand.ID) >= d.cfg.MaxVisits:
 				looped++
 			case l.absent(cand):
 				// no subscription at this revision of its record: skipped
+			case len(t.badTypes) > 0 && slices.Contains(t.badTypes, cand.Entry().Type):
+				// its type's input schema refused the payload (checkInput)
+			case over:
+				slow++
+				if !retryTried {
+					t.passed = append(t.passed, streams.Exclusion{Node: cand.ID,
+						Reason: fmt.Sprintf("observed latency %.1fms over max_latency_ms %v", ms, *t.need.MaxLatencyMS)})
+				}
 			case !l.reserve(int64(cand.Entry().MaxConcurrent)):
 				full++
 			default:
-				admit, isProbe := l.breaker.allow(now)
+				admit, isProbe := l.breaker.allow(now, t.pol.breaker)
 				if admit {
 					return cand, isProbe, 0
 				}
 				l.inflight.Add(-1)
 				open++
+				if !retryTried {
+					t.passed = append(t.passed, streams.Exclusion{Node: cand.ID, Reason: "breaker open"})
+				}
 			}
 			t.skipIDs = append(t.skipIDs, cand.ID)
 		}
@@ -464,7 +513,7 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why 
 	case looped > 0:
 		return nil, false, routeLooped
 	}
-	return nil, false, routeNoAgent
+	return nil, false, routeNoAgent // every one passed over (too slow, or refused the payload)
 }
 
 // anyFree reports whether some instance of rs has a free slot here.
@@ -570,7 +619,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	err := d.nc.PublishMsg(out)
 	if err == nil {
 		dl.sent = time.Now()
-		wait := min(d.cfg.AckTimeout, t.deadline.Sub(dl.sent))
+		wait := min(t.pol.ackTimeout, t.deadline.Sub(dl.sent))
 		dl.expires = dl.sent.Add(wait)
 		dl.timer = time.AfterFunc(wait, func() { d.expire(dl) })
 	} else {
@@ -608,7 +657,7 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 		dl.mu.Lock()
 		if !dl.over {
 			dl.acked = true
-			wait := min(d.cfg.callTimeout(dl.t.wish, d.timeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
+			wait := min(dl.t.pol.callTimeout(dl.t.wish, d.timeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
 			dl.expires = time.Now().Add(wait)
 			dl.timer.Reset(wait)
 		}
@@ -659,7 +708,7 @@ func (d *Dispatcher) expire(dl *delivery) {
 	case time.Until(dl.t.deadline) <= 0:
 		d.settle(dl, nil, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), outcomeFinal)
 	case !acked:
-		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, d.cfg.AckTimeout), outcomeUnreachable)
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, dl.t.pol.ackTimeout), outcomeUnreachable)
 	default:
 		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), outcomeSlow)
 	}
@@ -674,7 +723,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	load.inflight.Add(-1)
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
-	if state, changed := load.breaker.record(now, healthy, dl.probe); changed {
+	if state, changed := load.breaker.record(now, healthy, dl.probe, t.pol.breaker); changed {
 		d.breakerChanged(dl.inst.ID, state)
 	}
 	if !healthy {

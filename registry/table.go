@@ -371,6 +371,22 @@ func (t *Table) Candidates(c string) *Routes {
 	return cs.routes
 }
 
+// Offering returns every instance whose record lists capability c,
+// routable or not (draining), sorted by id.
+func (t *Table) Offering(c string) []*Instance {
+	t.mu.RLock()
+	var out []*Instance
+	if cs := t.byCap[c]; cs != nil {
+		out = make([]*Instance, 0, len(cs.members))
+		for _, inst := range cs.members {
+			out = append(out, inst)
+		}
+	}
+	t.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
 // Lookup returns instance id, if it is in the table.
 func (t *Table) Lookup(id string) (*Instance, bool) {
 	t.mu.RLock()

@@ -101,6 +101,17 @@ func (c Code) Retryable() bool { return c == CodeTimeout || c == CodeTargetBusy 
 type Error struct {
 	Code    Code   `json:"code" msgpack:"code"`
 	Message string `json:"message" msgpack:"message"`
+	// Excluded lists, on a NO_AGENT (or CIRCUIT_OPEN) answer, the
+	// instances offering the capability that were passed over and why.
+	Excluded []Exclusion `json:"excluded,omitempty" msgpack:"excluded,omitempty"`
+}
+
+// Exclusion is one instance a task could not go to, and why: a
+// requirement it does not meet, a refused permission, a dependency down,
+// its breaker open, draining, too slow for max_latency_ms.
+type Exclusion struct {
+	Node   string `json:"node" msgpack:"node"`
+	Reason string `json:"reason" msgpack:"reason"`
 }
 
 // NewError returns an *Error with code c and a formatted message.

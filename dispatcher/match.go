@@ -1,0 +1,323 @@
+package dispatcher
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Requirement matching (DESIGN §10). Before a strategy balances load, the
+// instances offering a capability are filtered by what the task requires
+// (Reach-Require merged over the capability policy's default requirement)
+// against what each instance's type declares in REACH_CAPS, and by the
+// dependencies the instance reports down. This static part depends only on
+// the routes, the declarations and the requirement, so it is computed once
+// per combination and cached (a view): a task pays a map lookup, not a scan
+// of every instance. What changes from task to task — observed latency
+// against max_latency_ms, breakers, free slots — is checked as the strategy
+// picks. A JSON or msgpack payload is checked against the input schema of
+// the candidates' types before anything is delivered.
+
+// Preferences of Reach-Prefer.
+const (
+	PreferLatency = "latency"
+	PreferCost    = "cost"
+	PreferQuality = "quality"
+)
+
+// maxRequirements bounds the distinct Reach-Require values whose parse is
+// cached; beyond it the cache starts afresh.
+const maxRequirements = 1024
+
+// maxViews bounds the cached views; beyond it the cache starts afresh.
+const maxViews = 4096
+
+// view is the static filter of one capability's routes for one
+// requirement under one version of the declarations.
+type view struct {
+	routes   *registry.Routes    // the instances that qualify
+	excluded []streams.Exclusion // the ones that do not, with why
+	schemas  []typeSchema        // the qualifying types that check payloads
+}
+
+// typeSchema is a qualifying type whose declaration has an input schema
+// for the capability.
+type typeSchema struct {
+	agentType string
+	decl      *registry.CompiledDeclaration
+}
+
+type viewKey struct {
+	routes  *registry.Routes
+	version uint64
+	need    string
+}
+
+// boundedMap is a sync.Map that starts afresh once it holds limit entries.
+type boundedMap struct {
+	limit int64
+	cur   atomic.Pointer[countedMap]
+}
+
+type countedMap struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+func (b *boundedMap) load(k any) (any, bool) {
+	if c := b.cur.Load(); c != nil {
+		return c.m.Load(k)
+	}
+	return nil, false
+}
+
+func (b *boundedMap) store(k, v any) {
+	c := b.cur.Load()
+	if c == nil || c.n.Load() >= b.limit {
+		c = &countedMap{}
+		b.cur.Store(c)
+	}
+	if _, loaded := c.m.LoadOrStore(k, v); !loaded {
+		c.n.Add(1)
+	}
+}
+
+// parsedRequirement is a cached parse of a Reach-Require value.
+type parsedRequirement struct {
+	req registry.Requirement
+	err *streams.Error
+}
+
+// readRequirements sets t's requirement — the caller's Reach-Require over
+// its capability's default — and its preference, or says what is wrong.
+func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
+	need := t.pol.require
+	if v := h.Get(streams.HeaderRequire); v != "" {
+		p, ok := d.requirements.load(v)
+		if !ok {
+			r, err := registry.ParseRequirement([]byte(v))
+			pr := &parsedRequirement{req: r}
+			if err != nil {
+				pr.err = streams.NewError(streams.CodeBadRequest, "header %s: %v", streams.HeaderRequire, err)
+			}
+			d.requirements.store(v, pr)
+			p = pr
+		}
+		pr := p.(*parsedRequirement)
+		if pr.err != nil {
+			return pr.err
+		}
+		need = registry.Merge(need, pr.req)
+	}
+	if !need.Empty() {
+		t.need, t.needKey = need, need.Key()
+	}
+	switch v := h.Get(streams.HeaderPrefer); v {
+	case "", PreferLatency, PreferCost, PreferQuality:
+		t.prefer = v
+	default:
+		return streams.NewError(streams.CodeBadRequest, "header %s %q: want %s, %s or %s", streams.HeaderPrefer, v, PreferLatency, PreferCost, PreferQuality)
+	}
+	return nil
+}
+
+// matching returns the instances of rs that qualify for t, from the cached
+// view, and notes the view on t (for NO_AGENT's excluded list and the
+// event record).
+func (d *Dispatcher) matching(t *task, rs *registry.Routes) *registry.Routes {
+	v := d.viewOf(t, rs)
+	t.view = v
+	return v.routes
+}
+
+func (d *Dispatcher) viewOf(t *task, rs *registry.Routes) *view {
+	key := viewKey{routes: rs, version: d.catalog.Version(), need: t.needKey}
+	if v, ok := d.views.load(key); ok {
+		return v.(*view)
+	}
+	v := d.buildView(t.capability, t.need, rs)
+	if t.unicast == "" { // a unicast task's routes are its own, made per task
+		d.views.store(key, v)
+	}
+	return v
+}
+
+// buildView filters rs by need and the declarations.
+func (d *Dispatcher) buildView(capability string, need registry.Requirement, rs *registry.Routes) *view {
+	v := &view{}
+	keep := make([]*registry.Instance, 0, rs.Len())
+	seen := map[string]bool{}
+	for i := 0; i < rs.Len(); i++ {
+		inst := rs.Instances[i]
+		e := inst.Entry()
+		decl, _ := d.catalog.Lookup(e.Type)
+		if dep := inst.DownDependency(); dep != "" {
+			v.excluded = append(v.excluded, streams.Exclusion{Node: inst.ID, Reason: "dependency " + dep + " is down"})
+			continue
+		}
+		if ok, why := decl.Match(capability, need); !ok {
+			v.excluded = append(v.excluded, streams.Exclusion{Node: inst.ID, Reason: why})
+			continue
+		}
+		keep = append(keep, inst)
+		if decl != nil && !seen[e.Type] {
+			seen[e.Type] = true
+			if c, ok := decl.Capability(capability); ok && len(c.InputSchema) > 0 {
+				v.schemas = append(v.schemas, typeSchema{agentType: e.Type, decl: decl})
+			}
+		}
+	}
+	if len(v.excluded) == 0 {
+		v.routes = rs // nothing filtered: the shared routes as they are
+	} else {
+		v.routes = registry.NewRoutes(keep)
+	}
+	return v
+}
+
+// checkInput checks t's payload against the input schemas of the
+// qualifying types. When every type that could take it refuses it, the task
+// is BAD_REQUEST, naming what is wrong; when only some do, their instances
+// are passed over.
+func (d *Dispatcher) checkInput(t *task, v *view) *streams.Error {
+	if len(v.schemas) == 0 {
+		return nil
+	}
+	var first error
+	for _, s := range v.schemas {
+		if err := s.decl.ValidateInput(t.capability, t.contentType, t.req.Data); err != nil {
+			t.badTypes = append(t.badTypes, s.agentType)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	for _, inst := range v.routes.Instances {
+		if !slices.Contains(t.badTypes, inst.Entry().Type) {
+			return nil // another type takes it as it is
+		}
+	}
+	return streams.NewError(streams.CodeBadRequest, "%s: %v", t.capability, first)
+}
+
+// tooSlow reports, for a task with max_latency_ms, whether an instance's
+// observed latency is over it (unknown latency passes).
+func (t *task) tooSlow(l *instLoad, now time.Time) (bool, float64) {
+	if t.need.MaxLatencyMS == nil {
+		return false, 0
+	}
+	ms := l.currentLatency(now) / float64(time.Millisecond)
+	return ms > *t.need.MaxLatencyMS, ms
+}
+
+// exclusions lists why instances of t's capability were passed over: the
+// view's static reasons, what the picks found, and — for the NO_AGENT
+// answer — the instances that are not routable at all (draining).
+func (d *Dispatcher) exclusions(t *task, all bool) []streams.Exclusion {
+	var out []streams.Exclusion
+	if t.view != nil {
+		out = append(out, t.view.excluded...)
+	}
+	out = append(out, t.passed...)
+	if all {
+		for _, inst := range d.table.Offering(t.capability) {
+			if !inst.Entry().Routable() {
+				out = append(out, streams.Exclusion{Node: inst.ID, Reason: "draining"})
+			}
+		}
+	}
+	return out
+}
+
+// preferred reports, for a task with Reach-Prefer, whether b ranks above a,
+// and whether the preference decided (false: the strategy's own rule
+// applies). Unknown values never decide.
+func (d *Dispatcher) preferred(t *task, a, b *registry.Instance) (bLess, decided bool) {
+	var (
+		x, y         float64 // lower is better
+		knowX, knowY bool
+	)
+	now := time.Now()
+	switch t.prefer {
+	case PreferCost:
+		x, knowX = d.declaredCost(a, t.capability)
+		y, knowY = d.declaredCost(b, t.capability)
+	case PreferLatency:
+		x, y = d.loadOf(a.ID).currentLatency(now), d.loadOf(b.ID).currentLatency(now)
+		knowX, knowY = x > 0, y > 0
+	case PreferQuality:
+		qa, na := d.loadOf(a.ID).quality()
+		qb, nb := d.loadOf(b.ID).quality()
+		x, y, knowX, knowY = -qa, -qb, na > 0, nb > 0
+	default:
+		return false, false
+	}
+	if !knowX || !knowY || x == y {
+		return false, false
+	}
+	return y < x, true
+}
+
+// declaredCost is what inst's type declares one call of capability
+// costs, if it declares it.
+func (d *Dispatcher) declaredCost(inst *registry.Instance, capability string) (float64, bool) {
+	decl, ok := d.catalog.Lookup(inst.Entry().Type)
+	if !ok {
+		return 0, false
+	}
+	if c, ok := decl.Capability(capability); ok && c.Cost != nil {
+		return *c.Cost, true
+	}
+	return 0, false
+}
+
+// noAgent is the NO_AGENT error of t, listing what was passed over and why.
+func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error {
+	e := streams.NewError(streams.CodeNoAgent, format, args...)
+	e.Excluded = d.exclusions(t, true)
+	if len(e.Excluded) > 0 {
+		e.Message += fmt.Sprintf(" (%d excluded: see excluded)", len(e.Excluded))
+	}
+	return e
+}
+
+// start checks and admits a task before its first pick: the payload
+// against the input schemas of the types that could take it, and the
+// capability's in-flight cap of its policy.
+func (d *Dispatcher) start(t *task) *streams.Error {
+	var rs *registry.Routes
+	if t.unicast == "" {
+		rs = d.table.Candidates(t.capability)
+	} else if u, ok := d.table.Lookup(t.unicast); ok {
+		rs = registry.NewRoutes([]*registry.Instance{u})
+	}
+	if rs.Len() > 0 {
+		if e := d.checkInput(t, d.viewOf(t, rs)); e != nil {
+			return e
+		}
+	}
+	if !t.pol.admitCapability() {
+		return streams.NewError(streams.CodeOverloaded, "%s has %d tasks in flight at dispatcher %s, its policy's max_in_flight",
+			t.capability, t.pol.maxInFlight, d.cfg.Name)
+	}
+	t.admitted = true
+	return nil
+}
+
+// finish gives back what start took; a task's done calls it once.
+func (t *task) finish() {
+	if t.admitted {
+		t.admitted = false
+		t.pol.releaseCapability()
+	}
+}
