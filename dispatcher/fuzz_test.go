@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// DecodeEvents reads REACH_EVENTS messages, whoever wrote them. It never
-// panics; a refusal names the line's record; what it returns re-encodes,
-// as appendEvent and as encoding/json write it, to the same records.
+// FuzzDecodeEvents reads REACH_EVENTS messages, whoever wrote them:
+// DecodeEvents never panics, a refusal names the line's record, and what it
+// returns re-encodes, as appendEvent and as encoding/json write it, to the
+// same records.
 func FuzzDecodeEvents(f *testing.F) {
 	start := time.Date(2025, 5, 6, 7, 8, 9, 123456789, time.UTC)
 	var batch []byte

@@ -9,9 +9,10 @@ import (
 	"github.com/agent-reach/agentreach/registry"
 )
 
-// DecodeRecord reads what any agent, in any language, put in REACH_AGENTS.
-// It never panics; what it refuses wraps ErrInvalidRecord; what it accepts
-// validates, is normalized, and survives a JSON round trip unchanged.
+// FuzzDecodeRecord reads what any agent, in any language, put in
+// REACH_AGENTS: DecodeRecord never panics, what it refuses wraps
+// ErrInvalidRecord, and what it accepts validates, is normalized and
+// survives a JSON round trip unchanged.
 func FuzzDecodeRecord(f *testing.F) {
 	for _, seed := range []string{
 		// DESIGN.md §5's example.
