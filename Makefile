@@ -2,10 +2,12 @@
 GO       ?= go
 BIN      := $(CURDIR)/bin
 TESTTIME ?= 20m
+FUZZTIME ?= 1m
+TEST_FUZZTIME ?= 3s
 NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
-.PHONY: run test build vet fmt-check bench tools clean
+.PHONY: run test fuzz build vet fmt-check bench tools clean
 
 ## bench: every benchmark scenario (about 6 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
@@ -20,10 +22,21 @@ run: build
 build:
 	$(GO) build -o $(BIN)/agentreach ./cmd/agentreach
 
-## test: vet, format check and every test with the race detector. The nats
-## CLI is installed into ./bin first: a test checks the wire contract with it.
+## test: vet, format check and every test with the race detector, then every
+## fuzz target for $(TEST_FUZZTIME). The nats CLI is installed into ./bin
+## first: a test checks the wire contract with it.
 test: vet fmt-check tools
 	AGENTREACH_NATS_CLI=$(NATS) $(GO) test -race -count=1 -timeout $(TESTTIME) ./...
+	GO=$(GO) FUZZTIME=$(TEST_FUZZTIME) .ci/fuzz
+
+## fuzz: every fuzz target (each package's fuzz_test.go; .ci/fuzz finds them
+## with go test -list) for $(FUZZTIME) each, one go test -fuzz per target.
+## A failing input fails the run and is written to
+## <package>/testdata/fuzz/<Target>/<hash>; reproduce it with
+##   go test -run='^<Target>/<hash>$' ./<package>
+## Plain go test runs it from then on, with the seeds: commit it with the fix.
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) .ci/fuzz
 
 ## tools: natscli $(NATSCLI_VERSION) in ./bin (skipped when already there).
 tools: $(NATS)

@@ -5,68 +5,29 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
 // TestMain fails the package when any test leaves a goroutine behind.
 func TestMain(m *testing.M) {
-	before := goroutines()
-	code := m.Run()
-	if code == 0 {
-		if err := natstest.Poll(10*time.Second, func() error { return leaked(before) }); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m)
 }
 
-// goroutines returns the stack of every goroutine by id.
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := make(map[string]string)
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if f := strings.Fields(g); len(f) > 1 && f[0] == "goroutine" {
-			out[f[1]] = g
-		}
-	}
-	return out
-}
-
-// leaked reports the goroutines that run now but did not in before.
-func leaked(before map[string]string) error {
-	var extra []string
-	for id, stack := range goroutines() {
-		if _, ok := before[id]; !ok {
-			extra = append(extra, stack)
-		}
-	}
-	if len(extra) > 0 {
-		return fmt.Errorf("%d leaked goroutines:\n\n%s", len(extra), strings.Join(extra, "\n\n"))
-	}
-	return nil
-}
+// goroutines notes the goroutines running now, for checkNoLeaks.
+func goroutines() goleak.Option { return goleak.IgnoreCurrent() }
 
 // checkNoLeaks fails t when goroutines started since before are still
 // running after a bounded wait.
-func checkNoLeaks(t *testing.T, before map[string]string) {
+func checkNoLeaks(t *testing.T, before goleak.Option) {
 	t.Helper()
-	natstest.WaitFor(t, 10*time.Second, func() error { return leaked(before) })
+	natstest.WaitFor(t, 10*time.Second, func() error { return goleak.Find(before) })
 }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.

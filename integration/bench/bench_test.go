@@ -4,19 +4,21 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/agent-reach/agentreach/integration/bench"
 )
 
 // TestMain lets the registry scenario start this test binary as its
-// nats-server process.
+// nats-server process, and otherwise runs the tests and fails the package
+// when one leaves a goroutine running.
 func TestMain(m *testing.M) {
 	bench.ServeChild()
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // TestQuickSuite runs every scenario in quick mode and checks that the
