@@ -133,8 +133,13 @@ func decodeIdemRecord(b []byte) (idemRecord, error) {
 	if !streams.ValidMsgpack(b) {
 		return rec, errors.New("not one well-formed msgpack value")
 	}
-	err := msgpack.Unmarshal(b, &rec)
-	return rec, err
+	if err := msgpack.Unmarshal(b, &rec); err != nil {
+		return rec, err
+	}
+	if rec.Error != nil && rec.Error.Code == "" {
+		return rec, errors.New("a stored error without a code") // it would replay as no error
+	}
+	return rec, nil
 }
 
 // release gives a claim back without an outcome (the task never ran), so a

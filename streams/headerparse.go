@@ -53,7 +53,7 @@ const maxUnixMilli = 253402300799999
 // number such as "0.002" or "12" (Reach-Cost, Reach-Budget).
 func ParseAmount(key, v string) (float64, *Error) {
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) || strings.ContainsAny(v, "xXpP_") { // decimal only: no 0x1p-2, no 1_000
 		return 0, NewError(CodeBadRequest, "header %s must be a non-negative number, got %q", key, v)
 	}
 	return f, nil

@@ -3,11 +3,8 @@ package streams
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 
 	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // PayloadType returns the content type of a request and checks that its
@@ -50,21 +47,88 @@ func PayloadType(h nats.Header, body []byte) (string, *Error) {
 	return ct, nil
 }
 
+// maxMsgpackDepth bounds how deeply a msgpack body may nest arrays and
+// maps, as encoding/json bounds JSON.
+const maxMsgpackDepth = 10000
+
 // ValidMsgpack reports whether b holds exactly one well-formed msgpack
-// value and nothing after it. Decode outside msgpack only after this
-// check: the decoder preallocates what a container header claims, so a
-// few bytes claiming a billion elements would take the process's memory;
-// in a well-formed value every element claimed is there.
+// value and nothing after it, nested at most maxMsgpackDepth deep. Decode
+// outside msgpack only after this check: the decoder allocates what a
+// header claims and recurses as deep as a value nests. ValidMsgpack walks b
+// without decoding it, so what it costs is what b holds.
 func ValidMsgpack(b []byte) bool {
-	r := bytes.NewReader(b)
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	dec.Reset(r)
-	if err := dec.Skip(); err != nil {
-		return false
+	open := []int{1} // per array or map being read: the values it still holds
+	pos := 0
+	for len(open) > 0 {
+		if open[len(open)-1] == 0 {
+			open = open[:len(open)-1]
+			continue
+		}
+		open[len(open)-1]--
+		if pos >= len(b) {
+			return false
+		}
+		c := b[pos]
+		pos++
+		var size, items int // the bytes that follow; the values it holds
+		switch {
+		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixint, nil, bool
+		case c <= 0x8f: // fixmap
+			items = 2 * int(c&0x0f)
+		case c <= 0x9f: // fixarray
+			items = int(c & 0x0f)
+		case c <= 0xbf: // fixstr
+			size = int(c & 0x1f)
+		case c == 0xc1: // never used
+			return false
+		default:
+			f := msgpackFormats[c-0xc4]
+			n, ok := bigEndian(b, pos, f.lenBytes)
+			if !ok {
+				return false
+			}
+			pos += f.lenBytes
+			size, items = f.fixed+n*f.perLen, n*f.itemsPerLen
+		}
+		if size > len(b)-pos || items > len(b)-pos { // every value takes a byte at least
+			return false
+		}
+		pos += size
+		if items > 0 {
+			if len(open) > maxMsgpackDepth {
+				return false
+			}
+			open = append(open, items)
+		}
 	}
-	// The decoder reads ahead through its own buffer; what it has not
-	// consumed must be nothing.
-	_, err := dec.Buffered().Read(make([]byte, 1))
-	return errors.Is(err, io.EOF) && r.Len() == 0
+	return pos == len(b)
+}
+
+// msgpackFormat describes a msgpack format from 0xc4 to 0xdf: the bytes of
+// its length field, then fixed + n*perLen bytes and n*itemsPerLen values
+// for a length n (a format without a length field has fixed bytes).
+type msgpackFormat struct{ lenBytes, fixed, perLen, itemsPerLen int }
+
+var msgpackFormats = [...]msgpackFormat{
+	{1, 0, 1, 0}, {2, 0, 1, 0}, {4, 0, 1, 0}, // bin 8/16/32
+	{1, 1, 1, 0}, {2, 1, 1, 0}, {4, 1, 1, 0}, // ext 8/16/32: the type byte, then the data
+	{0, 4, 0, 0}, {0, 8, 0, 0}, // float 32/64
+	{0, 1, 0, 0}, {0, 2, 0, 0}, {0, 4, 0, 0}, {0, 8, 0, 0}, // uint 8/16/32/64
+	{0, 1, 0, 0}, {0, 2, 0, 0}, {0, 4, 0, 0}, {0, 8, 0, 0}, // int 8/16/32/64
+	{0, 2, 0, 0}, {0, 3, 0, 0}, {0, 5, 0, 0}, {0, 9, 0, 0}, {0, 17, 0, 0}, // fixext 1/2/4/8/16: the type byte, then the data
+	{1, 0, 1, 0}, {2, 0, 1, 0}, {4, 0, 1, 0}, // str 8/16/32
+	{2, 0, 0, 1}, {4, 0, 0, 1}, // array 16/32
+	{2, 0, 0, 2}, {4, 0, 0, 2}, // map 16/32
+}
+
+// bigEndian reads the n-byte unsigned integer at b[pos:].
+func bigEndian(b []byte, pos, n int) (int, bool) {
+	if n > len(b)-pos {
+		return 0, false
+	}
+	v := 0
+	for _, x := range b[pos : pos+n] {
+		v = v<<8 | int(x)
+	}
+	return v, true
 }
