@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,17 +29,35 @@ const waitDelay = 2 * time.Second
 // Stop's context ends first the process is killed. Its stdout and stderr
 // are kept (the last 64 KiB) for Report.Output.
 //
-// Run the agent's program directly, not through a launcher such as
-// `go run`: the signal goes to the process started, and its exit status is
-// the one checked.
+// Run the agent's program directly, not through a launcher: the signal
+// goes to the process started, and its exit status is the one checked.
+// One launcher is understood, `go run [build flags] <package> [args]`:
+// Start builds the package into a temporary directory first and runs the
+// binary (`go run` would die of the SIGTERM without passing it on). Give
+// build flags as -flag=value.
 func Command(name string, args ...string) Agent {
 	return &process{name: name, args: args, done: make(chan struct{})}
+}
+
+// goRun splits `go run` arguments into what to build and the program's
+// arguments; ok is false for any other command.
+func goRun(name string, args []string) (build, rest []string, ok bool) {
+	if filepath.Base(name) != "go" || len(args) < 2 || args[0] != "run" {
+		return nil, nil, false
+	}
+	for i, a := range args[1:] {
+		if !strings.HasPrefix(a, "-") {
+			return args[1 : i+2], args[i+2:], true
+		}
+	}
+	return nil, nil, false
 }
 
 // process is an agent run as a child process.
 type process struct {
 	name string
 	args []string
+	tmp  string // where a `go run` package was built; removed by Stop
 	out  tailBuffer
 
 	mu      sync.Mutex
@@ -57,11 +76,28 @@ func (p *process) Start(_ context.Context, env Env) error {
 	if p.cmd != nil {
 		return ErrAlreadyStarted
 	}
-	cmd := exec.Command(p.name, p.args...)
+	name, args := p.name, p.args
+	if build, rest, ok := goRun(name, args); ok {
+		dir, err := os.MkdirTemp("", "agenttest-")
+		if err != nil {
+			return err
+		}
+		p.tmp = dir
+		bin := filepath.Join(dir, "agent-under-test")
+		out, err := exec.Command(name, append([]string{"build", "-o", bin}, build...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go build %s (for go run): %w\n%s", strings.Join(build, " "), err, out)
+		}
+		name, args = bin, rest
+	}
+	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), env.Environ()...)
 	cmd.Stdout, cmd.Stderr = &p.out, &p.out
 	cmd.WaitDelay = waitDelay
 	if err := cmd.Start(); err != nil {
+		if p.tmp != "" {
+			_ = os.RemoveAll(p.tmp)
+		}
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	p.cmd = cmd
@@ -82,6 +118,9 @@ func (p *process) Stop(ctx context.Context) error {
 		return nil
 	}
 	p.stopOnce.Do(func() {
+		if p.tmp != "" {
+			defer os.RemoveAll(p.tmp)
+		}
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			p.stopErr = fmt.Errorf("send SIGTERM to %s: %w", p.name, err)
 		}
