@@ -114,6 +114,21 @@ func (d *Dispatcher) Routable(capability string) []string {
 	return ids
 }
 
+// Catalog returns the capability declarations the replica routes by (nil
+// before Start).
+func (d *Dispatcher) Catalog() *registry.Catalog {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.catalog
+}
+
+// Policies returns the live policy the replica follows (nil before Start).
+func (d *Dispatcher) Policies() *registry.PolicyWatcher {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.policies
+}
+
 // Name returns the replica's name.
 func (d *Dispatcher) Name() string { return d.cfg.Name }
 

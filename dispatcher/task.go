@@ -135,15 +135,15 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 		defaultDeadline = start.Add(d.cfg.DurableDeadline)
 	}
 	t.requestID, t.orchID = taskIDs(h)
-	if e := d.readRequirements(t, h); e != nil {
-		return t, e
-	}
 	if t.unicast == "" {
 		t.hedge = d.hedgeOf(capability)
 	}
 	ct, badPayload := streams.PayloadType(h, m.Data)
 	t.contentType = ct
 	t.log = taskLog{base: &d.log, t: t}
+	if e := d.readRequirements(t, h); e != nil {
+		return t, e
+	}
 	if err := streams.ValidateCapability(t.capability); err != nil {
 		return t, streams.NewError(streams.CodeBadRequest, "%v", err)
 	}

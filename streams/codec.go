@@ -155,7 +155,7 @@ func ErrorFromMessage(m *nats.Msg) *Error {
 	e := &Error{Code: Code(code)}
 	var body Error
 	if Decode(ContentType(m.Header, m.Data), m.Data, &body) == nil {
-		e.Message = body.Message
+		e.Message, e.Excluded = body.Message, body.Excluded
 	}
 	return e
 }
