@@ -117,7 +117,6 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
 	}
 	t.seq = md.Sequence.Stream
-	t.hedge = nil // hedging cuts a caller's tail latency; nobody waits on a durable task
 	if md.NumDelivered > 1 && d.resultRecorded(t.requestID) {
 		// An earlier delivery recorded the result and its acknowledgement
 		// was lost (a crash, a server restart): the task has its outcome.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agent-reach/agentreach/streams"
@@ -70,7 +71,7 @@ func (h HedgeConfig) validate(capability string) error {
 // capHedge is one capability's hedging state in this replica: its latency
 // window and its budget.
 type capHedge struct {
-	cfg     HedgeConfig
+	cfg     atomic.Pointer[HedgeConfig] // the current policy's
 	latency latencyWindow
 
 	mu    sync.Mutex
@@ -81,26 +82,24 @@ type capHedge struct {
 
 type hedgeCount struct{ deliveries, hedges int }
 
-// hedgeOf returns the hedging state of a capability, or nil when it is not
-// hedged.
-func (d *Dispatcher) hedgeOf(capability string) *capHedge {
-	cfg, ok := d.cfg.Hedges[capability]
-	if !ok {
-		return nil
+// hedgeOf returns the hedging state of a capability under cfg (its
+// current policy's): the latency window and budget outlive policy changes.
+func (d *Dispatcher) hedgeOf(capability string, cfg *HedgeConfig) *capHedge {
+	h := lookup(&d.hedges, capability, func() *capHedge { return &capHedge{} })
+	if h.cfg.Load() != cfg {
+		h.cfg.Store(cfg)
 	}
-	return lookup(&d.hedges, capability, func() *capHedge {
-		cfg.setDefaults()
-		return &capHedge{cfg: cfg}
-	})
+	return h
 }
 
 // delay is how long the first delivery may take before a hedge; 0 while
 // the delay is not known yet.
 func (h *capHedge) delay() time.Duration {
-	if h.cfg.After > 0 {
-		return h.cfg.After
+	cfg := h.cfg.Load()
+	if cfg.After > 0 {
+		return cfg.After
 	}
-	return h.latency.percentile(h.cfg.Percentile, hedgeMinSamples)
+	return h.latency.percentile(cfg.Percentile, hedgeMinSamples)
 }
 
 // counts rotates the window to now and returns its current half.
@@ -133,7 +132,7 @@ func (h *capHedge) allow(now time.Time) bool {
 	c := h.counts(now)
 	all := h.slots[0].deliveries + h.slots[1].deliveries
 	hedges := h.slots[0].hedges + h.slots[1].hedges
-	if float64(hedges+1) > h.cfg.Budget*float64(all) {
+	if float64(hedges+1) > h.cfg.Load().Budget*float64(all) {
 		return false
 	}
 	c.hedges++

@@ -45,6 +45,9 @@ type view struct {
 	routes   *registry.Routes    // the instances that qualify
 	excluded []streams.Exclusion // the ones that do not, with why
 	schemas  []typeSchema        // the qualifying types that check payloads
+	// hedgeSafe: every qualifying instance's type declares the capability
+	// idempotent or read-only, so a second delivery is harmless.
+	hedgeSafe bool
 }
 
 // typeSchema is a qualifying type whose declaration has an input schema
@@ -151,7 +154,7 @@ func (d *Dispatcher) viewOf(t *task, rs *registry.Routes) *view {
 
 // buildView filters rs by need and the declarations.
 func (d *Dispatcher) buildView(capability string, need registry.Requirement, rs *registry.Routes) *view {
-	v := &view{}
+	v := &view{hedgeSafe: rs.Len() > 0}
 	keep := make([]*registry.Instance, 0, rs.Len())
 	seen := map[string]bool{}
 	for i := 0; i < rs.Len(); i++ {
@@ -167,6 +170,11 @@ func (d *Dispatcher) buildView(capability string, need registry.Requirement, rs 
 			continue
 		}
 		keep = append(keep, inst)
+		if decl == nil {
+			v.hedgeSafe = false
+		} else if c, ok := decl.Capability(capability); !ok || !c.Idempotent && c.Mode != registry.ModeRead {
+			v.hedgeSafe = false
+		}
 		if decl != nil && !seen[e.Type] {
 			seen[e.Type] = true
 			if c, ok := decl.Capability(capability); ok && len(c.InputSchema) > 0 {
@@ -302,8 +310,12 @@ func (d *Dispatcher) start(t *task) *streams.Error {
 		rs = registry.NewRoutes([]*registry.Instance{u})
 	}
 	if rs.Len() > 0 {
-		if e := d.checkInput(t, d.viewOf(t, rs)); e != nil {
+		v := d.viewOf(t, rs)
+		if e := d.checkInput(t, v); e != nil {
 			return e
+		}
+		if p := t.pol; p.hedge != nil && t.unicast == "" && t.seq == 0 && (p.hedgeFromConfig || p.idempotent || v.hedgeSafe) {
+			t.hedge = d.hedgeOf(t.capability, p.hedge)
 		}
 	}
 	if !t.pol.admitCapability() {

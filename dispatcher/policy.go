@@ -37,6 +37,12 @@ type capPolicy struct {
 	inflight    *atomic.Int64
 	breaker     *BreakerConfig
 	require     registry.Requirement
+	// hedge is the capability's hedging (nil: off); from Config.Hedges it
+	// is the operator's word that hedging is safe, from the policy it needs
+	// idempotent here or the declarations' say-so (hedgeSafe).
+	hedge           *HedgeConfig
+	hedgeFromConfig bool
+	quorum          *float64 // a broadcast's default completion policy
 }
 
 // policy returns capability's resolved policy under the current snapshot.
@@ -66,6 +72,10 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 	}
 	if name, ok := c.Strategies[capability]; ok {
 		p.strategy = name
+	}
+	if h, ok := c.Hedges[capability]; ok {
+		h.setDefaults()
+		p.hedge, p.hedgeFromConfig = &h, true
 	}
 	if set == nil {
 		return p
@@ -113,6 +123,23 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 	if cp.Require != nil {
 		p.require = *cp.Require
 	}
+	if hp := cp.Hedge; hp != nil {
+		p.hedge, p.hedgeFromConfig = nil, false
+		if !hp.Off {
+			h := HedgeConfig{}
+			if hp.AfterMS != nil {
+				h.After = time.Duration(*hp.AfterMS) * time.Millisecond
+			}
+			h.Percentile, _ = hp.Percentile() // validated with the policy
+			setValue(&h.Budget, hp.Budget)
+			h.setDefaults()
+			p.hedge = &h
+		}
+	}
+	if p.write {
+		p.hedge = nil // never: a second delivery could execute it twice
+	}
+	p.quorum = cp.Quorum
 	if _, known := strategies[p.strategy]; !known {
 		// registry.StrategyNames and strategies agree (a test says so); a
 		// name neither knows cannot have passed validation.
@@ -134,6 +161,15 @@ func setValue[T any](field *T, v *T) {
 	if v != nil {
 		*field = *v
 	}
+}
+
+// Quorum returns the completion policy REACH_POLICY gives broadcasts of
+// capability ("quorum": a fraction below 1 or a count), if it gives one.
+func (d *Dispatcher) Quorum(capability string) (float64, bool) {
+	if q := d.policy(capability).quorum; q != nil {
+		return *q, true
+	}
+	return 0, false
 }
 
 // callTimeout is max(wish, hint) + slack, clamped to the policy's

@@ -135,9 +135,7 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 		defaultDeadline = start.Add(d.cfg.DurableDeadline)
 	}
 	t.requestID, t.orchID = taskIDs(h)
-	if t.unicast == "" {
-		t.hedge = d.hedgeOf(capability)
-	}
+
 	ct, badPayload := streams.PayloadType(h, m.Data)
 	t.contentType = ct
 	t.log = taskLog{base: &d.log, t: t}

@@ -36,7 +36,14 @@ func NeverAck(tb testing.TB, nc *nats.Conn, id string, hb time.Duration, caps ..
 // protocol, or gets it wrong, without agentkit.
 func RawInstance(tb testing.TB, nc *nats.Conn, id string, hb time.Duration, answer nats.MsgHandler, caps ...string) *registry.Heartbeat {
 	tb.Helper()
-	sub, err := nc.Subscribe(streams.Subjects{}.Agent(id), answer)
+	return RawAgent(tb, nc, registry.Record{ID: id, Type: "hung", Capabilities: caps, MaxConcurrent: 8, HeartbeatMS: hb.Milliseconds()}, answer)
+}
+
+// RawAgent is RawInstance with the whole record given: its type, deps and
+// limits as a test needs them.
+func RawAgent(tb testing.TB, nc *nats.Conn, rec registry.Record, answer nats.MsgHandler) *registry.Heartbeat {
+	tb.Helper()
+	sub, err := nc.Subscribe(streams.Subjects{}.Agent(rec.ID), answer)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -52,8 +59,7 @@ func RawInstance(tb testing.TB, nc *nats.Conn, id string, hb time.Duration, answ
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := registry.NewHeartbeat(reg, registry.Record{ID: id, Type: "hung", Capabilities: caps,
-		MaxConcurrent: 8, HeartbeatMS: hb.Milliseconds()}, zerolog.Nop())
+	h, err := registry.NewHeartbeat(reg, rec, zerolog.Nop())
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -21,11 +23,22 @@ import (
 // first; it counts deliveries and cancels.
 func stallInstance(t *testing.T, st *Stack, id, capability string, stall time.Duration) (deliveries, cancels *atomic.Int64) {
 	t.Helper()
+	return stalling(t, st, id, "hung", stall, capability)
+}
+
+// typedStall is a stallInstance of an agent type, for several capabilities.
+func typedStall(t *testing.T, st *Stack, id, agentType string, stall time.Duration, caps ...string) {
+	t.Helper()
+	stalling(t, st, id, agentType, stall, caps...)
+}
+
+func stalling(t *testing.T, st *Stack, id, agentType string, stall time.Duration, caps ...string) (deliveries, cancels *atomic.Int64) {
+	t.Helper()
 	nc := st.Conn()
 	deliveries, cancels = &atomic.Int64{}, &atomic.Int64{}
 	var mu sync.Mutex
 	running := map[string]chan struct{}{}
-	RawInstance(t, nc, id, st.Heartbeat, func(m *nats.Msg) {
+	answer := func(m *nats.Msg) {
 		if m.Reply == "" {
 			cancels.Add(1)
 			mu.Lock()
@@ -53,7 +66,8 @@ func stallInstance(t *testing.T, st *Stack, id, capability string, stall time.Du
 				finish(nc, m, []byte(`{"from":"`+id+`"}`))
 			}
 		}()
-	}, capability)
+	}
+	RawAgent(t, nc, registry.Record{ID: id, Type: agentType, Capabilities: caps, MaxConcurrent: 8, HeartbeatMS: st.Heartbeat.Milliseconds()}, answer)
 	return deliveries, cancels
 }
 
@@ -188,5 +202,45 @@ func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 	}
 	if s.Hedged == 0 {
 		t.Error("no call was hedged: the test proves nothing")
+	}
+}
+
+// Hedging from the policy applies only where a second delivery is
+// harmless: a capability its declarations call read-only, not one they
+// say nothing about.
+func TestThePolicyHedgesOnlyWhatIsSafeToRepeat(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	nc := st.Conn()
+	declare(t, nc, "type: lookup-svc\ncapabilities: [{name: lookup, mode: read}, {name: book}]\n", d)
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), streams.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"lookup", "book"} {
+		if _, err := registry.PutPolicy(context.Background(), kv, "capability."+c, []byte(`{"hedge": {"after_ms": 50, "budget": 1}}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if _, ok := d.Policies().Current().Value("capability.book"); !ok {
+			return errors.New("the policy has not arrived")
+		}
+		return nil
+	})
+	for _, id := range []string{"svc-1", "svc-2"} {
+		typedStall(t, st, id, "lookup-svc", 300*time.Millisecond, "lookup", "book")
+	}
+	WaitRoutable(t, "lookup", 2, d)
+	for range 4 {
+		for _, c := range []string{"lookup", "book"} {
+			if _, err := nc.Request(streams.Subjects{}.Task(c), []byte(`{}`), 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if s := d.Stats(); s.Hedged != 4 {
+		t.Errorf("%d hedges for 4 calls of a read-only capability and 4 of an undeclared one, want 4", s.Hedged)
 	}
 }

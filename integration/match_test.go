@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -50,7 +49,8 @@ func declare(t *testing.T, nc *nats.Conn, yaml string, ds ...*dispatcher.Dispatc
 func typed(t *testing.T, st *Stack, id, agentType string, deps map[string]string, counts *sync.Map, caps ...string) {
 	t.Helper()
 	nc := st.Conn()
-	sub, err := nc.Subscribe(streams.Subjects{}.Agent(id), func(m *nats.Msg) {
+	RawAgent(t, nc, registry.Record{ID: id, Type: agentType, Capabilities: caps, MaxConcurrent: 8,
+		HeartbeatMS: st.Heartbeat.Milliseconds(), Deps: deps}, func(m *nats.Msg) {
 		if m.Reply == "" {
 			return
 		}
@@ -60,27 +60,6 @@ func typed(t *testing.T, st *Stack, id, agentType string, deps map[string]string
 		mu.Unlock()
 		finish(nc, m, []byte(`{"from":"`+id+`"}`))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
-	reg, err := registry.Open(context.Background(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := registry.NewHeartbeat(reg, registry.Record{ID: id, Type: agentType, Capabilities: caps, MaxConcurrent: 8,
-		HeartbeatMS: st.Heartbeat.Milliseconds(), Deps: deps}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Stop(context.Background(), true) })
 }
 
 var mu sync.Mutex // guards the counters of typed instances

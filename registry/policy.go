@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -88,6 +90,40 @@ type CapabilityPolicy struct {
 	// Require holds default requirements; a caller's Reach-Require is
 	// merged over them (Merge).
 	Require *Requirement `json:"require,omitempty"`
+	// Hedge turns hedged requests on (DESIGN §9); dispatchers hedge only a
+	// capability that is idempotent (here, or declared) or read-only
+	// (declared mode read), never a write.
+	Hedge *HedgePolicy `json:"hedge,omitempty"`
+	// Quorum is a broadcast's completion policy when the caller sends no
+	// Reach-Quorum: a fraction below 1 of the instances, or a count.
+	Quorum *float64 `json:"quorum,omitempty"`
+}
+
+// HedgePolicy is a capability's hedging: the delay before a second
+// delivery — fixed (after_ms) or a percentile of the learned latencies
+// (after, "p97" by default) — and the budget, the share of deliveries that
+// may be hedges (default 0.05). Off turns hedging off where a lower layer
+// turned it on.
+type HedgePolicy struct {
+	AfterMS *int64   `json:"after_ms,omitempty"`
+	After   *string  `json:"after,omitempty"`
+	Budget  *float64 `json:"budget,omitempty"`
+	Off     bool     `json:"off,omitempty"`
+}
+
+// Percentile returns the percentile After names ("p95" → 0.95), or 0 when
+// After is not set.
+func (h *HedgePolicy) Percentile() (float64, error) {
+	if h.After == nil {
+		return 0, nil
+	}
+	v := *h.After
+	digits := strings.TrimLeft(strings.TrimPrefix(v, "p"), "0123456789.")
+	f, err := strconv.ParseFloat(strings.TrimPrefix(v, "p"), 64)
+	if !strings.HasPrefix(v, "p") || digits != "" || err != nil || !(f > 0 && f < 100) {
+		return 0, fmt.Errorf("%q: want a percentile such as \"p95\" or \"p99.9\"", v)
+	}
+	return f / 100, nil
 }
 
 // BreakerPolicy tunes circuit breakers; nil fields are not set here.
@@ -148,6 +184,26 @@ func (c *CapabilityPolicy) validate(p *problems) {
 	if c.Require != nil {
 		c.Require.validate(p, "require")
 	}
+	if h := c.Hedge; h != nil {
+		if h.AfterMS != nil && *h.AfterMS < 0 {
+			p.add("hedge.after_ms", "must not be negative, got %d", *h.AfterMS)
+		}
+		if h.AfterMS != nil && h.After != nil {
+			p.add("hedge", "give after_ms or after, not both")
+		}
+		if _, err := h.Percentile(); err != nil {
+			p.add("hedge.after", "%v", err)
+		}
+		if b := h.Budget; b != nil && !(*b > 0 && *b <= 1) {
+			p.add("hedge.budget", "must be in (0,1], got %v", *b)
+		}
+		if c.Write != nil && *c.Write && !h.Off {
+			p.add("hedge", "a write is never hedged: a second delivery could execute it twice")
+		}
+	}
+	if q := c.Quorum; q != nil && !(*q > 0 && (*q < 1 || *q == math.Trunc(*q))) {
+		p.add("quorum", "want a fraction between 0 and 1 (0.6) or a whole count (3), got %v", *q)
+	}
 }
 
 // overlayPolicy returns base with every field top sets replaced by top's;
@@ -166,6 +222,8 @@ func overlayPolicy(base, top CapabilityPolicy) CapabilityPolicy {
 		MaxInFlight:    pick(base.MaxInFlight, top.MaxInFlight),
 		Breaker:        pick(base.Breaker, top.Breaker),
 		Require:        pick(base.Require, top.Require),
+		Hedge:          pick(base.Hedge, top.Hedge),
+		Quorum:         pick(base.Quorum, top.Quorum),
 	}
 	if base.Breaker != nil && top.Breaker != nil {
 		out.Breaker = &BreakerPolicy{

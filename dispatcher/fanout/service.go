@@ -298,6 +298,9 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 			return
 		}
 		mode, quorum = ModeQuorum, q
+	} else if v, ok := s.d.Quorum(capability); ok { // the capability's policy (validated there)
+		q, _ := quorumOf(v)
+		mode, quorum = ModeQuorum, q
 	}
 	ids := s.d.Routable(capability)
 	if len(ids) == 0 {
