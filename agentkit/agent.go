@@ -58,6 +58,16 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Subjects names the subjects; zero means prefix "reach".
 	Subjects streams.Subjects
+	// Declaration, when set, is what the agent's type can do and refuses
+	// (DESIGN §10): Start writes it to REACH_CAPS under Type, after
+	// checking it — every field valid, Type as the Config's (or empty),
+	// every capability it names handled — and refuses to start on an
+	// invalid one, naming the field. Nil: nothing is written, and the
+	// agent is routed by capability name alone.
+	Declaration *registry.Declaration
+	// DeclarationFile is a YAML or JSON file with the Declaration, read at
+	// Start (one of the two, not both).
+	DeclarationFile string
 }
 
 // Option configures an Agent.
@@ -86,6 +96,7 @@ type Agent struct {
 	hbConn    *nats.Conn
 	ownHBConn bool
 	noSignals bool
+	decl      *registry.Declaration // written to REACH_CAPS at Start
 
 	mu       sync.Mutex
 	handlers map[string]Handler
@@ -137,6 +148,10 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	decl, err := readDeclaration(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		nc:       nc,
 		cfg:      cfg,
@@ -144,6 +159,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 		log:      zerolog.Nop(),
 		handlers: make(map[string]Handler),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		decl:     decl,
 	}
 	for _, o := range opts {
 		o(a)
@@ -278,6 +294,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	rec := a.record()
 	hb, err := registry.NewHeartbeat(reg, rec, a.log)
 	if err != nil {
+		return err
+	}
+	if err := a.declare(ctx, js); err != nil {
 		return err
 	}
 	wjs, err := jetstream.New(a.nc)

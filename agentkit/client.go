@@ -24,6 +24,7 @@ type Client struct {
 	subjects streams.Subjects
 	source   string
 	ct       string
+	recent   recentCalls // who answered the latest calls, for Feedback
 }
 
 // ClientOption configures a Client.
@@ -136,7 +137,11 @@ func (c *Client) Call(ctx context.Context, capability string, payload any, opts 
 	if err != nil {
 		return nil, err
 	}
-	return outcome(reply)
+	res, err := outcome(reply)
+	if err == nil && res.Node != "" {
+		c.recent.add(res.RequestID, res.Node)
+	}
+	return res, err
 }
 
 // cancel tells every dispatcher replica that the task requestID is no

@@ -237,6 +237,14 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: subscribe %s: %w", d.cfg.Subjects.Cancel(), err)
 	}
 	d.apiSubs = append(d.apiSubs, cancelSub)
+	// Callers' scores of results (Reach-Prefer: quality), heard by every
+	// replica.
+	feedbackSub, err := d.nc.Subscribe(d.cfg.Subjects.Feedback(), d.onFeedback)
+	if err != nil {
+		d.stopAPI()
+		return fmt.Errorf("dispatcher: subscribe %s: %w", d.cfg.Subjects.Feedback(), err)
+	}
+	d.apiSubs = append(d.apiSubs, feedbackSub)
 	cleanup = append(cleanup, d.stopAPI)
 	if err := d.nc.FlushWithContext(ctx); err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)

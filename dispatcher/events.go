@@ -51,6 +51,10 @@ type Event struct {
 	// HedgeWon when the hedge's answer was the one used.
 	Hedged   bool `json:"hedged,omitempty"`
 	HedgeWon bool `json:"hedge_won,omitempty"`
+	// Score is a feedback record's score of the result of RequestID, from
+	// 0 (useless) to 1 (perfect); Kind is then "feedback" and Node the
+	// instance that produced the result.
+	Score *float64 `json:"score,omitempty"`
 	// Excluded lists the instances offering the capability that the task
 	// could not go to, and why: requirements not met, a dependency down,
 	// too slow for max_latency_ms, a breaker open.
@@ -65,7 +69,7 @@ type Event struct {
 // tasks instead of one per task. A durable task's record goes alone, with a
 // message id, so a redelivery after a crash does not record it twice.
 const (
-	HeaderEvents    = "Reach-Events"
+	HeaderEvents    = streams.HeaderEvents
 	eventBatchMax   = 128
 	eventBatchBytes = 64 << 10
 	eventFlush      = 100 * time.Millisecond
@@ -306,6 +310,9 @@ func appendEvent(b []byte, ev *Event) []byte {
 	}
 	if ev.HedgeWon {
 		b = append(b, `,"hedge_won":true`...)
+	}
+	if ev.Score != nil && !math.IsNaN(*ev.Score) && !math.IsInf(*ev.Score, 0) {
+		b = strconv.AppendFloat(append(b, `,"score":`...), *ev.Score, 'g', -1, 64)
 	}
 	if len(ev.Excluded) > 0 { // rare: the plain encoder will do
 		x, _ := json.Marshal(ev.Excluded)

@@ -31,6 +31,7 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 			Start:    time.Unix(rapid.Int64Range(0, 1<<33).Draw(rt, "s"), rapid.Int64Range(0, 1e9-1).Draw(rt, "ns")).UTC(),
 			ParentID: str.Draw(rt, "parent"), Kind: str.Draw(rt, "kind"), By: str.Draw(rt, "by"),
 			Hedged: rapid.Bool().Draw(rt, "hedged"), HedgeWon: rapid.Bool().Draw(rt, "hedge_won"),
+			Score: rapid.Ptr(rapid.Float64Range(0, 1), true).Draw(rt, "score"),
 			Excluded: rapid.SliceOfN(rapid.Custom(func(rt *rapid.T) streams.Exclusion {
 				return streams.Exclusion{Node: str.Draw(rt, "node"), Reason: str.Draw(rt, "reason")}
 			}), 0, 2).Draw(rt, "excluded"),

@@ -289,6 +289,28 @@ func (d *Dispatcher) declaredCost(inst *registry.Instance, capability string) (f
 	return 0, false
 }
 
+// onFeedback folds a caller's score of a result into the quality average
+// of the instance that produced it. A record that is not a valid feedback
+// for an instance in the table is ignored.
+func (d *Dispatcher) onFeedback(m *nats.Msg) {
+	evs, err := DecodeEvents(m.Data)
+	if err != nil {
+		d.log.Debug().Err(err).Msg("unreadable feedback ignored")
+		return
+	}
+	for _, ev := range evs {
+		if ev.Kind != KindFeedback || ev.Score == nil || !(*ev.Score >= 0 && *ev.Score <= 1) {
+			continue
+		}
+		if _, ok := d.table.Lookup(ev.Node); ok {
+			d.loadOf(ev.Node).observeQuality(*ev.Score)
+		}
+	}
+}
+
+// KindFeedback is the Kind of a feedback record (Event.Score).
+const KindFeedback = "feedback"
+
 // noAgent is the NO_AGENT error of t, listing what was passed over and why.
 func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error {
 	e := streams.NewError(streams.CodeNoAgent, format, args...)

@@ -54,6 +54,10 @@ const (
 	HeaderParentID = "Reach-Parent-Id" // dispatcher: on a branch or workflow step, the fan-out's or run's request id
 	HeaderRunID    = "Reach-Run-Id"    // dispatcher: on a workflow's reply, its run id
 
+	// HeaderEvents says how many records (JSON lines) a REACH_EVENTS
+	// message holds.
+	HeaderEvents = "Reach-Events"
+
 	// HeaderDelivery is set on a CANCEL: the reply subject of the delivery
 	// it cancels, which names that delivery alone (two copies of a durable
 	// task redelivered at once share request id and attempt).

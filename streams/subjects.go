@@ -40,6 +40,11 @@ func (s Subjects) CapabilityFromSubmit(subject string) string {
 	return s.CapabilityAfter("submit", subject)
 }
 
+// Feedback is the subject of feedback records (a caller's score of a
+// result, agentkit.Client.Feedback): reach.event._feedback, in the
+// REACH_EVENTS stream, on a token no capability can have.
+func (s Subjects) Feedback() string { return s.prefix() + ".event._feedback" }
+
 // DeadLetter is the subject of the REACH_DLQ stream for a capability.
 func (s Subjects) DeadLetter(capability string) string { return s.prefix() + ".dlq." + capability }
 

@@ -233,6 +233,9 @@ func printResult(stdout, stderr io.Writer, res *agentkit.Result, callErr error, 
 			printMeta(stderr, meta)
 		}
 		fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
+		for _, x := range e.Excluded { // why each instance offering it was passed over
+			fmt.Fprintf(stderr, "  excluded %s: %s\n", x.Node, x.Reason)
+		}
 		return exitFail
 	}
 	body := bodyJSON(res.ContentType, res.Data)

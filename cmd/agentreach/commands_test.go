@@ -53,6 +53,14 @@ func TestCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("call with a requirement nobody meets names the instances passed over", func(t *testing.T) {
+		r := call(t, "--header", `Reach-Require={"labels":{"engine":"postgres"}}`, "echo", `{}`)
+		if r.code != exitFail || !strings.Contains(r.stderr, "error: NO_AGENT") ||
+			!strings.Contains(r.stderr, "excluded echo-") || !strings.Contains(r.stderr, "declares nothing: cannot show label engine") {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+
 	t.Run("call echo --json", func(t *testing.T) {
 		r := call(t, "--json", "echo", `{"text":"hi","n":[1,2]}`)
 		if r.code != exitOK {
