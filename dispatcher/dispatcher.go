@@ -64,10 +64,14 @@ type Dispatcher struct {
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
 
-	events   eventLog
-	inflight atomic.Int64
-	tasks    sync.WaitGroup
-	stats    stats
+	events eventLog
+	// Extension points (hooks.go).
+	observers  []Observer
+	authorizer Authorizer
+	resolver   Resolver
+	inflight   atomic.Int64
+	tasks      sync.WaitGroup
+	stats      stats
 
 	stopOnce sync.Once
 	stopErr  error
@@ -382,6 +386,9 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 			d.log.Warn().Err(err).Str("request_id", id).Msg("error reply failed")
 		}
 		return
+	}
+	if d.resolved(m, d.cfg.Subjects.CapabilityFromTask(m.Subject)) {
+		return // a workflow's: the resolver answers and releases the slot
 	}
 	d.handle(m) // answer releases the in-flight slot
 }

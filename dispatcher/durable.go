@@ -109,6 +109,10 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		}
 		h.Set(streams.HeaderRequestID, id)
 	}
+	if name := d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()); d.resolver != nil && d.resolver.Serves(name) {
+		d.resolver.Durable(msg, name) // a workflow's run; it acknowledges once its outcome is recorded
+		return
+	}
 	m := &nats.Msg{Subject: msg.Subject(), Header: h, Data: msg.Data()}
 	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()), md.Timestamp, true)
 	if e == nil && h.Get(streams.HeaderIdempotencyKey) == "" {

@@ -106,7 +106,7 @@ type eventBatch struct {
 
 // recordEvent writes the feedback record of a finished task.
 func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *streams.Error) {
-	if d.cfg.NoEvents {
+	if !d.recordsWanted() {
 		return
 	}
 	ev := Event{
@@ -134,6 +134,10 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	d.publishEvent(&ev, "")
 }
 
+// recordsWanted reports whether records are built at all: for REACH_EVENTS, or
+// for an observer.
+func (d *Dispatcher) recordsWanted() bool { return !d.cfg.NoEvents || len(d.observers) > 0 }
+
 // StatusOf is the Reach-Status of a task that ended with e: TIMEOUT for
 // the code TIMEOUT, FAILED for every other.
 func StatusOf(e *streams.Error) string {
@@ -148,7 +152,7 @@ func StatusOf(e *streams.Error) string {
 // Dispatcher and Tier are filled in when empty. It does nothing when the
 // replica runs with NoEvents.
 func (d *Dispatcher) RecordEvent(ev Event) {
-	if d.cfg.NoEvents {
+	if !d.recordsWanted() {
 		return
 	}
 	if ev.Dispatcher == "" {
@@ -164,6 +168,10 @@ func (d *Dispatcher) RecordEvent(ev Event) {
 // msgID as its message id when one is given (deduplicated across
 // redeliveries), else batched.
 func (d *Dispatcher) publishEvent(ev *Event, msgID string) {
+	d.observe(ev)
+	if d.cfg.NoEvents {
+		return
+	}
 	capability := ev.Capability
 	if streams.ValidateCapability(capability) != nil {
 		capability = "invalid" // a BAD_REQUEST for the subject itself still leaves its record

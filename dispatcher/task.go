@@ -178,6 +178,11 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 	if t.visits, err = streams.ParseVisits(h); err != nil {
 		return t, err
 	}
+	if d.authorizer != nil {
+		if e := d.authorizer.Authorize(t.capability, m, durable); e != nil {
+			return t, e
+		}
+	}
 	if t.pol.write && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
 	}
