@@ -414,3 +414,69 @@ func TestTheClientFansOutAndBroadcastsFromInsideAHandler(t *testing.T) {
 		t.Errorf("a broadcast nobody succeeds at: %+v, %v; want INCOMPLETE with the replies", g, err)
 	}
 }
+
+// A branch whose agent is killed mid-call goes to another instance once
+// the dead one leaves the registry, or — with no other in time — is
+// reported missing; either way the fan-out answers by its max wait, once.
+func TestAFanOutBranchSurvivesItsAgentsDeath(t *testing.T) {
+	const hb = 300 * time.Millisecond // the dead record is gone 900 ms after its last heartbeat
+	st := NewStack(t, hb)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	w := tap(t, st)
+	onSleeper := func(m *nats.Msg) bool { return m.Subject == streams.Subjects{}.Agent("sleeper-1") && m.Reply != "" }
+
+	for _, c := range []struct {
+		name          string
+		maxWaitMS     int
+		replacement   bool
+		wantNode      string
+		wantMissing   string
+		answersWithin time.Duration
+	}{
+		{"reported missing at max wait", 600, false, "", string(streams.CodeTimeout), 600 * time.Millisecond},
+		{"to another instance", 10000, true, "score-2", "", 10 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sleeper := StartChild(t, ChildSleeper, st.Server.ClientURL(), "sleeper-1", hb, nil)
+			WaitRoutable(t, "risk.score", 1, d)
+			before := len(w.matching(onSleeper))
+			type reply struct {
+				agg  streams.Aggregate
+				took time.Duration
+			}
+			done := make(chan reply, 1)
+			start := time.Now()
+			go func() {
+				body := fmt.Sprintf(`{"branches": [{"name": "score", "capability": "risk.score"}], "mode": "all", "max_wait_ms": %d}`, c.maxWaitMS)
+				_, agg := fanoutReq(t, st.Conn(), streams.Subjects{}.FanOut(), []byte(body))
+				done <- reply{agg, time.Since(start)}
+			}()
+			w.await(t, before+1, "deliveries to sleeper-1", onSleeper)
+			if c.replacement {
+				st.Agent(agentkit.Config{Type: "scorer", ID: "score-2"}, map[string]agentkit.Handler{"risk.score": echoHandler()})
+			}
+			if err := sleeper.Process.Kill(); err != nil { // SIGKILL mid-call
+				t.Fatal(err)
+			}
+			r := <-done
+			t.Logf("answered %v after the fan-out started: %+v", r.took.Round(time.Millisecond), r.agg)
+			switch {
+			case c.wantNode != "":
+				if len(r.agg.Replies) != 1 || r.agg.Replies[0].Node != c.wantNode || !r.agg.Complete {
+					t.Errorf("want the branch answered once by %s, got %+v", c.wantNode, r.agg)
+				}
+			default:
+				if len(r.agg.Replies) != 0 || len(r.agg.Missing) != 1 || r.agg.Missing[0].Reason != c.wantMissing {
+					t.Errorf("want the branch missing with %s, got %+v", c.wantMissing, r.agg)
+				}
+				// "by max_wait, never later": the gather ends at max_wait;
+				// what follows is the reply's trip (bounded loosely here).
+				if r.took > c.answersWithin+2*time.Second {
+					t.Errorf("the fan-out answered %v after it started, max wait %v", r.took, c.answersWithin)
+				}
+			}
+			WaitRoutable(t, "risk.score", map[bool]int{true: 1, false: 0}[c.replacement], d) // the dead record is gone
+		})
+	}
+}

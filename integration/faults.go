@@ -80,6 +80,9 @@ const (
 	ChildCrasher = "crasher"
 	// ChildDispatcher is a dispatcher with the default configuration.
 	ChildDispatcher = "dispatcher"
+	// ChildSleeper serves "risk.score": it acknowledges and never
+	// answers, until it is killed.
+	ChildSleeper = "sleeper"
 
 	// EffectsSubject carries one message per side effect of a write agent.
 	EffectsSubject = "test.effects"
@@ -138,6 +141,11 @@ func runChild(role string) error {
 	switch role {
 	case ChildEcho:
 		err = a.Handle("echo", func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil })
+	case ChildSleeper:
+		err = a.Handle("risk.score", func(ctx context.Context, _ *agentkit.Request) (any, error) {
+			<-ctx.Done() // only a hard stop ends it; a test kills the process first
+			return nil, ctx.Err()
+		})
 	case ChildCrasher:
 		err = a.Handle("pay.charge", func(_ context.Context, r *agentkit.Request) (any, error) {
 			_ = nc.Publish(EffectsSubject, []byte(r.RequestID))
