@@ -124,11 +124,8 @@ func (r *Result) Decode(v any) error { return streams.Decode(r.ContentType, r.Da
 // Errors carry a wire code: errors.Is(err, streams.ErrNoAgent) and so on.
 // The Result is returned alongside an error reply when there was one.
 func (c *Client) Call(ctx context.Context, capability string, payload any, opts ...CallOption) (*Result, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
-		defer cancel()
-	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	m, err := c.message(ctx, c.subjects.Task(capability), capability, payload, false, opts)
 	if err != nil {
 		return nil, err
@@ -142,6 +139,14 @@ func (c *Client) Call(ctx context.Context, capability string, payload any, opts 
 		c.recent.add(res.RequestID, res.Node)
 	}
 	return res, err
+}
+
+// bounded gives ctx DefaultCallTimeout when it has no deadline of its own.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, DefaultCallTimeout)
 }
 
 // cancel tells every dispatcher replica that the task requestID is no

@@ -86,11 +86,8 @@ func (b *BranchResult) Decode(v any) error {
 // instance must succeed unless WithQuorum asks for fewer. Inside a handler, pass its ctx: the deadline,
 // orchestration id and hops carry on.
 func (c *Client) Broadcast(ctx context.Context, capability string, payload any, opts ...CallOption) (*Gathered, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
-		defer cancel()
-	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	m, err := c.message(ctx, c.subjects.Broadcast(capability), capability, payload, false, opts)
 	if err != nil {
 		return nil, err
@@ -103,11 +100,8 @@ func (c *Client) Broadcast(ctx context.Context, capability string, payload any, 
 // quorum 0.6). opts may mix GatherOption and CallOption values. Inside a
 // handler, pass its ctx: the deadline, orchestration id and hops carry on.
 func (c *Client) FanOut(ctx context.Context, branches []Branch, opts ...any) (*Gathered, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
-		defer cancel()
-	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	var (
 		req      streams.FanOutRequest
 		callOpts []CallOption
@@ -144,11 +138,8 @@ func (c *Client) FanOut(ctx context.Context, branches []Branch, opts ...any) (*G
 // content type (the body of reach.fanout, e.g. read from a file) and
 // gathers its outcome like FanOut.
 func (c *Client) FanOutRaw(ctx context.Context, body []byte, opts ...CallOption) (*Gathered, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
-		defer cancel()
-	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	m, err := c.message(ctx, c.subjects.FanOut(), "fanout", body, false, opts)
 	if err != nil {
 		return nil, err

@@ -62,19 +62,31 @@ func (d *Dispatcher) enqueue(q *waitQueue, t *task) {
 	d.pump(q) // a slot may have come free since resolve looked
 }
 
-// unqueue ends t's wait with e, unless pump or giveUp took it first.
-func (d *Dispatcher) unqueue(q *waitQueue, t *task, e *streams.Error) {
+// take removes t from q, unless pump, giveUp or a cancel took it first; it
+// reports whether it did, and the taker then owns t.
+func (q *waitQueue) take(t *task) bool {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if t.queued == nil {
-		q.mu.Unlock()
-		return
+		return false
 	}
+	q.remove(t)
+	return true
+}
+
+// remove takes t out of the queue; q.mu is held.
+func (q *waitQueue) remove(t *task) {
 	q.tasks.Remove(t.queued)
 	q.n.Add(-1)
 	t.queued = nil
 	t.waitTimer.Stop()
-	q.mu.Unlock()
-	t.done(t, nil, e)
+}
+
+// unqueue ends t's wait with e, unless pump or giveUp took it first.
+func (d *Dispatcher) unqueue(q *waitQueue, t *task, e *streams.Error) {
+	if q.take(t) {
+		t.done(t, nil, e)
+	}
 }
 
 // pump sends waiting tasks, oldest first, while an instance has a free
@@ -93,10 +105,7 @@ func (d *Dispatcher) pump(q *waitQueue) {
 			q.mu.Unlock()
 			return // still full: the next settle pumps again
 		}
-		q.tasks.Remove(el)
-		q.n.Add(-1)
-		t.queued = nil
-		t.waitTimer.Stop()
+		q.remove(t)
 		q.mu.Unlock()
 		d.proceed(t, inst, probe, why)
 	}
@@ -104,15 +113,9 @@ func (d *Dispatcher) pump(q *waitQueue) {
 
 // giveUp ends t's wait for a slot, unless pump took it first.
 func (d *Dispatcher) giveUp(q *waitQueue, t *task, waited time.Duration) {
-	q.mu.Lock()
-	if t.queued == nil {
-		q.mu.Unlock()
+	if !q.take(t) {
 		return
 	}
-	q.tasks.Remove(t.queued)
-	q.n.Add(-1)
-	t.queued = nil
-	q.mu.Unlock()
 	if time.Until(t.deadline) <= 0 {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "the overall deadline passed while waiting for a free slot of %s", t.capability))
 		return
