@@ -137,8 +137,8 @@ def payload_type(fn: Callable[..., Any]) -> Any:
         raise TypeError("a handler takes (ctx, payload)")
     try:
         hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward references: treat as untyped
-        hints = {}
+    except Exception as e:  # a forward reference to a class it cannot see (say, one local to a function)
+        raise TypeError(f"the annotation of parameter {params[1].name!r} cannot be resolved: {e}") from None
     return hints.get(params[1].name, inspect.Parameter.empty)
 
 
