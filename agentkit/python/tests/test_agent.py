@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from dataclasses import dataclass
 
@@ -356,3 +357,34 @@ async def test_cpu_bound_async_handlers_keep_heartbeats(nc, stack, json_client):
         assert agent._hb.puts - before >= 2, "heartbeats went on while the loop was held"
         assert agent._hb.failures == 0
         await kv.get(agent.id)  # never expired
+
+
+async def test_deadline_stops_the_handler(nc, stack):
+    cap = unique("late")
+    agent = Agent(stack.url, type="latetest", max_concurrent=2)
+    release = threading.Event()
+
+    @agent.handler(f"{cap}.async")
+    async def slow(ctx, p):
+        await asyncio.sleep(30)
+
+    @agent.handler(f"{cap}.thread")
+    def blocking(ctx, p):
+        release.wait(30)
+        return "late"
+
+    async with running(agent):
+        d = Direct(nc, agent.id)
+        soon = {"Reach-Deadline": str(int((time.time() + 0.3) * 1000))}
+        m = await (await d.deliver(f"{cap}.async", b"{}", extra=soon)).final()
+        assert m.headers["Reach-Error"] == "DEADLINE_EXCEEDED"
+        await poll(lambda: asyncio.sleep(0, agent.active == 0), "the async handler's slot given back")
+        soon = {"Reach-Deadline": str(int((time.time() + 0.3) * 1000))}
+        m = await (await d.deliver(f"{cap}.thread", b"{}", extra=soon)).final()
+        assert m.headers["Reach-Error"] == "DEADLINE_EXCEEDED"
+        assert agent.active == 1, "a thread past its deadline still holds its slot"
+        release.set()
+        await poll(lambda: asyncio.sleep(0, agent.active == 0), "the thread's slot given back")
+        past = {"Reach-Deadline": str(int((time.time() - 1) * 1000))}
+        m = await (await d.deliver(f"{cap}.async", b"{}", extra=past)).final()
+        assert m.headers["Reach-Error"] == "DEADLINE_EXCEEDED"

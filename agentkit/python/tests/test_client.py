@@ -12,9 +12,9 @@ import time
 import msgpack
 import pytest
 
-from agentreach import (ERRORS, Agent, Branch, Cancelled, Client, Context, DeadlineExceeded, Incomplete, Internal,
+from agentreach import (ERRORS, Agent, Branch, Cancelled, Context, DeadlineExceeded, Incomplete, Internal,
                         NoAgent, NoResult, Reject, idempotency_bucket_key)
-from conftest import REPO, Direct, poll, python, running, unique
+from conftest import REPO, Direct, python, running, unique
 
 
 def test_error_classes_match_the_wire_codes():

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Coroutine, Optional, TypeVar
 
 import nats
+from nats.aio.client import Client as NATS
 
 from ._wire import BUCKET_AGENTS
 
@@ -38,7 +39,7 @@ class Heartbeat:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"agentreach-heartbeat-{agent_id}",
                                         daemon=True)
-        self._nc: Optional[nats.NATS] = None
+        self._nc: Optional[NATS] = None
         self._kv: Any = None
         self._lock: Optional[asyncio.Lock] = None
         self._beat: Optional[asyncio.Task[None]] = None

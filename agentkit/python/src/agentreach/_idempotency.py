@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, cast
 
 import msgpack
 import nats
@@ -46,7 +46,7 @@ class Outcome:
         rec: dict[str, Any] = {"state": self.state, "owner": self.owner, "request_id": self.request_id}
         if self.state == DONE:
             rec.update(content_type=self.content_type, data=self.data, error=self.error, cost=self.cost)
-        return msgpack.packb(rec, use_bin_type=True)
+        return cast(bytes, msgpack.packb(rec, use_bin_type=True))
 
     @classmethod
     def unpack(cls, b: bytes) -> "Outcome":

@@ -11,7 +11,7 @@ import json
 import re
 import time
 import uuid
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union, cast
 
 import msgpack
 
@@ -179,7 +179,7 @@ def encode(ct: str, value: Any) -> bytes:
             raise Internal(f"encode JSON: {e}") from e
     if ct == MSGPACK:
         try:
-            return msgpack.packb(value, use_bin_type=True)
+            return cast(bytes, msgpack.packb(value, use_bin_type=True))
         except (TypeError, ValueError, OverflowError) as e:
             raise Internal(f"encode msgpack: {e}") from e
     raise BadRequest(f"unsupported content type {ct!r} (want {MSGPACK} or {JSON})")
@@ -208,7 +208,7 @@ def decode(ct: str, body: bytes) -> Any:
     raise BadRequest(f"unsupported content type {ct!r} (want {MSGPACK} or {JSON})")
 
 
-def message_size(headers: Mapping[str, str], body: bytes) -> int:
+def message_size(headers: Mapping[str, str], body: Union[bytes, bytearray]) -> int:
     """Returns what a message counts against the server's max_payload.
 
     The body plus the header block: ``NATS/1.0\\r\\n``, ``Name: value\\r\\n``

@@ -12,7 +12,7 @@ import logging
 import secrets
 import signal
 import time
-from typing import Any, Awaitable, Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import nats
 from nats.aio.client import Client as NATS
@@ -560,7 +560,8 @@ class Agent:
             fut.cancel()
             raise
         if not done:
-            fut.cancel()  # an async handler stops at its next await; a thread runs on
+            if reg.is_async:
+                fut.cancel()  # it stops at its next await; a thread cannot be stopped and runs on
             return (*self._error(ctx, DeadlineExceeded("the task's deadline passed while it ran")), fut)
         try:
             out = fut.result()
