@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -52,15 +53,25 @@ class Stack:
              "--heartbeat", f"{int(HEARTBEAT * 1000)}ms", "--max-payload", str(MAX_PAYLOAD)],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.proc.stdout is not None
-        deadline = time.monotonic() + 30
-        for line in self.proc.stdout:  # the banner is printed once the dispatcher runs
-            if line.startswith("Agent-Reach is up."):
-                break
-            if time.monotonic() > deadline:
-                break
-        else:
+        if not self._wait_banner(30.0):
             self.stop()
-            pytest.fail(f"agentreach up exited before it was up: {self.logs()}")
+            pytest.fail(f"agentreach up was not up within 30s: {self.logs()}")
+
+    def _wait_banner(self, timeout: float) -> bool:
+        """Waits for the banner up prints once its dispatcher runs."""
+        assert self.proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            end = time.monotonic() + timeout
+            while (left := end - time.monotonic()) > 0:
+                if not sel.select(left):
+                    return False
+                line = self.proc.stdout.readline()
+                if not line:  # it exited
+                    return False
+                if line.startswith("Agent-Reach is up."):
+                    return True
+        return False
 
     def logs(self) -> str:
         self.log.flush()
