@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[3]
 MAX_PAYLOAD = 128 * 1024
 HEARTBEAT = 1.0  # seconds: REACH_AGENTS has a TTL of 3 s
 WAIT = 10.0  # seconds: the safety bound of every poll
+BINARY = Path(os.environ.get("AGENTREACH_BIN", REPO / "bin" / "agentreach"))
 
 
 def _free_port() -> int:
@@ -41,7 +42,7 @@ class Stack:
     """Stack is one ``agentreach up`` process: its URL and how to stop it."""
 
     def __init__(self) -> None:
-        binary = Path(os.environ.get("AGENTREACH_BIN", REPO / "bin" / "agentreach"))
+        binary = BINARY
         if not binary.exists():
             pytest.fail(f"{binary} is missing: run `make build` first (or set AGENTREACH_BIN)")
         self._dir = tempfile.TemporaryDirectory(prefix="agentreach-py-")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import pytest
 
 from agentreach import (Agent, BadRequest, BizReject, Busy, Context, Internal, InvalidConfig, PayloadTooLarge, Reject,
                         TargetBusy)
-from conftest import HEARTBEAT, MAX_PAYLOAD, Direct, poll, running, unique
+from conftest import BINARY, HEARTBEAT, MAX_PAYLOAD, Direct, poll, running, unique
 
 
 async def record_of(nc, agent_id):
@@ -310,11 +311,16 @@ async def test_invalid_configuration():
     ({"capabilities": [{"name": "decl.a", "timeout_ms": -1}]}, "declaration.capabilities[0].timeout_ms"),
     ({"capabilities": [{"name": "decl.b"}]}, "declaration.capabilities[0].name"),
     ({"capabilities": [{"name": "decl.a", "mode": "delete"}]}, "declaration.capabilities[0].mode"),
-    ({"labels": {"engine": "postgres"}}, "declaration.labels.engine"),
-    ({"limits": {"rows": "many"}}, "declaration.limits.rows"),
-    ({"permissions": ["read"], "refuses": ["read"]}, "declaration.refuses"),
-    ({"type": "other"}, "declaration.type"),
-    ({"colour": "blue"}, "declaration.colour"),
+    ({"capabilities": [{"name": "decl.a", "cost": -1}]}, "declaration.capabilities[0].cost"),
+    ({"capabilities": [{"name": "decl.a", "input_schema": "object"}]}, "declaration.capabilities[0].input_schema"),
+    ({"capabilities": []}, "declaration.capabilities"),
+    ({"capabilities": [{"name": "decl.a"}], "labels": {"engine": "postgres"}}, "declaration.labels.engine"),
+    ({"capabilities": [{"name": "decl.a"}], "labels": {"Engine": ["pg"]}}, "declaration.labels.Engine"),
+    ({"capabilities": [{"name": "decl.a"}], "limits": {"rows": "many"}}, "declaration.limits.rows"),
+    ({"capabilities": [{"name": "decl.a"}], "permissions": ["read"], "refuses": ["read"]}, "declaration.refuses[0]"),
+    ({"capabilities": [{"name": "decl.a"}], "depends_on": ["ext.db", "ext.db"]}, "declaration.depends_on[1]"),
+    ({"capabilities": [{"name": "decl.a"}], "type": "other"}, "declaration.type"),
+    ({"capabilities": [{"name": "decl.a"}], "colour": "blue"}, "declaration.colour"),
 ])
 async def test_declaration_refused_at_start(stack, nc, decl, field):
     agent = Agent(stack.url, type="decltest", declaration=decl)
@@ -322,6 +328,24 @@ async def test_declaration_refused_at_start(stack, nc, decl, field):
     with pytest.raises(InvalidConfig, match=field.replace("[", r"\[").replace("]", r"\]")):
         await agent.start()
     assert await record_of(nc, agent.id) is None, "nothing is registered"
+    if field not in ("declaration.capabilities[0].name", "declaration.type"):  # the Python-only rules
+        assert go_validate({"type": "decltest", **decl}).returncode != 0, "the Go model refuses it too"
+
+
+def go_validate(decl):
+    """Runs the Go model's check (agentreach caps validate) on a declaration."""
+    return subprocess.run([str(BINARY), "caps", "validate", "-"], input=json.dumps(decl),
+                          capture_output=True, text=True, timeout=30)
+
+
+async def test_declaration_lists_every_problem():
+    agent = Agent("nats://127.0.0.1:1", type="decltest",
+                  declaration={"capabilities": [{"name": "decl.a", "timeout_ms": -1}], "limits": {"x": None}})
+    agent.handle("decl.a", lambda ctx, p: p)
+    with pytest.raises(InvalidConfig) as e:
+        await agent.start()
+    assert str(e.value) == ("declaration.capabilities[0].timeout_ms: must not be negative, got -1; "
+                            "declaration.limits.x: must be a finite number, got None")
 
 
 async def test_declaration_written_to_caps(stack, nc):
@@ -332,6 +356,8 @@ async def test_declaration_written_to_caps(stack, nc):
     async with running(agent):
         e = await (await nc.jetstream().key_value("REACH_CAPS")).get("declok")
         assert json.loads(e.value) == {**decl, "type": "declok"}
+        out = go_validate(json.loads(e.value))
+        assert out.returncode == 0, f"the Go model accepts it: {out.stderr}"
 
 
 async def test_cpu_bound_async_handlers_keep_heartbeats(nc, stack, json_client):

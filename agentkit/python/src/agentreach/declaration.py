@@ -1,6 +1,8 @@
-"""Capability declarations (REACH_CAPS): validated at start, field by field.
+"""Capability declarations (REACH_CAPS), checked at start by docs/declarations.md.
 
-A declaration describes an agent type (DESIGN.md §10)::
+A declaration says what an agent type's instances can do and what they
+refuse; the agent writes it under its type at start, and dispatchers match
+requirements against it and check payloads against its input schemas::
 
     {"version": "1.2.0", "description": "Reads the orders database",
      "capabilities": [{"name": "orders.query", "mode": "read", "idempotent": True,
@@ -10,16 +12,26 @@ A declaration describes an agent type (DESIGN.md §10)::
      "permissions": ["read"], "refuses": ["write"], "depends_on": ["ext.orders-db"],
      "tags": ["team-a"]}
 
-Every problem is an InvalidConfig naming the field, e.g.
-``declaration.capabilities[0].timeout_ms: must be a non-negative integer``.
+The rules are the Go model's (registry.Declaration): unknown keys and
+values of the wrong type are errors, names are dotted lowercase tokens, and
+every problem is listed at once, each named by its path, in one
+InvalidConfig: ``declaration.capabilities[0].timeout_ms: must not be
+negative, got -1; declaration.labels.engine: …``. Beyond them, every
+declared capability must be one the agent serves. Input schemas must be
+JSON Schema objects; the dispatchers compile them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+import json
+import math
+from typing import Any, Iterable
 
 from ._wire import capability_problem
 from .errors import InvalidConfig
+
+MAX_SIZE = 1 << 20
+"""MAX_SIZE bounds a declaration as stored, in bytes of JSON."""
 
 _TOP = {"type", "version", "description", "capabilities", "labels", "limits", "permissions",
         "refuses", "depends_on", "tags"}
@@ -27,89 +39,133 @@ _CAP = {"name", "description", "mode", "idempotent", "input_schema", "output_sch
 MODES = ("read", "write")
 
 
-def _bad(field: str, problem: str) -> InvalidConfig:
-    return InvalidConfig(f"{field}: {problem}")
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _strings(field: str, v: Any) -> None:
-    if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
-        raise _bad(field, "must be a list of non-empty strings")
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
 
+    def add(self, path: str, problem: str) -> None:
+        self.items.append(f"declaration.{path}: {problem}" if path else f"declaration: {problem}")
 
-def _number(field: str, v: Any, integer: bool = False) -> None:
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if not ok or isinstance(v, bool) or v < 0:
-        raise _bad(field, f"must be a non-negative {'integer' if integer else 'number'}, got {v!r}")
+    def unknown(self, path: str, d: dict[str, Any], known: set[str]) -> None:
+        for k in d:
+            if k not in known:
+                self.add(f"{path}{k}", f"unknown field (known: {', '.join(sorted(known))})")
+
+    def names(self, path: str, v: Any, check_name: bool = True) -> None:
+        if not isinstance(v, list):
+            self.add(path, f"must be a list of strings, got {type(v).__name__}")
+            return
+        seen: set[Any] = set()
+        for i, s in enumerate(v):
+            if not isinstance(s, str) or not s.strip():
+                self.add(f"{path}[{i}]", "must be a non-empty string")
+                continue
+            problem = capability_problem(s) if check_name else None
+            if problem:
+                self.add(f"{path}[{i}]", problem)
+            if s in seen:
+                self.add(f"{path}[{i}]", f"{s!r} is listed twice")
+            seen.add(s)
 
 
 def validate(decl: Any, agent_type: str, served: Iterable[str]) -> dict[str, Any]:
     """Validates a declaration for an agent type serving the given capabilities.
 
-    It returns the declaration as it is stored: with ``type`` set. Every
-    declared capability must be one the agent serves.
+    It returns the declaration as it is stored: with ``type`` set.
     """
     if not isinstance(decl, dict):
-        raise _bad("declaration", f"must be a dict, got {type(decl).__name__}")
-    for k in decl:
-        if k not in _TOP:
-            raise _bad(f"declaration.{k}", f"unknown field (known: {', '.join(sorted(_TOP))})")
+        raise InvalidConfig(f"declaration: must be a dict, got {type(decl).__name__}")
+    p = _Problems()
+    p.unknown("", decl, _TOP)
     out = dict(decl)
     if out.setdefault("type", agent_type) != agent_type:
-        raise _bad("declaration.type", f"{out['type']!r} differs from the agent's type {agent_type!r}")
+        p.add("type", f"{out['type']!r} differs from the agent's type {agent_type!r}")
     for k in ("version", "description"):
         if k in out and not isinstance(out[k], str):
-            raise _bad(f"declaration.{k}", "must be a string")
-    served = set(served)
-    caps = out.get("capabilities", [])
-    if not isinstance(caps, list):
-        raise _bad("declaration.capabilities", "must be a list")
-    seen: set[str] = set()
-    for i, c in enumerate(caps):
-        where = f"declaration.capabilities[{i}]"
-        _capability(where, c)
-        if c["name"] in seen:
-            raise _bad(f"{where}.name", f"{c['name']!r} is declared twice")
-        if c["name"] not in served:
-            raise _bad(f"{where}.name", f"{c['name']!r} is not served by this agent (it serves {', '.join(sorted(served))})")
-        seen.add(c["name"])
+            p.add(k, "must be a string")
+    _capabilities(p, out.get("capabilities"), set(served))
     labels = out.get("labels", {})
     if not isinstance(labels, dict):
-        raise _bad("declaration.labels", "must be a dict of lists of strings")
+        p.add("labels", "must be a dict of lists of strings")
+        labels = {}
     for k, v in labels.items():
-        _strings(f"declaration.labels.{k}", v)
+        problem = capability_problem(k)
+        if problem:
+            p.add(f"labels.{k}", problem)
+        if isinstance(v, list) and not v:
+            p.add(f"labels.{k}", "at least one value is required")
+        p.names(f"labels.{k}", v, check_name=False)
     limits = out.get("limits", {})
     if not isinstance(limits, dict):
-        raise _bad("declaration.limits", "must be a dict of numbers")
+        p.add("limits", "must be a dict of numbers")
+        limits = {}
     for k, v in limits.items():
-        _number(f"declaration.limits.{k}", v)
-    for k in ("permissions", "refuses", "depends_on", "tags"):
+        problem = capability_problem(k)
+        if problem:
+            p.add(f"limits.{k}", problem)
+        if not _number(v):
+            p.add(f"limits.{k}", f"must be a finite number, got {v!r}")
+    for k in ("permissions", "refuses", "depends_on"):
         if k in out:
-            _strings(f"declaration.{k}", out[k])
-    both = set(out.get("permissions", [])) & set(out.get("refuses", []))
-    if both:
-        raise _bad("declaration.refuses", f"{', '.join(sorted(both))} also in permissions")
+            p.names(k, out[k])
+    if "tags" in out:
+        p.names("tags", out["tags"], check_name=False)
+    granted = set(out.get("permissions") or []) if isinstance(out.get("permissions"), list) else set()
+    for i, perm in enumerate(out.get("refuses") or [] if isinstance(out.get("refuses"), list) else []):
+        if perm in granted:
+            p.add(f"refuses[{i}]", f"{perm!r} is also in permissions: a permission is granted or refused, not both")
+    if not p.items:
+        try:
+            size = len(json.dumps(out).encode())
+        except (TypeError, ValueError) as e:
+            p.add("", f"is not JSON: {e}")
+        else:
+            if size > MAX_SIZE:
+                p.add("", f"{size} bytes as JSON, more than the {MAX_SIZE} allowed")
+    if p.items:
+        raise InvalidConfig("; ".join(p.items))
     return out
 
 
-def _capability(where: str, c: Any) -> None:
-    if not isinstance(c, dict):
-        raise _bad(where, "must be a dict")
-    for k in c:
-        if k not in _CAP:
-            raise _bad(f"{where}.{k}", f"unknown field (known: {', '.join(sorted(_CAP))})")
-    problem: Optional[str] = capability_problem(c.get("name"))
-    if problem:
-        raise _bad(f"{where}.name", problem)
-    if "description" in c and not isinstance(c["description"], str):
-        raise _bad(f"{where}.description", "must be a string")
-    if "mode" in c and c["mode"] not in MODES:
-        raise _bad(f"{where}.mode", f"must be one of {', '.join(MODES)}, got {c['mode']!r}")
-    if "idempotent" in c and not isinstance(c["idempotent"], bool):
-        raise _bad(f"{where}.idempotent", "must be true or false")
-    for k in ("input_schema", "output_schema"):
-        if k in c and not isinstance(c[k], dict):
-            raise _bad(f"{where}.{k}", "must be a JSON Schema object (a dict)")
-    if "timeout_ms" in c:
-        _number(f"{where}.timeout_ms", c["timeout_ms"], integer=True)
-    if "cost" in c:
-        _number(f"{where}.cost", c["cost"])
+def _capabilities(p: _Problems, caps: Any, served: set[str]) -> None:
+    if not isinstance(caps, list) or not caps:
+        p.add("capabilities", "at least one is required" if isinstance(caps, list) or caps is None
+              else "must be a list")
+        return
+    seen: set[str] = set()
+    for i, c in enumerate(caps):
+        path = f"capabilities[{i}]"
+        if not isinstance(c, dict):
+            p.add(path, "must be a dict")
+            continue
+        p.unknown(f"{path}.", c, _CAP)
+        name = c.get("name")
+        problem = capability_problem(name)
+        if problem:
+            p.add(f"{path}.name", problem)
+        elif name in seen:
+            p.add(f"{path}.name", f"{name!r} is declared twice")
+        elif name not in served:
+            p.add(f"{path}.name", f"{name!r} is not served by this agent (it serves {', '.join(sorted(served))})")
+        if isinstance(name, str):
+            seen.add(name)
+        if "description" in c and not isinstance(c["description"], str):
+            p.add(f"{path}.description", "must be a string")
+        if c.get("mode", "") not in ("", *MODES):
+            p.add(f"{path}.mode", f"want 'read', 'write' or nothing, got {c['mode']!r}")
+        if "idempotent" in c and not isinstance(c["idempotent"], bool):
+            p.add(f"{path}.idempotent", "must be true or false")
+        for k in ("input_schema", "output_schema"):
+            if k in c and not isinstance(c[k], (dict, bool)):
+                p.add(f"{path}.{k}", "must be a JSON Schema (an object)")
+        t = c.get("timeout_ms", 0)
+        if isinstance(t, bool) or not isinstance(t, int):
+            p.add(f"{path}.timeout_ms", f"must be an integer of milliseconds, got {t!r}")
+        elif t < 0:
+            p.add(f"{path}.timeout_ms", f"must not be negative, got {t}")
+        if "cost" in c and not (_number(c["cost"]) and c["cost"] >= 0):
+            p.add(f"{path}.cost", f"must be a finite number, 0 or more, got {c['cost']!r}")
