@@ -7,7 +7,7 @@ TEST_FUZZTIME ?= 3s
 NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
-.PHONY: run test fuzz build vet fmt-check bench tools clean
+.PHONY: run test fuzz build vet fmt-check bench tools clean sdk-test
 
 ## bench: every benchmark scenario (about 6 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
@@ -23,11 +23,12 @@ build:
 	$(GO) build -o $(BIN)/agentreach ./cmd/agentreach
 
 ## test: vet, format check and every test with the race detector, then every
-## fuzz target for $(TEST_FUZZTIME). The nats CLI is installed into ./bin
+## fuzz target for $(TEST_FUZZTIME), then sdk-test. The nats CLI is installed into ./bin
 ## first: a test checks the wire contract with it.
 test: vet fmt-check tools
 	AGENTREACH_NATS_CLI=$(NATS) $(GO) test -race -count=1 -timeout $(TESTTIME) ./...
 	GO=$(GO) FUZZTIME=$(TEST_FUZZTIME) .ci/fuzz
+	$(MAKE) --no-print-directory sdk-test
 
 ## fuzz: every fuzz target (each package's fuzz_test.go; .ci/fuzz finds them
 ## with go test -list) for $(FUZZTIME) each, one go test -fuzz per target.
@@ -37,6 +38,25 @@ test: vet fmt-check tools
 ## Plain go test runs it from then on, with the seeds: commit it with the fix.
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) .ci/fuzz
+
+## sdk-test: the Python SDK (agentkit/python) in ./.venv with pinned packages,
+## its pytest suite, then the conformance suite against the Python agent and
+## the Node.js agent (examples/node, after npm ci).
+VENV   := $(CURDIR)/.venv
+PYPKG  := agentkit/python
+sdk-test: build $(VENV)/.installed examples/node/node_modules/.package-lock.json
+	cd $(PYPKG) && AGENTREACH_BIN=$(BIN)/agentreach $(VENV)/bin/python -m pytest -q
+	$(BIN)/agentreach conformance -- $(VENV)/bin/python -m agentreach.conformance
+	$(BIN)/agentreach conformance -- node examples/node/agent.mjs
+
+$(VENV)/.installed: $(PYPKG)/constraints.txt $(PYPKG)/pyproject.toml $(shell find $(PYPKG)/src -name '*.py' 2>/dev/null)
+	test -x $(VENV)/bin/pip || python3 -m venv $(VENV)
+	PIP_CONSTRAINT=$(CURDIR)/$(PYPKG)/constraints.txt $(VENV)/bin/pip install -q --disable-pip-version-check \
+		-c $(PYPKG)/constraints.txt "./$(PYPKG)[test]"
+	touch $@
+
+examples/node/node_modules/.package-lock.json: examples/node/package-lock.json
+	cd examples/node && npm ci --no-audit --no-fund
 
 ## tools: natscli $(NATSCLI_VERSION) in ./bin (skipped when already there).
 tools: $(NATS)
@@ -52,4 +72,4 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 clean:
-	rm -rf $(BIN) .agentreach
+	rm -rf $(BIN) .agentreach $(VENV) examples/node/node_modules

@@ -1,0 +1,153 @@
+"""The heartbeat: the agent record put every TTL / 3, from a thread of its own.
+
+It runs its own event loop on its own thread with its own NATS connection,
+so neither task traffic nor handlers that hold the agent's event loop (CPU
+work in an ``async def``) delay it: the thread needs only the interpreter's
+lock, which Python hands round every few milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from typing import Any, Callable, Coroutine, Optional, TypeVar
+
+import nats
+from nats.aio.client import Client as NATS
+
+from ._wire import BUCKET_AGENTS
+
+log = logging.getLogger("agentreach")
+T = TypeVar("T")
+
+
+class Heartbeat:
+    """Heartbeat puts one agent record into REACH_AGENTS, one put at a time.
+
+    ``record`` is called on the heartbeat thread for each put and returns
+    the record as it is now (status, active); ``heartbeat_ms`` is added.
+    """
+
+    def __init__(self, agent_id: str, servers: list[str], connect: dict[str, Any],
+                 record: Callable[[], dict[str, Any]]):
+        self._id = agent_id
+        self._servers = servers
+        self._connect = connect
+        self._record = record
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"agentreach-heartbeat-{agent_id}",
+                                        daemon=True)
+        self._nc: Optional[NATS] = None
+        self._kv: Any = None
+        self._lock: Optional[asyncio.Lock] = None
+        self._beat: Optional[asyncio.Task[None]] = None
+        self._closed = False
+        self.heartbeat_ms = 0
+        self.puts = 0
+        self.failures = 0
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> "asyncio.Future[T]":
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def open(self) -> int:
+        """Connects, opens REACH_AGENTS and reads its TTL; returns heartbeat_ms."""
+        self._thread.start()
+        try:
+            return await self._call(self._open())
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _open(self) -> int:
+        self._lock = asyncio.Lock()
+        self._nc = await nats.connect(self._servers, **self._connect)
+        js = self._nc.jetstream()
+        try:
+            self._kv = await js.key_value(BUCKET_AGENTS)
+            status = await self._kv.status()
+        except nats.js.errors.NotFoundError as e:
+            raise RuntimeError(f"the {BUCKET_AGENTS} bucket is missing (is the topology provisioned? "
+                               "`agentreach up` or a dispatcher creates it)") from e
+        ttl = status.ttl
+        if not ttl or ttl <= 0:
+            raise RuntimeError(f"the {BUCKET_AGENTS} bucket has no TTL, so there is no heartbeat to keep")
+        self.heartbeat_ms = int(round(ttl * 1000)) // 3
+        if self.heartbeat_ms < 100:
+            raise RuntimeError(f"the {BUCKET_AGENTS} TTL of {ttl}s gives a heartbeat below 100 ms")
+        return self.heartbeat_ms
+
+    async def put(self) -> None:
+        """Puts the record as it is now and waits for the bucket to store it."""
+        await self._call(self._put())
+
+    async def _put(self) -> None:
+        assert self._lock is not None
+        async with self._lock:  # a newer record is never overtaken by an older one
+            rec = self._record()
+            rec["heartbeat_ms"] = self.heartbeat_ms
+            await self._kv.put(self._id, json.dumps(rec, separators=(",", ":")).encode())
+            self.puts += 1
+
+    def start(self) -> None:
+        """Starts putting the record every heartbeat_ms."""
+        self._loop.call_soon_threadsafe(self._start_beat)
+
+    def _start_beat(self) -> None:
+        self._beat = self._loop.create_task(self._run())
+
+    async def _run(self) -> None:
+        interval = self.heartbeat_ms / 1000.0
+        due = self._loop.time() + interval
+        while True:
+            await asyncio.sleep(max(0.0, due - self._loop.time()))
+            try:
+                await asyncio.wait_for(self._put(), interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the next beat tries again
+                self.failures += 1
+                log.warning("heartbeat failed agent=%s error=%r", self._id, e)
+            due += interval
+            now = self._loop.time()
+            if due < now:  # stalled past a beat: put again at once, then on the interval
+                due = now
+
+    async def stop(self, delete: bool) -> None:
+        """Stops beating and, with delete, deletes the record (a KV delete)."""
+        try:
+            await self._call(self._stop(delete))
+        finally:
+            await self.close()
+
+    async def _stop(self, delete: bool) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+            try:
+                await self._beat
+            except asyncio.CancelledError:
+                pass
+        if delete and self._kv is not None:
+            assert self._lock is not None
+            async with self._lock:
+                await self._kv.delete(self._id)
+
+    async def close(self) -> None:
+        """Closes the connection and ends the thread; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            try:
+                await self._call(self._close())
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                await asyncio.to_thread(self._thread.join)
+        self._loop.close()
+
+    async def _close(self) -> None:
+        if self._beat is not None and not self._beat.done():
+            self._beat.cancel()
+        if self._nc is not None and not self._nc.is_closed:
+            await self._nc.close()

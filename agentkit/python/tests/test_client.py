@@ -1,0 +1,218 @@
+"""The client against a real stack, and idempotency, cancellation, chains."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import subprocess
+import time
+
+import msgpack
+import pytest
+
+from agentreach import (ERRORS, Agent, Branch, Cancelled, Context, DeadlineExceeded, Incomplete, Internal,
+                        NoAgent, NoResult, Reject, idempotency_bucket_key)
+from conftest import REPO, Direct, python, running, unique
+
+
+def test_error_classes_match_the_wire_codes():
+    go = (REPO / "streams" / "errors.go").read_text()
+    codes = set(re.findall(r'^\s*Code\w+\s+Code = "([A-Z_]+)"', go, re.M))
+    assert len(codes) >= 14
+    assert set(ERRORS) == codes
+    for code, cls in ERRORS.items():
+        assert cls.code == code and cls("x").code == code
+
+
+def test_idempotency_bucket_key():
+    assert idempotency_bucket_key("orders.write", "order-7_A=") == "orders.write.order-7_A="
+    for key in ("has space", "a.b", "", "x" * 129, "ключ"):
+        digest = hashlib.sha256(key.encode()).digest()[:16].hex()
+        assert idempotency_bucket_key("orders.write", key) == f"orders.write.sha256-{digest}"
+
+
+async def test_no_agent_and_bad_capability(client):
+    with pytest.raises(NoAgent):
+        await client.call(unique("nobody.home"), {}, timeout=10)
+    with pytest.raises(Exception, match="capability"):
+        await client.call("Not A Capability", {}, timeout=10)
+
+
+async def test_idempotent_execution(nc, client, stack):
+    cap = unique("idem.write")
+    agent = Agent(stack.url, type="idemtest", max_concurrent=4)
+    executions: dict[str, int] = {}
+
+    @agent.handler(cap)
+    async def write(ctx: Context, p):
+        executions[ctx.idempotency_key] = executions.get(ctx.idempotency_key, 0) + 1
+        await asyncio.sleep(0.2)
+        if p == "reject":
+            raise Reject("refused once and for all")
+        ctx.set_cost(0.25)
+        return {"n": executions[ctx.idempotency_key]}
+
+    async with running(agent):
+        first = await client.call(cap, "x", idempotency_key="k-1", timeout=10)
+        again = await client.call(cap, "x", idempotency_key="k-1", timeout=10)
+        assert first.value == again.value == {"n": 1}
+        assert not first.replayed and again.replayed and again.cost == 0.25
+        kv = await nc.jetstream().key_value("REACH_IDEMPOTENCY")
+        rec = msgpack.unpackb((await kv.get(f"{cap}.k-1")).value)
+        assert set(rec) == {"state", "owner", "request_id", "content_type", "data", "error", "cost"}
+        assert (rec["state"], rec["owner"], rec["request_id"]) == ("done", agent.id, first.request_id)
+        assert (rec["content_type"], rec["data"], rec["cost"]) == ("application/msgpack", first.data, "0.25")
+        # A key that is no KV token is hashed; two at once execute it once.
+        both = await asyncio.gather(*(client.call(cap, "y", idempotency_key="a key/with spaces", timeout=10)
+                                      for _ in range(2)))
+        assert [b.value for b in both] == [{"n": 1}, {"n": 1}] and executions["a key/with spaces"] == 1
+        await kv.get(idempotency_bucket_key(cap, "a key/with spaces"))
+        # A stored rejection is replayed as a rejection.
+        for _ in range(2):
+            with pytest.raises(Reject, match="refused once and for all"):
+                await client.call(cap, "reject", idempotency_key="k-rej", timeout=10)
+        assert executions["k-rej"] == 1
+        # A claim whose owner is gone is in doubt: answered, never executed.
+        claim = msgpack.packb({"state": "pending", "owner": "ghost-1", "request_id": "r-ghost"})
+        await kv.create(f"{cap}.k-ghost", claim)
+        with pytest.raises(Internal) as e:
+            await client.call(cap, "z", idempotency_key="k-ghost", timeout=10)
+        assert e.value.in_doubt and "k-ghost" not in executions
+
+
+async def test_cancellation_reaches_ctx(client, stack):
+    cap = unique("cancel.wait")
+    agent = Agent(stack.url, type="canceltest")
+    started, seen = asyncio.Event(), asyncio.Event()
+
+    @agent.handler(cap)
+    async def wait(ctx: Context, p):
+        started.set()
+        await asyncio.wait_for(ctx.cancelled.wait(), 20)
+        seen.set()
+        raise Cancelled("stopped on request")
+
+    async with running(agent):
+        call = asyncio.ensure_future(client.call(cap, {}, timeout=30))
+        await asyncio.wait_for(started.wait(), 10)
+        call.cancel()  # the client publishes on reach.cancel; the dispatcher sends a CANCEL
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(seen.wait(), 10)
+        # A caller that stops waiting cancels too (here before the task's own deadline).
+        started.clear()
+        seen.clear()
+        with pytest.raises(DeadlineExceeded):
+            await client.call(cap, {}, timeout=0.5, deadline=time.time() + 30)
+        await asyncio.wait_for(seen.wait(), 10)
+
+
+async def test_chain_carries_ids_and_deadline(json_client, stack):
+    cap = unique("chain")
+    agent = Agent(stack.url, type="chaintest")
+
+    @agent.handler(f"{cap}.inner")
+    async def inner(ctx: Context, p):
+        return {"orch": ctx.orchestration_id, "hops": ctx.hops, "source": ctx.source, "trace": ctx.traceparent,
+                "deadline": ctx.deadline, "visits": ctx.visits}
+
+    @agent.handler(f"{cap}.outer")
+    async def outer(ctx: Context, p):
+        res = await ctx.call(f"{cap}.inner", {})
+        return {"inner": res.value, "orch": ctx.orchestration_id, "hops": ctx.hops, "deadline": ctx.deadline}
+
+    async with running(agent):
+        trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        res = await json_client.call(f"{cap}.outer", {}, timeout=20, headers={"traceparent": trace})
+        out = res.value
+        assert out["inner"]["orch"] == out["orch"] == res.orchestration_id
+        assert out["inner"]["hops"] > out["hops"] >= 1
+        assert out["inner"]["source"] == agent.id and out["inner"]["trace"] == trace
+        assert out["inner"]["deadline"] <= out["deadline"] + 0.001
+        assert agent.id in out["inner"]["visits"]
+
+
+async def test_broadcast_and_fanout(client, json_client, stack):
+    cap = unique("gather")
+    agents = [Agent(stack.url, type="gathertest") for _ in range(2)]
+    for a in agents:
+        a.handle(f"{cap}.echo", lambda ctx, p, a=a: {"from": a.id, "p": p})
+
+        async def reject(ctx, p):
+            raise Reject("never")
+
+        a.handle(f"{cap}.reject", reject)
+    async with running(agents[0]), running(agents[1]):
+        for c in (client, json_client):
+            g = await c.broadcast(f"{cap}.echo", {"x": 1}, timeout=10)
+            assert (g.expected, g.answered, g.succeeded, g.complete) == (2, 2, 2, True)
+            assert sorted(r.name for r in g.replies) == sorted(a.id for a in agents)
+            assert {r.value["from"] for r in g.replies} == {a.id for a in agents}
+            g = await c.fanout([Branch("one", f"{cap}.echo", {"n": 1}), Branch("two", f"{cap}.echo", {"n": 2})],
+                               mode="all", timeout=10)
+            assert g.complete and g.by_name["one"].value["p"] == {"n": 1} and g.by_name["two"].value["p"] == {"n": 2}
+            with pytest.raises(Incomplete) as e:
+                await c.fanout([Branch("ok", f"{cap}.echo", 1), Branch("no", f"{cap}.reject", 1)], mode="all",
+                               timeout=10)
+            g = e.value.gathered
+            assert (g.expected, g.answered, g.succeeded, g.complete) == (2, 2, 1, False)
+            with pytest.raises(Reject, match="never"):
+                g.by_name["no"].decode()
+            g = await c.fanout([{"name": "ok", "capability": f"{cap}.echo", "payload": 1},
+                                {"name": "no", "capability": f"{cap}.reject"}], quorum=1, timeout=10)
+            assert g.complete and g.succeeded == 1
+
+
+async def test_submit_result_wait(client, stack):
+    cap = unique("durable")
+    agent = Agent(stack.url, type="durabletest")
+
+    @agent.handler(cap)
+    async def double(ctx, n: int):
+        return n * 2
+
+    async with running(agent):
+        rid = await client.submit(cap, 21)
+        res = await client.wait(rid, timeout=20)
+        assert res.value == 42 and res.request_id == rid
+        assert (await client.result(rid)).value == 42
+        with pytest.raises(NoResult):
+            await client.result("no-such-request")
+        # Watching from before the outcome is recorded finds it too.
+        rid = await client.submit(cap, 1, request_id=f"fixed-{time.monotonic_ns()}")
+        assert (await client.wait(rid, timeout=20)).value == 2
+
+
+async def test_cli_call(stack, json_client):
+    cap = unique("cli.echo")
+    agent = Agent(stack.url, type="clitest")
+    agent.handle(cap, lambda ctx, p: {"echo": p})
+    async with running(agent):
+        out = await asyncio.to_thread(subprocess.run, [python(), "-m", "agentreach", "call", cap, '{"a": 1}',
+                                                       "--server", stack.url], capture_output=True, text=True,
+                                      timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {"echo": {"a": 1}}
+        out = await asyncio.to_thread(subprocess.run, [python(), "-m", "agentreach", "call", unique("nobody"), "{}",
+                                                       "--server", stack.url], capture_output=True, text=True,
+                                      timeout=60)
+        assert out.returncode == 1 and json.loads(out.stderr)["code"] == "NO_AGENT"
+        out = await asyncio.to_thread(subprocess.run, [python(), "-m", "agentreach", "call", cap, "{oops",
+                                                       "--server", stack.url], capture_output=True, text=True,
+                                      timeout=60)
+        assert out.returncode == 2 and "payload" in out.stderr
+
+
+async def test_direct_delivery_with_cancel_for_unknown(nc, stack):
+    """A CANCEL for a delivery the agent never had is ignored; it keeps serving."""
+    cap = unique("ign")
+    agent = Agent(stack.url, type="igntest")
+    agent.handle(cap, lambda ctx, p: p)
+    async with running(agent):
+        await nc.publish(f"reach.agent.{agent.id}", b"", headers={"Reach-Status": "CANCEL",
+                                                                  "Reach-Delivery": "_INBOX.nobody",
+                                                                  "Reach-Request-Id": "r-x"})
+        m = await (await Direct(nc, agent.id).deliver(cap, b'"still here"')).final()
+        assert m.headers["Reach-Status"] == "FINISHED" and m.data == b'"still here"'
