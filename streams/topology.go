@@ -151,7 +151,7 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 			Subjects: []string{t.Subjects.ResultWildcard()}, MaxAge: DefaultResultsMaxAge, Storage: st, Replicas: r},
 		{Name: StreamDLQ, Description: "Agent-Reach: dead letters",
 			Subjects: []string{t.Subjects.DeadLetterWildcard()}, Storage: st, Replicas: r},
-		{Name: StreamReview, Description: "Agent-Reach: tasks past their deadline, for review",
+		{Name: StreamReview, Description: "Agent-Reach: tasks for a person: past their deadline, or in doubt",
 			Subjects: []string{t.Subjects.ReviewWildcard()}, Storage: st, Replicas: r},
 		{Name: StreamEvents, Description: "Agent-Reach: one feedback record per task",
 			Subjects: []string{t.Subjects.EventWildcard()}, MaxAge: DefaultEventsMaxAge, MaxBytes: eventsMax,
