@@ -21,12 +21,18 @@ type Reply struct {
 	quorum Quorum
 }
 
-// job is one branch ready to run: its task message and where it goes.
-type job struct {
-	name       string
-	capability string
-	msg        *nats.Msg
-	timeout    time.Duration
+// Job is one branch ready to run: its task message and where it goes.
+type Job struct {
+	// Name names the branch in the Reply.
+	Name string
+	// Capability is what the branch calls.
+	Capability string
+	// Msg is the branch's task, as Dispatcher.Call takes it: its headers
+	// (request id, orchestration and parent ids, deadline, idempotency key)
+	// and body. It is the task's from then on.
+	Msg *nats.Msg
+	// Timeout bounds the branch (0: only the gather's max wait).
+	Timeout time.Duration
 }
 
 // outcome is what one branch came back with.
@@ -38,11 +44,13 @@ type outcome struct {
 	decided bool // cancelled because a first-mode fan-out was decided
 }
 
-// gather runs jobs through d within maxWait (and ctx), and builds the reply
-// in contentType by the completion policy. Branches still running when it
-// decides are cancelled; it returns once every one has come back, which
-// Dispatcher.Call makes prompt after a cancel.
-func gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []job, mode Mode, quorum Quorum, maxWait time.Duration,
+// Gather runs jobs through d within maxWait (and ctx), and builds the reply
+// in contentType by the completion policy: what a fan-out, a broadcast and
+// a workflow's parallel step do. Branches still running when it decides are
+// cancelled; it returns once every one has come back, which
+// Dispatcher.Call makes prompt after a cancel. Each branch's Result in the
+// reply is in contentType.
+func Gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []Job, mode Mode, quorum Quorum, maxWait time.Duration,
 	contentType string, opts ...dispatcher.CallOption) *Reply {
 	ctx, cancel := context.WithTimeout(ctx, maxWait)
 	defer cancel()
@@ -51,13 +59,13 @@ func gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []job, mode Mode
 	out := make(chan outcome, len(jobs))
 	for i, j := range jobs {
 		bctx, bcancel := first, context.CancelFunc(func() {})
-		if j.timeout > 0 {
-			bctx, bcancel = context.WithTimeout(first, j.timeout)
+		if j.Timeout > 0 {
+			bctx, bcancel = context.WithTimeout(first, j.Timeout)
 		}
 		go func() {
 			defer bcancel()
 			start := time.Now()
-			reply := d.Call(bctx, j.capability, j.msg, opts...)
+			reply := d.Call(bctx, j.Capability, j.Msg, opts...)
 			out <- outcome{i: i, reply: reply, latency: time.Since(start), late: bctx.Err() != nil,
 				decided: first.Err() != nil && ctx.Err() == nil}
 		}()
@@ -72,7 +80,7 @@ func gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []job, mode Mode
 	}
 	r := &Reply{Aggregate: streams.Aggregate{Expected: len(jobs), Replies: []streams.BranchReply{}, Missing: []streams.Missing{}}}
 	for i, o := range got {
-		r.add(jobs[i].name, o, contentType, maxWait)
+		r.add(jobs[i].Name, o, contentType, maxWait)
 	}
 	r.complete(mode, quorum)
 	return r

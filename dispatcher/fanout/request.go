@@ -64,9 +64,10 @@ func (q Quorum) String() string {
 	return strconv.FormatFloat(q.Fraction, 'g', -1, 64)
 }
 
-// quorumOf reads a quorum: a number below 1 is a fraction of the branches,
-// a whole number from 1 on a count.
-func quorumOf(v float64) (Quorum, error) {
+// NewQuorum reads a quorum given as a number: below 1 a fraction of the
+// branches, a whole number from 1 on a count; anything else is an error
+// saying what is wanted.
+func NewQuorum(v float64) (Quorum, error) {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0) || v <= 0:
 		return Quorum{}, fmt.Errorf("quorum %v: want a fraction between 0 and 1 (0.6) or a count of branches (3)", v)
@@ -84,7 +85,7 @@ func ParseQuorum(v string) (Quorum, *streams.Error) {
 	f, err := strconv.ParseFloat(v, 64)
 	if err == nil {
 		var q Quorum
-		if q, err = quorumOf(f); err == nil {
+		if q, err = NewQuorum(f); err == nil {
 			return q, nil
 		}
 	}
@@ -174,7 +175,7 @@ func validate(w *streams.FanOutRequest) (*Request, error) {
 		return nil, fmt.Errorf("mode %q: want %s, %s or %s", w.Mode, ModeAll, ModeQuorum, ModeFirst)
 	}
 	if w.Quorum != nil {
-		q, err := quorumOf(*w.Quorum)
+		q, err := NewQuorum(*w.Quorum)
 		if err != nil {
 			return nil, err
 		}

@@ -267,15 +267,15 @@ func (s *Service) onFanOut(m *nats.Msg) {
 	if left := time.Until(p.deadline); maxWait == 0 || maxWait > left {
 		maxWait = left
 	}
-	jobs := make([]job, len(req.Branches))
+	jobs := make([]Job, len(req.Branches))
 	key := p.header.Get(streams.HeaderIdempotencyKey)
 	for i, b := range req.Branches {
-		jobs[i] = job{name: b.Name, capability: b.Capability, timeout: b.Timeout, msg: p.branchMsg(b.Payload, b.Timeout, b.Agent)}
+		jobs[i] = Job{Name: b.Name, Capability: b.Capability, Timeout: b.Timeout, Msg: p.branchMsg(b.Payload, b.Timeout, b.Agent)}
 		if key != "" { // each branch executes its part once
-			jobs[i].msg.Header.Set(streams.HeaderIdempotencyKey, key+"."+b.Name)
+			jobs[i].Msg.Header.Set(streams.HeaderIdempotencyKey, key+"."+b.Name)
 		}
 	}
-	r := gather(s.ctx, s.d, jobs, req.Mode, req.Quorum, maxWait, p.contentType)
+	r := Gather(s.ctx, s.d, jobs, req.Mode, req.Quorum, maxWait, p.contentType)
 	s.answer(m, p, r, "fanout", "fanout")
 }
 
@@ -299,7 +299,7 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 		}
 		mode, quorum = ModeQuorum, q
 	} else if v, ok := s.d.Quorum(capability); ok { // the capability's policy (validated there)
-		q, _ := quorumOf(v)
+		q, _ := NewQuorum(v)
 		mode, quorum = ModeQuorum, q
 	}
 	ids := s.d.Routable(capability)
@@ -307,11 +307,11 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 		s.fail(m, p, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", capability))
 		return
 	}
-	jobs := make([]job, len(ids))
+	jobs := make([]Job, len(ids))
 	for i, id := range ids {
-		jobs[i] = job{name: id, capability: capability, msg: p.branchMsg(m.Data, 0, id)}
+		jobs[i] = Job{Name: id, Capability: capability, Msg: p.branchMsg(m.Data, 0, id)}
 	}
-	r := gather(s.ctx, s.d, jobs, mode, quorum, time.Until(p.deadline), p.contentType, dispatcher.WithoutRetries())
+	r := Gather(s.ctx, s.d, jobs, mode, quorum, time.Until(p.deadline), p.contentType, dispatcher.WithoutRetries())
 	r.sortByName()
 	s.answer(m, p, r, capability, "broadcast")
 }
