@@ -20,6 +20,9 @@ const (
 	// BucketBreakers holds circuit-breaker transitions per instance, so
 	// dispatcher replicas agree on which breakers are open.
 	BucketBreakers = "REACH_BREAKERS"
+	// BucketRuns holds durable workflow runs (DESIGN §12): key = run id,
+	// the steps done, their outputs and every decision.
+	BucketRuns = "REACH_RUNS"
 
 	StreamTasks   = "REACH_TASKS"
 	StreamResults = "REACH_RESULTS"
@@ -35,6 +38,9 @@ const (
 	DefaultResultsMaxAge  = 24 * time.Hour
 	DefaultEventsMaxAge   = 7 * 24 * time.Hour
 	DefaultEventsMaxBytes = 1 << 30
+	// DefaultRunsTTL is how long a workflow run's record is kept after its
+	// last change.
+	DefaultRunsTTL = 7 * 24 * time.Hour
 )
 
 // Topology describes the buckets and streams of one deployment. The zero
@@ -126,6 +132,8 @@ func (t Topology) KeyValueConfigs() []jetstream.KeyValueConfig {
 			History: 10, Storage: st, Replicas: r},
 		{Bucket: BucketBreakers, Description: "Agent-Reach: circuit-breaker transitions per instance",
 			History: 1, TTL: time.Hour, LimitMarkerTTL: time.Minute, Storage: st, Replicas: r},
+		{Bucket: BucketRuns, Description: "Agent-Reach: workflow runs (steps, outputs, decisions)",
+			History: 1, TTL: DefaultRunsTTL, Storage: st, Replicas: r},
 	}
 }
 
