@@ -115,6 +115,9 @@ func runChild(role string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if role == ChildWorkflows {
+		return runWorkflowsChild(ctx, nc, os.Getenv(envChildCfg))
+	}
 	if role == ChildDispatcher {
 		var cfg dispatcher.Config
 		if c := os.Getenv(envChildCfg); c != "" {

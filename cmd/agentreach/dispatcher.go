@@ -18,6 +18,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
+	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -141,37 +142,50 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 	return cfg
 }
 
-// start creates and starts a dispatcher on nc.
+// start creates and starts a dispatcher on nc, with the workflow engine as
+// its resolver (started first, so the first task finds the definitions).
 func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger) (*node, error) {
-	d, err := dispatcher.New(nc, f.config(subjects), dispatcher.WithLogger(log))
+	wf, err := workflow.New(nc, workflow.Config{}, workflow.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
-	if err := d.Start(ctx); err != nil {
+	d, err := dispatcher.New(nc, f.config(subjects), dispatcher.WithLogger(log), dispatcher.WithResolver(wf))
+	if err != nil {
 		return nil, err
 	}
-	n := &node{Dispatcher: d}
+	if err := wf.Start(ctx, d); err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx); err != nil {
+		_ = wf.Close()
+		return nil, err
+	}
+	n := &node{Dispatcher: d, workflows: wf}
 	if n.fanout, err = fanout.New(nc, d, fanout.Config{}, fanout.WithLogger(log)); err == nil {
 		err = n.fanout.Start(ctx)
 	}
 	if err != nil {
 		_ = d.Close()
+		_ = wf.Close()
 		return nil, err
 	}
 	return n, nil
 }
 
 // node is one dispatcher replica with the services that run beside it:
-// broadcast and fan-out.
+// broadcast and fan-out, and workflows.
 type node struct {
 	*dispatcher.Dispatcher
-	fanout *fanout.Service
+	fanout    *fanout.Service
+	workflows *workflow.Engine
 }
 
-// Drain stops the services first (their branches are the dispatcher's
-// tasks), then the dispatcher.
+// Drain stops the services first (their branches and steps are the
+// dispatcher's tasks; durable runs hand over at their next step), then
+// the dispatcher, then the workflow engine.
 func (n *node) Drain(ctx context.Context) error {
-	return errors.Join(n.fanout.Drain(ctx), n.Dispatcher.Drain(ctx))
+	err := errors.Join(n.fanout.Drain(ctx), n.workflows.Drain(ctx), n.Dispatcher.Drain(ctx))
+	return errors.Join(err, n.workflows.Close())
 }
 
 // provision creates the buckets and streams of topo that do not exist yet.

@@ -1,0 +1,323 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// ReasonCompensation is the Reach-DLQ-Reason of a durable run parked in
+// REACH_REVIEW because a compensation failed: what was done is not fully
+// undone, and a person decides.
+const ReasonCompensation = "compensation_failed"
+
+// Event kinds of the records a run leaves in REACH_EVENTS, beside its
+// tasks' own (which carry Reach-Parent-Id = the run id as ParentID). All
+// three have Capability = the workflow and ParentID = the run id; step
+// and decision records have RequestID <run-id>.<step> (the run id for a
+// decision about the whole run) and Outcome the step's status or the
+// decision (Decision…).
+const (
+	KindRun      = "workflow"          // the run ended; Outcome is where its answer went
+	KindStep     = "workflow_step"     // a step ended: done, failed, skipped or compensated
+	KindDecision = "workflow_decision" // a decision: a condition's value, a skip, a fallback, …
+)
+
+// fail ends a run that failed before or outside its steps.
+func (r *Run) fail(e *streams.Error) {
+	r.Status, r.Error, r.Ended = RunFailed, e, time.Now()
+}
+
+// compensation reports whether any step was compensated, and whether any
+// compensation failed.
+func (r *Run) compensation() (done, failed bool) {
+	for _, sr := range r.Steps {
+		if c := sr.Compensation; c != nil {
+			done = done || c.Status == StepDone
+			failed = failed || c.Status == StepFailed
+		}
+	}
+	return done, failed
+}
+
+// inDoubt reports whether the run stopped at a step whose outcome is in
+// doubt.
+func (r *Run) inDoubt() bool {
+	for _, sr := range r.Steps {
+		if sr.Name == r.FailedStep && sr.Status == StepFailed {
+			return sr.InDoubt || sr.Fallback != nil && sr.Fallback.InDoubt
+		}
+	}
+	return false
+}
+
+// placement says where an ended durable run's outcome goes, as a durable
+// task's would: its answer to REACH_RESULTS — finished, rolled back by
+// its compensations, or a business rejection — or the run parked: in
+// REACH_REVIEW for a person when a step's outcome is in doubt, a
+// compensation failed or the deadline passed; in REACH_DLQ when it can
+// never succeed (poison) or failed otherwise.
+func (r *Run) placement() (where, reason string) {
+	compensated, compensationFailed := r.compensation()
+	code := streams.CodeOf(r.Error)
+	switch {
+	case r.Status == RunFinished:
+		return dispatcher.OutcomeResult, ""
+	case r.inDoubt():
+		return dispatcher.OutcomeReview, dispatcher.ReasonInDoubt
+	case compensationFailed:
+		return dispatcher.OutcomeReview, ReasonCompensation
+	case compensated:
+		return dispatcher.OutcomeResult, ""
+	case code == streams.CodeDeadlineExceeded:
+		return dispatcher.OutcomeReview, dispatcher.ReasonDeadline
+	case code == streams.CodeBizReject:
+		return dispatcher.OutcomeResult, ""
+	case code == streams.CodeBadRequest || code == streams.CodePayloadTooLarge || code == streams.CodeLoopDetected:
+		return dispatcher.OutcomeDeadLetter, dispatcher.ReasonPoison
+	}
+	return dispatcher.OutcomeDeadLetter, dispatcher.ReasonFailed
+}
+
+// failureBody is the body of a failed run's answer: the {"code",
+// "message"} of every error reply, the step that failed and the steps
+// whose compensations ran.
+type failureBody struct {
+	Code        streams.Code `json:"code"`
+	Message     string       `json:"message"`
+	RunID       string       `json:"run_id"`
+	Step        string       `json:"step,omitempty"`
+	Compensated []string     `json:"compensated,omitempty"`
+}
+
+// reply builds the run's answer in its content type: FINISHED with the
+// output, or the failure with the failing step and its error. An answer
+// larger than maxPayload is PAYLOAD_TOO_LARGE.
+func (r *Run) reply(maxPayload int64) *nats.Msg {
+	m := nats.NewMsg("")
+	ct := r.ContentType
+	if ct != streams.ContentTypeMsgpack {
+		ct = streams.ContentTypeJSON
+	}
+	m.Header.Set(streams.HeaderContentType, ct)
+	m.Header.Set(streams.HeaderRequestID, r.ID)
+	m.Header.Set(HeaderRunID, r.ID)
+	m.Header.Set(streams.HeaderOrchestrationID, r.OrchestrationID)
+	m.Header.Set(streams.HeaderAttempt, "1")
+	var err error
+	if r.Status == RunFinished {
+		m.Header.Set(streams.HeaderStatus, string(streams.StatusFinished))
+		out, _ := parseJSON(r.Output) // written by the run: valid
+		m.Data, err = streams.Encode(ct, plain(out))
+	} else {
+		e := r.Error
+		if e == nil {
+			e = streams.NewError(streams.CodeInternal, "the run ended without an error")
+		}
+		m.Header.Set(streams.HeaderStatus, dispatcher.StatusOf(e))
+		m.Header.Set(streams.HeaderError, string(e.Code))
+		if r.inDoubt() {
+			m.Header.Set(streams.HeaderInDoubt, "true")
+		}
+		body := failureBody{Code: e.Code, Message: e.Message, RunID: r.ID, Step: r.FailedStep}
+		for _, sr := range r.Steps {
+			if sr.Compensation != nil && sr.Compensation.Status == StepDone {
+				body.Compensated = append(body.Compensated, sr.Name)
+			}
+		}
+		m.Data, err = streams.Encode(ct, body)
+	}
+	if err == nil {
+		err = streams.CheckSize(m, maxPayload)
+	}
+	if err != nil {
+		e := streams.AsError(err)
+		out := streams.ErrorReply("", ct, r.ID, streams.NewError(e.Code, "the answer of run %s: %s", r.ID, e.Message))
+		out.Header.Set(HeaderRunID, r.ID)
+		out.Header.Set(streams.HeaderOrchestrationID, r.OrchestrationID)
+		return out
+	}
+	return m
+}
+
+// plain turns a tree's json.Numbers into int64 or float64, for an
+// encoder that does not know them (msgpack would write them as strings).
+func plain(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = plain(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = plain(e)
+		}
+		return out
+	}
+	return v
+}
+
+// recordOutcome stores an ended durable run's outcome where Outcome says:
+// its answer in REACH_RESULTS, or the original task parked in REACH_DLQ or
+// REACH_REVIEW with the reason, the error and the run id. Both are
+// deduplicated by message id; again (a redelivery) also looks the result
+// up first, in case the duplicate window has passed.
+func (e *Engine) recordOutcome(r *Run, msg jetstream.Msg, again bool) error {
+	ctx, cancel := bounded()
+	defer cancel()
+	if r.Outcome == dispatcher.OutcomeResult {
+		subject := e.subjects.Result(r.ID)
+		if again {
+			if _, err := e.results.GetLastMsgForSubject(ctx, subject); err == nil {
+				return nil
+			}
+		}
+		out := r.reply(e.nc.MaxPayload())
+		out.Subject = subject
+		out.Header.Set(streams.HeaderMsgID, "result-"+r.ID)
+		return e.publish(ctx, out)
+	}
+	subject := e.subjects.DeadLetter(r.Workflow)
+	if r.Outcome == dispatcher.OutcomeReview {
+		subject = e.subjects.Review(r.Workflow)
+	}
+	out := nats.NewMsg(subject)
+	out.Data = msg.Data()
+	for k, v := range msg.Headers() {
+		out.Header[k] = v
+	}
+	err := r.Error
+	if err == nil {
+		err = streams.NewError(streams.CodeInternal, "the run ended without an error")
+	}
+	sends := 0
+	for _, sr := range r.Steps {
+		sends += sr.Sends
+	}
+	out.Header.Set(streams.HeaderDLQReason, r.Reason)
+	out.Header.Set(streams.HeaderDLQAttempts, strconv.Itoa(sends))
+	out.Header.Set(streams.HeaderError, string(err.Code))
+	out.Header.Set(streams.HeaderStatus, string(streams.StatusFailed))
+	out.Header.Set(streams.HeaderLastError, err.Message)
+	out.Header.Set(HeaderRunID, r.ID)
+	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", r.ID, r.Replays))
+	return e.publish(ctx, out)
+}
+
+func (e *Engine) publish(ctx context.Context, m *nats.Msg) error {
+	_, err := e.js.PublishMsg(ctx, m)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("publish %s: no JetStream ack in %v", m.Subject, recordTimeout)
+	}
+	return err
+}
+
+// recordDirect writes an ended direct-tier run's record to REACH_RUNS,
+// without waiting for the write (the caller has its answer): a plain
+// publish on the bucket's subject, which the server stores only if the key
+// has no record (a durable run's id is never overwritten).
+func (e *Engine) recordDirect(r *Run) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return
+	}
+	m := nats.NewMsg("$KV." + streams.BucketRuns + "." + r.ID)
+	m.Header.Set("Nats-Expected-Last-Subject-Sequence", "0")
+	m.Data = b
+	if int64(len(b)) > e.nc.MaxPayload()-1024 {
+		return // too large to keep: the run's events say what it did
+	}
+	_ = e.nc.PublishMsg(m)
+}
+
+// reopen makes a parked run that was replayed (Reach-DLQ-Count replay)
+// run again from its failed step, or its failed compensations.
+func (e *Engine) reopen(r *Run, replay int) {
+	_, compensationFailed := r.compensation()
+	r.Replays = replay
+	r.Status, r.Error, r.Outcome, r.Reason, r.Ended = RunRunning, nil, "", "", time.Time{}
+	for _, sr := range r.Steps {
+		if c := sr.Compensation; c != nil && c.Status == StepFailed {
+			c.Status, c.Error = StepPending, nil
+		}
+		if sr.Status == StepFailed && !compensationFailed {
+			sr.Status, sr.Error, sr.Fallback, sr.Condition = StepPending, nil, nil, nil
+			sr.CallRun.Status, sr.CallRun.Error, sr.InDoubt = "", nil, false
+		}
+	}
+	if compensationFailed {
+		r.Status = RunCompensating
+	} else {
+		r.FailedStep = ""
+	}
+	e.decide(r, "", DecisionReopen, fmt.Sprintf("replay %d of the parked run: it runs again from where it failed", replay), nil)
+}
+
+// decide records a decision of run r, in its record and in REACH_EVENTS.
+func (e *Engine) decide(r *Run, step, kind, detail string, cause *streams.Error) {
+	now := time.Now()
+	r.Decisions = append(r.Decisions, Decision{At: now, Step: step, Kind: kind, Detail: detail})
+	id := r.ID
+	if step != "" {
+		id += "." + step
+	}
+	ev := dispatcher.Event{RequestID: id, OrchestrationID: r.OrchestrationID, Capability: r.Workflow, Tier: r.Tier,
+		Kind: KindDecision, Status: string(streams.StatusFinished), Outcome: kind, Start: now, ParentID: r.ID}
+	if cause != nil {
+		ev.Status, ev.Code = dispatcher.StatusOf(cause), string(cause.Code)
+	}
+	e.d.RecordEvent(ev)
+}
+
+// stepEvent records that step i of run r ended (done, failed, skipped or
+// compensated) in REACH_EVENTS.
+func (e *Engine) stepEvent(r *Run, i int) {
+	sr := r.Steps[i]
+	c := &sr.CallRun
+	if sr.Status == StepCompensated {
+		c = sr.Compensation
+	}
+	ev := dispatcher.Event{RequestID: r.ID + "." + sr.Name, OrchestrationID: r.OrchestrationID, Capability: r.Workflow,
+		Tier: r.Tier, Kind: KindStep, Status: string(streams.StatusFinished), Outcome: string(sr.Status), Node: c.Node,
+		Attempts: c.Attempts, LatencyMS: c.LatencyMS, Start: c.Started, ParentID: r.ID}
+	if ev.Start.IsZero() {
+		ev.Start = time.Now()
+	}
+	if sr.Error != nil && sr.Status != StepDone && sr.Status != StepCompensated {
+		ev.Status, ev.Code = dispatcher.StatusOf(sr.Error), string(sr.Error.Code)
+	}
+	e.d.RecordEvent(ev)
+}
+
+// runEvent records that run r ended, and where its answer went.
+func (e *Engine) runEvent(r *Run) {
+	sends := 0
+	for _, sr := range r.Steps {
+		sends += sr.Sends
+	}
+	ev := dispatcher.Event{RequestID: r.ID, OrchestrationID: r.OrchestrationID, Capability: r.Workflow, Tier: r.Tier,
+		Kind: KindRun, Status: string(streams.StatusFinished), Outcome: r.Outcome, Attempts: sends, Start: r.Started,
+		LatencyMS: float64(time.Since(r.Started).Microseconds()) / 1000, ParentID: r.ParentID}
+	if r.Error != nil {
+		ev.Status, ev.Code = dispatcher.StatusOf(r.Error), string(r.Error.Code)
+	}
+	e.d.RecordEvent(ev)
+}

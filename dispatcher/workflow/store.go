@@ -1,0 +1,106 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A durable run's record is its state: each write checks the revision the
+// writer last saw (a KV update), so two replicas that both believe they
+// run a run — one slow, one that took it over after a redelivery — cannot
+// both go on: the second write fails, and its replica lets the run go.
+
+// readRun decodes a stored record and the definition it carries.
+func readRun(kve jetstream.KeyValueEntry) (*Run, error) {
+	r := &Run{}
+	if err := json.Unmarshal(kve.Value(), r); err != nil {
+		return nil, fmt.Errorf("%s %s: not a run record: %w", kve.Bucket(), kve.Key(), err)
+	}
+	def, err := decodeDefinition(r.Definition)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: its definition does not validate: %w", kve.Bucket(), kve.Key(), err)
+	}
+	if len(r.Steps) != len(def.Steps) {
+		return nil, fmt.Errorf("%s %s: %d step records for %d steps", kve.Bucket(), kve.Key(), len(r.Steps), len(def.Steps))
+	}
+	r.def, r.revision = def, kve.Revision()
+	return r, nil
+}
+
+// GetRun returns the record of run id from REACH_RUNS (kv), or an error
+// wrapping ErrNoRun.
+func GetRun(ctx context.Context, kv jetstream.KeyValue, id string) (*Run, error) {
+	kve, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return nil, fmt.Errorf("%w: %s", ErrNoRun, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return readRun(kve)
+}
+
+// ListRuns returns every run REACH_RUNS (kv) holds, oldest first. A record
+// that does not decode is left out and counted in skipped.
+func ListRuns(ctx context.Context, kv jetstream.KeyValue) (runs []*Run, skipped int, err error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("list runs: %d read: %w", len(runs), ctx.Err())
+		case kve := <-w.Updates():
+			if kve == nil { // the current values have all been delivered
+				sort.SliceStable(runs, func(i, j int) bool { return runs[i].Started.Before(runs[j].Started) })
+				return runs, skipped, nil
+			}
+			r, err := readRun(kve)
+			if err != nil {
+				skipped++
+				continue
+			}
+			runs = append(runs, r)
+		}
+	}
+}
+
+// create stores a new run; jetstream.ErrKeyExists when the run has a
+// record already.
+func createRun(ctx context.Context, kv jetstream.KeyValue, r *Run) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	rev, err := kv.Create(ctx, r.ID, b)
+	if err != nil {
+		return err
+	}
+	r.revision = rev
+	return nil
+}
+
+// updateRun writes r over the revision it was read or written at;
+// errLostRun when the record has moved on.
+func updateRun(ctx context.Context, kv jetstream.KeyValue, r *Run) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	rev, err := kv.Update(ctx, r.ID, b, r.revision)
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("%w (%v)", errLostRun, err)
+	}
+	if err != nil {
+		return err
+	}
+	r.revision = rev
+	return nil
+}
