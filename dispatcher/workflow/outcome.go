@@ -68,7 +68,10 @@ func (r *Run) inDoubt() bool {
 // never succeed (poison) or failed otherwise.
 func (r *Run) placement() (where, reason string) {
 	compensated, compensationFailed := r.compensation()
-	code := streams.CodeOf(r.Error)
+	var code streams.Code
+	if r.Error != nil {
+		code = r.Error.Code
+	}
 	switch {
 	case r.Status == RunFinished:
 		return dispatcher.OutcomeResult, ""
