@@ -295,8 +295,13 @@ func (c *Condition) String() string {
 		}
 		return key + "[" + strings.Join(parts, ", ") + "]"
 	}
-	if c.Value == nil {
-		return c.Field + " " + string(c.Op)
+	switch v := c.value.(type) {
+	case nil:
+		if c.Value == nil {
+			return c.Field + " " + string(c.Op)
+		}
+	case *ref:
+		return c.Field + " " + string(c.Op) + " " + v.text
 	}
 	return c.Field + " " + string(c.Op) + " " + string(c.Value)
 }
