@@ -204,8 +204,10 @@ func commandFlags(t *testing.T, name string) []string {
 		return append(conn, "json", "all", "new-deadline", "rerun", "drop", "by")
 	case "breakers", "stats":
 		return append(conn, "json", "gather")
-	case "caps", "policy":
+	case "caps", "policy", "workflow":
 		return append(conn, "json")
+	case "runs":
+		return append(conn, "json", "workflow", "status")
 	case "bench":
 		return []string{"quick", "json-file"}
 	case "conformance":

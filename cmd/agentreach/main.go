@@ -42,6 +42,8 @@ var commands = []command{
 	{"review", "list, show, replay or resolve tasks past their deadline (REACH_REVIEW)", runReview},
 	{"caps", "put, validate, list, show or remove capability declarations (REACH_CAPS)", runCaps},
 	{"policy", "get, set, edit, validate or list the routing policy (REACH_POLICY)", runPolicy},
+	{"workflow", "put, validate, list, show or remove workflow definitions (REACH_POLICY workflow.<name>)", runWorkflow},
+	{"runs", "list workflow runs or show one step by step with every decision (REACH_RUNS)", runRuns},
 	{"stats", "print every dispatcher replica's counters", runStats},
 	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
 	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", runConformance},

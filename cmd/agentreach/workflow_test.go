@@ -1,0 +1,134 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
+
+const demoFlow = `
+name: demo.flow
+params: {big: 10}
+steps:
+  - name: add
+    call: math.add
+    input: {a: $input.a, b: $input.b}
+  - name: big
+    when: {field: $steps.add.result.sum, op: gt, value: $params.big}
+    call: echo
+    input: {note: big, sum: $steps.add.result.sum}
+  - name: check
+    call: math.add
+    input: {a: $steps.add.result.sum}
+    on_failure: skip
+output: {sum: $steps.add.result.sum}
+`
+
+func TestWorkflowAndRunsCommands(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("flow.yaml", demoFlow)
+	bad := file("bad.yaml", strings.Replace(demoFlow, "op: gt", "op: above", 1))
+	shadow := file("shadow.yaml", "name: echo\nsteps:\n  - {name: a, call: math.add}\n")
+
+	// Validation needs no server, and names the step and field.
+	r := runCmd(t, runWorkflow, "validate", good)
+	if r.code != exitOK || !strings.Contains(r.stdout, "a valid workflow demo.flow (3 steps)") {
+		t.Fatalf("validate: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCmd(t, runWorkflow, "validate", bad)
+	if r.code != exitFail || !strings.Contains(r.stderr, `step "big" (steps[1]).when.op: "above" is not a comparison`) {
+		t.Fatalf("validate bad: exit %d, %q", r.code, r.stderr)
+	}
+
+	url := startStack(t)
+	srv := []string{"--server", url, "--timeout", "10s"}
+	wf := func(args ...string) result {
+		return runCmd(t, runWorkflow, append(append([]string{}, srv...), args...)...)
+	}
+	runs := func(args ...string) result { return runCmd(t, runRuns, append(append([]string{}, srv...), args...)...) }
+
+	if r := wf("put", bad); r.code != exitFail || !strings.Contains(r.stderr, "is not a comparison") {
+		t.Fatalf("put bad: exit %d, %q", r.code, r.stderr)
+	}
+	if r := wf("put", good); r.code != exitOK || !strings.Contains(r.stdout, "put workflow demo.flow (revision") || strings.Contains(r.stderr, "warning") {
+		t.Fatalf("put: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := wf("put", shadow); r.code != exitOK || !strings.Contains(r.stderr, "warning: workflow echo shadows the capability echo of instance echo-") {
+		t.Fatalf("put a workflow named like a capability: exit %d, %q", r.code, r.stderr)
+	}
+	if r := wf("rm", "echo"); r.code != exitOK || !strings.Contains(r.stdout, "removed workflow echo") {
+		t.Fatalf("rm: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := wf("rm", "echo"); r.code != exitFail || !strings.Contains(r.stderr, `holds no workflow "echo"`) {
+		t.Fatalf("rm again: exit %d, %q", r.code, r.stderr)
+	}
+	if r := wf("ls"); r.code != exitOK || !strings.Contains(r.stdout, "demo.flow") || !strings.Contains(r.stdout, "add,big,check") {
+		t.Fatalf("ls: exit %d, %q", r.code, r.stdout)
+	}
+	if r := wf("show", "demo.flow"); r.code != exitOK || !strings.Contains(r.stdout, "call: math.add") || !strings.Contains(r.stdout, "$steps.add.result.sum") {
+		t.Fatalf("show: exit %d, %q", r.code, r.stdout)
+	}
+
+	// A call runs it as soon as the dispatcher has the definition.
+	var out struct {
+		Result map[string]any `json:"result"`
+		Meta   callMeta       `json:"meta"`
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		r := runCmd(t, runCall, append(append([]string{}, srv...), "--json", "demo.flow", `{"a": 7, "b": 8}`)...)
+		return json.Unmarshal([]byte(r.stdout), &out)
+	})
+	if out.Result["sum"] != 15.0 || out.Meta.Status != "FINISHED" {
+		t.Fatalf("call demo.flow: %+v", out)
+	}
+	id := out.Meta.RequestID
+
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		r := runs("ls", "--workflow", "demo.flow", "--status", "finished")
+		if !strings.Contains(r.stdout, id) {
+			return os.ErrNotExist
+		}
+		return nil
+	})
+	r = runs("show", id)
+	for _, want := range []string{
+		"workflow      demo.flow (version", "status        finished, outcome reply",
+		"add    done     math.add    math-",
+		"big    done", "when $steps.add.result.sum (15) gt $params.big (10) → true",
+		"check  skipped", "skipped: it failed: BIZ_REJECT", `error BIZ_REJECT: math.add needs field "b"`,
+		"big    when_true  $steps.add.result.sum (15) gt $params.big (10) → true",
+		`check  skip       step check failed (BIZ_REJECT: math.add needs field "b"): on_failure skips it`,
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("runs show lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = runs("--json", "show", id)
+	var rec struct {
+		Steps []struct {
+			Name, Status string
+		} `json:"steps"`
+		Decisions []struct{ Kind string } `json:"decisions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || len(rec.Steps) != 3 || len(rec.Decisions) != 2 {
+		t.Fatalf("runs show --json: %v, %+v", err, rec)
+	}
+	if r := runs("show", "no-such-run"); r.code != exitFail || !strings.Contains(r.stderr, "holds no run no-such-run") {
+		t.Fatalf("runs show of no run: exit %d, %q", r.code, r.stderr)
+	}
+	if r := runs("ls", "--status", "lost"); r.code != exitUsage || !strings.Contains(r.stderr, `unknown status "lost"`) {
+		t.Fatalf("runs ls --status lost: exit %d, %q", r.code, r.stderr)
+	}
+}
