@@ -41,9 +41,11 @@ func TestADurableRunRecordsEachStepAndItsOutcome(t *testing.T) {
 	if r.Tier != "durable" || r.Outcome != dispatcher.OutcomeResult || r.Status != workflow.RunFinished || r.Owner != "" || r.Resumes != 0 {
 		t.Fatalf("run record %+v", r)
 	}
+	// A durable run's step carries the key <run-id>.<step>.
 	for _, sr := range r.Steps {
-		if sr.Status != workflow.StepDone || sr.Sends != 1 || fx.count(res.RequestID+"."+sr.Name) != 1 {
-			t.Errorf("step %+v executed %d times", sr, fx.count(res.RequestID+"."+sr.Name))
+		key := res.RequestID + "." + sr.Name
+		if sr.Status != workflow.StepDone || sr.Sends != 1 || fx.count(key) != 1 || fx.header(key).Get(streams.HeaderParentID) != res.RequestID {
+			t.Errorf("step %+v executed %d times with key %s", sr, fx.count(key), key)
 		}
 	}
 }
@@ -301,7 +303,7 @@ func TestBadWorkflowInputFailsTheStepNamingTheReference(t *testing.T) {
 		})
 	}
 	// Only the step before the bad condition ran.
-	if got := fx.executed(); len(got) != 1 || !strings.HasSuffix(got[0], ".score") {
+	if got := fx.executed(); len(got) != 1 || !strings.HasSuffix(got[0], "|cond.score") {
 		t.Errorf("executed %v for bad input, want only the step before the bad condition", got)
 	}
 

@@ -22,7 +22,9 @@ import (
 // Workflows end to end (DESIGN §12), with raw-protocol agents: each one
 // answers a delivery as docs/protocol.md asks, and executes each
 // idempotency key once — the first execution's answer is stored and
-// replayed — counting its side effects per key.
+// replayed — counting its side effects per key. A delivery without a key
+// (a direct-tier run's step) is named by its run and capability,
+// directKey.
 
 // stepFunc is what a raw step agent does with one payload.
 type stepFunc func(in map[string]any) (any, *streams.Error)
@@ -92,6 +94,9 @@ func stepAgent(t *testing.T, nc *nats.Conn, id string, fx *effects, handlers map
 	}
 	RawAgent(t, nc, registry.Record{ID: id, Type: "steps", Capabilities: caps, MaxConcurrent: 64, HeartbeatMS: 1000}, func(m *nats.Msg) {
 		capability, key := m.Header.Get(streams.HeaderCapability), m.Header.Get(streams.HeaderIdempotencyKey)
+		if key == "" {
+			key = directKey(m.Header.Get(streams.HeaderParentID), capability)
+		}
 		fx.mu.Lock()
 		fx.headers[key], fx.bodies[key] = m.Header, m.Data
 		a, replay := fx.stored[capability+"|"+key]
@@ -123,7 +128,11 @@ func stepAgent(t *testing.T, nc *nats.Conn, id string, fx *effects, handlers map
 	})
 }
 
-// call calls a workflow on the direct tier with a JSON body and headers.
+// directKey names the delivery of capability in direct-tier run runID,
+// whose steps carry no idempotency key.
+func directKey(runID, capability string) string { return runID + "|" + capability }
+
+// callWorkflow calls a workflow on the direct tier with a JSON body and headers.
 func callWorkflow(t *testing.T, nc *nats.Conn, name, body string, headers ...string) *nats.Msg {
 	t.Helper()
 	m := nats.NewMsg(streams.Subjects{}.Task(name))
@@ -232,16 +241,16 @@ func TestASequentialWorkflowPassesEachStepsResultOn(t *testing.T) {
 		t.Fatalf("output %v, want %v", got, want)
 	}
 	// Each step's task: its own request id, the run as parent, the run's
-	// orchestration id and deadline, the key <run-id>.<step>.
-	for _, step := range []string{"reserve", "charge", "ship"} {
-		key := runID + "." + step
+	// orchestration id and deadline; on the direct tier no key of the run's.
+	for _, capability := range []string{"seq.reserve", "seq.charge", "seq.ship"} {
+		key := directKey(runID, capability)
 		h := fx.header(key)
 		if h == nil || fx.count(key) != 1 {
-			t.Fatalf("step %s: no delivery with key %s (or executed %d times)", step, key, fx.count(key))
+			t.Fatalf("%s: no delivery for the run (or executed %d times)", capability, fx.count(key))
 		}
 		if h.Get(streams.HeaderParentID) != runID || h.Get(streams.HeaderOrchestrationID) != "orch-9" ||
-			h.Get(streams.HeaderDeadline) == "" || h.Get(streams.HeaderRequestID) == runID {
-			t.Errorf("step %s delivery headers %v", step, h)
+			h.Get(streams.HeaderDeadline) == "" || h.Get(streams.HeaderRequestID) == runID || h.Get(streams.HeaderIdempotencyKey) != "" {
+			t.Errorf("%s delivery headers %v", capability, h)
 		}
 	}
 	r := runRecord(t, nc, runID)
@@ -316,7 +325,7 @@ func TestAConditionalStepRunsOrIsSkippedByItsCondition(t *testing.T) {
 				t.Fatalf("reply %v %s", res.Header, res.Data)
 			}
 			runID := res.Header.Get(streams.HeaderRunID)
-			if got := fx.count(runID + ".manual"); got != map[bool]int{true: 1, false: 0}[c.runs] {
+			if got := fx.count(directKey(runID, "cond.review")); got != map[bool]int{true: 1, false: 0}[c.runs] {
 				t.Fatalf("manual review executed %d times, want it to run: %v", got, c.runs)
 			}
 			r := runRecord(t, nc, runID)
@@ -373,8 +382,8 @@ func TestAParallelStepCompletesByItsQuorum(t *testing.T) {
 	}
 	runID := res.Header.Get(streams.HeaderRunID)
 	for _, b := range []string{"credit", "fraud", "kyc"} {
-		if h := fx.header(runID + ".score." + b); h == nil || h.Get(streams.HeaderParentID) != runID {
-			t.Errorf("branch %s: delivery headers %v, want key %s.score.%s and the run as parent", b, h, runID, b)
+		if h := fx.header(directKey(runID, "par."+b)); h == nil || h.Get(streams.HeaderParentID) != runID {
+			t.Errorf("branch %s: delivery headers %v, want the run as parent", b, h)
 		}
 	}
 	r := runRecord(t, nc, runID)
@@ -387,7 +396,7 @@ func TestAParallelStepCompletesByItsQuorum(t *testing.T) {
 	if res.Header.Get(streams.HeaderError) != string(streams.CodeIncomplete) || body["step"] != "score" {
 		t.Fatalf("mode all with a branch failing: reply %v %s, want INCOMPLETE at step score", res.Header, res.Data)
 	}
-	if n := fx.count(res.Header.Get(streams.HeaderRunID) + ".decide"); n != 0 {
+	if n := fx.count(directKey(res.Header.Get(streams.HeaderRunID), "par.decide")); n != 0 {
 		t.Fatalf("the step after the failed parallel step ran %d times", n)
 	}
 }
@@ -439,8 +448,8 @@ output: {score: $steps.score.result}
 		score.Fallback.Status != workflow.StepDone || score.Error != nil {
 		t.Errorf("fallen-back step record %+v (fallback %+v)", score, score.Fallback)
 	}
-	if fx.header(runID+".score.fallback") == nil {
-		t.Errorf("the fallback's task did not carry the key %s.score.fallback", runID)
+	if h := fx.header(directKey(runID, "fb.rules")); h == nil || h.Get(streams.HeaderParentID) != runID {
+		t.Errorf("the fallback's task headers %v, want the run as parent", h)
 	}
 }
 
@@ -491,7 +500,9 @@ func TestACriticalFailureCompensatesTheStepsDoneInReverseOrder(t *testing.T) {
 		t.Fatalf("reply %v %s", res.Header, res.Data)
 	}
 	runID := res.Header.Get(streams.HeaderRunID)
-	want := []string{runID + ".reserve", runID + ".charge", runID + ".ship", runID + ".charge.compensate", runID + ".reserve.compensate"}
+	// Compensations carry the key <run-id>.<step>.compensate on both tiers.
+	want := []string{directKey(runID, "saga.reserve"), directKey(runID, "saga.charge"), directKey(runID, "saga.ship"),
+		runID + ".charge.compensate", runID + ".reserve.compensate"}
 	if got := fx.executed(); !slices.Equal(got, want) {
 		t.Fatalf("executed %v, want %v", got, want)
 	}

@@ -43,7 +43,8 @@ func startWorkflows(ctx context.Context, nc *nats.Conn, cfg dispatcher.Config, s
 		eopts = append(eopts, workflow.WithLogger(st.log))
 		dopts = append(dopts, dispatcher.WithLogger(st.log))
 	}
-	e, err := workflow.New(nc, workflow.Config{}, eopts...)
+	// Direct-tier runs are recorded too, so that tests can read them.
+	e, err := workflow.New(nc, workflow.Config{DirectRecords: true}, eopts...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -27,6 +27,8 @@ reports ratios, so the comparison holds on noisy hardware:
   durable   raw JetStream async publish vs durable submission
   registry  1k, 5k, 10k simulated agents heartbeating: join-to-routable,
             crash-to-no-task, record expiry, memory per 1k agents
+  workflow  a 3-step workflow vs one routed call (direct tier, p50), durable
+            3-step runs vs durable single tasks (per second)
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load

@@ -93,6 +93,11 @@ func TestWorkflowAndRunsCommands(t *testing.T) {
 	if out.Result["sum"] != 15.0 || out.Meta.Status != "FINISHED" {
 		t.Fatalf("call demo.flow: %+v", out)
 	}
+	// A durable run is recorded in REACH_RUNS step by step.
+	r = runCmd(t, runSubmit, append(append([]string{}, srv...), "--json", "--wait", "demo.flow", `{"a": 7, "b": 8}`)...)
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Result["sum"] != 15.0 {
+		t.Fatalf("submit --wait demo.flow: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
 	id := out.Meta.RequestID
 
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -104,7 +109,7 @@ func TestWorkflowAndRunsCommands(t *testing.T) {
 	})
 	r = runs("show", id)
 	for _, want := range []string{
-		"workflow      demo.flow (version", "status        finished, outcome reply",
+		"workflow      demo.flow (version", "tier          durable", "status        finished, outcome result",
 		"add    done     math.add    math-",
 		"big    done", "when $steps.add.result.sum (15) gt $params.big (10) → true",
 		"check  skipped", "skipped: it failed: BIZ_REJECT", `error BIZ_REJECT: math.add needs field "b"`,

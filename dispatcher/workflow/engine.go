@@ -38,10 +38,12 @@ type Config struct {
 	// starts when it is sent: a compensation runs even after the run's own
 	// deadline has passed). Default 60 s.
 	CompensationTimeout time.Duration
-	// NoDirectRecords keeps direct-tier runs out of REACH_RUNS. By default
-	// each one writes its record once it has answered (without waiting for
-	// the write), so that `agentreach runs` shows it.
-	NoDirectRecords bool
+	// DirectRecords writes each direct-tier run's record to REACH_RUNS
+	// once it has answered (without waiting for the write), so that
+	// `agentreach runs` shows it too. Off by default: REACH_RUNS holds the
+	// durable runs, and a direct-tier run's decisions are in REACH_EVENTS;
+	// the record costs the dispatcher and the server a write per run.
+	DirectRecords bool
 }
 
 // Option configures an Engine.
@@ -239,7 +241,7 @@ func (e *Engine) Direct(m *nats.Msg, name string) {
 	r.Outcome, r.Owner = dispatcher.OutcomeReply, ""
 	e.answer(m, r.reply(e.nc.MaxPayload()))
 	e.runEvent(r)
-	if !e.cfg.NoDirectRecords {
+	if e.cfg.DirectRecords {
 		e.recordDirect(r)
 	}
 }
@@ -353,9 +355,16 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 		h.Set(streams.HeaderRequestID, id)
 	}
 	replay := int(streams.IntHeader(h, streams.HeaderDLQCount))
-	ctx, cancel := bounded()
-	r, err := GetRun(ctx, e.runs, id)
-	cancel()
+	// A first delivery that is no replay is a new run: its record is
+	// created with its first write (before its first task), which fails if
+	// the run has one after all, and the redelivery then reads it.
+	var r *Run
+	err = ErrNoRun
+	if md.NumDelivered > 1 || replay > 0 {
+		ctx, cancel := bounded()
+		r, err = GetRun(ctx, e.runs, id)
+		cancel()
+	}
 	switch {
 	case errors.Is(err, ErrNoRun):
 		var fail *streams.Error
@@ -366,17 +375,7 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 		r.Replays = replay
 		if fail != nil {
 			r.fail(fail)
-			return e.settle(r, msg, true)
-		}
-		ctx, cancel := bounded()
-		err := createRun(ctx, e.runs, r)
-		cancel()
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return verdict{kind: retry, id: id} // another delivery created it meanwhile
-		}
-		if err != nil {
-			e.log.Warn().Err(err).Str("request_id", id).Msg("durable run not recorded; it will be redelivered")
-			return verdict{kind: retry, id: id}
+			return e.settle(r, msg)
 		}
 	case err != nil:
 		e.log.Error().Err(err).Str("request_id", id).Msg("durable run record unreadable; it will be redelivered")
@@ -406,7 +405,7 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 	case stepLost:
 		return verdict{kind: lost, id: id}
 	}
-	return e.settle(r, msg, false)
+	return e.settle(r, msg)
 }
 
 // resume takes over a run that has a record: it reports done with the
@@ -432,7 +431,7 @@ func (e *Engine) resume(r *Run, msg jetstream.Msg, replay int, delivered uint64)
 	}
 	r.Owner, r.Updated = e.d.Name(), now
 	ctx, cancel := bounded()
-	err := updateRun(ctx, e.runs, r)
+	err := writeRun(ctx, e.runs, r)
 	cancel()
 	if errors.Is(err, errLostRun) {
 		return verdict{kind: lost, id: r.ID}, true
@@ -444,18 +443,12 @@ func (e *Engine) resume(r *Run, msg jetstream.Msg, replay int, delivered uint64)
 }
 
 // settle ends a durable run: its final record, saying where its outcome
-// goes, then the outcome where a durable task's goes. fresh is a run
-// refused before it had a record.
-func (e *Engine) settle(r *Run, msg jetstream.Msg, fresh bool) verdict {
+// goes, then the outcome where a durable task's goes.
+func (e *Engine) settle(r *Run, msg jetstream.Msg) verdict {
 	r.Outcome, r.Reason = r.placement()
 	r.Owner, r.Updated = "", time.Now()
 	ctx, cancel := bounded()
-	var err error
-	if fresh {
-		err = createRun(ctx, e.runs, r)
-	} else {
-		err = updateRun(ctx, e.runs, r)
-	}
+	err := writeRun(ctx, e.runs, r)
 	cancel()
 	switch {
 	case errors.Is(err, errLostRun):

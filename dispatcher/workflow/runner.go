@@ -26,9 +26,10 @@ import (
 // and sends it again with the same idempotency key: an idempotent agent
 // replays instead of executing twice.
 //
-// Idempotency keys: a step's task <run-id>.<step>, a parallel step's
-// branch <run-id>.<step>.<branch>, a fallback <run-id>.<step>.fallback, a
-// compensation <run-id>.<step>.compensate.
+// Idempotency keys of a durable run's tasks: a step's <run-id>.<step>, a
+// parallel step's branch <run-id>.<step>.<branch>, a fallback
+// <run-id>.<step>.fallback, a compensation <run-id>.<step>.compensate
+// (which a direct-tier run's compensations carry too; see key).
 
 // stop says how execute ended.
 type stop int
@@ -74,8 +75,7 @@ func (e *Engine) newRun(h nats.Header, data []byte, name string, submitted time.
 	if !ok {
 		return r, streams.NewError(streams.CodeNoAgent, "workflow %s is not defined (any more)", name)
 	}
-	r.def, r.Version = v.def, v.revision
-	r.Definition, _ = json.Marshal(v.def) // a definition always marshals
+	r.def, r.Version, r.Definition = v.def, v.revision, v.json
 	for _, st := range v.def.Steps {
 		r.Steps = append(r.Steps, &StepRun{Name: st.Name, Status: StepPending})
 	}
@@ -155,7 +155,7 @@ func (x *runner) persist() error {
 	x.r.Updated = time.Now()
 	ctx, cancel := bounded()
 	defer cancel()
-	return updateRun(ctx, x.e.runs, x.r)
+	return writeRun(ctx, x.e.runs, x.r)
 }
 
 // persisted is persist, turned into how execute stops when it fails.
@@ -278,7 +278,7 @@ func (x *runner) runStep(i int) (stop, bool) {
 	}
 	var res any
 	var e *streams.Error
-	key := x.r.ID + "." + st.Name
+	key := x.key(st.Name)
 	if st.Parallel != nil {
 		res, e = x.parallel(st, in, key, sr)
 	} else {
@@ -346,7 +346,7 @@ func (x *runner) fallback(i int, in any) (stop, bool) {
 	if s, ok := x.persisted(); !ok {
 		return s, true
 	}
-	res, e := x.call(fb.Capability, in, x.r.ID+"."+st.Name+".fallback", time.Duration(st.TimeoutMS)*time.Millisecond, x.r.Deadline, fb)
+	res, e := x.call(fb.Capability, in, x.key(st.Name+".fallback"), time.Duration(st.TimeoutMS)*time.Millisecond, x.r.Deadline, fb)
 	if x.e.closing() {
 		return stepStopped, true
 	}
@@ -499,10 +499,23 @@ func (x *runner) output() (any, error) {
 	return nil, nil
 }
 
+// key is the idempotency key of a durable run's task: <run-id>.<what>,
+// the same however often the task is sent. A direct-tier run sends no
+// task twice, so its steps' tasks carry only the key the dispatcher gives
+// every write (their request id): a keyed task costs an idempotent agent
+// two KV round trips, which a direct run would pay on every step for
+// nothing. Compensations are keyed on both tiers (compensate).
+func (x *runner) key(what string) string {
+	if !x.durable {
+		return ""
+	}
+	return x.r.ID + "." + what
+}
+
 // taskMsg builds the task of one call: a request id of its own, the run's
 // orchestration id as Reach-Orchestration-Id, the run id as
-// Reach-Parent-Id, deadline and idempotency key, and what travels across
-// hops from the run's request.
+// Reach-Parent-Id, deadline and idempotency key (none when key is ""), and
+// what travels across hops from the run's request.
 func (x *runner) taskMsg(payload any, key string, timeout time.Duration, deadline time.Time) *nats.Msg {
 	m := nats.NewMsg("")
 	m.Data = encodeJSON(payload)
@@ -511,7 +524,9 @@ func (x *runner) taskMsg(payload any, key string, timeout time.Duration, deadlin
 	m.Header.Set(streams.HeaderOrchestrationID, x.r.OrchestrationID)
 	m.Header.Set(streams.HeaderParentID, x.r.ID)
 	m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
-	m.Header.Set(streams.HeaderIdempotencyKey, key)
+	if key != "" {
+		m.Header.Set(streams.HeaderIdempotencyKey, key)
+	}
 	for _, k := range []string{streams.HeaderTraceParent, streams.HeaderSource, streams.HeaderHops, streams.HeaderVisits} {
 		if v := x.header.Get(k); v != "" {
 			m.Header.Set(k, v)
@@ -571,7 +586,7 @@ func (x *runner) parallel(st *Step, in any, key string, sr *StepRun) (any, *stre
 		}
 		timeout := time.Duration(b.TimeoutMS) * time.Millisecond
 		jobs[i] = fanout.Job{Name: b.Name, Capability: b.Call, Timeout: timeout,
-			Msg: x.taskMsg(payload, key+"."+b.Name, timeout, deadline)}
+			Msg: x.taskMsg(payload, x.key(st.Name+"."+b.Name), timeout, deadline)}
 		if p.MaxWaitMS == 0 {
 			maxWait = max(maxWait, timeout)
 		}

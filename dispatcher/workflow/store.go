@@ -72,29 +72,21 @@ func ListRuns(ctx context.Context, kv jetstream.KeyValue) (runs []*Run, skipped 
 	}
 }
 
-// create stores a new run; jetstream.ErrKeyExists when the run has a
-// record already.
-func createRun(ctx context.Context, kv jetstream.KeyValue, r *Run) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	rev, err := kv.Create(ctx, r.ID, b)
-	if err != nil {
-		return err
-	}
-	r.revision = rev
-	return nil
-}
-
-// updateRun writes r over the revision it was read or written at;
+// writeRun stores r: a run not stored yet (revision 0) is created — a
+// record already there means another delivery has the run, errLostRun —
+// and a stored one written over the revision it was read or written at,
 // errLostRun when the record has moved on.
-func updateRun(ctx context.Context, kv jetstream.KeyValue, r *Run) error {
+func writeRun(ctx context.Context, kv jetstream.KeyValue, r *Run) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	rev, err := kv.Update(ctx, r.ID, b, r.revision)
+	var rev uint64
+	if r.revision == 0 {
+		rev, err = kv.Create(ctx, r.ID, b)
+	} else {
+		rev, err = kv.Update(ctx, r.ID, b, r.revision)
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return fmt.Errorf("%w (%v)", errLostRun, err)
 	}

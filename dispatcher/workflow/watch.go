@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"encoding/json"
 	"maps"
 	"strings"
 
@@ -20,6 +21,7 @@ import (
 type version struct {
 	def      *Definition
 	revision uint64
+	json     []byte // def marshalled, which every run records
 }
 
 // definitions is the feed of the definition watcher (kvwatch.Handler): it
@@ -96,5 +98,7 @@ func (f *definitions) take(name string, kve jetstream.KeyValueEntry) *version {
 	}
 	delete(f.rejected, name)
 	f.log.Info().Str("workflow", name).Uint64("revision", kve.Revision()).Msg("workflow definition in force")
-	return &version{def: pv.Decoded.(*Definition), revision: kve.Revision()}
+	def := pv.Decoded.(*Definition)
+	b, _ := json.Marshal(def) // a definition always marshals
+	return &version{def: def, revision: kve.Revision(), json: b}
 }

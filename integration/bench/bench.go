@@ -20,6 +20,7 @@ const (
 	ScenarioSkew     = "skew"
 	ScenarioDurable  = "durable"
 	ScenarioRegistry = "registry"
+	ScenarioWorkflow = "workflow"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -56,7 +57,7 @@ type Report struct {
 
 // Scenarios lists the scenario names in the order `make bench` runs them.
 func Scenarios() []string {
-	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry}
+	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry, ScenarioWorkflow}
 }
 
 // Run runs one scenario in this process against a nats-server on loopback
@@ -74,6 +75,8 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 		fn = runDurable
 	case ScenarioRegistry:
 		fn = runRegistry
+	case ScenarioWorkflow:
+		fn = runWorkflow
 	default:
 		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownScenario, scenario, strings.Join(Scenarios(), ", "))
 	}

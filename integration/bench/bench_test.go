@@ -66,6 +66,9 @@ func TestQuickSuite(t *testing.T) {
 				"agents_1000_rss_mb", "agents_1000_server_rss_mb", "server_rss_base_mb"},
 			[]string{"agents_1000_table_mb", "agents_1000_heap_mb", "agents_1000_cpu_cores", "agents_1000_server_cores",
 				"server_rss_mb_per_1k_agents", "server_cores_per_1k_agents", "crash_no_task_ms"}},
+		{bench.ScenarioWorkflow,
+			[]string{"routed_p50_us", "workflow_p50_us", "workflow_p50_ratio", "durable_task_rps", "durable_run_rps", "durable_run_ratio"},
+			[]string{"workflow_failed", "durable_run_failed", "durable_task_failed", "durable_run_p50_ms"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))
