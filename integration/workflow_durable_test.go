@@ -326,3 +326,52 @@ func TestBadWorkflowInputFailsTheStepNamingTheReference(t *testing.T) {
 		t.Fatalf("wf.seq after a bad put: %v %s", res.Header, res.Data)
 	}
 }
+
+// A compensation that finds no agent waits like a durable task, its run
+// still compensating; once an agent is there the run goes on with the
+// compensations left, never the steps again.
+func TestACompensationWaitsForItsAgent(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	fx := newEffects()
+	all := sagaSteps()
+	release := all["saga.release"]
+	delete(all, "saga.release")
+	stepAgent(t, st.Conn(), "saga-1", fx, all)
+	WaitRoutable(t, "saga.ship", 1, d)
+	nc := st.Conn()
+	PutWorkflow(t, nc, sagaWorkflow, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := st.Client()
+	id, err := c.Submit(ctx, "wf.saga", map[string]int{"order": 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := jsOf(t, nc).KeyValue(ctx, streams.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		r, err := workflow.GetRun(ctx, kv, id)
+		if err != nil {
+			return err
+		}
+		if r.Status != workflow.RunCompensating || r.Owner != "" || !slices.Contains(decisions(r), "reserve:wait") {
+			return fmt.Errorf("run %s owned by %q, decisions %v", r.Status, r.Owner, decisions(r))
+		}
+		return nil
+	})
+	stepAgent(t, st.Conn(), "saga-2", fx, map[string]stepFunc{"saga.release": release})
+	if _, err := c.Wait(ctx, id); err == nil || !strings.Contains(err.Error(), "BIZ_REJECT") {
+		t.Fatalf("outcome: %v, want the rejection, rolled back", err)
+	}
+	want := []string{id + ".reserve", id + ".charge", id + ".ship", id + ".charge.compensate", id + ".reserve.compensate"}
+	if got := fx.executed(); !slices.Equal(got, want) {
+		t.Fatalf("executed %v, want each once, in %v", got, want)
+	}
+	r := runRecord(t, nc, id)
+	if n := strings.Count(strings.Join(decisions(r), " "), "reserve:wait"); n != 1 {
+		t.Errorf("decisions %v: want the wait recorded once", decisions(r))
+	}
+}

@@ -25,9 +25,11 @@ const (
 	DefaultCompensationTimeout = 60 * time.Second
 	// DefaultStartTimeout bounds Start when its context has no deadline.
 	DefaultStartTimeout = 10 * time.Second
-	// waitDelay is how long a durable run that found no capacity, or whose
-	// replica drains, waits in REACH_TASKS before it continues.
-	waitDelay = time.Second
+	// A durable run that found no capacity, or whose replica drains, waits
+	// in REACH_TASKS before it continues: waitDelayBase, doubling with each
+	// delivery up to waitDelayMax (as a durable task waits).
+	waitDelayBase = 250 * time.Millisecond
+	waitDelayMax  = 2 * time.Second
 	// recordTimeout bounds each write of a durable run's record or outcome.
 	recordTimeout = 5 * time.Second
 )
@@ -270,12 +272,14 @@ func (e *Engine) Durable(msg jetstream.Msg, name string) {
 	switch v.kind {
 	case settled:
 		e.ack(msg, v.id)
-	case waits:
-		if err := msg.NakWithDelay(waitDelay); err != nil {
+	case waits, retry:
+		delay := waitDelayMax
+		if md, err := msg.Metadata(); err == nil {
+			delay = min(waitDelayBase<<min(md.NumDelivered-1, 3), waitDelayMax)
+		}
+		if err := msg.NakWithDelay(delay); err != nil {
 			e.log.Debug().Err(err).Str("request_id", v.id).Msg("durable run nak")
 		}
-	case retry:
-		_ = msg.NakWithDelay(waitDelay)
 	case lost:
 		// Another replica runs it now, on a later delivery of the message.
 	}
@@ -393,7 +397,10 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 	defer x.release()
 	switch x.execute() {
 	case stepWait:
-		r.Status, r.Owner = RunWaiting, ""
+		if r.Status != RunCompensating { // a compensating run stays so: it resumes compensating
+			r.Status = RunWaiting
+		}
+		r.Owner = ""
 		if s, ok := x.persisted(); !ok && s == stepLost {
 			return verdict{kind: lost, id: id}
 		} else if !ok {
@@ -410,35 +417,24 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 
 // resume takes over a run that has a record: it reports done with the
 // verdict when there is nothing left to run — the record is final, and
-// this delivery is not a replay of the parked run — else claims the run
-// for this replica.
+// this delivery is not a replay of the parked run — else makes the run
+// this replica's. The claim is written with the run's next write, whose
+// revision check fails if another replica wrote the record meanwhile.
 func (e *Engine) resume(r *Run, msg jetstream.Msg, replay int, delivered uint64) (verdict, bool) {
-	now := time.Now()
-	if r.Status.Final() {
-		if replay <= r.Replays || r.Outcome == dispatcher.OutcomeResult {
-			// Its final record was written and its outcome maybe not (a
-			// crash, a lost ack): record it again, deduplicated.
-			return e.publishOutcome(r, msg, true), true
-		}
+	switch {
+	case r.Status.Final() && (replay <= r.Replays || r.Outcome == dispatcher.OutcomeResult):
+		// Its final record was written and its outcome maybe not (a crash,
+		// a lost ack): record it again, deduplicated.
+		return e.publishOutcome(r, msg, true), true
+	case r.Status.Final():
 		e.reopen(r, replay)
-	} else {
-		from := r.Owner
-		if from == "" {
-			from = "nobody (it waited)"
-		}
+	case r.Owner != "":
+		// Its replica stopped without letting it go: a crash, or a stall
+		// longer than the ack wait.
 		r.Resumes++
-		e.decide(r, "", DecisionResume, fmt.Sprintf("%s took the run over from %s (delivery %d)", e.d.Name(), from, delivered), nil)
+		e.decide(r, "", DecisionResume, fmt.Sprintf("%s took the run over from %s (delivery %d)", e.d.Name(), r.Owner, delivered), nil)
 	}
-	r.Owner, r.Updated = e.d.Name(), now
-	ctx, cancel := bounded()
-	err := writeRun(ctx, e.runs, r)
-	cancel()
-	if errors.Is(err, errLostRun) {
-		return verdict{kind: lost, id: r.ID}, true
-	}
-	if err != nil {
-		return verdict{kind: retry, id: r.ID}, true
-	}
+	r.Owner = e.d.Name()
 	return verdict{}, false
 }
 

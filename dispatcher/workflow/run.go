@@ -14,9 +14,10 @@ type RunStatus string
 const (
 	// RunRunning: a replica runs its steps.
 	RunRunning RunStatus = "running"
-	// RunWaiting: a durable run whose step found no capacity (no agent, every
-	// breaker open, every instance busy) or whose replica drained; it waits
-	// in REACH_TASKS and continues from the step it stopped at.
+	// RunWaiting: a durable run whose step found no capacity (no agent,
+	// every breaker open, every instance busy); it waits in REACH_TASKS and
+	// continues from the step it stopped at. (A compensation that finds no
+	// capacity waits the same way, its run staying RunCompensating.)
 	RunWaiting RunStatus = "waiting"
 	// RunCompensating: a critical step failed and the steps before it are
 	// being undone, in reverse order.

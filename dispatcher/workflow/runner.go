@@ -315,7 +315,7 @@ func (x *runner) failed(i int, e *streams.Error, sent bool) (stop, bool) {
 	case sent && x.durable && waitsForCapacity(e.Code) && action == ActionAbort:
 		// Like a durable task: while nothing can take it, the run waits.
 		sr.Status = StepPending
-		x.e.decide(x.r, st.Name, DecisionWait, fmt.Sprintf("no capacity for %s (%s: %s): the run waits in %s", sr.Capability, e.Code, e.Message, streams.StreamTasks), e)
+		x.wait(st.Name, sr.Capability, e)
 		return stepWait, true
 	case sr.InDoubt && action != ActionSkip:
 		return x.stopInDoubt(i, sr.Capability, e), true
@@ -362,10 +362,21 @@ func (x *runner) fallback(i int, in any) (stop, bool) {
 	}
 	if x.durable && waitsForCapacity(e.Code) {
 		fb.Status = StepPending
-		x.e.decide(x.r, st.Name, DecisionWait, fmt.Sprintf("no capacity for the fallback %s (%s: %s): the run waits in %s", fb.Capability, e.Code, e.Message, streams.StreamTasks), e)
+		x.wait(st.Name, fb.Capability, e)
 		return stepWait, true
 	}
 	return x.abort(i, e), true
+}
+
+// wait records that step's task to capability found no capacity (e says
+// why) and the run waits in REACH_TASKS — once per wait: the deliveries
+// that find no capacity again add nothing.
+func (x *runner) wait(step, capability string, e *streams.Error) {
+	if n := len(x.r.Decisions); n > 0 && x.r.Decisions[n-1].Step == step && x.r.Decisions[n-1].Kind == DecisionWait {
+		return
+	}
+	x.e.decide(x.r, step, DecisionWait, fmt.Sprintf("no capacity for %s (%s: %s): the run waits in %s",
+		capability, e.Code, e.Message, streams.StreamTasks), e)
 }
 
 // stopInDoubt ends the run at step i, whose task to capability has an
@@ -447,7 +458,7 @@ func (x *runner) compensate(failed int) stop {
 			x.e.stepEvent(x.r, j)
 		case x.durable && waitsForCapacity(e.Code):
 			c.Status = StepPending
-			x.e.decide(x.r, st.Name, DecisionWait, fmt.Sprintf("no capacity for the compensation %s (%s: %s): the run waits in %s", st.Compensate, e.Code, e.Message, streams.StreamTasks), e)
+			x.wait(st.Name, st.Compensate, e)
 			return stepWait
 		default:
 			c.Status, c.Error = StepFailed, e
