@@ -375,3 +375,64 @@ func TestACompensationWaitsForItsAgent(t *testing.T) {
 		t.Errorf("decisions %v: want the wait recorded once", decisions(r))
 	}
 }
+
+// A durable run that failed is dead-lettered like a task; replayed, it runs
+// again from the step that failed, the steps done before staying done.
+func TestAReplayedDeadLetterRunContinuesFromItsFailedStep(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	fx := newEffects()
+	steps := seqSteps()
+	ship := steps["seq.ship"]
+	failing := true
+	steps["seq.ship"] = func(in map[string]any) (any, *streams.Error) {
+		if failing { // under fx.mu, as every handler runs
+			failing = false
+			return nil, streams.NewError(streams.CodeInternal, "courier API down")
+		}
+		return ship(in)
+	}
+	stepAgent(t, st.Conn(), "seq-1", fx, steps)
+	WaitRoutable(t, "seq.ship", 1, d)
+	nc := st.Conn()
+	PutWorkflow(t, nc, seqWorkflow, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := st.Client()
+	id, err := c.Submit(ctx, "wf.seq", map[string]int{"order": 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := jsOf(t, nc)
+	var parked []dispatcher.Parked
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if parked, err = dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamDLQ); err != nil {
+			return err
+		}
+		if len(parked) != 1 {
+			return fmt.Errorf("%d dead letters", len(parked))
+		}
+		return nil
+	})
+	p := parked[0]
+	if p.RequestID != id || p.Capability != "wf.seq" || p.Reason != dispatcher.ReasonFailed || p.Code != string(streams.CodeInternal) ||
+		p.Header.Get(streams.HeaderRunID) != id || !strings.Contains(p.LastError, "step ship: courier API down") {
+		t.Fatalf("dead letter %+v", p)
+	}
+	if err := dispatcher.Replay(ctx, js, streams.Subjects{}, p, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Wait(ctx, id)
+	if err != nil || !strings.Contains(string(res.Data), "T-R-9-H-9") {
+		t.Fatalf("replayed run: %v, %v", res, err)
+	}
+	for _, step := range []string{"reserve", "charge", "ship"} {
+		if n := fx.count(id + "." + step); n != 1 {
+			t.Errorf("step %s executed %d times", step, n)
+		}
+	}
+	r := runRecord(t, nc, id)
+	if r.Replays != 1 || r.Outcome != dispatcher.OutcomeResult || !slices.Contains(decisions(r), ":reopen") || r.Steps[2].Sends != 2 {
+		t.Fatalf("run record: replays %d, outcome %s, decisions %v, ship sent %d times", r.Replays, r.Outcome, decisions(r), r.Steps[2].Sends)
+	}
+}
