@@ -22,10 +22,11 @@ const ReasonCompensation = "compensation_failed"
 
 // Event kinds of the records a run leaves in REACH_EVENTS, beside its
 // tasks' own (which carry Reach-Parent-Id = the run id as ParentID). All
-// three have Capability = the workflow and ParentID = the run id; step
-// and decision records have RequestID <run-id>.<step> (the run id for a
-// decision about the whole run) and Outcome the step's status or the
-// decision (Decision…).
+// three have Capability = the workflow. The run's record has RequestID =
+// the run id and Outcome = where its answer went; step and decision
+// records have RequestID <run-id>.<step> (the run id for a decision about
+// the whole run), ParentID = the run id and Outcome = the step's status or
+// the decision (Decision…).
 const (
 	KindRun      = "workflow"          // the run ended; Outcome is where its answer went
 	KindStep     = "workflow_step"     // a step ended: done, failed, skipped or compensated
