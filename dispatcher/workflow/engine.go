@@ -395,24 +395,30 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 		return verdict{kind: retry, id: id}
 	}
 	defer x.release()
-	switch x.execute() {
+	switch s := x.execute(); s {
 	case stepWait:
 		if r.Status != RunCompensating { // a compensating run stays so: it resumes compensating
 			r.Status = RunWaiting
 		}
 		r.Owner = ""
-		if s, ok := x.persisted(); !ok && s == stepLost {
-			return verdict{kind: lost, id: id}
-		} else if !ok {
-			return verdict{kind: retry, id: id}
+		if s, ok := x.persisted(); !ok {
+			return stopped(s, id)
 		}
 		return verdict{kind: waits, id: id}
-	case stepStopped:
-		return verdict{kind: retry, id: id} // unrecorded: resumed from the last record
-	case stepLost:
-		return verdict{kind: lost, id: id}
+	case stepStopped, stepLost:
+		return stopped(s, id)
 	}
 	return e.settle(r, msg)
+}
+
+// stopped is the verdict of a run that stopped before its end: lost to
+// another replica, or back to the stream unrecorded (resumed from its last
+// record).
+func stopped(s stop, id string) verdict {
+	if s == stepLost {
+		return verdict{kind: lost, id: id}
+	}
+	return verdict{kind: retry, id: id}
 }
 
 // resume takes over a run that has a record: it reports done with the

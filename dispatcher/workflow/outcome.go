@@ -263,8 +263,7 @@ func (e *Engine) reopen(r *Run, replay int) {
 			c.Status, c.Error = StepPending, nil
 		}
 		if sr.Status == StepFailed && !compensationFailed {
-			sr.Status, sr.Error, sr.Fallback, sr.Condition = StepPending, nil, nil, nil
-			sr.CallRun.Status, sr.CallRun.Error, sr.InDoubt = "", nil, false
+			sr.Status, sr.Error, sr.InDoubt, sr.Fallback, sr.Condition = StepPending, nil, false, nil, nil
 		}
 	}
 	if compensationFailed {

@@ -139,7 +139,8 @@ type StepRun struct {
 // compensation's.
 type CallRun struct {
 	Capability string `json:"capability,omitempty"`
-	// Status is pending, running, done or failed.
+	// Status is a fallback's or compensation's: pending, running, done or
+	// failed (a step's own is the step's Status).
 	Status StepStatus `json:"call_status,omitempty"`
 	Node   string     `json:"node,omitempty"`
 	// Attempts counts deliveries, over every send; Sends the times the run

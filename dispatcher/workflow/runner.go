@@ -50,7 +50,6 @@ type runner struct {
 	ctx     context.Context // the run's deadline, and the engine's Close
 	cancel  context.CancelFunc
 	durable bool
-	lostErr error // why persist failed
 }
 
 // newRun reads a request for workflow name into a new run. A request that
@@ -164,7 +163,6 @@ func (x *runner) persisted() (stop, bool) {
 	if err == nil {
 		return 0, true
 	}
-	x.lostErr = err
 	if errors.Is(err, errLostRun) {
 		x.e.log.Info().Str("request_id", x.r.ID).Msg("durable run taken over by another replica: left to it")
 		return stepLost, false
@@ -278,17 +276,15 @@ func (x *runner) runStep(i int) (stop, bool) {
 	}
 	var res any
 	var e *streams.Error
-	key := x.key(st.Name)
 	if st.Parallel != nil {
-		res, e = x.parallel(st, in, key, sr)
+		res, e = x.parallel(st, in, sr)
 	} else {
-		res, e = x.call(st.Call, in, key, time.Duration(st.TimeoutMS)*time.Millisecond, x.r.Deadline, &sr.CallRun)
+		res, e = x.call(st.Call, in, x.key(st.Name), time.Duration(st.TimeoutMS)*time.Millisecond, x.r.Deadline, &sr.CallRun)
 	}
 	if x.e.closing() {
 		return stepStopped, true // the engine closed under it: nothing recorded, resumed elsewhere
 	}
 	if e != nil {
-		sr.CallRun.Status = StepFailed
 		return x.failed(i, e, true)
 	}
 	x.done(i, res)
@@ -582,7 +578,7 @@ func (x *runner) call(capability string, payload any, key string, timeout time.D
 // parallel runs a parallel step's branches as a fan-out does, and returns
 // the results of those that succeeded by branch name, or INCOMPLETE when
 // its completion policy was not met.
-func (x *runner) parallel(st *Step, in any, key string, sr *StepRun) (any, *streams.Error) {
+func (x *runner) parallel(st *Step, in any, sr *StepRun) (any, *streams.Error) {
 	p := st.Parallel
 	deadline := x.r.Deadline
 	jobs := make([]fanout.Job, len(p.Branches))
