@@ -83,6 +83,7 @@ type Engine struct {
 
 	mu        sync.Mutex
 	started   bool
+	closed    bool // no run starts any more (enter)
 	closeOnce sync.Once
 }
 
@@ -205,10 +206,11 @@ func (e *Engine) Drain(ctx context.Context) error {
 // REACH_TASKS unrecorded, to be resumed elsewhere. It waits for them.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
-		e.cancel()
 		e.mu.Lock()
+		e.closed = true
 		stop := e.stopWatch
 		e.mu.Unlock()
+		e.cancel()
 		if stop != nil {
 			stop()
 		}
@@ -220,11 +222,27 @@ func (e *Engine) Close() error {
 // closing reports whether Close has begun.
 func (e *Engine) closing() bool { return e.ctx.Err() != nil }
 
+// enter counts a run starting in this process, unless Close has begun
+// (it waits for the runs counted).
+func (e *Engine) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.running.Add(1)
+	return true
+}
+
 // Direct runs a direct-tier task of workflow name and answers m.Reply once.
 // The run lives in this process only: if it dies, the caller sees a
 // timeout.
 func (e *Engine) Direct(m *nats.Msg, name string) {
-	e.running.Add(1)
+	if !e.enter() {
+		e.answer(m, streams.ErrorReply("", streams.ContentType(m.Header, m.Data), m.Header.Get(streams.HeaderRequestID),
+			streams.NewError(streams.CodeCancelled, "the dispatcher %s is stopping", e.d.Name())))
+		return
+	}
 	defer e.running.Done()
 	r, fail := e.newRun(m.Header, m.Data, name, time.Now(), "direct")
 	if fail == nil {
@@ -262,7 +280,10 @@ func (e *Engine) answer(m *nats.Msg, out *nats.Msg) {
 // record says. The message is acknowledged only once the run's outcome is
 // recorded; until then in-progress acks keep its ack wait from expiring.
 func (e *Engine) Durable(msg jetstream.Msg, name string) {
-	e.running.Add(1)
+	if !e.enter() {
+		_ = msg.NakWithDelay(waitDelayBase) // another replica takes it
+		return
+	}
 	defer e.running.Done()
 	e.durables.Add(1)
 	defer e.durables.Add(-1)
