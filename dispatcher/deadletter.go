@@ -276,6 +276,9 @@ func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
 // healthy reports whether capability has a routable instance whose breaker
 // is closed.
 func (d *Dispatcher) healthy(capability string) bool {
+	if d.resolver != nil && d.resolver.Serves(capability) {
+		return true // a workflow's run: its steps find their own instances
+	}
 	rs := d.table.Candidates(capability)
 	now := time.Now()
 	for i := 0; i < rs.Len(); i++ {

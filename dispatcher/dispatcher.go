@@ -378,19 +378,24 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 		return
 	}
 	if e := d.admit(); e != nil {
-		ct, _ := streams.PayloadType(m.Header, m.Data)
-		id, orch := taskIDs(m.Header)
-		out := errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
-		out.Subject = m.Reply
-		if err := d.nc.PublishMsg(out); err != nil {
-			d.log.Warn().Err(err).Str("request_id", id).Msg("error reply failed")
-		}
+		d.refuse(m, e)
 		return
 	}
 	if d.resolved(m, d.cfg.Subjects.CapabilityFromTask(m.Subject)) {
 		return // a workflow's: the resolver answers and releases the slot
 	}
 	d.handle(m) // answer releases the in-flight slot
+}
+
+// refuse answers a request that starts no task (Reach-Attempt 0) with e.
+func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
+	ct, _ := streams.PayloadType(m.Header, m.Data)
+	id, orch := taskIDs(m.Header)
+	out := errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+	out.Subject = m.Reply
+	if err := d.nc.PublishMsg(out); err != nil {
+		d.log.Warn().Err(err).Str("request_id", id).Msg("error reply failed")
+	}
 }
 
 // admit takes one of the replica's MaxInFlight slots for a task, or

@@ -109,11 +109,12 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		}
 		h.Set(streams.HeaderRequestID, id)
 	}
-	if name := d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()); d.resolver != nil && d.resolver.Serves(name) {
+	m := &nats.Msg{Subject: msg.Subject(), Header: h, Data: msg.Data()}
+	if name := d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()); d.resolver != nil && d.resolver.Serves(name) &&
+		(d.authorizer == nil || d.authorizer.Authorize(name, m, true) == nil) { // refused: parked below like any task
 		d.resolver.Durable(msg, name) // a workflow's run; it acknowledges once its outcome is recorded
 		return
 	}
-	m := &nats.Msg{Subject: msg.Subject(), Header: h, Data: msg.Data()}
 	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()), md.Timestamp, true)
 	if e == nil && h.Get(streams.HeaderIdempotencyKey) == "" {
 		// Durable delivery is at least once: a redelivery after a crash must
@@ -162,7 +163,8 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 			t.log.Warn().Err(err).Msg("durable nak")
 		}
 		return
-	case e.Code == streams.CodeBadRequest || e.Code == streams.CodePayloadTooLarge || e.Code == streams.CodeLoopDetected:
+	case e.Code == streams.CodeBadRequest || e.Code == streams.CodePayloadTooLarge || e.Code == streams.CodeLoopDetected ||
+		e.Code == streams.CodeUnauthorized:
 		where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
 	default:
 		where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonFailed, e)
@@ -208,14 +210,21 @@ func buffered(c streams.Code) bool {
 	return false
 }
 
-// keepInProgress tells JetStream the task is being worked on until the
-// returned stop is called, so its ack wait never expires mid-task.
+// keepInProgress is KeepInProgress at the replica's ack wait.
 func (d *Dispatcher) keepInProgress(msg jetstream.Msg) (stop func()) {
+	return KeepInProgress(msg, d.cfg.DurableAckWait)
+}
+
+// KeepInProgress tells JetStream that msg, delivered with ackWait, is being
+// worked on until the returned stop is called (an in-progress ack every
+// third of ackWait), so its ack wait never expires mid-task however long
+// the task takes. stop waits for the goroutine it started.
+func KeepInProgress(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		tick := time.NewTicker(d.cfg.DurableAckWait / 3)
+		tick := time.NewTicker(ackWait / 3)
 		defer tick.Stop()
 		for {
 			select {

@@ -70,6 +70,13 @@ func (d *Dispatcher) resolved(m *nats.Msg, name string) bool {
 	if d.resolver == nil || !d.resolver.Serves(name) {
 		return false
 	}
+	if d.authorizer != nil {
+		if e := d.authorizer.Authorize(name, m, false); e != nil {
+			d.refuse(m, e)
+			d.release()
+			return true
+		}
+	}
 	go func() {
 		defer d.release()
 		d.resolver.Direct(m, name)

@@ -81,8 +81,12 @@ func TestTheDispatchersExtensionPoints(t *testing.T) {
 	if e := streams.ErrorFromMessage(call(streams.Subjects{}.Task("echo"), "mallory")); e == nil || e.Code != streams.CodeUnauthorized {
 		t.Errorf("mallory's call: %v, want UNAUTHORIZED", e)
 	}
-	if res := call(streams.Subjects{}.Task("hello.flow"), "anyone"); string(res.Data) != `"hello from the resolver"` {
+	if res := call(streams.Subjects{}.Task("hello.flow"), "alice"); string(res.Data) != `"hello from the resolver"` {
 		t.Errorf("a name the resolver serves: %q %v", res.Data, res.Header)
+	}
+	// The resolver's names pass the Authorizer too.
+	if e := streams.ErrorFromMessage(call(streams.Subjects{}.Task("hello.flow"), "mallory")); e == nil || e.Code != streams.CodeUnauthorized {
+		t.Errorf("mallory's call of the resolver's name: %v, want UNAUTHORIZED", e)
 	}
 	// The observer saw both tasks the dispatcher routed, records off or not.
 	natstest.WaitFor(t, 5*time.Second, func() error {

@@ -287,7 +287,7 @@ func (e *Engine) Durable(msg jetstream.Msg, name string) {
 	defer e.running.Done()
 	e.durables.Add(1)
 	defer e.durables.Add(-1)
-	stop := e.keepInProgress(msg)
+	stop := dispatcher.KeepInProgress(msg, e.d.Config().DurableAckWait)
 	v := e.durable(msg, name)
 	stop()
 	switch v.kind {
@@ -304,27 +304,6 @@ func (e *Engine) Durable(msg jetstream.Msg, name string) {
 	case lost:
 		// Another replica runs it now, on a later delivery of the message.
 	}
-}
-
-// keepInProgress tells JetStream the run is being worked on until the
-// returned stop is called, so that its ack wait never expires mid-run
-// however long the run takes.
-func (e *Engine) keepInProgress(msg jetstream.Msg) (stop func()) {
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(e.d.Config().DurableAckWait / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
 }
 
 func (e *Engine) ack(msg jetstream.Msg, id string) {
