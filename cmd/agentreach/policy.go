@@ -27,8 +27,10 @@ within a second, without a restart. Keys:
   defaults              what every capability starts from
   capability.<cap>      one capability: strategy, retries, write, idempotent,
                         ack_timeout, min_call_timeout, max_call_timeout,
-                        deadline, queue_wait, max_in_flight, breaker, require
-  acl, workflow.<name>  kept as they are until the parts that read them exist
+                        deadline, queue_wait, max_in_flight, breaker, require,
+                        hedge, quorum
+  acl                   who may call what (docs/security.md)
+  workflow.<name>       a workflow definition ('agentreach workflow' writes it)
 A value is YAML or JSON; durations are strings such as "500ms" or "3s". The
 dispatcher's flags apply under the policy. docs/declarations.md lists every
 field with its default.
