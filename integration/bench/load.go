@@ -120,6 +120,9 @@ type openSpec struct {
 	// started, when set, is called with the planned time of the first call
 	// just before the load begins.
 	started func(time.Time)
+	// answered, when set, is called with every answer counted as a
+	// success and its latency, on the inbox's goroutine.
+	answered func(m *nats.Msg, lat time.Duration)
 	// precise paces with a locked thread sleeping in nanosleep, which sends
 	// within tens of microseconds of the plan but keeps one of the
 	// process's Ps while it sleeps (Go gets it back only when sysmon
@@ -182,6 +185,9 @@ func (r *run) openLoop(nc *nats.Conn, s openSpec) (*latency, error) {
 			record(timeoutUS, &res.errors)
 		default:
 			record(lat.Microseconds(), &res.ok)
+			if s.answered != nil {
+				s.answered(m, lat)
+			}
 		}
 	})
 	if err != nil {

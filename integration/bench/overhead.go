@@ -606,21 +606,7 @@ func startProtoAgents(e *env) error {
 	for i := range overheadAgents {
 		id := fmt.Sprintf("proto-%d", i)
 		if err := listen(e, id, func(nc *nats.Conn) (*nats.Subscription, error) {
-			return nc.Subscribe(streams.Subjects{}.Agent(id), func(m *nats.Msg) {
-				rid := m.Header.Get(streams.HeaderRequestID)
-				res := streams.StatusReply(m.Header.Get(streams.HeaderReplyTo), streams.StatusFinished, rid)
-				res.Data = m.Data
-				res.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
-				res.Header.Set(streams.HeaderNode, id)
-				res.Header.Set(streams.HeaderOrchestrationID, rid)
-				res.Header.Set(streams.HeaderAttempt, "1")
-				notice := streams.StatusReply(m.Reply, streams.StatusFinished, "")
-				notice.Header.Set(streams.HeaderDirect, "1")
-				notice.Header.Set(streams.HeaderActive, "0")
-				if nc.PublishMsg(res) == nil {
-					_ = nc.PublishMsg(notice)
-				}
-			})
+			return nc.Subscribe(streams.Subjects{}.Agent(id), func(m *nats.Msg) { _ = protoAnswer(nc, m, id) })
 		}); err != nil {
 			return err
 		}

@@ -344,15 +344,8 @@ func (s *sim) join(r *run, jw *joinWatcher, from, to int, d time.Duration) error
 					errc <- err
 					return
 				}
-				w := s.workers[k%simConns]
 				jw.expect(a.id, time.Now())
-				if err := s.put(r.ctx, w, a); err != nil {
-					s.errs.Add(1)
-				}
-				w.mu.Lock()
-				slot := s.tickAt(time.Now()) % s.slots
-				w.wheel[slot] = append(w.wheel[slot], a)
-				w.mu.Unlock()
+				s.enroll(r.ctx, k, a)
 			}
 		}()
 	}
@@ -361,10 +354,55 @@ func (s *sim) join(r *run, jw *joinWatcher, from, to int, d time.Duration) error
 	return <-errc
 }
 
+// enroll puts agent k's record now, on worker k's connection, and
+// heartbeats it every interval from then on.
+func (s *sim) enroll(ctx context.Context, k int, a simAgent) {
+	w := s.workers[k%simConns]
+	if err := s.put(ctx, w, a); err != nil {
+		s.errs.Add(1)
+	}
+	w.mu.Lock()
+	slot := s.tickAt(time.Now()) % s.slots
+	w.wheel[slot] = append(w.wheel[slot], a)
+	w.mu.Unlock()
+}
+
+// enrollAll enrolls every agent as fast as the workers' connections take
+// the puts, and says how many puts failed.
+func (s *sim) enrollAll(ctx context.Context, agents []simAgent) error {
+	errs0 := s.errs.Load()
+	var wg sync.WaitGroup
+	for g := range simConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := g; k < len(agents) && ctx.Err() == nil; k += simConns {
+				s.enroll(ctx, k, agents[k])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n := s.errs.Load() - errs0; n > 0 {
+		return fmt.Errorf("simulated agents: %d of %d records could not be put", n, len(agents))
+	}
+	return nil
+}
+
 func simRecord(k int, hb time.Duration) (simAgent, error) {
-	rec := registry.Record{ID: fmt.Sprintf("sim-%05d", k), Type: "sim", Capabilities: []string{simCapability},
-		MaxConcurrent: 4, Weight: registry.DefaultWeight, Status: registry.StatusReady,
-		HeartbeatMS: hb.Milliseconds(), Version: "1.0.0"}
+	return simRecordOf(registry.Record{ID: fmt.Sprintf("sim-%05d", k), Type: "sim", Capabilities: []string{simCapability},
+		MaxConcurrent: 4, HeartbeatMS: hb.Milliseconds()})
+}
+
+// simRecordOf completes rec (weight, status and version when unset),
+// validates it and encodes it for a simulated agent.
+func simRecordOf(rec registry.Record) (simAgent, error) {
+	rec.Normalize()
+	if rec.Version == "" {
+		rec.Version = "1.0.0"
+	}
 	if err := rec.Validate(); err != nil {
 		return simAgent{}, err
 	}
@@ -466,7 +504,7 @@ func (w *joinWatcher) close() {
 // the crashed agent's record leave the table and the bucket.
 func (r *run) crash(e *env, ds *dispatch, topo streams.Topology, population int) error {
 	r.prog.begin("registry: crashing an agent", nil)
-	set, err := r.startAgents(e, crashCapability, "crash", 2, 64, func(int) agentkit.Handler {
+	set, err := r.startAgents(e, []string{crashCapability}, "crash", 2, 64, func(int) agentkit.Handler {
 		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
 	})
 	if err != nil {

@@ -261,7 +261,7 @@ func setupDispatched(strategy string) func(r *run, e *env, p *skewProfile, point
 		if err != nil {
 			return nil, nil, err
 		}
-		agents, err := r.startAgents(e, capability, fmt.Sprintf("skew%d", point), skewAgents, skewSlots, func(i int) agentkit.Handler {
+		agents, err := r.startAgents(e, []string{capability}, fmt.Sprintf("skew%d", point), skewAgents, skewSlots, func(i int) agentkit.Handler {
 			return func(ctx context.Context, req *agentkit.Request) (any, error) {
 				if err := p.serve(ctx, i); err != nil {
 					return nil, err

@@ -19,12 +19,13 @@ type agentSet struct {
 	conns  []*nats.Conn
 }
 
-// startAgents starts n agents serving capability; agent i is named
-// "<prefix>-<i>" and runs handler(i) with maxConc slots.
-func (r *run) startAgents(e *env, capability, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) (*agentSet, error) {
+// startAgents starts n agents serving capabilities; agent i is named
+// "<prefix>-<i>" and runs handler(i) for each of them, with maxConc slots
+// shared among them.
+func (r *run) startAgents(e *env, capabilities []string, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) (*agentSet, error) {
 	set := &agentSet{}
 	var err error
-	labelled(r.ctx, compAgents, func(context.Context) { err = r.addAgents(e, set, capability, prefix, n, maxConc, handler) })
+	labelled(r.ctx, compAgents, func(context.Context) { err = r.addAgents(e, set, capabilities, prefix, n, maxConc, handler) })
 	if err != nil {
 		set.stop()
 		return nil, err
@@ -32,7 +33,7 @@ func (r *run) startAgents(e *env, capability, prefix string, n, maxConc int, han
 	return set, nil
 }
 
-func (r *run) addAgents(e *env, set *agentSet, capability, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) error {
+func (r *run) addAgents(e *env, set *agentSet, capabilities []string, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) error {
 	for i := range n {
 		nc, err := e.connect(fmt.Sprintf("%s-%d", prefix, i))
 		if err != nil {
@@ -47,8 +48,10 @@ func (r *run) addAgents(e *env, set *agentSet, capability, prefix string, n, max
 			Type: "bench", ID: fmt.Sprintf("%s-%d", prefix, i), MaxConcurrent: maxConc,
 			Heartbeat: e.topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond,
 		}, agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb))
-		if err == nil {
-			err = a.Handle(capability, handler(i))
+		for _, c := range capabilities {
+			if err == nil {
+				err = a.Handle(c, handler(i))
+			}
 		}
 		if err == nil {
 			ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
@@ -154,7 +157,7 @@ type echoStack struct {
 // cfg (on an in-process connection with inProcess) and waits until the
 // dispatcher routes to all of them.
 func (r *run) startEcho(e *env, cfg dispatcher.Config, inProcess bool) (*echoStack, error) {
-	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
+	agents, err := r.startAgents(e, []string{echoCapability}, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
 		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
 	})
 	if err != nil {
