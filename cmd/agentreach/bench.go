@@ -29,6 +29,14 @@ reports ratios, so the comparison holds on noisy hardware:
             crash-to-no-task, record expiry, memory per 1k agents
   workflow  a 3-step workflow vs one routed call (direct tier, p50), durable
             3-step runs vs durable single tasks (per second)
+  match     10k simulated agents of 100 declared types: routed throughput
+            with a Reach-Require leaving 10% vs no declarations, and the
+            time until a REACH_POLICY change routes
+  hedge     8 agents whose tasks stall 100x longer 2% of the time, at half
+            their capacity: p50/p99/p99.9 hedged vs not, hedges sent/refused
+  fanout    a 10-branch fan-out vs one routed call: p50 ratio
+  broadcast a broadcast to 1,000 instances vs a raw NATS scatter-gather to
+            the same subscribers: time until every reply is gathered
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load

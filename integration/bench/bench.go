@@ -20,7 +20,17 @@ const (
 	ScenarioSkew     = "skew"
 	ScenarioDurable  = "durable"
 	ScenarioRegistry = "registry"
+	// ScenarioWorkflow is a 3-step workflow against one routed call.
 	ScenarioWorkflow = "workflow"
+	// ScenarioMatch is requirement matching at 10,000 agents (issue 16).
+	ScenarioMatch = "match"
+	// ScenarioHedge is hedged requests against a 2% stall tail (issue 17).
+	ScenarioHedge = "hedge"
+	// ScenarioFanOut is a 10-branch fan-out against one routed call (issue 17).
+	ScenarioFanOut = "fanout"
+	// ScenarioBroadcast is a broadcast to 1,000 instances against a raw
+	// NATS scatter-gather (issue 17).
+	ScenarioBroadcast = "broadcast"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -30,8 +40,8 @@ var ErrUnknownScenario = errors.New("bench: unknown scenario")
 // without progress display or log lines.
 type Options struct {
 	// Quick shortens every measurement point (to about half a second) and
-	// trims the load steps, so that all scenarios together take well under a
-	// minute. Its figures are noisy: use it to check that the suite works,
+	// trims the load steps, so that all scenarios together take about a
+	// minute and a half. Its figures are noisy: use it to check that the suite works,
 	// not to quote numbers.
 	Quick bool
 	// Progress receives a live status line, redrawn in place with a carriage
@@ -57,7 +67,8 @@ type Report struct {
 
 // Scenarios lists the scenario names in the order `make bench` runs them.
 func Scenarios() []string {
-	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry, ScenarioWorkflow}
+	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry, ScenarioWorkflow,
+		ScenarioMatch, ScenarioHedge, ScenarioFanOut, ScenarioBroadcast}
 }
 
 // Run runs one scenario in this process against a nats-server on loopback
@@ -77,6 +88,14 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 		fn = runRegistry
 	case ScenarioWorkflow:
 		fn = runWorkflow
+	case ScenarioMatch:
+		fn = runMatch
+	case ScenarioHedge:
+		fn = runHedge
+	case ScenarioFanOut:
+		fn = runFanOut
+	case ScenarioBroadcast:
+		fn = runBroadcast
 	default:
 		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownScenario, scenario, strings.Join(Scenarios(), ", "))
 	}

@@ -25,6 +25,14 @@
 //   - durable: raw JetStream async publish versus reach.submit submission.
 //   - registry: thousands of simulated agents heartbeating; join-to-routable
 //     time, a crashed agent's exit, memory and CPU per 1,000 agents.
+//   - match: 10,000 simulated agents of 100 declared types; routed
+//     throughput with a Reach-Require that leaves 10% of them against a
+//     capability without declarations, and how soon a policy change routes.
+//   - hedge: eight agents whose tasks stall 100× longer 2% of the time;
+//     latency with hedged requests against without, and the hedges sent.
+//   - fanout: a fan-out of ten branches against one routed call.
+//   - broadcast: a broadcast to 1,000 instances against a raw NATS
+//     scatter-gather to the same subscribers.
 //
 // The CLI runs them as `agentreach bench <scenario> [--json-file FILE] [--quick]`.
 package bench

@@ -41,7 +41,7 @@ func runWorkflow(r *run) error {
 		return err
 	}
 	defer e.close()
-	agents, err := r.startAgents(e, echoCapability, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
+	agents, err := r.startAgents(e, []string{echoCapability}, "echo", overheadAgents, 1024, func(int) agentkit.Handler {
 		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
 	})
 	if err != nil {

@@ -1,0 +1,524 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const (
+	matchTypes           = 100
+	matchCapability      = "match.work"
+	matchPlainCapability = "match.plain"
+	matchPlainType       = "match-plain"
+	matchCallers         = 64
+	matchSlots           = 8
+	matchTimeout         = 2 * time.Second
+	// matchEvery: the types i with i%matchEvery == 0 are the ones the
+	// requirement leaves, 10% of them.
+	matchEvery = 10
+	// matchRequire leaves the types i%10 == 0: pool p0 is i%5 == 0, and of
+	// those history_days 30 only i%10 == 0.
+	matchRequire = `{"labels":{"pool":"p0"},"limits":{"history_days":30},"permissions":["read"]}`
+	// matchSettleWait bounds the wait, before each point, for the
+	// dispatcher to settle the tasks of the point before.
+	matchSettleWait = 30 * time.Second
+	// matchPolicyGoal is issue 16's bound on a policy change reaching
+	// routing.
+	matchPolicyGoal = time.Second
+)
+
+// matchType is the agent type of declaration i.
+func matchType(i int) string { return fmt.Sprintf("match-t%02d", i) }
+
+// matchID is instance j of type i.
+func matchID(i, j int) string { return fmt.Sprintf("m%02d-%03d", i, j) }
+
+// matchDeclaration is type i's declaration: pool p<i%5>, shard
+// s<(i/10)%10>, history_days 30 for i%10 == 0 and 7 for the others, read
+// granted and delete refused.
+func matchDeclaration(i int) *registry.Declaration {
+	days := 7.0
+	if i%matchEvery == 0 {
+		days = 30
+	}
+	return &registry.Declaration{
+		Type: matchType(i), Version: "1.0.0",
+		Capabilities: []registry.DeclaredCapability{{Name: matchCapability, Mode: registry.ModeRead, Idempotent: true}},
+		Labels: map[string][]string{"pool": {fmt.Sprintf("p%d", i%5)}, "shard": {fmt.Sprintf("s%d", (i/10)%10)},
+			"region": {[]string{"eu-west", "us-east"}[i%2]}},
+		Limits:      map[string]float64{"history_days": days, "max_rows": float64(1000 * (i + 1))},
+		Permissions: []string{"read"}, Refuses: []string{"delete"},
+	}
+}
+
+// matchShardPolicy is a capability policy whose default requirement
+// leaves only the type with shard s<shard> among those matchRequire
+// leaves: type 10*shard.
+func matchShardPolicy(shard int) []byte {
+	return fmt.Appendf(nil, `{"require":{"labels":{"pool":"p0","shard":"s%d"},"limits":{"history_days":30},"permissions":["read"]}}`, shard)
+}
+
+// runMatch measures requirement matching at scale (issue 16): routed
+// throughput of a capability offered by thousands of simulated instances
+// of 100 declared types, its calls carrying a Reach-Require that leaves
+// 10% of them, against a capability without declarations or requirement
+// served by as many real instances; and how long a policy change takes to
+// show in routing.
+func runMatch(r *run) error {
+	agents := pick(r, 10_000, 2_000)
+	perType := agents / matchTypes
+	real := perType * matchTypes / matchEvery
+	e, err := startEnv(r.ctx, streams.Topology{Memory: true}, false)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	hb := e.topo.HeartbeatInterval()
+
+	r.prog.begin(fmt.Sprintf("match: %d declarations, %d simulated agents", matchTypes, agents+real), nil)
+	js, _, err := e.js("match-admin")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	caps, err := js.KeyValue(ctx, streams.BucketCaps)
+	if err != nil {
+		return err
+	}
+	policyKV, err := js.KeyValue(ctx, streams.BucketPolicy)
+	if err != nil {
+		return err
+	}
+	for i := range matchTypes {
+		if _, err := registry.PutDeclaration(ctx, caps, matchDeclaration(i)); err != nil {
+			return fmt.Errorf("declaration %s: %w", matchType(i), err)
+		}
+	}
+	// Every instance is a simulated record heartbeating; the instances the
+	// requirement leaves, and as many of an undeclared type offering the
+	// plain capability, are also real responders. The other 90% have no
+	// subscriber: a task routed to one would come back redirected.
+	var recs []simAgent
+	var realIDs, plainIDs []string
+	add := func(rec registry.Record) error {
+		a, err := simRecordOf(rec)
+		recs = append(recs, a)
+		return err
+	}
+	for i := range matchTypes {
+		for j := range perType {
+			id := matchID(i, j)
+			if i%matchEvery == 0 {
+				realIDs = append(realIDs, id)
+			}
+			if err := add(registry.Record{ID: id, Type: matchType(i), Capabilities: []string{matchCapability},
+				MaxConcurrent: matchSlots, HeartbeatMS: hb.Milliseconds()}); err != nil {
+				return err
+			}
+		}
+	}
+	for k := range real {
+		id := fmt.Sprintf("plain-%04d", k)
+		plainIDs = append(plainIDs, id)
+		if err := add(registry.Record{ID: id, Type: matchPlainType, Capabilities: []string{matchPlainCapability},
+			MaxConcurrent: matchSlots, HeartbeatMS: hb.Milliseconds()}); err != nil {
+			return err
+		}
+	}
+	fl, err := r.startFleet(e, "match-fleet", append(slices.Clone(realIDs), plainIDs...), 4, 2, "")
+	if err != nil {
+		return err
+	}
+	defer fl.stop()
+	s, err := newSim(e, hb)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	if err := s.enrollAll(r.ctx, recs); err != nil {
+		return err
+	}
+	ds, err := r.startDispatcher(e, dispatcher.Config{}, false)
+	if err != nil {
+		return err
+	}
+	defer ds.stop()
+	if err := r.waitRoutable(ds, matchCapability, agents); err != nil {
+		return err
+	}
+	if err := r.waitRoutable(ds, matchPlainCapability, real); err != nil {
+		return err
+	}
+	if !r.poll(10*time.Second, func() bool {
+		_, ok := ds.d.Catalog().Lookup(matchType(matchTypes - 1))
+		return ok
+	}) {
+		return errors.Join(r.ctx.Err(), errors.New("match: the dispatcher's catalog lacks the declarations after 10s"))
+	}
+
+	callers, err := e.connectN("match-caller", 4)
+	if err != nil {
+		return err
+	}
+	payload := []byte(`{"sku":"A-7","rows":10}`)
+	plainHdr := nats.Header{streams.HeaderContentType: []string{streams.ContentTypeJSON}}
+	reqHdr := nats.Header{streams.HeaderContentType: []string{streams.ContentTypeJSON}, streams.HeaderRequire: []string{matchRequire}}
+	type method struct {
+		name, subject string
+		hdr           nats.Header
+	}
+	methods := []method{
+		{"required", streams.Subjects{}.Task(matchCapability), reqHdr},
+		{"plain", streams.Subjects{}.Task(matchPlainCapability), plainHdr},
+	}
+	build := func(m method) func() *nats.Msg {
+		return func() *nats.Msg { return &nats.Msg{Subject: m.subject, Data: payload, Header: m.hdr} }
+	}
+	for _, m := range methods {
+		if _, err := r.closedLoop(callers, closedSpec{step: "match: warm-up " + m.name, callers: 16,
+			dur: pick(r, time.Second, 200*time.Millisecond), timeout: matchTimeout, build: build(m)}); err != nil {
+			return err
+		}
+	}
+
+	// Closed loop at 64 callers, in rounds, the methods taking turns (the
+	// first of a round alternating), each point CPU-profiled and started
+	// only once the dispatcher has settled every task of the one before.
+	pointDur := pick(r, 2*time.Second, 500*time.Millisecond)
+	type series struct {
+		merged     map[string]*latency
+		cpu        taskCPUs
+		lo, hi     float64 // required/plain throughput, round by round
+		redirected int64
+		settleMax  time.Duration // longest wait for the dispatcher to settle a point's tasks
+		unsettled  int64         // tasks still in flight when that wait gave up
+		rounds     int
+	}
+	measure := func(ds *dispatch, rounds int, about string) (*series, error) {
+		sr := &series{merged: map[string]*latency{}, cpu: taskCPUs{}, lo: math.Inf(1), hi: math.Inf(-1), rounds: rounds}
+		for _, m := range methods {
+			merged := newLatency()
+			sr.merged[m.name] = merged
+		}
+		redirected0 := ds.d.Stats().Redirected
+		for round := range rounds {
+			order := methods
+			if round%2 == 1 {
+				order = []method{methods[1], methods[0]}
+			}
+			got := map[string]*latency{}
+			for _, m := range order {
+				r.prog.begin(fmt.Sprintf("match: %s, waiting for the dispatcher to settle its tasks", about), func() string {
+					return fmt.Sprintf("%d in flight", ds.d.Stats().InFlight)
+				})
+				t0 := time.Now()
+				r.poll(matchSettleWait, func() bool { return ds.d.Stats().InFlight == 0 })
+				sr.settleMax = max(sr.settleMax, time.Since(t0))
+				sr.unsettled = max(sr.unsettled, ds.d.Stats().InFlight)
+				var l *latency
+				byComp, err := cpuByComponent(func() (err error) {
+					l, err = r.closedLoop(callers, closedSpec{step: fmt.Sprintf("match: %s, %s, %d callers, round %d of %d", about, m.name,
+						matchCallers, round+1, rounds), callers: matchCallers, dur: pointDur, timeout: matchTimeout, build: build(m)})
+					return err
+				})
+				if err != nil {
+					return nil, err
+				}
+				if byComp != nil {
+					sr.cpu.add(m.name, byComp, l.ok)
+				}
+				got[m.name] = l
+				sr.merged[m.name].add(l)
+				r.logf("match %s %s round %d: %v; %d tasks in flight at the dispatcher", about, m.name, round+1, l, ds.d.Stats().InFlight)
+			}
+			v := ratio(got["required"].rps(), got["plain"].rps())
+			sr.lo, sr.hi = min(sr.lo, v), max(sr.hi, v)
+		}
+		sr.redirected = ds.d.Stats().Redirected - redirected0
+		return sr, nil
+	}
+	withEvents, err := measure(ds, pick(r, 3, 1), "default dispatcher")
+	if err != nil {
+		return err
+	}
+	merged, cpu, lo, hi, redirected, rounds := withEvents.merged, withEvents.cpu, withEvents.lo, withEvents.hi, withEvents.redirected, withEvents.rounds
+	r.set("match_settle_max_ms", ms(withEvents.settleMax))
+	r.set("match_unsettled", float64(withEvents.unsettled))
+	req, plain := merged["required"], merged["plain"]
+	r.set("match_agents", float64(agents))
+	r.set("match_types", matchTypes)
+	r.set("match_real_responders", float64(real))
+	r.set("match_required_rps", req.rps())
+	r.set("match_plain_rps", plain.rps())
+	r.set("match_throughput_ratio", ratio(req.rps(), plain.rps()))
+	r.set("match_throughput_ratio_round_min", lo)
+	r.set("match_throughput_ratio_round_max", hi)
+	r.set("match_required_p50_us", usf(req.p(50)))
+	r.set("match_plain_p50_us", usf(plain.p(50)))
+	r.set("match_required_p99_us", usf(req.p(99)))
+	r.set("match_plain_p99_us", usf(plain.p(99)))
+	r.set("match_required_failed", float64(req.failed()))
+	r.set("match_plain_failed", float64(plain.failed()))
+	r.set("match_redirected", float64(redirected))
+	usedReal := fl.usedOf(realIDs)
+	r.set("match_required_instances_used", float64(usedReal))
+	r.set("match_plain_instances_used", float64(fl.usedOf(plainIDs)))
+	var cpuRows [][]string
+	for _, m := range methods {
+		tc := cpu[m.name]
+		if tc == nil {
+			continue
+		}
+		r.set("match_"+m.name+"_dispatcher_us_per_req", tc.perTask(compDispatch))
+		r.set("match_"+m.name+"_cpu_us_per_req", tc.total())
+		cpuRows = append(cpuRows, []string{m.name, f(tc.perTask(compServer)), f(tc.perTask(compDispatch)),
+			f(tc.perTask(compAgents)), f(tc.perTask(compUnlabeled)), f(tc.total())})
+	}
+
+	// A policy change at this scale: the capability's default requirement
+	// moves between two types (shard s3 → type 30, shard s4 → type 40), and
+	// one caller calls it back to back without Reach-Require until a reply
+	// comes from the new type.
+	pol, err := r.policyChanges(ds, policyKV, callers[0], payload, pick(r, 10, 3))
+	if err != nil {
+		return err
+	}
+	r.set("match_policy_change_ms", pol.routedMax)
+	r.set("match_policy_change_p50_ms", pol.routedP50)
+	r.set("match_policy_seen_ms", pol.seenMax)
+	r.set("match_policy_seen_p50_ms", pol.seenP50)
+	r.set("match_policy_changes", float64(pol.reps))
+	r.set("match_policy_stale_calls", float64(pol.stale))
+	r.set("match_policy_not_followed", float64(pol.missed))
+
+	// Where the time goes: the same rounds on a dispatcher that writes no
+	// feedback records (NoEvents), whose records of the required method
+	// carry every instance the requirement passed over.
+	ds.stop()
+	quiet, err := r.startDispatcher(e, dispatcher.Config{NoEvents: true}, false)
+	if err != nil {
+		return err
+	}
+	defer quiet.stop()
+	if err := r.waitRoutable(quiet, matchCapability, agents); err != nil {
+		return err
+	}
+	noEv, err := measure(quiet, pick(r, 2, 1), "dispatcher without events")
+	if err != nil {
+		return err
+	}
+	nreq, nplain := noEv.merged["required"], noEv.merged["plain"]
+	r.set("match_no_events_required_rps", nreq.rps())
+	r.set("match_no_events_plain_rps", nplain.rps())
+	r.set("match_throughput_ratio_no_events", ratio(nreq.rps(), nplain.rps()))
+	for _, m := range methods {
+		if tc := noEv.cpu[m.name]; tc != nil {
+			r.set("match_no_events_"+m.name+"_dispatcher_us_per_req", tc.perTask(compDispatch))
+		}
+	}
+
+	fig := func(k string) float64 { return r.rep.Figures[k] }
+	r.addTable(fmt.Sprintf("match: %d simulated agents of %d declared types (+%d undeclared), %d callers, closed loop (%d rounds of %v per method)",
+		agents, matchTypes, real, matchCallers, rounds, pointDur),
+		[]string{"method", "req/s", "p50 µs", "p99 µs", "failed", "instances used"},
+		[][]string{
+			{"required (Reach-Require leaves 10%)", f(req.rps()), us(req.p(50)), us(req.p(99)), fmt.Sprint(req.failed()), fmt.Sprintf("%d of %d", usedReal, real)},
+			{"plain (no declaration, no requirement)", f(plain.rps()), us(plain.p(50)), us(plain.p(99)), fmt.Sprint(plain.failed()),
+				fmt.Sprintf("%.0f of %d", fig("match_plain_instances_used"), real)},
+			{fmt.Sprintf("required, dispatcher with NoEvents (%d rounds)", noEv.rounds), f(nreq.rps()), us(nreq.p(50)), us(nreq.p(99)),
+				fmt.Sprint(nreq.failed()), ""},
+			{fmt.Sprintf("plain, dispatcher with NoEvents (%d rounds)", noEv.rounds), f(nplain.rps()), us(nplain.p(50)), us(nplain.p(99)),
+				fmt.Sprint(nplain.failed()), ""},
+		})
+	if len(cpuRows) > 0 {
+		r.addTable("match: CPU per answered request, µs (CPU profiles of the same rounds, by component)",
+			[]string{"method", "nats-server", "dispatcher", "responders", "callers and runtime", "total"}, cpuRows)
+	}
+	r.addTable(fmt.Sprintf("match: a default requirement changed in REACH_POLICY, %d times", pol.reps),
+		[]string{"figure", "p50 ms", "max ms"},
+		[][]string{
+			{"the dispatcher's PolicyWatcher holds the new value (Policies().Current())", f(pol.seenP50), f(pol.seenMax)},
+			{"a routed call comes back from the new type", f(pol.routedP50), f(pol.routedMax)},
+		})
+	r.addTable("match: summary", []string{"figure", "value"}, [][]string{
+		{"match_throughput_ratio (required/plain, 64 callers)", f(fig("match_throughput_ratio"))},
+		{fmt.Sprintf("… round by round, lowest–highest of %d", rounds), f(lo) + "–" + f(hi)},
+		{"match_policy_change_ms (max; until routing follows)", f(pol.routedMax)},
+		{"match_throughput_ratio_no_events (the same, on a dispatcher that writes no feedback records)", f(fig("match_throughput_ratio_no_events"))},
+		{"match_settle_max_ms (longest wait, before a point, for the dispatcher to settle the tasks of the one before)", f(fig("match_settle_max_ms"))},
+		{"match_redirected (deliveries that went to an instance without a responder)", fmt.Sprint(redirected)},
+	})
+	r.note("Setup: %d declarations in REACH_CAPS (labels pool, shard and region; limits history_days and max_rows; read "+
+		"granted, delete refused) and %d simulated agents, %d of each type, all offering %s, as records put by %d "+
+		"connections and heartbeated every %v, as the registry scenario simulates them. The calls of the required "+
+		"method carry Reach-Require %s, which the types i%%10 = 0 meet: %d instances (10%%). Those %d are real "+
+		"responders; so are %d more records of type %s, which has no declaration, offering %s, which the plain "+
+		"method calls without a requirement. The other %d instances have no subscriber: a task routed to one would be "+
+		"redirected; match_redirected counts those and the deliveries retried elsewhere after no ACK in 3 s.", matchTypes, agents, perType, matchCapability, simConns, hb, matchRequire, real, real,
+		real, matchPlainType, matchPlainCapability, agents-real)
+	r.note("Both methods use the same dispatcher, the same %d real responders' worth of instances (%d slots each, "+
+		"answering at once in the protocol, multiplexed as subscriptions over 4 connections), the same callers and "+
+		"the same payload; the routing table holds all %d records for both. So the ratio is what the requirement "+
+		"costs: parsing Reach-Require (cached per value), merging it over the policy's, and the cached view of the "+
+		"instances that qualify, against the shared routes as they are. Rounds of %v, methods alternating which goes "+
+		"first.", real, matchSlots, agents+real, pointDur)
+	r.note("Policy change: %s in REACH_POLICY is put with registry.PutPolicy with a default requirement leaving only "+
+		"type 30 (shard s3) or only type 40 (shard s4), alternately; the clock starts just before the put. "+
+		"match_policy_seen_ms is when the dispatcher's Policies().Current() reflects the put (polled every 50 µs); "+
+		"match_policy_change_ms when a routed call (one caller, back to back, no Reach-Require) first comes back from "+
+		"the new type — the first task routed under the new requirement, whose view of the %d instances is built then. "+
+		"match_policy_stale_calls counts the calls after it (50 per change) that still came from the old type; "+
+		"match_policy_not_followed the changes not followed within 5 s.", registry.PolicyCapabilityPrefix+matchCapability, agents)
+	r.note("Where the time goes: a task's feedback record in REACH_EVENTS lists every instance its requirement passed "+
+		"over (Event.Excluded), %d here, so each record of the required method is tens to hundreds of KB where the plain "+
+		"method's is a few hundred bytes, and the dispatcher's connection carries them all. The callers get their answers "+
+		"from the agents directly, but the dispatcher settles each task only when the agent's notice comes in behind "+
+		"that traffic: tasks pile up in flight (match_unsettled, match_settle_max_ms), slots look taken, tasks queue. "+
+		"Every point therefore starts only once the dispatcher has settled the one before, so no method inherits "+
+		"another's backlog. match_throughput_ratio_no_events is the same comparison on a dispatcher started with "+
+		"NoEvents, after the policy changes (%d rounds): what the requirement costs apart from its records.",
+		agents-real, noEv.rounds)
+	r.goal("match_throughput_ratio", fmt.Sprintf("routed throughput with a requirement that leaves 10%% of %d agents ≥ 0.8 × "+
+		"without declarations or requirement: %.2f (%.0f vs %.0f req/s); without feedback records %.2f", agents,
+		fig("match_throughput_ratio"), req.rps(), plain.rps(), fig("match_throughput_ratio_no_events")),
+		fig("match_throughput_ratio") >= 0.8)
+	r.goal("match_policy_change", fmt.Sprintf("a policy change is followed by routing within %v at %d agents: max %.1f ms, p50 %.1f ms over %d changes",
+		matchPolicyGoal, agents, pol.routedMax, pol.routedP50, pol.reps), pol.missed == 0 && pol.routedMax <= ms(matchPolicyGoal))
+	return nil
+}
+
+// usedOf returns how many of ids answered at least one delivery.
+func (fl *fleet) usedOf(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if c := fl.byID[id]; c != nil && c.Load() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// policyOutcome is what policyChanges measured.
+type policyOutcome struct {
+	reps, stale, missed  int
+	seenP50, seenMax     float64 // ms
+	routedP50, routedMax float64 // ms
+}
+
+// policyChanges puts matchShardPolicy alternately for shards 3 and 4,
+// reps times after a first put it does not time, and measures each
+// change: until the dispatcher's watcher reflects it, and until a call
+// routed without Reach-Require comes back from the new type.
+func (r *run) policyChanges(ds *dispatch, kv jetstream.KeyValue, nc *nats.Conn, payload []byte, reps int) (*policyOutcome, error) {
+	key := registry.PolicyCapabilityPrefix + matchCapability
+	subject := streams.Subjects{}.Task(matchCapability)
+	hdr := nats.Header{streams.HeaderContentType: []string{streams.ContentTypeJSON}}
+	call := func() (string, error) {
+		m, err := nc.RequestMsg(&nats.Msg{Subject: subject, Data: payload, Header: hdr}, matchTimeout)
+		if err != nil {
+			return "", err
+		}
+		if isFailure(m) {
+			return "", fmt.Errorf("policy change: error reply %s: %s", errorCode(m), m.Data)
+		}
+		return m.Header.Get(streams.HeaderNode), nil
+	}
+	// change puts shard's policy and returns when the watcher had it and
+	// when a call first came back from its type (0, 0 when not in 5 s).
+	change := func(shard int) (seen, routed time.Duration, stale int, err error) {
+		want := fmt.Sprintf("m%02d-", 10*shard)
+		prev := ds.d.Policies().Current().Revision()
+		var seenAt atomic.Int64
+		stop, watched := make(chan struct{}), make(chan struct{})
+		stopWatch := sync.OnceFunc(func() { close(stop); <-watched })
+		defer stopWatch()
+		t0 := time.Now()
+		go func() {
+			defer close(watched)
+			for {
+				if ds.d.Policies().Current().Revision() > prev {
+					seenAt.Store(int64(time.Since(t0)))
+					return
+				}
+				select {
+				case <-stop:
+					if ds.d.Policies().Current().Revision() > prev {
+						seenAt.Store(int64(time.Since(t0)))
+					}
+					return
+				default:
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+		}()
+		pctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		defer cancel()
+		if _, err := registry.PutPolicy(pctx, kv, key, matchShardPolicy(shard)); err != nil {
+			return 0, 0, 0, err
+		}
+		for time.Since(t0) < 5*time.Second && r.ctx.Err() == nil {
+			node, err := call()
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			if strings.HasPrefix(node, want) {
+				routed = time.Since(t0)
+				break
+			}
+		}
+		if routed > 0 {
+			for range 50 {
+				node, err := call()
+				if err != nil {
+					return 0, 0, 0, err
+				}
+				if !strings.HasPrefix(node, want) {
+					stale++
+				}
+			}
+		}
+		stopWatch()
+		return time.Duration(seenAt.Load()), routed, stale, r.ctx.Err()
+	}
+	r.prog.begin("match: first policy put", nil)
+	if _, routed, _, err := change(3); err != nil {
+		return nil, err
+	} else if routed == 0 {
+		return nil, errors.New("match: the first policy put was not followed by routing within 5s")
+	}
+	out := &policyOutcome{reps: reps}
+	seen, routed := newHist(), newHist()
+	for i := range reps {
+		r.prog.begin(fmt.Sprintf("match: policy change %d of %d", i+1, reps), nil)
+		sv, rt, stale, err := change(4 - i%2)
+		if err != nil {
+			return nil, err
+		}
+		out.stale += stale
+		if rt == 0 {
+			out.missed++
+			rt = 5 * time.Second
+		}
+		_ = seen.RecordValue(max(sv.Microseconds(), 1))
+		_ = routed.RecordValue(max(rt.Microseconds(), 1))
+		r.logf("match policy change %d: watcher %v, routing %v, %d stale calls", i+1, sv, rt, stale)
+	}
+	out.seenP50, out.seenMax = msUS(seen.ValueAtQuantile(50)), msUS(seen.Max())
+	out.routedP50, out.routedMax = msUS(routed.ValueAtQuantile(50)), msUS(routed.Max())
+	return out, nil
+}
