@@ -74,7 +74,7 @@ func TestQuickSuite(t *testing.T) {
 				"match_throughput_ratio_round_min", "match_throughput_ratio_round_max", "match_required_instances_used",
 				"match_policy_change_ms", "match_policy_change_p50_ms", "match_policy_seen_ms", "match_policy_changes"},
 			[]string{"match_redirected", "match_required_failed", "match_plain_failed", "match_policy_stale_calls",
-				"match_policy_not_followed", "goal_match_throughput_ratio", "goal_match_policy_change"}},
+				"match_policy_not_followed", "match_policy_failed_calls", "match_throughput_ratio_no_events", "match_settle_max_ms", "goal_match_throughput_ratio", "goal_match_policy_change"}},
 		{bench.ScenarioHedge,
 			[]string{"hedge_off_p99_ms", "hedge_p97_p99_ms", "hedge_p95_p99_ms", "hedge_off_p999_ms", "hedge_p97_p999_ms",
 				"hedge_p99_ratio", "hedge_offered_rps", "hedge_capacity_rps", "hedge_p97_calls", "hedge_off_calls"},
@@ -88,7 +88,7 @@ func TestQuickSuite(t *testing.T) {
 		{bench.ScenarioBroadcast,
 			[]string{"broadcast_instances", "broadcast_gather_p50_ms", "broadcast_scatter_p50_ms", "broadcast_gather_ratio",
 				"broadcast_gather_ratio_rep_min", "broadcast_gather_ratio_rep_max", "broadcast_gather_max_ms"},
-			[]string{"broadcast_dropped", "broadcast_broadcast_dispatcher_cpu_ms", "goal_broadcast_gather_ratio"}},
+			[]string{"broadcast_dropped", "broadcast_failed", "broadcast_scatter_failed", "broadcast_broadcast_dispatcher_cpu_ms", "goal_broadcast_gather_ratio"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

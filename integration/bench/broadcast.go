@@ -129,10 +129,25 @@ func runBroadcast(r *run) error {
 		once func() (time.Duration, error)
 	}
 	methods := []method{{"broadcast", broadcast}, {"scatter", scatter}}
+	// attempt runs m once; a gather that fails (not every reply in time) is
+	// counted, not fatal: ok is false and err only the run's own end.
+	failures := map[string]int{}
+	attempt := func(m method) (d time.Duration, ok bool, err error) {
+		d, err = m.once()
+		if err == nil {
+			return d, true, nil
+		}
+		if cerr := r.ctx.Err(); cerr != nil {
+			return 0, false, cerr
+		}
+		failures[m.name]++
+		r.logf("broadcast: %s failed: %v", m.name, err)
+		return 0, false, nil
+	}
 	for _, m := range methods {
 		r.prog.begin("broadcast: warm-up "+m.name, nil)
 		for range 3 {
-			if _, err := m.once(); err != nil {
+			if _, _, err := attempt(m); err != nil {
 				return err
 			}
 		}
@@ -145,15 +160,19 @@ func runBroadcast(r *run) error {
 		got := map[string]time.Duration{}
 		for k := range methods {
 			m := methods[(k+rep)%len(methods)]
-			d, err := m.once()
+			d, ok, err := attempt(m)
 			if err != nil {
 				return err
 			}
-			got[m.name] = d
-			hists[m.name] = append(hists[m.name], d)
+			if ok {
+				got[m.name] = d
+				hists[m.name] = append(hists[m.name], d)
+			}
 		}
-		v := ratio(float64(got["broadcast"]), float64(got["scatter"]))
-		lo, hi = min(lo, v), max(hi, v)
+		if len(got) == len(methods) {
+			v := ratio(float64(got["broadcast"]), float64(got["scatter"]))
+			lo, hi = min(lo, v), max(hi, v)
+		}
 		r.logf("broadcast rep %d: broadcast %v, scatter-gather %v", rep+1, got["broadcast"], got["scatter"])
 	}
 	// Where the CPU goes: each method again, back to back for a while,
@@ -168,9 +187,13 @@ func runBroadcast(r *run) error {
 		r.prog.begin(fmt.Sprintf("broadcast: %s back to back for %v under a CPU profile", m.name, profileFor), nil)
 		count := 0
 		byComp, err := cpuByComponent(func() error {
-			for end := time.Now().Add(profileFor); time.Now().Before(end); count++ {
-				if _, err := m.once(); err != nil {
+			for end := time.Now().Add(profileFor); time.Now().Before(end); {
+				_, ok, err := attempt(m)
+				if err != nil {
 					return err
+				}
+				if ok {
+					count++
 				}
 			}
 			return nil
@@ -181,6 +204,9 @@ func runBroadcast(r *run) error {
 		cpu[m.name] = cpuOf{byComp, count}
 	}
 	bc, sc := hists["broadcast"], hists["scatter"]
+	if math.IsInf(lo, 1) {
+		lo, hi = 0, 0 // no repetition had both
+	}
 	r.set("broadcast_instances", float64(n))
 	r.set("broadcast_repetitions", float64(reps))
 	r.set("broadcast_gather_p50_ms", ms(median(bc)))
@@ -191,6 +217,8 @@ func runBroadcast(r *run) error {
 	r.set("broadcast_gather_ratio_rep_min", lo)
 	r.set("broadcast_gather_ratio_rep_max", hi)
 	r.set("broadcast_dropped", float64(fl.dropped.Load()))
+	r.set("broadcast_failed", float64(failures["broadcast"]))
+	r.set("broadcast_scatter_failed", float64(failures["scatter"]))
 	var cpuRows [][]string
 	for _, m := range methods {
 		byComp, count := cpu[m.name].byComp, cpu[m.name].count
@@ -231,7 +259,9 @@ func runBroadcast(r *run) error {
 		"what comes there to its reply subject: the baseline is one publish there and %d replies counted on one "+
 		"inbox. A broadcast is one request to reach.broadcast.%s, which the dispatcher/fanout service beside the "+
 		"dispatcher answers once all %d branches (one delivery per instance, no retry) have come back; it counts only "+
-		"when Reach-Answered is %d. The two take turns, %d repetitions each, who goes first alternating.",
+		"when Reach-Answered is %d (broadcast_failed and broadcast_scatter_failed count the gathers that fell short, "+
+		"each timed out at 10 s or answered short; they are left out of the times). The two take turns, %d repetitions "+
+		"each, who goes first alternating.",
 		n, broadcastCapability, n, broadcastConns, broadcastScatter, n, broadcastCapability, n, n, reps)
 	r.goal("broadcast_gather_ratio", fmt.Sprintf("a broadcast to %d instances gathers every reply within 3 × a raw scatter-gather's time: "+
 		"%.2f (median %.1f vs %.1f ms)", n, fig("broadcast_gather_ratio"), fig("broadcast_gather_p50_ms"), fig("broadcast_scatter_p50_ms")),

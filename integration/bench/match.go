@@ -305,6 +305,7 @@ func runMatch(r *run) error {
 	r.set("match_policy_changes", float64(pol.reps))
 	r.set("match_policy_stale_calls", float64(pol.stale))
 	r.set("match_policy_not_followed", float64(pol.missed))
+	r.set("match_policy_failed_calls", float64(pol.failed))
 
 	// Where the time goes: the same rounds on a dispatcher that writes no
 	// feedback records (NoEvents), whose records of the required method
@@ -383,7 +384,7 @@ func runMatch(r *run) error {
 		"match_policy_change_ms when a routed call (one caller, back to back, no Reach-Require) first comes back from "+
 		"the new type — the first task routed under the new requirement, whose view of the %d instances is built then. "+
 		"match_policy_stale_calls counts the calls after it (50 per change) that still came from the old type; "+
-		"match_policy_not_followed the changes not followed within 5 s.", registry.PolicyCapabilityPrefix+matchCapability, agents)
+		"match_policy_not_followed the changes not followed within 5 s, match_policy_failed_calls the calls that failed during the timed changes (before the first, untimed put the capability has no requirement and a call may land on an instance without a responder).", registry.PolicyCapabilityPrefix+matchCapability, agents)
 	r.note("Where the time goes: a task's feedback record in REACH_EVENTS lists every instance its requirement passed "+
 		"over (Event.Excluded), %d here, so each record of the required method is tens to hundreds of KB where the plain "+
 		"method's is a few hundred bytes, and the dispatcher's connection carries them all. The callers get their answers "+
@@ -416,6 +417,7 @@ func (fl *fleet) usedOf(ids []string) int {
 // policyOutcome is what policyChanges measured.
 type policyOutcome struct {
 	reps, stale, missed  int
+	failed               int     // calls that failed during the timed changes
 	seenP50, seenMax     float64 // ms
 	routedP50, routedMax float64 // ms
 }
@@ -428,15 +430,17 @@ func (r *run) policyChanges(ds *dispatch, kv jetstream.KeyValue, nc *nats.Conn, 
 	key := registry.PolicyCapabilityPrefix + matchCapability
 	subject := streams.Subjects{}.Task(matchCapability)
 	hdr := nats.Header{streams.HeaderContentType: []string{streams.ContentTypeJSON}}
-	call := func() (string, error) {
+	// call returns the node that answered, or "" for a failed call
+	// (counted): before the first put the capability has no requirement,
+	// and a call may go to an instance without a responder.
+	failed := 0
+	call := func() string {
 		m, err := nc.RequestMsg(&nats.Msg{Subject: subject, Data: payload, Header: hdr}, matchTimeout)
-		if err != nil {
-			return "", err
+		if err != nil || isFailure(m) {
+			failed++
+			return ""
 		}
-		if isFailure(m) {
-			return "", fmt.Errorf("policy change: error reply %s: %s", errorCode(m), m.Data)
-		}
-		return m.Header.Get(streams.HeaderNode), nil
+		return m.Header.Get(streams.HeaderNode)
 	}
 	// change puts shard's policy and returns when the watcher had it and
 	// when a call first came back from its type (0, 0 when not in 5 s).
@@ -472,22 +476,14 @@ func (r *run) policyChanges(ds *dispatch, kv jetstream.KeyValue, nc *nats.Conn, 
 			return 0, 0, 0, err
 		}
 		for time.Since(t0) < 5*time.Second && r.ctx.Err() == nil {
-			node, err := call()
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			if strings.HasPrefix(node, want) {
+			if strings.HasPrefix(call(), want) {
 				routed = time.Since(t0)
 				break
 			}
 		}
 		if routed > 0 {
 			for range 50 {
-				node, err := call()
-				if err != nil {
-					return 0, 0, 0, err
-				}
-				if !strings.HasPrefix(node, want) {
+				if node := call(); node != "" && !strings.HasPrefix(node, want) {
 					stale++
 				}
 			}
@@ -502,6 +498,7 @@ func (r *run) policyChanges(ds *dispatch, kv jetstream.KeyValue, nc *nats.Conn, 
 		return nil, errors.New("match: the first policy put was not followed by routing within 5s")
 	}
 	out := &policyOutcome{reps: reps}
+	failed = 0 // only the timed changes' calls count
 	seen, routed := newHist(), newHist()
 	for i := range reps {
 		r.prog.begin(fmt.Sprintf("match: policy change %d of %d", i+1, reps), nil)
@@ -518,6 +515,7 @@ func (r *run) policyChanges(ds *dispatch, kv jetstream.KeyValue, nc *nats.Conn, 
 		_ = routed.RecordValue(max(rt.Microseconds(), 1))
 		r.logf("match policy change %d: watcher %v, routing %v, %d stale calls", i+1, sv, rt, stale)
 	}
+	out.failed = failed
 	out.seenP50, out.seenMax = msUS(seen.ValueAtQuantile(50)), msUS(seen.Max())
 	out.routedP50, out.routedMax = msUS(routed.ValueAtQuantile(50)), msUS(routed.Max())
 	return out, nil
