@@ -362,7 +362,7 @@ func runMatch(r *run) error {
 		{"match_policy_change_ms (max; until routing follows)", f(pol.routedMax)},
 		{"match_throughput_ratio_no_events (the same, on a dispatcher that writes no feedback records)", f(fig("match_throughput_ratio_no_events"))},
 		{"match_settle_max_ms (longest wait, before a point, for the dispatcher to settle the tasks of the one before)", f(fig("match_settle_max_ms"))},
-		{"match_redirected (deliveries that went to an instance without a responder)", fmt.Sprint(redirected)},
+		{"match_redirected (deliveries retried elsewhere: no responder, or no ACK within 3 s)", fmt.Sprint(redirected)},
 	})
 	r.note("Setup: %d declarations in REACH_CAPS (labels pool, shard and region; limits history_days and max_rows; read "+
 		"granted, delete refused) and %d simulated agents, %d of each type, all offering %s, as records put by %d "+
