@@ -57,8 +57,10 @@ type Event struct {
 	Score *float64 `json:"score,omitempty"`
 	// Excluded lists the instances offering the capability that the task
 	// could not go to, and why: requirements not met, a dependency down,
-	// too slow for max_latency_ms, a breaker open.
-	Excluded []streams.Exclusion `json:"excluded,omitempty"`
+	// too slow for max_latency_ms, a breaker open — the first few of them;
+	// ExcludedTotal counts them all.
+	Excluded      []streams.Exclusion `json:"excluded,omitempty"`
+	ExcludedTotal int                 `json:"excluded_total,omitempty"`
 }
 
 // How records travel. A message on reach.event.<capability> carries one or
@@ -118,7 +120,7 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
 	}
 	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
-		ev.Excluded = d.exclusions(t, false)
+		ev.Excluded, ev.ExcludedTotal = d.exclusions(t, false, excludedInEvents)
 	}
 	if d.table != nil {
 		ev.Candidates = d.table.Candidates(t.capability).Len()
@@ -322,9 +324,12 @@ func appendEvent(b []byte, ev *Event) []byte {
 	if ev.Score != nil && !math.IsNaN(*ev.Score) && !math.IsInf(*ev.Score, 0) {
 		b = strconv.AppendFloat(append(b, `,"score":`...), *ev.Score, 'g', -1, 64)
 	}
-	if len(ev.Excluded) > 0 { // rare: the plain encoder will do
+	if len(ev.Excluded) > 0 { // a few entries: the plain encoder will do
 		x, _ := json.Marshal(ev.Excluded)
 		b = append(append(b, `,"excluded":`...), x...)
+	}
+	if ev.ExcludedTotal != 0 {
+		b = strconv.AppendInt(append(b, `,"excluded_total":`...), int64(ev.ExcludedTotal), 10)
 	}
 	for _, f := range [...]struct {
 		key string

@@ -35,7 +35,8 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 			Excluded: rapid.SliceOfN(rapid.Custom(func(rt *rapid.T) streams.Exclusion {
 				return streams.Exclusion{Node: str.Draw(rt, "node"), Reason: str.Draw(rt, "reason")}
 			}), 0, 2).Draw(rt, "excluded"),
-			Expected: rapid.IntRange(0, 300).Draw(rt, "expected"), Answered: rapid.IntRange(0, 300).Draw(rt, "answered"),
+			ExcludedTotal: rapid.IntRange(0, 10000).Draw(rt, "excluded_total"),
+			Expected:      rapid.IntRange(0, 300).Draw(rt, "expected"), Answered: rapid.IntRange(0, 300).Draw(rt, "answered"),
 			Succeeded: rapid.IntRange(0, 300).Draw(rt, "succeeded"),
 		}
 		std, err := json.Marshal(ev)

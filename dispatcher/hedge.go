@@ -189,9 +189,21 @@ func (d *Dispatcher) sendHedge(t *task, first *delivery) {
 	t.hedged = true
 	t.attempts++
 	t.mu.Unlock()
+	// The first delivery took at least the delay: counted so, censored,
+	// whatever it takes in the end. Were its eventual latency counted, the
+	// stalls a hedge gets around would still fill the window's tail, and a
+	// delay learned among them would keep hedges too late to help.
+	t.hedge.latency.observe(time.Since(first.sent))
 	d.stats.hedged.Add(1)
 	t.log.Debug().Str("node", inst.ID).Str("first", first.inst.ID).Msg("task hedged")
 	d.send(t, inst, probe, true)
+}
+
+// hedgedSent reports whether t's hedge has gone out.
+func (t *task) hedgedSent() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.hedged
 }
 
 // latencyWindow keeps the last latencySamples latencies of something and

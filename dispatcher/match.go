@@ -131,9 +131,9 @@ func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
 	return nil
 }
 
-// matching returns the instances of rs that qualify for t, from the cached
-// view, and notes the view on t (for NO_AGENT's excluded list and the
-// event record).
+// matching returns the instances of rs (a capability's candidates) that
+// qualify for t, from the cached view, and notes the view on t (for
+// NO_AGENT's excluded list and the event record).
 func (d *Dispatcher) matching(t *task, rs *registry.Routes) *registry.Routes {
 	v := d.viewOf(t, rs)
 	t.view = v
@@ -146,9 +146,7 @@ func (d *Dispatcher) viewOf(t *task, rs *registry.Routes) *view {
 		return v.(*view)
 	}
 	v := d.buildView(t.capability, t.need, rs)
-	if t.unicast == "" { // a unicast task's routes are its own, made per task
-		d.views.store(key, v)
-	}
+	d.views.store(key, v)
 	return v
 }
 
@@ -228,23 +226,39 @@ func (t *task) tooSlow(l *instLoad, now time.Time) (bool, float64) {
 	return ms > *t.need.MaxLatencyMS, ms
 }
 
-// exclusions lists why instances of t's capability were passed over: the
-// view's static reasons, what the picks found, and — for the NO_AGENT
-// answer — the instances that are not routable at all (draining).
-func (d *Dispatcher) exclusions(t *task, all bool) []streams.Exclusion {
-	var out []streams.Exclusion
-	if t.view != nil {
-		out = append(out, t.view.excluded...)
+// Bounds of the exclusion lists: a capability with thousands of instances
+// would otherwise put thousands of entries into every task's record.
+const (
+	excludedInEvents = 8  // entries an event record lists
+	excludedInErrors = 64 // entries a NO_AGENT or CIRCUIT_OPEN answer lists
+)
+
+// exclusions lists, up to limit, why instances of t's capability were
+// passed over — the view's static reasons, what the picks found, and with
+// all the instances that are not routable at all (draining) — and how many
+// there are in all.
+func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Exclusion, total int) {
+	add := func(x streams.Exclusion) {
+		if total++; len(list) < limit {
+			list = append(list, x)
+		}
 	}
-	out = append(out, t.passed...)
+	if t.view != nil {
+		for _, x := range t.view.excluded {
+			add(x)
+		}
+	}
+	for _, x := range t.passed {
+		add(x)
+	}
 	if all {
 		for _, inst := range d.table.Offering(t.capability) {
 			if !inst.Entry().Routable() {
-				out = append(out, streams.Exclusion{Node: inst.ID, Reason: "draining"})
+				add(streams.Exclusion{Node: inst.ID, Reason: "draining"})
 			}
 		}
 	}
-	return out
+	return list, total
 }
 
 // preferred reports, for a task with Reach-Prefer, whether b ranks above a,
@@ -314,9 +328,13 @@ const KindFeedback = "feedback"
 // noAgent is the NO_AGENT error of t, listing what was passed over and why.
 func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error {
 	e := streams.NewError(streams.CodeNoAgent, format, args...)
-	e.Excluded = d.exclusions(t, true)
-	if len(e.Excluded) > 0 {
-		e.Message += fmt.Sprintf(" (%d excluded: see excluded)", len(e.Excluded))
+	var total int
+	e.Excluded, total = d.exclusions(t, true, excludedInErrors)
+	switch {
+	case total > len(e.Excluded):
+		e.Message += fmt.Sprintf(" (%d excluded; the first %d are listed)", total, len(e.Excluded))
+	case total > 0:
+		e.Message += fmt.Sprintf(" (%d excluded: see excluded)", total)
 	}
 	return e
 }
@@ -325,13 +343,7 @@ func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error
 // against the input schemas of the types that could take it, and the
 // capability's in-flight cap of its policy.
 func (d *Dispatcher) start(t *task) *streams.Error {
-	var rs *registry.Routes
-	if t.unicast == "" {
-		rs = d.table.Candidates(t.capability)
-	} else if u, ok := d.table.Lookup(t.unicast); ok {
-		rs = registry.NewRoutes([]*registry.Instance{u})
-	}
-	if rs.Len() > 0 {
+	if rs := d.table.Candidates(t.capability); rs.Len() > 0 {
 		v := d.viewOf(t, rs)
 		if e := d.checkInput(t, v); e != nil {
 			return e

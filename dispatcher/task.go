@@ -428,7 +428,7 @@ func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
 		return streams.NewError(streams.CodeTargetBusy, "every instance of %s has all its slots in use", t.capability)
 	case routeOpen:
 		e := streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
-		e.Excluded = d.exclusions(t, false)
+		e.Excluded, _ = d.exclusions(t, false, excludedInErrors)
 		return e
 	case routeLooped:
 		return streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
@@ -446,19 +446,17 @@ func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
 // this chain visited too often. When none is left it says why.
 func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why noRoute) {
 	var rs *registry.Routes
+	rs = d.matching(t, d.table.Candidates(t.capability))
 	if t.unicast != "" {
 		u, ok := d.table.Lookup(t.unicast)
-		if !ok || !u.Entry().Routable() || !u.Entry().Has(t.capability) {
+		switch {
+		case !ok || !u.Entry().Routable() || !u.Entry().Has(t.capability):
 			return nil, false, routeGone
+		case !rs.Has(u.ID):
+			return nil, false, routeNoAgent // it does not meet the task's requirements (see t.view)
 		}
 		rs = registry.NewRoutes([]*registry.Instance{u})
-	} else {
-		rs = d.table.Candidates(t.capability)
 	}
-	if rs.Len() == 0 {
-		return nil, false, routeNoAgent
-	}
-	rs = d.matching(t, rs)
 	if rs.Len() == 0 {
 		return nil, false, routeNoAgent
 	}
@@ -737,8 +735,8 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 		load.observe(took, now)
 		if kind == outcomeDone {
 			d.typeLatency(dl.inst.Entry().Type).observe(took)
-			if t.hedge != nil {
-				t.hedge.latency.observe(took)
+			if t.hedge != nil && dl.attempt == 1 && !t.hedgedSent() {
+				t.hedge.latency.observe(took) // a hedged first delivery was counted when the hedge went (sendHedge)
 			}
 		}
 	}
@@ -806,7 +804,9 @@ func costOf(m *nats.Msg) float64 {
 // reply subject (Reach-Reply-To): on the direct tier, when the caller
 // waits for a reply and Config.RelayResults is off.
 func (d *Dispatcher) offersDirect(t *task) bool {
-	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != ""
+	// A task that may be hedged answers through the dispatcher: only it can
+	// let one of two deliveries' results through, and say Reach-Hedged.
+	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != "" && t.hedge == nil
 }
 
 // errorHeaders are the header pairs of t's error reply beyond the code:

@@ -165,7 +165,7 @@ func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 	const calls, callers = 1000, 16
 	var wg sync.WaitGroup
 	errs := make(chan error, calls)
-	next := atomic.Int64{}
+	var next, hedgedAnswers atomic.Int64
 	for range callers {
 		wg.Add(1)
 		go func() {
@@ -175,9 +175,14 @@ func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 				if i > calls {
 					return
 				}
-				if _, err := c.Call(context.Background(), "ledger.add", map[string]int64{"i": i},
-					agentkit.WithIdempotencyKey(fmt.Sprint("entry-", i))); err != nil {
+				res, err := c.Call(context.Background(), "ledger.add", map[string]int64{"i": i},
+					agentkit.WithIdempotencyKey(fmt.Sprint("entry-", i)))
+				if err != nil {
 					errs <- err
+					continue
+				}
+				if res.Header.Get(streams.HeaderHedged) == "1" {
+					hedgedAnswers.Add(1)
 				}
 			}
 		}()
@@ -202,6 +207,11 @@ func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 	}
 	if s.Hedged == 0 {
 		t.Error("no call was hedged: the test proves nothing")
+	}
+	// agentkit agents answer callers directly when offered; a task that
+	// may be hedged is not offered that, so the caller learns which answered.
+	if hedgedAnswers.Load() == 0 {
+		t.Errorf("no answer said %s: 1 among %d hedges", streams.HeaderHedged, s.Hedged)
 	}
 }
 

@@ -102,6 +102,15 @@ func NewRoutes(insts []*Instance) *Routes {
 	return r
 }
 
+// Has reports whether instance id is among the routes.
+func (r *Routes) Has(id string) bool {
+	if r.Len() == 0 {
+		return false
+	}
+	i := sort.Search(len(r.Instances), func(i int) bool { return r.Instances[i].ID >= id })
+	return i < len(r.Instances) && r.Instances[i].ID == id
+}
+
 // Len returns the number of routable instances.
 func (r *Routes) Len() int {
 	if r == nil {
