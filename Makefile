@@ -9,7 +9,7 @@ NATS     := $(BIN)/nats
 
 .PHONY: run test fuzz build vet fmt-check bench tools clean sdk-test
 
-## bench: every benchmark scenario (about 6 minutes on 2 cores; see BENCHMARKS.md).
+## bench: every benchmark scenario (about 12 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
 	$(BIN)/agentreach bench all --json-file bench.json
 
