@@ -120,7 +120,7 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
 	}
 	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
-		ev.Excluded, ev.ExcludedTotal = d.exclusions(t, false, excludedInEvents)
+		ev.Excluded, ev.ExcludedTotal = d.exclusions(t, false, ExcludedInEvents)
 	}
 	if d.table != nil {
 		ev.Candidates = d.table.Candidates(t.capability).Len()

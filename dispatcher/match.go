@@ -229,7 +229,9 @@ func (t *task) tooSlow(l *instLoad, now time.Time) (bool, float64) {
 // Bounds of the exclusion lists: a capability with thousands of instances
 // would otherwise put thousands of entries into every task's record.
 const (
-	excludedInEvents = 8  // entries an event record lists
+	// ExcludedInEvents is how many exclusions an event record lists;
+	// Event.ExcludedTotal counts them all.
+	ExcludedInEvents = 8
 	excludedInErrors = 64 // entries a NO_AGENT or CIRCUIT_OPEN answer lists
 )
 

@@ -385,15 +385,14 @@ func runMatch(r *run) error {
 		"the new type — the first task routed under the new requirement, whose view of the %d instances is built then. "+
 		"match_policy_stale_calls counts the calls after it (50 per change) that still came from the old type; "+
 		"match_policy_not_followed the changes not followed within 5 s, match_policy_failed_calls the calls that failed during the timed changes (before the first, untimed put the capability has no requirement and a call may land on an instance without a responder).", registry.PolicyCapabilityPrefix+matchCapability, agents)
-	r.note("Where the time goes: a task's feedback record in REACH_EVENTS lists every instance its requirement passed "+
-		"over (Event.Excluded), %d here, so each record of the required method is tens to hundreds of KB where the plain "+
-		"method's is a few hundred bytes, and the dispatcher's connection carries them all. The callers get their answers "+
-		"from the agents directly, but the dispatcher settles each task only when the agent's notice comes in behind "+
-		"that traffic: tasks pile up in flight (match_unsettled, match_settle_max_ms), slots look taken, tasks queue. "+
-		"Every point therefore starts only once the dispatcher has settled the one before, so no method inherits "+
-		"another's backlog. match_throughput_ratio_no_events is the same comparison on a dispatcher started with "+
-		"NoEvents, after the policy changes (%d rounds): what the requirement costs apart from its records.",
-		agents-real, noEv.rounds)
+	r.note("Where the time goes: a task's record in REACH_EVENTS names at most %d of the instances its requirement "+
+		"passed over (Event.Excluded) and counts all %d (Event.ExcludedTotal), so a record of the required method is "+
+		"about as large as the plain method's. The callers get their answers from the agents directly, and the "+
+		"dispatcher settles each task when the agent's notice comes in; every point starts only once the dispatcher has "+
+		"settled the one before (match_settle_max_ms), so no method inherits another's backlog. "+
+		"match_throughput_ratio_no_events is the same comparison on a dispatcher started with NoEvents, after the "+
+		"policy changes (%d rounds): what the requirement costs apart from its records.",
+		dispatcher.ExcludedInEvents, agents-real, noEv.rounds)
 	r.goal("match_throughput_ratio", fmt.Sprintf("routed throughput with a requirement that leaves 10%% of %d agents ≥ 0.8 × "+
 		"without declarations or requirement: %.2f (%.0f vs %.0f req/s); without feedback records %.2f", agents,
 		fig("match_throughput_ratio"), req.rps(), plain.rps(), fig("match_throughput_ratio_no_events")),
