@@ -137,3 +137,16 @@ func TestWorkflowAndRunsCommands(t *testing.T) {
 		t.Fatalf("runs ls --status lost: exit %d, %q", r.code, r.stderr)
 	}
 }
+
+// The example workflows the README runs stay valid.
+func TestExampleWorkflowsValidate(t *testing.T) {
+	files, err := filepath.Glob("../../examples/workflows/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example workflows: %v", err)
+	}
+	for _, f := range files {
+		if r := runCmd(t, runWorkflow, "validate", f); r.code != exitOK {
+			t.Errorf("%s: exit %d, %q", f, r.code, r.stderr)
+		}
+	}
+}
