@@ -11,16 +11,16 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// resolverSync is how often the servers of a cluster compare the account
-// JWTs their resolvers hold; a push reaches every server at once anyway.
-const resolverSync = 2 * time.Minute
+// ResolverSync is how often the servers of a cluster compare the account
+// JWTs their full resolvers hold; a push reaches every server at once
+// anyway.
+const ResolverSync = 2 * time.Minute
 
 // OperatorJWT returns the operator's JWT, naming the system account.
 func (s *Store) OperatorJWT() (string, error) {
@@ -95,37 +95,22 @@ func encode(c jwt.Claims, kp nkeys.KeyPair) (string, error) {
 	return c.Encode(kp)
 }
 
-// ConfigureServer turns operator mode on in opts: the operator as the only
-// trusted one, the system account, and a full account resolver in
-// resolverDir that takes account updates at run time, preloaded with the
-// current account JWTs.
-func (s *Store) ConfigureServer(opts *server.Options, resolverDir string, acl *registry.ACL, subjects streams.Subjects) error {
+// Trust returns what a server in operator mode needs: the operator's
+// claims, the system account's public key, and the JWTs of both accounts
+// by public key, to preload into its resolver (package authserver does it
+// for an embedded server).
+func (s *Store) Trust(acl *registry.ACL, subjects streams.Subjects) (operator *jwt.OperatorClaims, systemAccount string, preload map[string]string, err error) {
 	op, err := s.OperatorJWT()
 	if err != nil {
-		return err
+		return nil, "", nil, err
 	}
-	oc, err := jwt.DecodeOperatorClaims(op)
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
+	if operator, err = jwt.DecodeOperatorClaims(op); err != nil {
+		return nil, "", nil, fmt.Errorf("auth: %w", err)
 	}
-	preload, err := s.preload(acl, subjects)
-	if err != nil {
-		return err
+	if preload, err = s.preload(acl, subjects); err != nil {
+		return nil, "", nil, err
 	}
-	res, err := server.NewDirAccResolver(resolverDir, 0, resolverSync, server.NoDelete)
-	if err != nil {
-		return fmt.Errorf("auth: account resolver in %s: %w", resolverDir, err)
-	}
-	for pub, token := range preload {
-		if err := res.Store(pub, token); err != nil {
-			res.Close()
-			return fmt.Errorf("auth: account resolver in %s: %w", resolverDir, err)
-		}
-	}
-	opts.TrustedOperators = []*jwt.OperatorClaims{oc}
-	opts.SystemAccount = s.snapshot().SystemAccount
-	opts.AccountResolver = res
-	return nil
+	return operator, s.snapshot().SystemAccount, preload, nil
 }
 
 // ServerConfig returns the nats-server configuration of operator mode, to
@@ -149,7 +134,7 @@ func (s *Store) ServerConfig(resolverDir string, acl *registry.ACL, subjects str
 	st := s.snapshot()
 	fmt.Fprintf(&b, "system_account: %s\n", st.SystemAccount)
 	fmt.Fprintf(&b, "resolver: {\n  type: full\n  dir: %s\n  allow_delete: false\n  interval: %s\n}\n",
-		strconv.Quote(resolverDir), strconv.Quote(resolverSync.String()))
+		strconv.Quote(resolverDir), strconv.Quote(ResolverSync.String()))
 	fmt.Fprintf(&b, "resolver_preload: {\n")
 	for _, pub := range []string{st.SystemAccount, st.Account} {
 		fmt.Fprintf(&b, "  %s: %s\n", pub, strconv.Quote(preload[pub]))

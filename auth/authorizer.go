@@ -66,7 +66,9 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 //     code: its Reach-Source is the identity it verified (a gateway sets it
 //     from the bearer token and drops whatever the client sent; a fan-out
 //     copies its verified parent's).
-//   - Either way the ACL must grant the caller the task's capability.
+//   - Either way the ACL must grant the caller the task's capability. A
+//     fan-out's request is authorized with the capability "" (its caller
+//     only: its branches are tasks of their own, each checked).
 //
 // A refusal is UNAUTHORIZED with the reason; a Reach-Signature that does
 // not parse is BAD_REQUEST. Create it with NewAuthorizer, Start it before
@@ -168,6 +170,9 @@ func (a *Authorizer) authorize(capability string, m *nats.Msg, durable bool) *st
 		}
 	} else if source == "" {
 		return streams.NewError(streams.CodeUnauthorized, "a task from within the dispatcher names no %s", streams.HeaderSource)
+	}
+	if capability == "" { // a fan-out: its branches are authorized one by one
+		return nil
 	}
 	if !v.acl.Allows(source, capability) {
 		return streams.NewError(streams.CodeUnauthorized, "the ACL does not let %s call %s", source, capability)

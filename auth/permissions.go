@@ -55,6 +55,9 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 		p.Sub.Allow.Add(subjects.Agent(id.Name))
 		kv := func(bucket string) string { return "KV_" + bucket }
 		p.Pub.Allow.Add(
+			// Its own inbox only: agentkit checks at start whether it may
+			// answer callers directly, and it may not.
+			InboxPrefix(id.Name)+".>",
 			"$KV."+streams.BucketAgents+"."+id.Name,
 			"$KV."+streams.BucketCaps+"."+id.Type,
 			"$KV."+streams.BucketIdempotency+".>",

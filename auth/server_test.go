@@ -1,4 +1,4 @@
-package auth
+package auth_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/authserver"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -22,23 +24,23 @@ import (
 // holding a dispatcher, with the topology provisioned and a syncer running.
 type secureServer struct {
 	t      *testing.T
-	store  *Store
+	store  *auth.Store
 	srv    *server.Server
 	disp   *nats.Conn
-	syncer *Syncer
+	syncer *auth.Syncer
 }
 
 func newSecureServer(t *testing.T) *secureServer {
 	t.Helper()
-	store, err := Init(t.TempDir())
+	store, err := auth.Init(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Add(Identity{Name: "disp", Role: RoleDispatcher}); err != nil {
+	if _, err := store.Add(auth.Identity{Name: "disp", Role: auth.RoleDispatcher}); err != nil {
 		t.Fatal(err)
 	}
 	opts := natstest.Options(t.TempDir())
-	if err := store.ConfigureServer(opts, t.TempDir(), nil, streams.Subjects{}); err != nil {
+	if err := authserver.Configure(opts, store, t.TempDir(), nil, streams.Subjects{}); err != nil {
 		t.Fatal(err)
 	}
 	s := &secureServer{t: t, store: store, srv: natstest.RunServerWith(t, opts)}
@@ -47,8 +49,8 @@ func newSecureServer(t *testing.T) *secureServer {
 	sys := s.connectFile(store.SystemCredsFile())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if s.syncer, err = NewSyncer(ctx, store, sys, s.disp, SyncConfig{Interval: 20 * time.Millisecond},
-		WithSyncLogger(zerolog.New(zerolog.NewTestWriter(t)))); err != nil {
+	if s.syncer, err = auth.NewSyncer(ctx, store, sys, s.disp, auth.SyncConfig{Interval: 20 * time.Millisecond},
+		auth.WithSyncLogger(zerolog.New(zerolog.NewTestWriter(t)))); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.syncer.Start(ctx); err != nil {
@@ -59,7 +61,7 @@ func newSecureServer(t *testing.T) *secureServer {
 }
 
 // add makes an identity and waits until the servers know it.
-func (s *secureServer) add(id Identity) Identity {
+func (s *secureServer) add(id auth.Identity) auth.Identity {
 	s.t.Helper()
 	id, err := s.store.Add(id)
 	if err != nil {
@@ -86,7 +88,7 @@ func (s *secureServer) connect(name string, opts ...nats.Option) *nats.Conn {
 
 func (s *secureServer) connectFile(creds string, opts ...nats.Option) *nats.Conn {
 	s.t.Helper()
-	o, err := ConnectOptions(creds)
+	o, err := auth.ConnectOptions(creds)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -171,8 +173,8 @@ func (p *probe) sub(subject string) bool {
 
 func TestPermissionsEnforcedAndFollowTheACL(t *testing.T) {
 	s := newSecureServer(t)
-	s.add(Identity{Name: "echo-1", Role: RoleAgent, Type: "echo"})
-	s.add(Identity{Name: "billing-1", Role: RoleCaller})
+	s.add(auth.Identity{Name: "echo-1", Role: auth.RoleAgent, Type: "echo"})
+	s.add(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
 	agent := s.connectProbed("echo-1")
 	caller := s.connectProbed("billing-1")
 	for _, c := range []struct {
@@ -224,8 +226,8 @@ func TestPermissionsEnforcedAndFollowTheACL(t *testing.T) {
 
 func TestRevocationCutsConnections(t *testing.T) {
 	s := newSecureServer(t)
-	s.add(Identity{Name: "billing-1", Role: RoleCaller})
-	s.add(Identity{Name: "billing-2", Role: RoleCaller})
+	s.add(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
+	s.add(auth.Identity{Name: "billing-2", Role: auth.RoleCaller})
 	closed := make(chan struct{})
 	victim := s.connect("billing-1", nats.ClosedHandler(func(*nats.Conn) { close(closed) }), nats.ReconnectWait(10*time.Millisecond))
 	other := s.connect("billing-2")
@@ -242,7 +244,7 @@ func TestRevocationCutsConnections(t *testing.T) {
 		t.Errorf("another identity lost its connection: %v", err)
 	}
 	// Its credentials file is gone; a copy of it no longer connects.
-	if _, err := ConnectOptions(s.store.CredsFile("billing-1")); err == nil {
+	if _, err := auth.ConnectOptions(s.store.CredsFile("billing-1")); err == nil {
 		t.Error("the revoked identity's credentials file is still there")
 	}
 }
