@@ -123,6 +123,10 @@ func (a *Authorizer) Start(ctx context.Context) error { return a.pol.Start(ctx) 
 // Close stops following REACH_POLICY.
 func (a *Authorizer) Close() { a.pol.Close() }
 
+// Revision is the REACH_POLICY revision the authorizer has read: an ACL or
+// directory change of that revision or before is in force.
+func (a *Authorizer) Revision() uint64 { return a.pol.Revision() }
+
 // current returns the view of the policy in force.
 func (a *Authorizer) current() *policyView {
 	set := a.pol.Current()

@@ -218,7 +218,9 @@ func (id Identity) tags(verifier string) []string {
 // Revoke revokes identity name: the next account JWT lists its user key as
 // revoked and drops its signing key, so the servers close its connections
 // and refuse new ones, and the identity directory marks it revoked, so the
-// dispatchers refuse its signatures. Its credentials file is deleted.
+// dispatchers refuse its signatures. Its signing key's seed is deleted;
+// its credentials file stays, of no use any more (a client still holding
+// it is told "authentication revoked" and stops reconnecting).
 // Revoking twice is harmless and returns the first revocation.
 func (s *Store) Revoke(name string) (Identity, error) {
 	var out Identity
@@ -229,7 +231,6 @@ func (s *Store) Revoke(name string) (Identity, error) {
 		}
 		if st.Identities[i].Active() {
 			st.Identities[i].Revoked = time.Now().UTC().Truncate(time.Second)
-			_ = os.Remove(s.CredsFile(name))
 			_ = os.Remove(filepath.Join(s.dir, identityKeys, name+".nk"))
 		}
 		out = st.Identities[i]

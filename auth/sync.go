@@ -69,6 +69,7 @@ type Syncer struct {
 	pushed  string     // digest of the account JWT last pushed
 	written map[string]string
 	synced  uint64 // store revision of the last complete sync
+	policy  uint64 // REACH_POLICY revision it read the ACL at
 
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -135,12 +136,13 @@ func (s *Syncer) Close() {
 	})
 }
 
-// Synced returns the store revision of the last complete sync: once it
-// reaches Store.Revision, the servers and the directory hold that state.
-func (s *Syncer) Synced() uint64 {
+// Synced returns the store revision and the REACH_POLICY revision of the
+// last complete sync: once they reach Store.Revision and the bucket's
+// latest revision, the servers and the directory hold that state.
+func (s *Syncer) Synced() (store, policy uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.synced
+	return s.synced, s.policy
 }
 
 func (s *Syncer) loop(ctx context.Context) {
@@ -159,7 +161,9 @@ func (s *Syncer) loop(ctx context.Context) {
 				s.log.Error().Err(err).Msg("identity store unreadable")
 				continue
 			}
-			if s.store.Revision() == s.Synced() && !failed {
+			// A change that came while a sync ran closed no channel we
+			// held: compare revisions too.
+			if synced, policy := s.Synced(); s.store.Revision() == synced && s.pol.Revision() == policy && !failed {
 				continue
 			}
 		}
@@ -183,7 +187,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	if _, err := s.store.Reload(); err != nil {
 		return err
 	}
-	revision := s.store.Revision()
+	revision, policy := s.store.Revision(), s.pol.Revision()
 	ids := s.store.Identities()
 	if err := s.writeEntries(ctx, ids, true); err != nil {
 		return err
@@ -203,7 +207,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	if err := s.writeEntries(ctx, ids, false); err != nil {
 		return err
 	}
-	s.synced = revision
+	s.synced, s.policy = revision, policy
 	return nil
 }
 

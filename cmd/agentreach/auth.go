@@ -309,7 +309,8 @@ func (c *authCmd) sync(ctx context.Context, conn *connFlags, once bool) error {
 	}
 	defer syncer.Close()
 	if once {
-		fmt.Fprintf(c.stdout, "synced revision %d of %s\n", syncer.Synced(), s.Dir())
+		rev, _ := syncer.Synced()
+		fmt.Fprintf(c.stdout, "synced revision %d of %s\n", rev, s.Dir())
 		return nil
 	}
 	conn.log.Info().Str("store", s.Dir()).Str("server", app.ConnectedUrlRedacted()).Msg("syncing identities")
