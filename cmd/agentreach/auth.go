@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -81,6 +82,7 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		hosts       string
 		resolverDir string
 		once        bool
+		seedACL     string
 	)
 	c.cl = newCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE | caller NAME | dispatcher NAME | ls | revoke NAME | tls | server-config | sync", authAbout)
 	c.cl.group("Flags", func(fs *flag.FlagSet) {
@@ -90,6 +92,7 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&hosts, "hosts", "localhost,127.0.0.1", "tls: comma-separated `names` and addresses the server certificate covers")
 		fs.StringVar(&resolverDir, "resolver-dir", "/data/jwt", "server-config: the `directory` of the servers' account resolver, as they see it")
 		fs.BoolVar(&once, "once", false, "sync: push once and exit")
+		fs.StringVar(&seedACL, "seed-acl", "", "sync: store this `file` (YAML or JSON) as the acl when REACH_POLICY has none yet")
 		c.cl.jsonFlag(fs, &c.asJSON, `print JSON: the identity made or revoked, ls an array; a failure as {"error": …}`)
 	})
 	c.cl.group("Connection flags (sync)", func(fs *flag.FlagSet) {
@@ -132,7 +135,7 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.serverConfig(resolverDir, out, conn.subjects())
 	case "sync":
 		conn.log = conn.logger(stderr)
-		err = c.sync(ctx, &conn, once)
+		err = c.sync(ctx, &conn, once, seedACL)
 	}
 	if errors.Is(err, auth.ErrInvalidIdentity) {
 		return c.cl.usageError(stderr, "%v", err)
@@ -276,11 +279,22 @@ func (c *authCmd) serverConfig(resolverDir, out string, subjects streams.Subject
 
 // sync runs a Syncer against the servers of conn: the system account's
 // user of the store pushes, the dispatcher identity of --creds reads the ACL
-// and writes the identity directory.
-func (c *authCmd) sync(ctx context.Context, conn *connFlags, once bool) error {
+// and writes the identity directory. With seedACL, that file becomes the
+// acl when REACH_POLICY has none.
+func (c *authCmd) sync(ctx context.Context, conn *connFlags, once bool, seedACL string) error {
 	s, err := c.open()
 	if err != nil {
 		return err
+	}
+	var seed []byte
+	if seedACL != "" {
+		var name string
+		if seed, name, err = readDocument(seedACL, registry.MaxPolicySize); err != nil {
+			return withCode(codeUsage, fmt.Errorf("--seed-acl: %w", err))
+		}
+		if _, err := registry.ParseACL(seed); err != nil {
+			return invalidDocument(name, err)
+		}
 	}
 	if !conn.signs() {
 		return withCode(codeUsage, errors.New("sync: --creds must name a dispatcher identity's credentials (it writes the identity directory in REACH_POLICY)"))
@@ -299,6 +313,11 @@ func (c *authCmd) sync(ctx context.Context, conn *connFlags, once bool) error {
 	defer sys.Close()
 	sctx, cancel := context.WithTimeout(ctx, conn.timeout)
 	defer cancel()
+	if seed != nil {
+		if err := seedPolicy(sctx, app, seed, conn.log); err != nil {
+			return err
+		}
+	}
 	syncer, err := auth.NewSyncer(sctx, s, sys, app, auth.SyncConfig{Subjects: conn.subjects(), PushTimeout: conn.timeout},
 		auth.WithSyncLogger(conn.log))
 	if err != nil {

@@ -92,18 +92,8 @@ func (s *security) tlsOptions() []nats.Option {
 // connects) and the dispatcher's authorizer. Their stop steps go to st.
 func (a *authSetup) start(ctx context.Context, st *stopper, nc *nats.Conn, srv *server.Server, tlsOpts []nats.Option,
 	subjects streams.Subjects, log zerolog.Logger) (dispatcher.Authorizer, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := registry.UpdatePolicy(ctx, kv, registry.PolicyACL, []byte(upOpenACL), 0); err == nil {
-		log.Warn().Str("acl", upOpenACL).Msg("REACH_POLICY had no acl: wrote one that lets every identity call every capability; tighten it with `agentreach policy set acl FILE`")
-	} else if !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("--auth: write the acl: %w", err)
+	if err := seedPolicy(ctx, nc, []byte(upOpenACL), log); err != nil {
+		return nil, fmt.Errorf("--auth: %w", err)
 	}
 	sysOpts, err := auth.ConnectOptions(a.store.SystemCredsFile())
 	if err != nil {
@@ -129,6 +119,24 @@ func (a *authSetup) start(ctx context.Context, st *stopper, nc *nats.Conn, srv *
 	}
 	st.add("authorizer", func(context.Context) error { az.Close(); return nil })
 	return az, nil
+}
+
+// seedPolicy stores acl as the acl of REACH_POLICY when there is none.
+func seedPolicy(ctx context.Context, nc *nats.Conn, acl []byte, log zerolog.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
+	if err != nil {
+		return fmt.Errorf("open %s (run provisioning first): %w", streams.BucketPolicy, err)
+	}
+	if _, err := registry.UpdatePolicy(ctx, kv, registry.PolicyACL, acl, 0); err == nil {
+		log.Warn().Str("acl", string(acl)).Msg("REACH_POLICY had no acl: wrote this one; change it with `agentreach policy set acl FILE`")
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("write the acl: %w", err)
+	}
+	return nil
 }
 
 // startAuthorizer starts the access control of a dispatcher on nc with the

@@ -187,7 +187,7 @@ func commandFlags(t *testing.T, name string) []string {
 	case "demo":
 		return append(conn, "instances", "slow-delay", "heartbeat", "creds-dir")
 	case "auth":
-		return append(conn, "dir", "type", "out", "hosts", "resolver-dir", "once", "json")
+		return append(conn, "dir", "type", "out", "hosts", "resolver-dir", "once", "seed-acl", "json")
 	case "agents":
 		return append(conn, "json")
 	case "call":
