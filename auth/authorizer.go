@@ -88,7 +88,16 @@ type Authorizer struct {
 type policyView struct {
 	set     *registry.PolicySet
 	acl     *registry.ACL
-	entries sync.Map // name → *DirectoryEntry or nil when absent
+	entries sync.Map // name → *knownIdentity, nil when absent
+}
+
+// knownIdentity is an identity of the directory and, once first needed,
+// its MAC key (one X25519 per identity and policy revision).
+type knownIdentity struct {
+	*DirectoryEntry
+	once   sync.Once
+	signer *Signer
+	err    error
 }
 
 // NewAuthorizer returns an authorizer that checks signatures with verifier
@@ -139,16 +148,18 @@ func (a *Authorizer) current() *policyView {
 }
 
 // entry returns identity name's directory entry, or nil.
-func (v *policyView) entry(name string) *DirectoryEntry {
+func (v *policyView) entry(name string) *knownIdentity {
 	if e, ok := v.entries.Load(name); ok {
-		return e.(*DirectoryEntry)
+		return e.(*knownIdentity)
 	}
-	var e *DirectoryEntry
+	var k *knownIdentity
 	if pv, ok := v.set.Value(PolicyIdentityPrefix + name); ok {
-		e, _ = pv.Decoded.(*DirectoryEntry)
+		if e, ok := pv.Decoded.(*DirectoryEntry); ok {
+			k = &knownIdentity{DirectoryEntry: e}
+		}
 	}
-	v.entries.Store(name, e)
-	return e
+	e, _ := v.entries.LoadOrStore(name, k)
+	return e.(*knownIdentity)
 }
 
 // Authorize implements dispatcher.Authorizer.
@@ -201,10 +212,14 @@ func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable b
 	case !entry.Revoked.IsZero():
 		return streams.NewError(streams.CodeUnauthorized, "identity %s was revoked at %s", source, entry.Revoked.Format(time.RFC3339))
 	}
-	if _, _, _, err := parseSignature(m.Header.Get(HeaderSignature)); err != nil {
+	made, ms, sig, err := parseSignature(m.Header.Get(HeaderSignature))
+	if err != nil {
 		return streams.NewError(streams.CodeBadRequest, "%v", err)
 	}
-	at, err := a.verifier.Verify(m, source, entry.PublicKey)
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(source, entry.PublicKey) })
+	if err = entry.err; err == nil {
+		err = entry.signer.check(m, ms, sig)
+	}
 	if err != nil {
 		return streams.NewError(streams.CodeUnauthorized, "%s %s is not proven: %v", streams.HeaderSource, source, err)
 	}
@@ -213,9 +228,9 @@ func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable b
 		maxAge = a.cfg.DurableMaxAge
 	}
 	now := a.now()
-	if age := now.Sub(at); age > maxAge || age < -a.cfg.MaxAge {
+	if age := now.Sub(made); age > maxAge || age < -a.cfg.MaxAge {
 		return streams.NewError(streams.CodeUnauthorized, "%s of %s was made at %s, %v from this dispatcher's clock (at most %v allowed)",
-			HeaderSignature, source, at.UTC().Format(time.RFC3339Nano), age.Round(time.Millisecond), maxAge)
+			HeaderSignature, source, made.UTC().Format(time.RFC3339Nano), age.Round(time.Millisecond), maxAge)
 	}
 	return nil
 }
