@@ -126,3 +126,38 @@ func BenchmarkSign(b *testing.B) {
 		s.Sign(m, now)
 	}
 }
+
+// FuzzVerify: whatever a task's Reach-Signature holds, verification never
+// panics, and it passes only for the signer's own signature of that task.
+func FuzzVerify(f *testing.F) {
+	kp, _ := nkeys.CreateCurveKeys()
+	vseed, _ := kp.Seed()
+	v, err := NewVerifier(vseed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	user, _ := nkeys.CreateUser()
+	seed, _ := user.Seed()
+	pub, _ := user.PublicKey()
+	s, err := NewSigner("billing-1", seed, v.PublicKey())
+	if err != nil {
+		f.Fatal(err)
+	}
+	m := task("r1")
+	s.Sign(m, time.UnixMilli(1700000000000))
+	good := m.Header.Get(HeaderSignature)
+	for _, seed := range []string{good, "v1.1700000000000.", "v1..x", "v2.1.x", "", "v1.-5.abc", "v1.99999999999999999999.a"} {
+		f.Add(seed, "r1")
+	}
+	f.Fuzz(func(t *testing.T, sig, requestID string) {
+		m := task(requestID)
+		m.Header.Set(HeaderSignature, sig)
+		_, err := v.Verify(m, "billing-1", pub)
+		if err == nil && (sig != good || requestID != "r1") {
+			t.Fatalf("accepted %q for request %q", sig, requestID)
+		}
+		if err != nil && !errors.Is(err, ErrBadSignature) {
+			t.Fatalf("error without ErrBadSignature: %v", err)
+		}
+	})
+}
