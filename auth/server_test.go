@@ -129,8 +129,11 @@ func (s *secureServer) connectProbed(name string, opts ...nats.Option) *probe {
 	return p
 }
 
-// refused reports whether the server refused do, which uses subject.
-func (p *probe) refused(subject string, do func(nc *nats.Conn) error) bool {
+// refused reports whether the server refused do, which uses subject; ok
+// is false when the sentinel's refusal did not come back within wait (the
+// connection was moved meanwhile: the server closed it for new
+// permissions).
+func (p *probe) refused(subject string, wait time.Duration, do func(nc *nats.Conn) error) (refused, ok bool) {
 	p.t.Helper()
 	if err := do(p.nc); err != nil {
 		p.t.Fatal(err)
@@ -140,29 +143,38 @@ func (p *probe) refused(subject string, do func(nc *nats.Conn) error) bool {
 	if err := p.nc.Publish(sentinel, nil); err != nil {
 		p.t.Fatal(err)
 	}
-	got := false
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(wait)
 	for {
 		select {
 		case err := <-p.errs:
 			switch {
 			case strings.Contains(err.Error(), `"`+sentinel+`"`):
-				return got
+				return refused, true
 			case strings.Contains(err.Error(), `"`+subject+`"`):
-				got = true
+				refused = true
 			}
 		case <-timeout:
-			p.t.Fatalf("no permissions violation for %s: is the sentinel allowed?", sentinel)
+			return false, false
 		}
 	}
 }
 
+// must is refused for a connection that stays as it is.
+func (p *probe) must(subject string, do func(nc *nats.Conn) error) bool {
+	p.t.Helper()
+	refused, ok := p.refused(subject, 10*time.Second, do)
+	if !ok {
+		p.t.Fatalf("no permissions violation for the sentinel after %s: is it allowed?", subject)
+	}
+	return refused
+}
+
 func (p *probe) pub(subject string) bool {
-	return p.refused(subject, func(nc *nats.Conn) error { return nc.Publish(subject, nil) })
+	return p.must(subject, func(nc *nats.Conn) error { return nc.Publish(subject, nil) })
 }
 
 func (p *probe) sub(subject string) bool {
-	return p.refused(subject, func(nc *nats.Conn) error {
+	return p.must(subject, func(nc *nats.Conn) error {
 		sub, err := nc.SubscribeSync(subject)
 		if err == nil {
 			p.t.Cleanup(func() { _ = sub.Unsubscribe() })
@@ -210,9 +222,11 @@ func TestPermissionsEnforcedAndFollowTheACL(t *testing.T) {
 	// A new ACL changes the permissions at run time: the connections whose
 	// permissions changed reconnect with the new ones.
 	s.putACL(`{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`)
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		if caller.pub("reach.task.payment.execute") {
-			return errors.New("still refused")
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		refused, ok := caller.refused("reach.task.payment.execute", time.Second,
+			func(nc *nats.Conn) error { return nc.Publish("reach.task.payment.execute", nil) })
+		if refused || !ok {
+			return errors.New("still refused, or the connection is being moved")
 		}
 		return nil
 	})
