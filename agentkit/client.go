@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -25,6 +26,9 @@ type Client struct {
 	source   string
 	ct       string
 	recent   recentCalls // who answered the latest calls, for Feedback
+
+	signer    *auth.Signer // signs every task (sign.go); nil: unsigned
+	signerErr error
 }
 
 // ClientOption configures a Client.
@@ -51,6 +55,9 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	c := &Client{nc: nc, js: js, ct: streams.ContentTypeMsgpack}
 	for _, o := range opts {
 		o(c)
+	}
+	if err := c.checkSigner(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

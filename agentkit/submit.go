@@ -216,6 +216,7 @@ func (c *Client) message(ctx context.Context, subject, capability string, payloa
 	if m.Header.Get(streams.HeaderRequestID) == "" {
 		m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
 	}
+	c.sign(m)
 	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
 		return nil, err
 	}

@@ -3,17 +3,22 @@ package deploy
 // Static validation of the deploy/ folder: there is no Docker engine in CI,
 // so these tests check what can be checked without one.
 //
+//   - What deploy/setup.sh makes (certificates, identities, the servers'
+//     operator mode) is made again in a temporary directory (setup_test.go).
 //   - The NATS configs go through the real nats-server config parser (the
-//     version this module depends on), and a single embedded node started
-//     from nats-1.conf (cluster removed) serves the Agent-Reach flows with
-//     the configured users, permissions and JetStream settings.
+//     version this module depends on), with the compose file's mounts
+//     mapped to that directory, and a single embedded node started from
+//     nats-1.conf (cluster removed) serves the Agent-Reach flows with the
+//     stack's identities, TLS and JetStream settings.
 //   - docker-compose.yml is read with go.yaml.in/yaml/v3 (the YAML
-//     library of the whole project) and cross-checked against the NATS configs,
-//     .env.example, the Dockerfile and the agentreach CLI surface.
+//     library of the whole project) and cross-checked against the NATS
+//     configs, the identities, the Dockerfile and the agentreach CLI
+//     surface.
 //   - The Dockerfile is checked line by line.
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,35 +34,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // The agentreach CLI surface the compose file may use.
 var (
-	agentreachSubcommands = []string{"up", "dispatcher", "demo", "agents", "call"}
+	agentreachSubcommands = []string{"up", "dispatcher", "demo", "agents", "call", "auth", "policy"}
 	// Every flag can also come from AGENTREACH_<FLAG_NAME_UPPER_SNAKE>.
-	agentreachFlags = []string{"server", "user", "password", "token", "creds", "nkey",
-		"tls-ca", "tls-cert", "tls-key", "replicas", "heartbeat"}
-	// The NATS user each subcommand should run as.
-	subcommandUser = map[string]string{
-		"dispatcher": "dispatcher", "demo": "agent", "agents": "agent", "call": "publisher",
+	agentreachFlags = []string{"server", "creds", "creds-dir", "nkey", "tls-ca", "tls-cert", "tls-key",
+		"replicas", "heartbeat", "verifier", "dir", "seed-acl"}
+	// The role of the identity each subcommand runs as.
+	subcommandRole = map[string]auth.Role{
+		"dispatcher": auth.RoleDispatcher, "demo": auth.RoleAgent, "agents": auth.RoleDispatcher,
+		"call": auth.RoleCaller, "auth": auth.RoleDispatcher,
 	}
 )
 
 const (
-	composeFile    = "docker-compose.yml"
-	envExampleFile = ".env.example"
-	dockerfile     = "Dockerfile"
-	natsConfDir    = "nats"
+	composeFile = "docker-compose.yml"
+	dockerfile  = "Dockerfile"
+	natsConfDir = "nats"
 	// What the compose healthchecks ask of every NATS node.
 	healthzPathQuery = "/healthz?js-enabled-only=true"
-	// The account that owns Agent-Reach's buckets and streams.
-	appAccount = "AGENTREACH"
+	// Where the NATS configs live in the nats containers.
+	natsConfMount = "/etc/nats"
 )
 
 var natsNodes = []string{"nats-1", "nats-2", "nats-3"}
@@ -71,80 +79,6 @@ func readFile(t *testing.T, path string) string {
 		t.Fatalf("read %s: %v", path, err)
 	}
 	return string(b)
-}
-
-var safePassword = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
-
-// envExample returns the KEY=VALUE pairs of .env.example.
-func envExample(t *testing.T) map[string]string {
-	t.Helper()
-	env := map[string]string{}
-	for i, line := range strings.Split(readFile(t, envExampleFile), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || k == "" {
-			t.Fatalf("%s:%d: expected KEY=VALUE, got %q", envExampleFile, i+1, line)
-		}
-		if _, dup := env[k]; dup {
-			t.Fatalf("%s:%d: %s is set twice", envExampleFile, i+1, k)
-		}
-		env[k] = v
-	}
-	return env
-}
-
-// loadNATSConfig parses nats/<name> with the nats-server parser, the
-// variables of .env.example set in the environment.
-func loadNATSConfig(t *testing.T, name string) *server.Options {
-	t.Helper()
-	for k, v := range envExample(t) {
-		t.Setenv(k, v)
-	}
-	path := filepath.Join(natsConfDir, name)
-	opts, err := server.ProcessConfigFile(path)
-	if err != nil {
-		t.Fatalf("nats-server rejects %s: %v", path, err)
-	}
-	return opts
-}
-
-func usersByName(opts *server.Options) map[string]*server.User {
-	m := map[string]*server.User{}
-	for _, u := range opts.Users {
-		m[u.Username] = u
-	}
-	return m
-}
-
-var (
-	confQuoted = regexp.MustCompile(`"[^"]*"`)
-	confVar    = regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`)
-)
-
-// natsConfVars lists the environment variables the NATS configs reference
-// ($NAME outside comments and quoted strings).
-func natsConfVars(t *testing.T) []string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(natsConfDir, "*.conf"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no NATS configs in %s (%v)", natsConfDir, err)
-	}
-	seen := map[string]bool{}
-	for _, f := range files {
-		for _, line := range strings.Split(readFile(t, f), "\n") {
-			line = confQuoted.ReplaceAllString(line, `""`)
-			if i := strings.Index(line, "#"); i >= 0 {
-				line = line[:i]
-			}
-			for _, m := range confVar.FindAllStringSubmatch(line, -1) {
-				seen[m[1]] = true
-			}
-		}
-	}
-	return sortedKeys(seen)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -166,48 +100,124 @@ func natsServerMinor(t *testing.T) string {
 	return m[1]
 }
 
-// ---------------------------------------------------------------- .env.example
+// natsTree lays out what a NATS node's container sees, under a temporary
+// root: every mount of its compose service (bind mounts from deploy/ or from
+// what setup.sh made, named volumes as empty directories), with every
+// container path in the configs rewritten below the root. It returns the
+// root; the container path p is then root+p.
+func natsTree(t *testing.T, g *generated, node string) string {
+	t.Helper()
+	svc := asMap(asMap(loadCompose(t)["services"])[node])
+	if svc == nil {
+		t.Fatalf("no compose service %s", node)
+	}
+	root := t.TempDir()
+	var mounts []string
+	for _, v := range asStrings(svc["volumes"]) {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 || !strings.HasPrefix(parts[1], "/") {
+			t.Fatalf("service %s: volume %q: want source:/container/path", node, v)
+		}
+		dst := filepath.Join(root, parts[1])
+		mounts = append(mounts, parts[1])
+		if !strings.HasPrefix(parts[0], ".") {
+			if err := os.MkdirAll(dst, 0o700); err != nil { // a named volume
+				t.Fatal(err)
+			}
+			continue
+		}
+		copyTree(t, g.source(parts[0]), dst)
+	}
+	// Generated files inside a mounted repository directory (nats/auth.conf).
+	for _, rel := range generatedDirs {
+		if host, ok := containerPathOf(svc, rel); ok {
+			copyTree(t, g.source(rel), filepath.Join(root, host))
+		}
+	}
+	// Every absolute path in the configs is inside one of the mounts.
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	confs, _ := filepath.Glob(filepath.Join(root, natsConfMount, "*.conf"))
+	for _, c := range confs {
+		text := readFile(t, c)
+		for _, m := range mounts {
+			text = strings.ReplaceAll(text, `"`+m+`/`, `"`+root+m+`/`)
+		}
+		if err := os.WriteFile(c, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
 
-func TestEnvExample(t *testing.T) {
-	env := envExample(t)
-	seenValue := map[string]string{}
-	for _, k := range sortedKeys(env) {
-		v := env[k]
-		if !safePassword.MatchString(v) {
-			t.Errorf("%s: %s=%q: use letters and digits starting with a letter; nats-server parses $%s like a config value", envExampleFile, k, v, k)
+// containerPathOf returns where the deploy/ file rel appears in the
+// service's container, through a bind mount of a directory holding it.
+func containerPathOf(svc map[string]any, rel string) (string, bool) {
+	for _, v := range asStrings(svc["volumes"]) {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 || !strings.HasPrefix(parts[0], ".") {
+			continue
 		}
-		if other, dup := seenValue[v]; dup {
-			t.Errorf("%s: %s and %s share a value; keep them distinct so the tests can tell the users apart", envExampleFile, k, other)
-		}
-		seenValue[v] = k
-	}
-	want := map[string]bool{}
-	for _, v := range natsConfVars(t) {
-		want[v] = true
-	}
-	for _, v := range composeVars(t, loadCompose(t)) {
-		want[v] = true
-	}
-	for _, k := range sortedKeys(want) {
-		if _, ok := env[k]; !ok {
-			t.Errorf("%s lacks %s, which the NATS configs or %s reference", envExampleFile, k, composeFile)
+		src := filepath.Clean(parts[0])
+		if r, ok := strings.CutPrefix(rel, src+"/"); ok {
+			return filepath.Join(parts[1], r), true
 		}
 	}
-	for _, k := range sortedKeys(env) {
-		if !want[k] {
-			t.Errorf("%s sets %s, which nothing references", envExampleFile, k)
+	return "", false
+}
+
+// copyTree copies the file or directory src to dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
 		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(to, 0o700)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o600)
+	})
+	if err != nil {
+		t.Fatalf("copy %s: %v", src, err)
 	}
+}
+
+// loadNATSConfig parses the config of node as its container sees it.
+func loadNATSConfig(t *testing.T, g *generated, node string) (*server.Options, string) {
+	t.Helper()
+	root := natsTree(t, g, node)
+	path := filepath.Join(root, natsConfMount, node+".conf")
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-server refuses %s.conf: %v", node, err)
+	}
+	if opts.AccountResolver != nil {
+		t.Cleanup(opts.AccountResolver.Close)
+	}
+	return opts, root
 }
 
 // ---------------------------------------------------------------- NATS configs
 
 func TestNATSConfigs(t *testing.T) {
-	env := envExample(t)
+	g := setup(t)
+	operator, sys, _, err := g.store.Trust(nil, streams.Subjects{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var first *server.Options
 	for _, node := range natsNodes {
 		t.Run(node, func(t *testing.T) {
-			opts := loadNATSConfig(t, node+".conf")
+			opts, root := loadNATSConfig(t, g, node)
 			if opts.ServerName != node {
 				t.Errorf("server_name = %q, want %q (unique per node, equal to the compose service)", opts.ServerName, node)
 			}
@@ -245,40 +255,42 @@ func TestNATSConfigs(t *testing.T) {
 				t.Errorf("routes go to %v, want %v", hosts, natsNodes)
 			}
 
-			// Accounts and users.
-			if opts.SystemAccount != "SYS" {
-				t.Errorf("system_account = %q, want SYS", opts.SystemAccount)
+			// TLS on the client port and mutual TLS on the route port, with
+			// the certificates setup.sh makes, valid for every node name.
+			switch {
+			case opts.TLSConfig == nil:
+				t.Error("no TLS on the client port")
+			case opts.TLSConfig.Certificates == nil || opts.TLSConfig.MinVersion < tls.VersionTLS12:
+				t.Errorf("client TLS without a certificate or below TLS 1.2: %+v", opts.TLSConfig)
 			}
-			var accounts []string
-			for _, a := range opts.Accounts {
-				accounts = append(accounts, a.Name)
+			if c := opts.Cluster.TLSConfig; c == nil || c.ClientAuth != tls.RequireAndVerifyClientCert {
+				t.Error("no mutual TLS on the route port (cluster { tls { verify: true } })")
+			} else if leaf := c.Certificates[0].Leaf; leaf != nil && leaf.VerifyHostname(node) != nil {
+				t.Errorf("the route certificate does not name %s", node)
 			}
-			if !slices.Contains(accounts, appAccount) {
-				t.Errorf("accounts %v lack %s", accounts, appAccount)
+
+			// Operator mode: no users or passwords, the store's operator and
+			// system account, a full resolver on the data volume.
+			if len(opts.Users) > 0 || len(opts.Nkeys) > 0 || len(opts.Accounts) > 0 {
+				t.Errorf("users, nkeys or accounts in the config (%d, %d, %d): identities belong in the account JWT", len(opts.Users), len(opts.Nkeys), len(opts.Accounts))
 			}
-			users := usersByName(opts)
-			for user, account := range map[string]string{
-				"dispatcher": appAccount, "agent": appAccount, "publisher": appAccount, "sys": "SYS",
-			} {
-				u, ok := users[user]
-				switch {
-				case !ok:
-					t.Errorf("user %q is missing", user)
-				case u.Account == nil || u.Account.Name != account:
-					t.Errorf("user %q is not in account %s", user, account)
-				case u.Password == "":
-					t.Errorf("user %q has no password", user)
-				}
+			if len(opts.TrustedOperators) != 1 || opts.TrustedOperators[0].Subject != operator.Subject {
+				t.Errorf("trusted operators %v, want the store's operator %s", opts.TrustedOperators, operator.Subject)
 			}
-			if len(users) != 4 {
-				t.Errorf("users = %v, want exactly dispatcher, agent, publisher, sys", sortedKeys(users))
+			if opts.SystemAccount != sys {
+				t.Errorf("system_account = %q, want the store's %s", opts.SystemAccount, sys)
 			}
-			for user, envVar := range map[string]string{
-				"dispatcher": "DISPATCHER_PASS", "agent": "AGENT_PASS", "publisher": "PUBLISHER_PASS", "sys": "SYS_PASS",
-			} {
-				if u := users[user]; u != nil && u.Password != env[envVar] {
-					t.Errorf("user %q: password does not come from $%s", user, envVar)
-				}
+			res, ok := opts.AccountResolver.(*server.DirAccResolver)
+			switch {
+			case !ok:
+				t.Errorf("account resolver %T: want the full one (type: full), which takes account updates at run time", opts.AccountResolver)
+			case !strings.HasPrefix(filepath.Clean(opts.StoreDir), filepath.Join(root, "data")):
+				t.Errorf("JetStream store %s is not on the data volume", opts.StoreDir)
+			}
+			_ = res
+			if !strings.Contains(readFile(t, filepath.Join(root, natsConfMount, "auth.conf")), `dir: "/`) ||
+				!strings.Contains(readFile(t, filepath.Join(root, natsConfMount, "auth.conf")), `"`+root+`/data/jwt"`) {
+				t.Error("the account resolver's dir is not /data/jwt on the node's data volume")
 			}
 
 			// The nodes differ only in server_name.
@@ -286,9 +298,8 @@ func TestNATSConfigs(t *testing.T) {
 				first = opts
 				return
 			}
-			if opts.Cluster.Name != first.Cluster.Name || opts.StoreDir != first.StoreDir ||
-				opts.SyncAlways != first.SyncAlways || len(opts.Users) != len(first.Users) ||
-				len(opts.Routes) != len(first.Routes) {
+			if opts.Cluster.Name != first.Cluster.Name || filepath.Base(opts.StoreDir) != filepath.Base(first.StoreDir) ||
+				opts.SyncAlways != first.SyncAlways || len(opts.Routes) != len(first.Routes) || opts.SystemAccount != first.SystemAccount {
 				t.Errorf("%s differs from %s in more than server_name", node, natsNodes[0])
 			}
 		})
@@ -316,30 +327,33 @@ func commentAbove(t *testing.T, text, needle string) string {
 
 func TestNATSConfigComments(t *testing.T) {
 	text := readFile(t, filepath.Join(natsConfDir, "common.conf"))
-	syncDoc := commentAbove(t, text, "sync_interval: always")
-	for _, want := range []string{"2 minutes", "power loss", "throughput"} {
-		if !strings.Contains(syncDoc, want) {
-			t.Errorf("the comment above sync_interval should explain the trade-off (mention %q); got:\n%s", want, syncDoc)
+	for needle, wants := range map[string][]string{
+		"sync_interval: always":  {"2 minutes", "power loss", "throughput"},
+		"include ./auth.conf":    {"agentreach auth server-config", "agentreach auth sync", "no restart", "allow_responses", "ACL"},
+		"tls {":                  {"agentreach auth tls --out deploy/certs"},
+		"listen: 0.0.0.0:4222":   {"Clients"},
+		"no_advertise: true":     {"gossip"},
+		"lame_duck_grace_period": {"SIGUSR2"},
+	} {
+		doc := commentAbove(t, text, needle)
+		for _, want := range wants {
+			if !strings.Contains(doc, want) {
+				t.Errorf("the comment above %q should mention %q; got:\n%s", needle, want, doc)
+			}
 		}
-	}
-	if doc := commentAbove(t, text, "allow_responses:"); !strings.Contains(doc, "reply") {
-		t.Errorf("the comment above allow_responses should say agents need it to reply; got:\n%s", doc)
 	}
 }
 
 // permitted mirrors the server's rule for a literal subject: allowed by
 // some allow entry (or no allow list), and by no deny entry.
-func permitted(sp *server.SubjectPermission, subject string) bool {
-	if sp == nil {
-		return true
-	}
-	ok := len(sp.Allow) == 0
-	for _, f := range sp.Allow {
+func permitted(p jwt.Permission, subject string) bool {
+	ok := len(p.Allow) == 0
+	for _, f := range p.Allow {
 		if server.SubjectMatchesFilter(subject, f) {
 			ok = true
 		}
 	}
-	for _, f := range sp.Deny {
+	for _, f := range p.Deny {
 		if server.SubjectMatchesFilter(subject, f) {
 			ok = false
 		}
@@ -347,89 +361,118 @@ func permitted(sp *server.SubjectPermission, subject string) bool {
 	return ok
 }
 
+// TestNATSPermissions checks what the identities setup.sh makes may do
+// once auth-sync pushed the ACL of acl.yaml: the templates of their
+// signing keys in the account JWT.
 func TestNATSPermissions(t *testing.T) {
-	users := usersByName(loadNATSConfig(t, "nats-1.conf"))
+	g := setup(t)
+	token, _, err := g.store.AccountJWT(g.acl, streams.Subjects{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := jwt.DecodeAccountClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms := map[string]jwt.Permissions{}
+	for _, id := range g.store.Identities() {
+		scope, ok := ac.SigningKeys.GetScope(id.SigningKey)
+		us, isUser := scope.(*jwt.UserScope)
+		if !ok || !isUser {
+			t.Fatalf("the account JWT has no scoped signing key for %s", id.Name)
+		}
+		perms[id.Name] = us.Template.Permissions
+	}
+	if !slices.Contains(ac.DefaultPermissions.Pub.Deny, ">") || !slices.Contains(ac.DefaultPermissions.Sub.Deny, ">") {
+		t.Error("a user of the account key itself may do something: deny it everything")
+	}
 	type check struct {
-		user, op, subject string
-		want              bool
+		identity, op, subject string
+		want                  bool
 	}
 	checks := []check{
-		// dispatcher: everything Agent-Reach, JetStream and KV.
+		// dispatcher: the routing core, every bucket and stream, callers' inboxes.
 		{"dispatcher", "sub", "reach.task.echo", true},
 		{"dispatcher", "sub", "reach.broadcast.echo", true},
+		{"dispatcher", "sub", "reach.fanout", true},
 		{"dispatcher", "sub", "reach.api.agents", true},
-		{"dispatcher", "sub", "_INBOX.abc", true},
+		{"dispatcher", "sub", "_INBOX.dispatcher.abc", true},
+		{"dispatcher", "sub", "_INBOX.cli.abc", false},
 		{"dispatcher", "sub", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.REACH_TASKS.dispatcher", true},
 		{"dispatcher", "pub", "reach.agent.echo-1", true},
 		{"dispatcher", "pub", "reach.result.r1", true},
 		{"dispatcher", "pub", "reach.dlq.echo", true},
 		{"dispatcher", "pub", "reach.review.echo", true},
 		{"dispatcher", "pub", "reach.event.echo", true},
-		{"dispatcher", "pub", "_INBOX.abc", true},
+		{"dispatcher", "pub", "_INBOX.cli.abc", true},
 		{"dispatcher", "pub", "$JS.API.STREAM.CREATE.REACH_TASKS", true},
 		{"dispatcher", "pub", "$JS.ACK.REACH_TASKS.dispatcher.1.1.1.1.0", true},
-		{"dispatcher", "pub", "$KV.REACH_POLICY.echo", true},
+		{"dispatcher", "pub", "$KV.REACH_POLICY.acl", true},
+		{"dispatcher", "pub", "reach.task.echo", false},
 		{"dispatcher", "pub", "$SYS.REQ.SERVER.PING", false},
 		{"dispatcher", "pub", "other.subject", false},
 
-		// agent: its deliveries, its registry records, replies via allow_responses.
-		{"agent", "sub", "reach.agent.echo-1", true},
-		{"agent", "sub", "_INBOX.abc", true},
-		{"agent", "sub", "reach.task.echo", false},
-		{"agent", "sub", "reach.result.r1", false},
-		{"agent", "pub", "$KV.REACH_AGENTS.echo-1", true},
-		{"agent", "pub", "$KV.REACH_CAPS.echo", true},
-		{"agent", "pub", "$KV.REACH_IDEMPOTENCY.key1", true},
-		{"agent", "pub", "$JS.API.STREAM.INFO.KV_REACH_AGENTS", true},
-		{"agent", "pub", "$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY", true},
-		{"agent", "pub", "$JS.API.STREAM.MSG.GET.KV_REACH_IDEMPOTENCY", true},
-		{"agent", "pub", "reach.task.risk.score", true},
-		{"agent", "pub", "$KV.REACH_POLICY.echo", false},
-		{"agent", "pub", "$JS.API.STREAM.DELETE.REACH_TASKS", false},
-		{"agent", "pub", "$JS.API.STREAM.PURGE.KV_REACH_AGENTS", false},
-		{"agent", "pub", "$JS.API.STREAM.UPDATE.KV_REACH_AGENTS", false},
-		{"agent", "pub", "$JS.API.CONSUMER.DELETE.REACH_TASKS.dispatcher", false},
-		{"agent", "pub", "reach.result.r1", false},
-		{"agent", "pub", "reach.agent.other-1", false},
-		{"agent", "pub", "_INBOX.abc", false}, // only as a response, see below
+		// agent echo-1: its deliveries, its own records, replies via allow_responses.
+		{"echo-1", "sub", "reach.agent.echo-1", true},
+		{"echo-1", "sub", "reach.agent.echo-2", false},
+		{"echo-1", "sub", "_INBOX.echo-1.abc", true},
+		{"echo-1", "sub", "_INBOX.cli.abc", false},
+		{"echo-1", "sub", "reach.task.echo", false},
+		{"echo-1", "pub", "$KV.REACH_AGENTS.echo-1", true},
+		{"echo-1", "pub", "$KV.REACH_AGENTS.echo-2", false},
+		{"echo-1", "pub", "$KV.REACH_CAPS.echo", true},
+		{"echo-1", "pub", "$KV.REACH_CAPS.math", false},
+		{"echo-1", "pub", "$KV.REACH_IDEMPOTENCY.echo.key1", true},
+		{"echo-1", "pub", "$JS.API.STREAM.INFO.KV_REACH_AGENTS", true},
+		{"echo-1", "pub", "$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY.$KV.REACH_IDEMPOTENCY.echo.key1", true},
+		{"echo-1", "pub", "$JS.API.CONSUMER.CREATE.KV_REACH_IDEMPOTENCY.c1.$KV.REACH_IDEMPOTENCY.echo.key1", true},
+		{"echo-1", "pub", "$KV.REACH_POLICY.acl", false},
+		{"echo-1", "pub", "$JS.API.STREAM.DELETE.REACH_TASKS", false},
+		{"echo-1", "pub", "$JS.API.STREAM.PURGE.KV_REACH_AGENTS", false},
+		{"echo-1", "pub", "$JS.API.CONSUMER.DELETE.REACH_TASKS.dispatcher", false},
+		{"echo-1", "pub", "reach.result.r1", false},
+		{"echo-1", "pub", "reach.agent.echo-2", false},
+		{"echo-1", "pub", "reach.task.echo", false}, // acl.yaml grants it nothing
+		{"echo-1", "pub", "_INBOX.cli.abc", false},  // only as a response
 
-		// publisher: calls and results only.
-		{"publisher", "pub", "reach.task.echo", true},
-		{"publisher", "pub", "reach.broadcast.echo", true},
-		{"publisher", "pub", "reach.submit.echo", true},
-		{"publisher", "pub", "reach.agent.echo-1", false},
-		{"publisher", "pub", "reach.api.breakers", false},
-		{"publisher", "pub", "$KV.REACH_AGENTS.echo-1", false},
-		{"publisher", "pub", "$JS.API.STREAM.DELETE.REACH_TASKS", false},
-		{"publisher", "sub", "_INBOX.abc", true},
-		{"publisher", "sub", "reach.result.r1", true},
-		{"publisher", "sub", "reach.agent.echo-1", false},
-		{"publisher", "sub", "reach.task.echo", false},
+		// caller cli: what acl.yaml grants it, its replies, results.
+		{"cli", "pub", "reach.task.echo", true},
+		{"cli", "pub", "reach.task.math.add", true},
+		{"cli", "pub", "reach.task.payment.execute", false},
+		{"cli", "pub", "reach.broadcast.echo", true},
+		{"cli", "pub", "reach.submit.echo", true},
+		{"cli", "pub", "reach.fanout", true},
+		{"cli", "pub", "reach.agent.echo-1", false},
+		{"cli", "pub", "reach.api.breakers", false},
+		{"cli", "pub", "$KV.REACH_AGENTS.echo-1", false},
+		{"cli", "pub", "$JS.API.STREAM.DELETE.REACH_TASKS", false},
+		{"cli", "sub", "_INBOX.cli.abc", true},
+		{"cli", "sub", "_INBOX.dispatcher.abc", false},
+		{"cli", "sub", "reach.result.r1", true},
+		{"cli", "sub", "reach.dlq.echo", true},
+		{"cli", "sub", "reach.dlq.payment", false},
+		{"cli", "sub", "reach.agent.echo-1", false},
+		{"cli", "sub", "reach.task.echo", false},
 	}
 	for _, c := range checks {
-		u := users[c.user]
-		if u == nil {
-			t.Fatalf("user %q missing", c.user)
+		p, ok := perms[c.identity]
+		if !ok {
+			t.Fatalf("identity %q missing from %s", c.identity, setupScript)
 		}
-		if u.Permissions == nil {
-			t.Errorf("user %q has no permissions (everything allowed)", c.user)
-			continue
-		}
-		sp := u.Permissions.Publish
+		sp := p.Pub
 		if c.op == "sub" {
-			sp = u.Permissions.Subscribe
+			sp = p.Sub
 		}
 		if got := permitted(sp, c.subject); got != c.want {
 			verb := map[string]string{"pub": "publish to", "sub": "subscribe to"}[c.op]
-			t.Errorf("user %q may %s %q: got %v, want %v", c.user, verb, c.subject, got, c.want)
+			t.Errorf("%q may %s %q: got %v, want %v", c.identity, verb, c.subject, got, c.want)
 		}
 	}
-
 	// An agent answers ACKED, PROCESSING…, FINISHED on the reply subject.
-	r := users["agent"].Permissions.Response
+	r := perms["echo-1"].Resp
 	switch {
 	case r == nil:
-		t.Error("user agent lacks allow_responses: it could not reply to deliveries")
+		t.Error("agent echo-1 lacks allow_responses: it could not reply to deliveries")
 	case r.MaxMsgs < 3:
 		t.Errorf("agent allow_responses max = %d, want >= 3 (ACKED, PROCESSING, FINISHED)", r.MaxMsgs)
 	case r.Expires < 2*time.Minute:
@@ -451,24 +494,24 @@ func (e errRecorder) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 }
 
 // expect waits for an asynchronous error mentioning want.
-func (e errRecorder) expect(t *testing.T, user, want string) {
+func (e errRecorder) expect(t *testing.T, who, want string) {
 	t.Helper()
 	select {
 	case err := <-e:
 		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: got async error %v, want one about %q", user, err, want)
+			t.Errorf("%s: got async error %v, want one about %q", who, err, want)
 		}
 	case <-time.After(2 * time.Second):
-		t.Errorf("%s: expected a permissions violation for %q, got none", user, want)
+		t.Errorf("%s: expected a permissions violation for %q, got none", who, want)
 	}
 }
 
-func (e errRecorder) none(t *testing.T, user string) {
+func (e errRecorder) none(t *testing.T, who string) {
 	t.Helper()
 	for {
 		select {
 		case err := <-e:
-			t.Errorf("%s: unexpected async error: %v", user, err)
+			t.Errorf("%s: unexpected async error: %v", who, err)
 		default:
 			return
 		}
@@ -476,16 +519,16 @@ func (e errRecorder) none(t *testing.T, user string) {
 }
 
 // TestNATSConfigServesAgentReach starts one embedded node from nats-1.conf
-// (same accounts, users, permissions, JetStream settings; cluster and fixed
-// ports removed) and runs every role's basic flow against it.
+// (same operator mode, TLS and JetStream settings; cluster and fixed ports
+// removed), runs the syncer as auth-sync does, and runs every role's basic
+// flow against it as the identities setup.sh makes.
 func TestNATSConfigServesAgentReach(t *testing.T) {
-	env := envExample(t)
-	opts := loadNATSConfig(t, "nats-1.conf")
+	g := setup(t)
+	opts, root := loadNATSConfig(t, g, "nats-1")
 	opts.Cluster = server.ClusterOpts{}
 	opts.Routes, opts.RoutesStr = nil, ""
 	opts.Host, opts.Port = "127.0.0.1", -1
 	opts.HTTPHost, opts.HTTPPort = "127.0.0.1", -1
-	opts.StoreDir = t.TempDir()
 	opts.NoLog, opts.NoSigs = true, true
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -496,7 +539,7 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	if !s.ReadyForConnections(5 * time.Second) {
 		t.Fatal("embedded server from nats-1.conf did not start")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	// The compose healthcheck URL answers 200 once JetStream is on.
@@ -510,33 +553,59 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 		t.Errorf("GET %s = %d, want 200", healthzPathQuery, resp.StatusCode)
 	}
 
-	connect := func(user, pass string) (*nats.Conn, errRecorder) {
+	ca := filepath.Join(root, "etc/agentreach/certs/ca.pem")
+	connect := func(creds string) (*nats.Conn, errRecorder) {
 		t.Helper()
 		rec := make(errRecorder, 16)
-		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, pass),
-			nats.Timeout(2*time.Second), nats.ErrorHandler(rec.handler))
+		o, err := auth.ConnectOptions(creds)
 		if err != nil {
-			t.Fatalf("connect as %s: %v", user, err)
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(s.ClientURL(), append(o, nats.RootCAs(ca), nats.Timeout(2*time.Second), nats.ErrorHandler(rec.handler))...)
+		if err != nil {
+			t.Fatalf("connect as %s: %v", creds, err)
 		}
 		t.Cleanup(nc.Close)
 		return nc, rec
 	}
-	dnc, dErr := connect("dispatcher", env["DISPATCHER_PASS"])
-	anc, aErr := connect("agent", env["AGENT_PASS"])
-	pnc, pErr := connect("publisher", env["PUBLISHER_PASS"])
-	snc, sErr := connect("sys", env["SYS_PASS"])
-	if _, err := nats.Connect(s.ClientURL(), nats.UserInfo("agent", "wrong"), nats.Timeout(2*time.Second)); err == nil {
-		t.Error("a wrong password was accepted")
+	if nc, err := nats.Connect(s.ClientURL(), nats.RootCAs(ca), nats.Timeout(2*time.Second)); err == nil {
+		nc.Close()
+		t.Error("a client without credentials connected")
 	}
+	plain, _ := auth.ConnectOptions(g.store.CredsFile("cli"))
+	if nc, err := nats.Connect(strings.Replace(s.ClientURL(), "tls://", "nats://", 1), append(plain, nats.Timeout(2*time.Second))...); err == nil {
+		nc.Close()
+		t.Error("a client without TLS connected")
+	}
+	dnc, dErr := connect(g.store.CredsFile("dispatcher"))
 
-	// dispatcher: provisions every bucket and stream, serves reach.task.>.
+	// dispatcher: provisions every bucket and stream; auth-sync seeds the
+	// ACL and pushes the identities.
 	djs, err := jetstream.New(dnc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := streams.Provision(ctx, djs, streams.Topology{}); err != nil {
-		t.Fatalf("dispatcher cannot provision the topology in account %s: %v", appAccount, err)
+		t.Fatalf("dispatcher cannot provision the topology in account %s: %v", auth.AccountName, err)
 	}
+	policy, err := djs.KeyValue(ctx, streams.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := registry.PutPolicy(ctx, policy, registry.PolicyACL, []byte(readFile(t, aclFile))); err != nil {
+		t.Fatalf("the dispatcher identity cannot store %s: %v", aclFile, err)
+	}
+	snc, sErr := connect(g.store.SystemCredsFile())
+	syncer, err := auth.NewSyncer(ctx, g.store, snc, dnc, auth.SyncConfig{})
+	if err == nil {
+		err = syncer.Start(ctx)
+	}
+	if err != nil {
+		t.Fatalf("auth sync: %v", err)
+	}
+	defer syncer.Close()
+	anc, aErr := connect(g.store.CredsFile("echo-1"))
+	pnc, pErr := connect(g.store.CredsFile("cli"))
 	if _, err := dnc.QueueSubscribe("reach.task.>", "dispatchers", func(m *nats.Msg) {
 		_ = m.Respond(append([]byte("handled "), m.Data...))
 	}); err != nil {
@@ -561,10 +630,10 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent cannot open %s: %v", streams.BucketIdempotency, err)
 	}
-	if _, err := idem.Put(ctx, "key1", []byte(`{"ok":true}`)); err != nil {
+	if _, err := idem.Put(ctx, "echo.key1", []byte(`{"ok":true}`)); err != nil {
 		t.Errorf("agent cannot store an idempotent result: %v", err)
 	}
-	if _, err := idem.Get(ctx, "key1"); err != nil {
+	if _, err := idem.Get(ctx, "echo.key1"); err != nil {
 		t.Errorf("agent cannot read an idempotent result: %v", err)
 	}
 	statuses := []string{"ACKED", "PROCESSING", "FINISHED"}
@@ -608,16 +677,11 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 		}
 	}
 
-	// agent → another agent through the dispatchers.
-	if _, err := anc.Request("reach.task.risk.score", []byte(`{}`), 2*time.Second); err != nil {
-		t.Errorf("agent cannot call reach.task.>: %v", err)
-	}
-
-	// publisher: direct tier, durable tier, results.
+	// caller: direct tier, durable tier, results.
 	if m, err := pnc.Request("reach.task.echo", []byte(`{"text":"hi"}`), 2*time.Second); err != nil {
-		t.Errorf("publisher cannot call reach.task.echo: %v", err)
+		t.Errorf("caller cli cannot call reach.task.echo: %v", err)
 	} else if string(m.Data) != `handled {"text":"hi"}` {
-		t.Errorf("publisher got %q", m.Data)
+		t.Errorf("caller got %q", m.Data)
 	}
 	pjs, err := jetstream.New(pnc)
 	if err != nil {
@@ -625,7 +689,7 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	}
 	ack, err := pjs.Publish(ctx, "reach.submit.echo", []byte(`{"text":"hi"}`), jetstream.WithMsgID("r1"))
 	if err != nil {
-		t.Errorf("publisher cannot submit a durable task: %v", err)
+		t.Errorf("caller cannot submit a durable task: %v", err)
 	} else if ack.Stream != streams.StreamTasks {
 		t.Errorf("reach.submit.echo landed in %q, want %s", ack.Stream, streams.StreamTasks)
 	}
@@ -640,7 +704,7 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 		t.Errorf("dispatcher cannot publish a durable result: %v", err)
 	}
 	if _, err := results.NextMsg(2 * time.Second); err != nil {
-		t.Errorf("publisher did not receive reach.result.r1: %v", err)
+		t.Errorf("caller did not receive reach.result.r1: %v", err)
 	}
 
 	// sys: system account requests.
@@ -652,13 +716,15 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	for _, d := range []struct {
 		nc   *nats.Conn
 		rec  errRecorder
-		user string
+		who  string
 		do   func(*nats.Conn) error
 		want string
 	}{
-		{pnc, pErr, "publisher", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("reach.agent.>"); return err }, "reach.agent.>"},
-		{anc, aErr, "agent", func(nc *nats.Conn) error { return nc.Publish("reach.result.r1", nil) }, "reach.result.r1"},
-		{anc, aErr, "agent", func(nc *nats.Conn) error { return nc.Publish("$JS.API.STREAM.DELETE.REACH_TASKS", nil) }, "STREAM.DELETE"},
+		{pnc, pErr, "cli", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("reach.agent.>"); return err }, "reach.agent.>"},
+		{pnc, pErr, "cli", func(nc *nats.Conn) error { _, err := nc.SubscribeSync("_INBOX.dispatcher.>"); return err }, "_INBOX.dispatcher.>"},
+		{anc, aErr, "echo-1", func(nc *nats.Conn) error { return nc.Publish("reach.result.r1", nil) }, "reach.result.r1"},
+		{anc, aErr, "echo-1", func(nc *nats.Conn) error { return nc.Publish("$KV.REACH_AGENTS.echo-2", nil) }, "REACH_AGENTS.echo-2"},
+		{anc, aErr, "echo-1", func(nc *nats.Conn) error { return nc.Publish("$JS.API.STREAM.DELETE.REACH_TASKS", nil) }, "STREAM.DELETE"},
 	} {
 		if err := d.do(d.nc); err != nil {
 			t.Fatal(err)
@@ -666,10 +732,10 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 		if err := d.nc.Flush(); err != nil && !errors.Is(err, nats.ErrPermissionViolation) {
 			t.Fatal(err)
 		}
-		d.rec.expect(t, d.user, d.want)
+		d.rec.expect(t, d.who, d.want)
 	}
-	for user, rec := range map[string]errRecorder{"dispatcher": dErr, "agent": aErr, "publisher": pErr, "sys": sErr} {
-		rec.none(t, user)
+	for who, rec := range map[string]errRecorder{"dispatcher": dErr, "cli": pErr, "sys": sErr} {
+		rec.none(t, who)
 	}
 	if _, err := djs.Stream(ctx, streams.StreamTasks); err != nil {
 		t.Errorf("REACH_TASKS should survive the agent's delete attempt: %v", err)
@@ -819,12 +885,16 @@ func isNATS(svc map[string]any) bool {
 }
 
 func TestCompose(t *testing.T) {
+	g := setup(t)
 	doc := loadCompose(t)
+	if vars := composeVars(t, doc); len(vars) > 0 {
+		t.Errorf("%s reads %v from the environment: the stack needs no secrets there (identities are credentials files)", composeFile, vars)
+	}
 	services := asMap(doc["services"])
 	if len(services) == 0 {
 		t.Fatalf("%s has no services", composeFile)
 	}
-	for _, want := range append(slices.Clone(natsNodes), "dispatcher", "demo") {
+	for _, want := range append(slices.Clone(natsNodes), "dispatcher", "demo", "auth-sync") {
 		if services[want] == nil {
 			t.Errorf("service %q is missing", want)
 		}
@@ -880,8 +950,11 @@ func TestCompose(t *testing.T) {
 			}
 			src := parts[0]
 			if strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
-				if _, err := os.Stat(filepath.Join(".", src)); err != nil {
-					t.Errorf("service %s: bind mount source %q does not exist (relative to deploy/)", name, src)
+				if _, err := os.Stat(g.source(src)); err != nil {
+					t.Errorf("service %s: bind mount source %q does not exist (relative to deploy/) and %s does not make it", name, src, setupScript)
+				}
+				if ro := parts[len(parts)-1] == "ro"; !ro {
+					t.Errorf("service %s: bind mount %q is writable: mount configuration and credentials :ro", name, v)
 				}
 				continue
 			}
@@ -910,7 +983,7 @@ func TestCompose(t *testing.T) {
 	}
 }
 
-// hostPath maps a container path to the host file behind a bind mount.
+// hostPath maps a container path to the deploy/ path behind a bind mount.
 func hostPath(svc map[string]any, containerPath string) (string, bool) {
 	for _, v := range asStrings(svc["volumes"]) {
 		parts := strings.Split(v, ":")
@@ -919,7 +992,7 @@ func hostPath(svc map[string]any, containerPath string) (string, bool) {
 		}
 		src, dst := parts[0], parts[1]
 		if containerPath == dst {
-			return src, true
+			return filepath.Clean(src), true
 		}
 		if rest, ok := strings.CutPrefix(containerPath, dst+"/"); ok {
 			return filepath.Join(src, rest), true
@@ -943,8 +1016,8 @@ func namedVolumeAt(svc map[string]any, containerPath string) bool {
 }
 
 func TestComposeNATSServices(t *testing.T) {
+	g := setup(t)
 	services := asMap(loadCompose(t)["services"])
-	confVars := natsConfVars(t)
 	minor := natsServerMinor(t)
 	var nodes []string
 	for _, name := range sortedKeys(services) {
@@ -962,18 +1035,20 @@ func TestComposeNATSServices(t *testing.T) {
 			if !ok {
 				t.Fatalf("command %q has no --config", args)
 			}
+			if conf != natsConfMount+"/"+name+".conf" {
+				t.Fatalf("--config %s: want %s/%s.conf", conf, natsConfMount, name)
+			}
 			host, ok := hostPath(svc, conf)
 			if !ok {
 				t.Fatalf("--config %s is not inside a bind mount", conf)
 			}
-			if _, err := os.Stat(host); err != nil {
-				t.Fatalf("--config %s maps to %s, which does not exist", conf, host)
-			}
-			rel, err := filepath.Rel(natsConfDir, host)
-			if err != nil || strings.HasPrefix(rel, "..") {
+			if rel, err := filepath.Rel(natsConfDir, host); err != nil || strings.HasPrefix(rel, "..") {
 				t.Fatalf("--config %s maps to %s, outside deploy/%s", conf, host, natsConfDir)
 			}
-			opts := loadNATSConfig(t, rel)
+			if _, ok := containerPathOf(svc, authConf); !ok {
+				t.Errorf("%s (made by %s) is not mounted beside the configs that include it", authConf, setupScript)
+			}
+			opts, root := loadNATSConfig(t, g, name)
 			if opts.ServerName != name {
 				t.Errorf("%s sets server_name %q; name it after the service", host, opts.ServerName)
 			}
@@ -982,15 +1057,19 @@ func TestComposeNATSServices(t *testing.T) {
 					t.Errorf("route %s: %s is not a compose service", r, r.Hostname())
 				}
 			}
-			if !namedVolumeAt(svc, opts.StoreDir) {
-				t.Errorf("JetStream store_dir %s is not on a named volume: data would not survive a container re-create", opts.StoreDir)
+			if store, _ := strings.CutPrefix(opts.StoreDir, root); !namedVolumeAt(svc, store) {
+				t.Errorf("JetStream store_dir %s is not on a named volume: data would not survive a container re-create", store)
 			}
-
-			env := envOf(svc)
-			for _, v := range confVars {
-				if singleVar(env[v]) != v {
-					t.Errorf("environment %s = %q, want ${%s…} (the NATS config reads $%s)", v, env[v], v, v)
+			if !namedVolumeAt(svc, "/data/jwt") {
+				t.Error("the account resolver's /data/jwt is not on a named volume: pushed account JWTs would not survive a re-create")
+			}
+			for _, f := range []string{"ca.pem", "server.pem", "server-key.pem"} {
+				if p, ok := hostPath(svc, "/etc/agentreach/certs/"+f); !ok || !strings.HasPrefix(p, "certs/") {
+					t.Errorf("/etc/agentreach/certs/%s is not mounted from deploy/certs (made by %s)", f, setupScript)
 				}
+			}
+			if len(envOf(svc)) > 0 {
+				t.Errorf("environment %v: a NATS node needs none (no passwords)", sortedKeys(envOf(svc)))
 			}
 
 			hc := asMap(svc["healthcheck"])
@@ -1019,12 +1098,28 @@ func TestComposeNATSServices(t *testing.T) {
 	}
 }
 
+// credsOf returns the identity whose credentials the container path file
+// of svc is, with the host file behind it.
+func credsOf(t *testing.T, g *generated, svc map[string]any, file string) (auth.Identity, string, bool) {
+	t.Helper()
+	host, ok := hostPath(svc, file)
+	if !ok {
+		return auth.Identity{}, "", false
+	}
+	id, ok := g.identity(t, g.source(host))
+	return id, host, ok
+}
+
 func TestComposeAgentreachServices(t *testing.T) {
+	g := setup(t)
 	services := asMap(loadCompose(t)["services"])
-	opts := loadNATSConfig(t, "nats-1.conf")
-	users := usersByName(opts)
-	env := envExample(t)
 	heartbeats := map[string]string{}
+	demoAgents := map[string]bool{}
+	for _, id := range g.store.Identities() {
+		if id.Role == auth.RoleAgent {
+			demoAgents[id.Name] = false
+		}
+	}
 	seen := 0
 	for _, name := range sortedKeys(services) {
 		svc := asMap(services[name])
@@ -1041,6 +1136,9 @@ func TestComposeAgentreachServices(t *testing.T) {
 			if !slices.Contains(agentreachSubcommands, sub) {
 				t.Fatalf("agentreach subcommand %q is not one of %v", sub, agentreachSubcommands)
 			}
+			if sub == "auth" && (len(args) < 2 || args[1] != "sync") {
+				t.Fatalf("agentreach auth %v: the stack runs only auth sync", args[1:])
+			}
 			for _, a := range args[1:] {
 				if !strings.HasPrefix(a, "-") {
 					continue
@@ -1052,11 +1150,9 @@ func TestComposeAgentreachServices(t *testing.T) {
 			}
 			svcEnv := envOf(svc)
 			for k := range svcEnv {
-				if flag, ok := strings.CutPrefix(k, "AGENTREACH_"); ok {
-					f := strings.ToLower(strings.ReplaceAll(flag, "_", "-"))
-					if !slices.Contains(agentreachFlags, f) {
-						t.Errorf("environment %s matches no flag (--%s)", k, f)
-					}
+				flag, ok := strings.CutPrefix(k, "AGENTREACH_")
+				if f := strings.ToLower(strings.ReplaceAll(flag, "_", "-")); !ok || !slices.Contains(agentreachFlags, f) {
+					t.Errorf("environment %s matches no flag (--%s)", k, f)
 				}
 			}
 			value := func(flag string) string {
@@ -1066,7 +1162,7 @@ func TestComposeAgentreachServices(t *testing.T) {
 				return svcEnv["AGENTREACH_"+strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))]
 			}
 
-			// --server: every NATS node, no credentials in the URL.
+			// --server: every NATS node over TLS, no credentials in the URL.
 			srv := value("server")
 			if srv == "" {
 				t.Error("no --server / AGENTREACH_SERVER")
@@ -1078,11 +1174,11 @@ func TestComposeAgentreachServices(t *testing.T) {
 					t.Errorf("server URL %q: %v", s, err)
 					continue
 				}
-				if u.Scheme != "nats" || u.Port() != strconv.Itoa(opts.Port) {
-					t.Errorf("server URL %q: want nats://<node>:%d", s, opts.Port)
+				if u.Scheme != "tls" || u.Port() != "4222" {
+					t.Errorf("server URL %q: want tls://<node>:4222", s)
 				}
 				if u.User != nil {
-					t.Errorf("server URL %q carries credentials; pass AGENTREACH_USER / AGENTREACH_PASSWORD", s)
+					t.Errorf("server URL %q carries credentials; pass --creds", s)
 				}
 				if !isNATS(asMap(services[u.Hostname()])) {
 					t.Errorf("server URL %q: %s is not a NATS service", s, u.Hostname())
@@ -1093,17 +1189,35 @@ func TestComposeAgentreachServices(t *testing.T) {
 			if !slices.Equal(hosts, natsNodes) {
 				t.Errorf("--server lists %v, want all of %v so clients fail over", hosts, natsNodes)
 			}
-
-			// Credentials: a configured user, the password variable that user's config reads.
-			user := value("user")
-			if want, ok := subcommandUser[sub]; ok && user != want {
-				t.Errorf("agentreach %s runs as user %q, want %q", sub, user, want)
+			if ca, ok := hostPath(svc, value("tls-ca")); !ok || ca != "certs/ca.pem" {
+				t.Errorf("--tls-ca %q is not deploy/certs/ca.pem (made by %s)", value("tls-ca"), setupScript)
 			}
-			u := users[user]
-			if u == nil {
-				t.Errorf("AGENTREACH_USER %q is not a user in the NATS config", user)
-			} else if v := singleVar(value("password")); v == "" || env[v] != u.Password {
-				t.Errorf("AGENTREACH_PASSWORD = %q: want the ${…} variable that nats-server reads for user %q", value("password"), user)
+
+			// Credentials: an identity of the right role, none shared across
+			// roles, never a password.
+			want := subcommandRole[sub]
+			if sub == "demo" {
+				dir := value("creds-dir")
+				if dir == "" || value("creds") != "" {
+					t.Fatal("demo runs one identity per agent: --creds-dir, not --creds")
+				}
+				for id := range demoAgents {
+					got, host, ok := credsOf(t, g, svc, dir+"/"+id+".creds")
+					if !ok || got.Role != auth.RoleAgent {
+						t.Errorf("demo agent %s: %s/%s.creds is not its agent identity's credentials (%s)", id, dir, id, host)
+						continue
+					}
+					demoAgents[id] = true
+				}
+			} else if id, host, ok := credsOf(t, g, svc, value("creds")); !ok {
+				t.Errorf("--creds %q is no identity's credentials of %s (%s)", value("creds"), setupScript, host)
+			} else if id.Role != want {
+				t.Errorf("agentreach %s runs as %s %s, want a %s", sub, id.Role, id.Name, want)
+			}
+			for _, k := range []string{"AGENTREACH_USER", "AGENTREACH_PASSWORD", "AGENTREACH_TOKEN"} {
+				if svcEnv[k] != "" {
+					t.Errorf("%s: identities are credentials files, not passwords", k)
+				}
 			}
 
 			if hb := value("heartbeat"); hb != "" {
@@ -1113,7 +1227,8 @@ func TestComposeAgentreachServices(t *testing.T) {
 				heartbeats[name] = hb
 			}
 
-			if sub == "dispatcher" {
+			switch sub {
+			case "dispatcher":
 				r, err := strconv.Atoi(value("replicas"))
 				if err != nil || r < 1 || r > len(natsNodes) {
 					t.Errorf("dispatcher --replicas %q: want 1..%d (3 on this cluster)", value("replicas"), len(natsNodes))
@@ -1126,11 +1241,27 @@ func TestComposeAgentreachServices(t *testing.T) {
 				if svc["container_name"] != nil {
 					t.Error("container_name prevents `docker compose up --scale dispatcher=N`")
 				}
+				if v, ok := hostPath(svc, value("verifier")); !ok || filepath.Clean(g.source(v)) != filepath.Clean(g.store.VerifierFile()) {
+					t.Errorf("--verifier %q is not the store's verifier key: the dispatchers would not check Reach-Source or the ACL", value("verifier"))
+				}
+			case "auth":
+				dir, ok := hostPath(svc, value("dir"))
+				if !ok || filepath.Clean(g.source(dir)) != filepath.Clean(g.store.Dir()) {
+					t.Errorf("auth sync --dir %q is not the store setup.sh makes", value("dir"))
+				}
+				if acl, ok := hostPath(svc, value("seed-acl")); !ok || acl != aclFile {
+					t.Errorf("auth sync --seed-acl %q is not deploy/%s", value("seed-acl"), aclFile)
+				}
 			}
 		})
 	}
 	if seen == 0 {
 		t.Error("no agentreach services found")
+	}
+	for id, runs := range demoAgents {
+		if !runs {
+			t.Errorf("%s makes agent %s, which no service runs as", setupScript, id)
+		}
 	}
 	var distinct []string
 	for _, hb := range heartbeats {
@@ -1142,13 +1273,18 @@ func TestComposeAgentreachServices(t *testing.T) {
 		t.Errorf("heartbeat differs between services %v: REACH_AGENTS expires records after 3 × the dispatchers' heartbeat", heartbeats)
 	}
 
-	// nats-box authenticates like any other client.
+	// nats-box authenticates like any other client: an identity, the CA, and
+	// its own inbox prefix.
 	if nb := asMap(services["nats-box"]); nb != nil {
 		e := envOf(nb)
-		if u := users[e["NATS_USER"]]; u == nil {
-			t.Errorf("nats-box NATS_USER %q is not a NATS user", e["NATS_USER"])
-		} else if v := singleVar(e["NATS_PASSWORD"]); env[v] != u.Password {
-			t.Errorf("nats-box NATS_PASSWORD %q does not match user %q", e["NATS_PASSWORD"], e["NATS_USER"])
+		id, _, ok := credsOf(t, g, nb, e["NATS_CREDS"])
+		if !ok {
+			t.Errorf("nats-box NATS_CREDS %q is no identity's credentials", e["NATS_CREDS"])
+		} else if v, _ := flagValue(asStrings(nb["command"]), "inbox-prefix"); v != auth.InboxPrefix(id.Name) {
+			t.Errorf("nats-box --inbox-prefix %q: %s may read replies only under %s", v, id.Name, auth.InboxPrefix(id.Name))
+		}
+		if ca, ok := hostPath(nb, e["NATS_CA"]); !ok || ca != "certs/ca.pem" {
+			t.Errorf("nats-box NATS_CA %q is not deploy/certs/ca.pem", e["NATS_CA"])
 		}
 	}
 }
@@ -1231,7 +1367,9 @@ func TestDockerfile(t *testing.T) {
 func TestReadmeCommands(t *testing.T) {
 	text := readFile(t, "README.md")
 	for _, want := range []string{
-		"docker compose -f deploy/docker-compose.yml --env-file deploy/.env up -d",
+		"deploy/setup.sh",
+		"docker compose -f deploy/docker-compose.yml up -d",
+		"agentreach auth revoke",
 		"kv ls REACH_AGENTS",
 		"stream ls",
 		"--scale dispatcher=",

@@ -37,9 +37,16 @@ func NewStack(tb testing.TB, hb time.Duration, tune ...func(*server.Options)) *S
 	for _, f := range tune {
 		f(opts)
 	}
+	st := runStack(tb, hb, opts)
+	natstest.Provision(tb, st.Conn(), streams.Topology{Heartbeat: hb, Memory: true})
+	return st
+}
+
+// runStack starts a server with opts and the stack's log, without
+// provisioning.
+func runStack(tb testing.TB, hb time.Duration, opts *server.Options) *Stack {
+	tb.Helper()
 	s := natstest.RunServerWith(tb, opts)
-	nc := natstest.Connect(tb, s)
-	natstest.Provision(tb, nc, streams.Topology{Heartbeat: hb, Memory: true})
 	logs := &tailBuffer{}
 	// Registered first, so it runs after every dispatcher and agent stopped.
 	tb.Cleanup(func() {
@@ -82,7 +89,13 @@ func (st *Stack) Conn() *nats.Conn { return natstest.Connect(st.T, st.Server) }
 // Dispatcher starts a dispatcher on its own connection.
 func (st *Stack) Dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
 	st.T.Helper()
-	d, err := dispatcher.New(st.Conn(), cfg, dispatcher.WithLogger(st.log))
+	return st.dispatcherOn(st.Conn(), cfg)
+}
+
+// dispatcherOn starts a dispatcher on nc.
+func (st *Stack) dispatcherOn(nc *nats.Conn, cfg dispatcher.Config, opts ...dispatcher.Option) *dispatcher.Dispatcher {
+	st.T.Helper()
+	d, err := dispatcher.New(nc, cfg, append(opts, dispatcher.WithLogger(st.log))...)
 	if err != nil {
 		st.T.Fatal(err)
 	}
@@ -98,10 +111,16 @@ func (st *Stack) Dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
 // Agent starts an agent serving handlers, on connections of its own.
 func (st *Stack) Agent(cfg agentkit.Config, handlers map[string]agentkit.Handler) *agentkit.Agent {
 	st.T.Helper()
+	return st.agentOn(st.Conn(), cfg, handlers)
+}
+
+// agentOn starts an agent on nc (and a heartbeat connection like it).
+func (st *Stack) agentOn(nc *nats.Conn, cfg agentkit.Config, handlers map[string]agentkit.Handler) *agentkit.Agent {
+	st.T.Helper()
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = st.Heartbeat
 	}
-	a, err := agentkit.New(st.Conn(), cfg, agentkit.WithoutSignals(), agentkit.WithLogger(st.log))
+	a, err := agentkit.New(nc, cfg, agentkit.WithoutSignals(), agentkit.WithLogger(st.log))
 	if err != nil {
 		st.T.Fatal(err)
 	}
@@ -149,7 +168,13 @@ func WaitRoutable(tb testing.TB, capability string, n int, ds ...*dispatcher.Dis
 // connection.
 func (st *Stack) FanOut(d *dispatcher.Dispatcher) *fanout.Service {
 	st.T.Helper()
-	s, err := fanout.New(st.Conn(), d, fanout.Config{}, fanout.WithLogger(st.log))
+	return st.fanOutOn(st.Conn(), d)
+}
+
+// fanOutOn starts the fan-out and broadcast service beside d on nc.
+func (st *Stack) fanOutOn(nc *nats.Conn, d *dispatcher.Dispatcher, opts ...fanout.Option) *fanout.Service {
+	st.T.Helper()
+	s, err := fanout.New(nc, d, fanout.Config{}, append(opts, fanout.WithLogger(st.log))...)
 	if err != nil {
 		st.T.Fatal(err)
 	}

@@ -179,7 +179,11 @@ func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Wri
 		return nil, err
 	}
 	s := &session{nc: nc, conn: conn}
-	s.client, err = agentkit.NewClient(nc, agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects()))
+	opts := []agentkit.ClientOption{agentkit.WithJSON(), agentkit.WithSubjects(conn.subjects())}
+	if conn.signs() {
+		opts = append(opts, agentkit.WithCredentials(conn.creds))
+	}
+	s.client, err = agentkit.NewClient(nc, opts...)
 	if err == nil {
 		s.js, err = jetstream.New(nc)
 	}

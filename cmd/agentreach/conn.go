@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/auth"
 )
 
 // defaultServer is where the connection flags point by default: the server
@@ -45,7 +47,7 @@ func (c *connFlags) register(fs *flag.FlagSet, timeout time.Duration, timeoutUsa
 	fs.StringVar(&c.user, "user", "", "user `name` (with --password)")
 	fs.StringVar(&c.password, "password", "", "`password` of --user (prefer the environment variable: flags show in ps)")
 	fs.StringVar(&c.token, "token", "", "authentication `token`")
-	fs.StringVar(&c.creds, "creds", "", "user credentials `file` (JWT and seed, as made by nsc)")
+	fs.StringVar(&c.creds, "creds", "", "user credentials `file` (JWT and seed, as made by agentreach auth or nsc); an\nagentreach identity also signs its tasks (Reach-Source, Reach-Signature)")
 	fs.StringVar(&c.nkey, "nkey", "", "nkey seed `file`")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "CA certificate `file` that verifies the server (turns TLS on)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "client certificate `file` for mutual TLS (with --tls-key)")
@@ -108,7 +110,13 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 		opts = append(opts, nats.Token(c.token))
 	}
 	if c.creds != "" {
-		opts = append(opts, nats.UserCredentials(c.creds))
+		// An Agent-Reach identity also reads its replies under its own
+		// inbox prefix, the only one its permissions allow.
+		o, err := auth.ConnectOptions(c.creds)
+		if err != nil {
+			return nil, fmt.Errorf("--creds: %w", err)
+		}
+		opts = append(opts, o...)
 	}
 	if c.nkey != "" {
 		o, err := nats.NkeyOptionFromSeed(c.nkey)
@@ -124,6 +132,16 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
 	}
 	return opts, nil
+}
+
+// signs reports whether --creds names an Agent-Reach identity, whose tasks
+// the CLI then signs (Reach-Source and Reach-Signature).
+func (c *connFlags) signs() bool {
+	if c.creds == "" {
+		return false
+	}
+	_, role, err := auth.CredentialsName(c.creds)
+	return err == nil && role != ""
 }
 
 // serverList returns --server with the spaces around its commas removed.

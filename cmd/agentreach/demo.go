@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -59,19 +60,40 @@ type demoAgent struct {
 	typ         string
 	handlers    map[string]agentkit.Handler
 	timeoutHint time.Duration
+	// id is the instance id with auth on (each identity is one instance:
+	// echo-1, echo-2, slow-1, math-1); empty: a random one.
+	id string
 }
 
 // demoAgentSet lists the demo agents of f: the echo instances, one slow
-// agent and one math agent.
-func (f *demoFlags) demoAgentSet() []demoAgent {
+// agent and one math agent; named, each with its fixed instance id.
+func (f *demoFlags) demoAgentSet(named bool) []demoAgent {
 	var set []demoAgent
 	for range f.instances {
 		set = append(set, demoAgent{typ: "echo", handlers: map[string]agentkit.Handler{"echo": echo}})
 	}
-	return append(set,
+	set = append(set,
 		demoAgent{typ: "slow", handlers: map[string]agentkit.Handler{"slow": slow(f.slowDelay)}, timeoutHint: f.slowDelay},
 		demoAgent{typ: "math", handlers: map[string]agentkit.Handler{"math.add": mathAdd}},
 	)
+	if named {
+		n := map[string]int{}
+		for i := range set {
+			n[set[i].typ]++
+			set[i].id = fmt.Sprintf("%s-%d", set[i].typ, n[set[i].typ])
+		}
+	}
+	return set
+}
+
+// demoIdentities returns the instance id and type of every demo agent as
+// it runs with auth on: the agent identities it needs.
+func (f *demoFlags) demoIdentities() map[string]string {
+	ids := map[string]string{}
+	for _, a := range f.demoAgentSet(true) {
+		ids[a.id] = a.typ
+	}
+	return ids
 }
 
 // echo returns the payload unchanged; the reply carries the request's
@@ -146,12 +168,17 @@ type demoAgents struct {
 	conns  []*nats.Conn
 }
 
+// demoConnect opens the connection of one demo agent: called name, as
+// the identity of instance id when the agents are named.
+type demoConnect func(name, id string) (*nats.Conn, error)
+
 // startDemo starts the demo agents of f, each on a connection opened by
-// connect. When one fails to start, those already started are drained.
+// connect; named, each with its fixed instance id (auth on). When one fails
+// to start, those already started are drained.
 func startDemo(ctx context.Context, f *demoFlags, heartbeat time.Duration, subjects streams.Subjects,
-	connect func(name string) (*nats.Conn, error), log zerolog.Logger) (*demoAgents, error) {
+	connect demoConnect, named bool, log zerolog.Logger) (*demoAgents, error) {
 	d := &demoAgents{}
-	for _, spec := range f.demoAgentSet() {
+	for _, spec := range f.demoAgentSet(named) {
 		if err := d.start(ctx, spec, heartbeat, subjects, connect, log); err != nil {
 			dctx, cancel := context.WithTimeout(context.Background(), demoDrainTimeout)
 			defer cancel()
@@ -163,12 +190,13 @@ func startDemo(ctx context.Context, f *demoFlags, heartbeat time.Duration, subje
 }
 
 func (d *demoAgents) start(ctx context.Context, spec demoAgent, heartbeat time.Duration, subjects streams.Subjects,
-	connect func(name string) (*nats.Conn, error), log zerolog.Logger) error {
-	nc, err := connect("agentreach-demo-" + spec.typ)
+	connect demoConnect, log zerolog.Logger) error {
+	nc, err := connect("agentreach-demo-"+spec.typ, spec.id)
 	if err != nil {
 		return err
 	}
 	a, err := agentkit.New(nc, agentkit.Config{
+		ID:           spec.id,
 		Type:         spec.typ,
 		Version:      shortVersion(),
 		Heartbeat:    heartbeat,
@@ -225,12 +253,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		conn      connFlags
 		df        demoFlags
 		heartbeat time.Duration
+		credsDir  string
 	)
 	cl := newCmdline("demo", "agentreach demo [flags]", demoAbout)
 	cl.group("Flags", func(fs *flag.FlagSet) {
 		df.register(fs)
 		fs.DurationVar(&heartbeat, "heartbeat", 0,
 			"agents' heartbeat interval; 0 reads it from the REACH_AGENTS bucket (its TTL / 3),\nanything else must match the bucket")
+		fs.StringVar(&credsDir, "creds-dir", "",
+			"with auth on: the `directory` of every agent's credentials, <instance id>.creds; the agents\n"+
+				"then have fixed ids (echo-1, echo-2, slow-1, math-1: `agentreach auth agent echo-1 --type echo` …)")
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting and registering each agent")
@@ -241,23 +273,41 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := df.validate(); err != nil {
 		return cl.usageError(stderr, "%v", err)
 	}
+	if credsDir != "" && conn.creds != "" {
+		return cl.usageError(stderr, "use either --creds-dir (one identity per agent) or --creds, not both")
+	}
 	log := conn.logger(stderr)
 	conn.log = log
-	if err := serveDemo(ctx, &conn, &df, heartbeat, log); err != nil {
+	if err := serveDemo(ctx, &conn, &df, heartbeat, credsDir, log); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitFail
 	}
 	return exitOK
 }
 
-// serveDemo runs the demo agents until ctx ends, then drains them.
-func serveDemo(ctx context.Context, conn *connFlags, df *demoFlags, heartbeat time.Duration, log zerolog.Logger) error {
-	if _, err := conn.options("check"); err != nil { // fail on bad flags before dialling per agent
-		return err
+// serveDemo runs the demo agents until ctx ends, then drains them. With
+// credsDir each agent connects as its own identity.
+func serveDemo(ctx context.Context, conn *connFlags, df *demoFlags, heartbeat time.Duration, credsDir string, log zerolog.Logger) error {
+	connect := func(name, id string) (*nats.Conn, error) {
+		if credsDir == "" {
+			return conn.connect(name)
+		}
+		own := *conn
+		own.creds = filepath.Join(credsDir, id+".creds")
+		return own.connect(name)
+	}
+	for _, a := range df.demoAgentSet(credsDir != "") { // bad flags or files fail before dialling
+		own := *conn
+		if credsDir != "" {
+			own.creds = filepath.Join(credsDir, a.id+".creds")
+		}
+		if _, err := own.options("check"); err != nil {
+			return err
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, conn.timeout)
 	defer cancel()
-	agents, err := startDemo(sctx, df, heartbeat, conn.subjects(), conn.connect, log)
+	agents, err := startDemo(sctx, df, heartbeat, conn.subjects(), connect, credsDir != "", log)
 	if err != nil {
 		return err
 	}

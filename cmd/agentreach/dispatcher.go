@@ -143,13 +143,20 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 }
 
 // start creates and starts a dispatcher on nc, with the workflow engine as
-// its resolver (started first, so the first task finds the definitions).
-func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger) (*node, error) {
+// its resolver (started first, so the first task finds the definitions);
+// with az (nil: none) every task, broadcast and fan-out passes az before
+// it is routed.
+func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger, az dispatcher.Authorizer) (*node, error) {
 	wf, err := workflow.New(nc, workflow.Config{}, workflow.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
-	d, err := dispatcher.New(nc, f.config(subjects), dispatcher.WithLogger(log), dispatcher.WithResolver(wf))
+	opts := []dispatcher.Option{dispatcher.WithLogger(log), dispatcher.WithResolver(wf)}
+	fopts := []fanout.Option{fanout.WithLogger(log)}
+	if az != nil {
+		opts, fopts = append(opts, dispatcher.WithAuthorizer(az)), append(fopts, fanout.WithAuthorizer(az))
+	}
+	d, err := dispatcher.New(nc, f.config(subjects), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +168,7 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 		return nil, err
 	}
 	n := &node{Dispatcher: d, workflows: wf}
-	if n.fanout, err = fanout.New(nc, d, fanout.Config{}, fanout.WithLogger(log)); err == nil {
+	if n.fanout, err = fanout.New(nc, d, fanout.Config{}, fopts...); err == nil {
 		err = n.fanout.Start(ctx)
 	}
 	if err != nil {
@@ -207,6 +214,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		replicas  int
 		heartbeat time.Duration
 		doProv    bool
+		verifier  string
 	)
 	cl := newCmdline("dispatcher", "agentreach dispatcher [flags]", dispatcherAbout)
 	cl.group("Flags", func(fs *flag.FlagSet) {
@@ -214,6 +222,8 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.IntVar(&replicas, "replicas", 1, "replicas of every bucket and stream when provisioning (3 on a cluster)")
 		fs.BoolVar(&doProv, "provision", true, "create missing buckets and streams at start (idempotent)")
 		registerHeartbeat(fs, &heartbeat)
+		fs.StringVar(&verifier, "verifier", "", "the verifier key `file` of the identity store (keys/verifier.nk, see agentreach auth):\n"+
+			"turns access control on: every task must prove its Reach-Source and be granted by the acl")
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting, provisioning and joining the queue group")
@@ -227,15 +237,16 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	log := conn.logger(stderr)
 	conn.log = log
-	if err := serveDispatcher(ctx, &conn, &df, topo, doProv, log); err != nil {
+	if err := serveDispatcher(ctx, &conn, &df, topo, doProv, verifier, log); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitFail
 	}
 	return exitOK
 }
 
-// serveDispatcher runs a dispatcher until ctx ends, then drains it.
-func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, topo streams.Topology, doProv bool, log zerolog.Logger) (err error) {
+// serveDispatcher runs a dispatcher until ctx ends, then drains it; with a
+// verifier file, with access control on.
+func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, topo streams.Topology, doProv bool, verifier string, log zerolog.Logger) (err error) {
 	var st stopper
 	defer func() {
 		if serr := st.stop(stopTimeout); err == nil {
@@ -254,7 +265,16 @@ func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, 
 			return err
 		}
 	}
-	d, err := df.start(sctx, nc, topo.Subjects, log)
+	var az dispatcher.Authorizer
+	if verifier != "" {
+		a, err := startAuthorizer(sctx, nc, verifier, log)
+		if err != nil {
+			return err
+		}
+		st.add("authorizer", func(context.Context) error { a.Close(); return nil })
+		az = a
+	}
+	d, err := df.start(sctx, nc, topo.Subjects, log, az)
 	if err != nil {
 		return err
 	}

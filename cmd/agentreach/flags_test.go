@@ -178,14 +178,16 @@ func commandFlags(t *testing.T, name string) []string {
 	conn := []string{"server", "user", "password", "token", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level", "timeout"}
 	switch name {
 	case "up":
-		return []string{"data-dir", "nats-listen", "max-payload", "sync-always", "demo", "heartbeat", "instances", "slow-delay",
+		return []string{"data-dir", "nats-listen", "max-payload", "sync-always", "demo", "auth", "tls", "tls-verify", "heartbeat", "instances", "slow-delay",
 			"strategy", "capability-strategy", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "name", "prefix", "log-level",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval"}
 	case "dispatcher":
-		return append(conn, "replicas", "heartbeat", "provision", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "strategy", "capability-strategy", "name",
+		return append(conn, "replicas", "heartbeat", "provision", "verifier", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "strategy", "capability-strategy", "name",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval")
 	case "demo":
-		return append(conn, "instances", "slow-delay", "heartbeat")
+		return append(conn, "instances", "slow-delay", "heartbeat", "creds-dir")
+	case "auth":
+		return append(conn, "dir", "type", "out", "hosts", "resolver-dir", "once", "seed-acl", "json")
 	case "agents":
 		return append(conn, "json")
 	case "call":

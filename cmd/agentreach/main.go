@@ -31,6 +31,7 @@ type command struct {
 var commands = []command{
 	{"up", "run a local stack: embedded NATS with JetStream, a dispatcher and (--demo) demo agents", runUp},
 	{"dispatcher", "run a dispatcher against an existing NATS server or cluster", runDispatcher},
+	{"auth", "make and revoke the identities of agents, callers and dispatchers; TLS certificates", runAuth},
 	{"demo", "run the demo agents (echo, slow, math.add) against an existing server", runDemo},
 	{"agents", "list the live agent instances from the registry", runAgents},
 	{"call", "call a capability with a JSON payload and print the result", runCall},

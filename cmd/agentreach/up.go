@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -31,6 +32,18 @@ While it runs it holds an exclusive lock on <data-dir>/agentreach.lock (with
 its process id inside): a second 'agentreach up' on the same --data-dir
 exits at once, naming the holder, instead of sharing the JetStream store.
 Two stacks on one machine need their own --data-dir and --nats-listen.
+
+With --auth every process needs an identity of its own (docs/security.md):
+the server runs in operator mode, identities live in <data-dir>/auth
+('agentreach auth … --dir <data-dir>/auth' adds and revokes them; this process
+pushes every change to the server within a second), each one's permissions
+follow from its role and the acl key of REACH_POLICY (when there is none, up
+writes one that lets every identity call everything), and the dispatcher
+refuses a Reach-Source its caller cannot prove. The stack's dispatcher, the
+demo agents and a caller "cli" for the command line get identities made
+for them. With --tls the server serves TLS with a development CA and
+certificates made in <data-dir>/tls; --tls-verify also requires client
+certificates (mutual TLS). The banner says which flags reach it.
 
 Ctrl-C or SIGTERM drains the demo agents, then the dispatcher, then stops the
 server and releases the lock; the data directory keeps the durable state for
@@ -47,6 +60,9 @@ type upFlags struct {
 	maxPayload int
 	syncAlways bool
 	demo       bool
+	auth       bool
+	tls        bool
+	tlsVerify  bool
 	heartbeat  time.Duration
 	dispatcher dispatcherFlags
 	demoAgents demoFlags
@@ -62,6 +78,9 @@ func (f *upFlags) register(fs *flag.FlagSet) {
 			"By default the store fsyncs every 2 minutes, so a power loss may lose up to\n"+
 			"2 minutes of acknowledged writes; always costs throughput on the durable tier")
 	fs.BoolVar(&f.demo, "demo", false, "also run the demo agents in this process")
+	fs.BoolVar(&f.auth, "auth", false, "one identity per process, permissions from the ACL, Reach-Source proven\n(identities in <data-dir>/auth; see agentreach auth)")
+	fs.BoolVar(&f.tls, "tls", false, "serve TLS with a development CA and certificates made in <data-dir>/tls")
+	fs.BoolVar(&f.tlsVerify, "tls-verify", false, "with --tls: require client certificates signed by that CA (mutual TLS)")
 	registerHeartbeat(fs, &f.heartbeat)
 }
 
@@ -86,6 +105,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if f.maxPayload <= 0 || f.maxPayload > maxPayloadRead {
 		return cl.usageError(stderr, "--max-payload %d: want 1 to %d bytes", f.maxPayload, maxPayloadRead)
+	}
+	if f.tlsVerify && !f.tls {
+		return cl.usageError(stderr, "--tls-verify needs --tls")
 	}
 	if err := up(ctx, &f, stdout, f.global.logger(stderr)); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
@@ -115,7 +137,11 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 		return err
 	}
 	st.add("data dir lock", func(context.Context) error { return unlock() })
-	srv, err := startServer(f, dataDir, log)
+	sec, err := f.security(dataDir, log)
+	if err != nil {
+		return err
+	}
+	srv, err := startServer(f, dataDir, sec, log)
 	if err != nil {
 		return err
 	}
@@ -129,13 +155,22 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	// server, so they reach it over in-process pipes rather than loopback
 	// TCP: no socket reads or writes on their side or the server's
 	// (BENCHMARKS.md, routed_inproc). Everything outside the process uses url.
-	connect := func(name string) (*nats.Conn, error) {
-		return nats.Connect(url, nats.InProcessServer(srv), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(reconnectWait))
+	// With --auth each connects as its identity.
+	connect := func(name, identity string) (*nats.Conn, error) {
+		opts := append(sec.tlsOptions(), nats.InProcessServer(srv), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(reconnectWait))
+		if sec.auth != nil {
+			o, err := sec.auth.connectAs(identity)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, o...)
+		}
+		return nats.Connect(url, opts...)
 	}
 	sctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 
-	nc, err := connect("agentreach-dispatcher")
+	nc, err := connect("agentreach-dispatcher", upDispatcherIdentity)
 	if err != nil {
 		return fmt.Errorf("connect to the embedded server: %w", err)
 	}
@@ -144,21 +179,28 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	if err := provision(sctx, nc, streams.Topology{Subjects: subjects, Heartbeat: f.heartbeat}); err != nil {
 		return err
 	}
-	d, err := f.dispatcher.start(sctx, nc, subjects, log)
+	var az dispatcher.Authorizer
+	if sec.auth != nil {
+		if az, err = sec.auth.start(sctx, &st, nc, srv, sec.tlsOptions(), subjects, log); err != nil {
+			return err
+		}
+	}
+	d, err := f.dispatcher.start(sctx, nc, subjects, log, az)
 	if err != nil {
 		return err
 	}
 	st.add("dispatcher", d.Drain)
 	var agentIDs []string
 	if f.demo {
-		agents, err := startDemo(sctx, &f.demoAgents, f.heartbeat, subjects, connect, log)
+		agents, err := startDemo(sctx, &f.demoAgents, f.heartbeat, subjects, connect, f.auth, log)
 		if err != nil {
 			return err
 		}
 		st.add("demo agents", agents.Drain)
 		agentIDs = agents.IDs()
 	}
-	printBanner(stdout, url, dataDir, subjects, d.Name(), f.demo, agentIDs)
+	printBanner(stdout, banner{url: url, dataDir: dataDir, subjects: subjects, dispatcher: d.Name(), demo: f.demo,
+		agentIDs: agentIDs, sec: sec})
 	log.Info().Str("url", url).Str("data_dir", dataDir).Str("dispatcher", d.Name()).Strs("agents", agentIDs).Msg("agentreach up")
 	<-ctx.Done()
 	log.Info().Msg("stopping: draining agents and dispatcher, then the server")
@@ -181,9 +223,10 @@ func splitListen(listen string) (host string, port int, err error) {
 	return host, port, nil
 }
 
-// startServer starts the embedded nats-server with JetStream in dataDir
-// and waits until it takes connections.
-func startServer(f *upFlags, dataDir string, log zerolog.Logger) (*server.Server, error) {
+// startServer starts the embedded nats-server with JetStream in dataDir —
+// in operator mode and with TLS as sec says — and waits until it takes
+// connections.
+func startServer(f *upFlags, dataDir string, sec *security, log zerolog.Logger) (*server.Server, error) {
 	host, port, err := splitListen(f.listen)
 	if err != nil {
 		return nil, err
@@ -197,7 +240,7 @@ func startServer(f *upFlags, dataDir string, log zerolog.Logger) (*server.Server
 		}
 		_ = l.Close()
 	}
-	srv, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: "agentreach-up",
 		Host:       host,
 		Port:       port,
@@ -206,7 +249,11 @@ func startServer(f *upFlags, dataDir string, log zerolog.Logger) (*server.Server
 		StoreDir:   dataDir,
 		SyncAlways: f.syncAlways,
 		NoSigs:     true, // this process handles signals and stops the server itself
-	})
+	}
+	if err := sec.configure(opts, dataDir, f.global.subjects()); err != nil {
+		return nil, err
+	}
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
@@ -241,32 +288,40 @@ func waitReady(srv *server.Server, fatal <-chan string, timeout time.Duration) e
 	}
 }
 
+// banner is what printBanner says.
+type banner struct {
+	url, dataDir string
+	subjects     streams.Subjects
+	dispatcher   string
+	demo         bool
+	agentIDs     []string
+	sec          *security
+}
+
 // printBanner tells the user where the stack is and what to try.
-func printBanner(w io.Writer, url, dataDir string, subjects streams.Subjects, dispatcherName string, demo bool, agentIDs []string) {
+func printBanner(w io.Writer, b banner) {
 	var cliArgs, natsArgs string
-	if url != defaultServer {
-		cliArgs += " --server " + url
-		natsArgs += " -s " + url
+	if b.url != defaultServer {
+		cliArgs += " --server " + b.url
+		natsArgs += " -s " + b.url
 	}
-	if p := subjects.Prefix; p != "" && p != streams.DefaultPrefix {
+	if p := b.subjects.Prefix; p != "" && p != streams.DefaultPrefix {
 		cliArgs += " --prefix " + p
 	}
+	sec := b.sec.banner()
 	agents := "none (add --demo, or run `agentreach demo`)"
-	if demo {
-		agents = strings.Join(agentIDs, ", ")
+	if b.demo {
+		agents = strings.Join(b.agentIDs, ", ")
 	}
-	fmt.Fprintf(w, `Agent-Reach is up.
-  NATS        %s (JetStream, data in %s)
-  dispatcher  %s
-  agents      %s
-
-Try:
-  agentreach call%s echo '{"text":"hi"}'
-  nats%s req %s '{"text":"hi"}'
-  nats%s kv ls %s
-  agentreach agents%s
-
-Ctrl-C stops everything.
-`, url, dataDir, dispatcherName, agents,
-		cliArgs, natsArgs, subjects.Task("echo"), natsArgs, streams.BucketAgents, cliArgs)
+	fmt.Fprintf(w, "Agent-Reach is up.\n  NATS        %s (JetStream, data in %s)\n  dispatcher  %s\n  agents      %s\n",
+		b.url, b.dataDir, b.dispatcher, agents)
+	for _, l := range sec.lines {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+	fmt.Fprintf(w, "\nTry:\n  agentreach call%s echo '{\"text\":\"hi\"}'\n", cliArgs+sec.caller)
+	if sec.caller == "" { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
+		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs, b.subjects.Task("echo"))
+	}
+	fmt.Fprintf(w, "  nats%s kv ls %s\n  agentreach agents%s\n\nCtrl-C stops everything.\n",
+		natsArgs+sec.natsAdmin, streams.BucketAgents, cliArgs+sec.admin)
 }

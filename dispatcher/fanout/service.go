@@ -43,6 +43,8 @@ type Service struct {
 	cfg Config
 	log zerolog.Logger
 
+	authorizer dispatcher.Authorizer // auth.go
+
 	slots   chan struct{}
 	running sync.WaitGroup
 	ctx     context.Context // cancelled by Close: running gathers end at once
@@ -253,6 +255,10 @@ func (s *Service) onFanOut(m *nats.Msg) {
 		s.fail(m, p, e)
 		return
 	}
+	if e := s.authorize("", m); e != nil {
+		s.fail(m, p, e)
+		return
+	}
 	req, e := DecodeRequest(p.contentType, m.Data)
 	if e != nil {
 		s.fail(m, p, e)
@@ -287,6 +293,10 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 		return
 	}
 	if e := p.check(m); e != nil {
+		s.fail(m, p, e)
+		return
+	}
+	if e := s.authorize(capability, m); e != nil {
 		s.fail(m, p, e)
 		return
 	}

@@ -31,6 +31,9 @@ const (
 	// ScenarioBroadcast is a broadcast to 1,000 instances against a raw
 	// NATS scatter-gather (issue 17).
 	ScenarioBroadcast = "broadcast"
+	// ScenarioSecurity is routed throughput with auth, the ACL and TLS on
+	// against off (issue 19).
+	ScenarioSecurity = "security"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -68,7 +71,7 @@ type Report struct {
 // Scenarios lists the scenario names in the order `make bench` runs them.
 func Scenarios() []string {
 	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry, ScenarioWorkflow,
-		ScenarioMatch, ScenarioHedge, ScenarioFanOut, ScenarioBroadcast}
+		ScenarioMatch, ScenarioHedge, ScenarioFanOut, ScenarioBroadcast, ScenarioSecurity}
 }
 
 // Run runs one scenario in this process against a nats-server on loopback
@@ -96,6 +99,8 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 		fn = runFanOut
 	case ScenarioBroadcast:
 		fn = runBroadcast
+	case ScenarioSecurity:
+		fn = runSecurity
 	default:
 		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownScenario, scenario, strings.Join(Scenarios(), ", "))
 	}

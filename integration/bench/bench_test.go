@@ -89,6 +89,12 @@ func TestQuickSuite(t *testing.T) {
 			[]string{"broadcast_instances", "broadcast_gather_p50_ms", "broadcast_scatter_p50_ms", "broadcast_gather_ratio",
 				"broadcast_gather_ratio_rep_min", "broadcast_gather_ratio_rep_max", "broadcast_gather_max_ms"},
 			[]string{"broadcast_dropped", "broadcast_failed", "broadcast_scatter_failed", "broadcast_broadcast_dispatcher_cpu_ms", "goal_broadcast_gather_ratio"}},
+		{bench.ScenarioSecurity,
+			[]string{"security_off_rps_c64", "security_auth_rps_c64", "security_auth_tls_rps_c64", "security_throughput_ratio",
+				"security_auth_throughput_ratio", "security_p50_ratio_c1", "security_off_p50_us_c1", "security_auth_tls_p50_us_c1",
+				"security_throughput_ratio_round_min", "security_throughput_ratio_round_max", "security_rounds",
+				"security_off_inproc_rps_c64", "security_auth_tls_inproc_rps_c64", "security_throughput_ratio_inproc"},
+			[]string{"security_off_failed_c64", "security_auth_tls_failed_c64", "goal_security_throughput"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

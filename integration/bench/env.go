@@ -25,6 +25,11 @@ type env struct {
 	dir  string
 	topo streams.Topology
 
+	// identity, when set, gives the options (credentials, TLS) of the
+	// identity a connection named name uses: the security scenario's
+	// servers admit identities only.
+	identity func(name string) ([]nats.Option, error)
+
 	mu    sync.Mutex
 	conns []*nats.Conn
 }
@@ -37,7 +42,14 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 	if err != nil {
 		return nil, err
 	}
-	e := &env{dir: dir, topo: topo}
+	return startEnvIn(ctx, &env{dir: dir, topo: topo}, ownProcess, serverOptions(dir))
+}
+
+// startEnvIn starts e's server (with opts when embedded) and provisions
+// e.topo; on an error it closes e.
+func startEnvIn(ctx context.Context, e *env, ownProcess bool, opts *server.Options) (*env, error) {
+	var err error
+	dir := e.dir
 	if ownProcess {
 		e.proc, err = startServerProcess(dir)
 		if err != nil {
@@ -49,7 +61,7 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 		// The server's goroutines (and every client connection's), started
 		// from here, carry the nats-server label, for the CPU breakdown.
 		var s *server.Server
-		labelled(ctx, compServer, func(context.Context) { s, err = natstest.Start(serverOptions(dir)) })
+		labelled(ctx, compServer, func(context.Context) { s, err = natstest.Start(opts) })
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("embedded server: %w", err)
@@ -64,7 +76,7 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 	js, err := jetstream.New(nc)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = streams.Provision(pctx, js, topo)
+		err = streams.Provision(pctx, js, e.topo)
 		cancel()
 	}
 	if err != nil {
@@ -77,6 +89,13 @@ func startEnv(ctx context.Context, topo streams.Topology, ownProcess bool) (*env
 // connect opens a connection that close will close, with opts added to
 // the defaults.
 func (e *env) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	if e.identity != nil {
+		id, err := e.identity(name)
+		if err != nil {
+			return nil, fmt.Errorf("connect %s: %w", name, err)
+		}
+		opts = append(id, opts...)
+	}
 	nc, err := nats.Connect(e.url, append([]nats.Option{nats.Name("bench-" + name), nats.MaxReconnects(-1)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", name, err)

@@ -95,13 +95,13 @@ type dispatch struct {
 // startDispatcher starts a dispatcher on a connection of its own (with
 // inProcess, on an in-process pipe to the embedded server, as `agentreach
 // up` runs it); its goroutines carry the dispatcher label.
-func (r *run) startDispatcher(e *env, cfg dispatcher.Config, inProcess bool) (ds *dispatch, err error) {
-	labelled(r.ctx, compDispatch, func(ctx context.Context) { ds, err = r.newDispatcher(ctx, e, cfg, inProcess) })
+func (r *run) startDispatcher(e *env, cfg dispatcher.Config, inProcess bool, opts ...dispatcher.Option) (ds *dispatch, err error) {
+	labelled(r.ctx, compDispatch, func(ctx context.Context) { ds, err = r.newDispatcher(ctx, e, cfg, inProcess, opts) })
 	return ds, err
 }
 
 // newDispatcher starts a dispatcher; ctx carries its profiling label.
-func (r *run) newDispatcher(ctx context.Context, e *env, cfg dispatcher.Config, inProcess bool) (*dispatch, error) {
+func (r *run) newDispatcher(ctx context.Context, e *env, cfg dispatcher.Config, inProcess bool, opts []dispatcher.Option) (*dispatch, error) {
 	var nc *nats.Conn
 	var err error
 	if inProcess {
@@ -112,7 +112,7 @@ func (r *run) newDispatcher(ctx context.Context, e *env, cfg dispatcher.Config, 
 	if err != nil {
 		return nil, err
 	}
-	d, err := dispatcher.New(nc, cfg)
+	d, err := dispatcher.New(nc, cfg, opts...)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err = d.Start(ctx)

@@ -1,0 +1,236 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Defaults of AuthorizerConfig.
+const (
+	// DefaultMaxAge bounds how old (or how far ahead of this dispatcher's
+	// clock) a direct-tier task's signature may be: replaying a captured
+	// task is possible only this long.
+	DefaultMaxAge = 2 * time.Minute
+	// DefaultDurableMaxAge bounds a durable task's signature: a durable
+	// task may wait in REACH_TASKS for a long time (and a dead letter is
+	// replayed later still), and within 24 h — REACH_IDEMPOTENCY's TTL — a
+	// replay only replays the stored outcome.
+	DefaultDurableMaxAge = 24 * time.Hour
+)
+
+// AuthorizerConfig configures an Authorizer. The zero value means all
+// defaults.
+type AuthorizerConfig struct {
+	// MaxAge bounds a direct-tier task's signature; default DefaultMaxAge.
+	MaxAge time.Duration
+	// DurableMaxAge bounds a durable task's; default DefaultDurableMaxAge.
+	DurableMaxAge time.Duration
+}
+
+// AuthorizerOption configures an Authorizer.
+type AuthorizerOption func(*Authorizer)
+
+// WithAuthorizerLogger sets the logger of refusals (at debug level); the
+// default discards.
+func WithAuthorizerLogger(l zerolog.Logger) AuthorizerOption {
+	return func(a *Authorizer) { a.log = l }
+}
+
+// withClock makes the authorizer read time from now (tests).
+func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorizer) { a.now = now } }
+
+// Authorizer is the dispatcher's access control (dispatcher.Authorizer,
+// installed with dispatcher.WithAuthorizer): every task must name its
+// caller and be allowed by the ACL in REACH_POLICY.
+//
+//   - A task that arrived over NATS (direct tier, broadcast, fan-out) or
+//     through REACH_TASKS must carry Reach-Source and a Reach-Signature that
+//     proves it (Signer): made with the key of that identity in the
+//     directory (identity.<name> in REACH_POLICY), not revoked, over this
+//     task's request id, subject and body, within MaxAge (DurableMaxAge for
+//     durable tasks). A direct-tier task's signature is removed before it
+//     is delivered: agents never see one they could replay.
+//   - A task from code in the dispatcher's own process (dispatcher.Call:
+//     the HTTP gateway, fan-out branches, workflows) is vouched for by that
+//     code: its Reach-Source is the identity it verified (a gateway sets it
+//     from the bearer token and drops whatever the client sent; a fan-out
+//     copies its verified parent's).
+//   - Either way the ACL must grant the caller the task's capability. A
+//     fan-out's request is authorized with the capability "" (its caller
+//     only: its branches are tasks of their own, each checked).
+//
+// A refusal is UNAUTHORIZED with the reason; a Reach-Signature that does
+// not parse is BAD_REQUEST. Create it with NewAuthorizer, Start it before
+// the dispatcher, Close it after. Authorize is safe for concurrent use and
+// allocates nothing on the way through.
+type Authorizer struct {
+	verifier *Verifier
+	pol      *registry.PolicyWatcher
+	cfg      AuthorizerConfig
+	log      zerolog.Logger
+	now      func() time.Time
+
+	view atomic.Pointer[policyView]
+}
+
+// policyView is what one REACH_POLICY snapshot says to the authorizer.
+type policyView struct {
+	set     *registry.PolicySet
+	acl     *registry.ACL
+	entries sync.Map // name → *knownIdentity, nil when absent
+}
+
+// knownIdentity is an identity of the directory and, once first needed,
+// its MAC key (one X25519 per identity and policy revision).
+type knownIdentity struct {
+	*DirectoryEntry
+	once   sync.Once
+	signer *Signer
+	err    error
+}
+
+// NewAuthorizer returns an authorizer that checks signatures with verifier
+// against the directory and the ACL it reads from REACH_POLICY through js.
+func NewAuthorizer(ctx context.Context, js jetstream.JetStream, verifier *Verifier, cfg AuthorizerConfig, opts ...AuthorizerOption) (*Authorizer, error) {
+	if verifier == nil {
+		return nil, errors.New("auth: NewAuthorizer needs the verifier key (`agentreach auth init` made keys/verifier.nk)")
+	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.DurableMaxAge == 0 {
+		cfg.DurableMaxAge = DefaultDurableMaxAge
+	}
+	if cfg.MaxAge < 0 || cfg.DurableMaxAge < 0 {
+		return nil, fmt.Errorf("auth: AuthorizerConfig: MaxAge %v and DurableMaxAge %v must be positive", cfg.MaxAge, cfg.DurableMaxAge)
+	}
+	a := &Authorizer{verifier: verifier, cfg: cfg, log: zerolog.Nop(), now: time.Now}
+	for _, o := range opts {
+		o(a)
+	}
+	var err error
+	if a.pol, err = registry.NewPolicyWatcher(ctx, js, registry.WatchLogger(a.log)); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Start loads REACH_POLICY and follows it.
+func (a *Authorizer) Start(ctx context.Context) error { return a.pol.Start(ctx) }
+
+// Close stops following REACH_POLICY.
+func (a *Authorizer) Close() { a.pol.Close() }
+
+// Revision is the REACH_POLICY revision the authorizer has read: an ACL or
+// directory change of that revision or before is in force.
+func (a *Authorizer) Revision() uint64 { return a.pol.Revision() }
+
+// current returns the view of the policy in force.
+func (a *Authorizer) current() *policyView {
+	set := a.pol.Current()
+	if v := a.view.Load(); v != nil && v.set == set {
+		return v
+	}
+	v := &policyView{set: set, acl: aclOf(set)}
+	a.view.Store(v)
+	return v
+}
+
+// entry returns identity name's directory entry, or nil.
+func (v *policyView) entry(name string) *knownIdentity {
+	if e, ok := v.entries.Load(name); ok {
+		return e.(*knownIdentity)
+	}
+	var k *knownIdentity
+	if pv, ok := v.set.Value(PolicyIdentityPrefix + name); ok {
+		if e, ok := pv.Decoded.(*DirectoryEntry); ok {
+			k = &knownIdentity{DirectoryEntry: e}
+		}
+	}
+	e, _ := v.entries.LoadOrStore(name, k)
+	return e.(*knownIdentity)
+}
+
+// Authorize implements dispatcher.Authorizer.
+func (a *Authorizer) Authorize(capability string, m *nats.Msg, durable bool) *streams.Error {
+	e := a.authorize(capability, m, durable)
+	if e != nil {
+		a.log.Debug().Str("request_id", m.Header.Get(streams.HeaderRequestID)).Str("capability", capability).
+			Str("source", m.Header.Get(streams.HeaderSource)).Str("code", string(e.Code)).Str("reason", e.Message).Msg("task refused")
+	}
+	return e
+}
+
+func (a *Authorizer) authorize(capability string, m *nats.Msg, durable bool) *streams.Error {
+	v := a.current()
+	source := m.Header.Get(streams.HeaderSource)
+	inProcess := !durable && m.Sub == nil
+	if !inProcess {
+		if e := a.verify(v, source, m, durable); e != nil {
+			return e
+		}
+		if !durable {
+			m.Header.Del(HeaderSignature)
+		}
+	} else if source == "" {
+		return streams.NewError(streams.CodeUnauthorized, "a task from within the dispatcher names no %s", streams.HeaderSource)
+	}
+	if capability == "" { // a fan-out: its branches are authorized one by one
+		return nil
+	}
+	if !v.acl.Allows(source, capability) {
+		return streams.NewError(streams.CodeUnauthorized, "the ACL does not let %s call %s", source, capability)
+	}
+	return nil
+}
+
+// verify checks that m's signature proves its Reach-Source.
+func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable bool) *streams.Error {
+	switch {
+	case source == "":
+		return streams.NewError(streams.CodeUnauthorized, "no %s: with auth on every task names its caller and proves it (%s)",
+			streams.HeaderSource, HeaderSignature)
+	case m.Header.Get(HeaderSignature) == "":
+		return streams.NewError(streams.CodeUnauthorized, "%s %s carries no %s: sign with the identity's credentials (agentkit.WithCredentials, agentreach call --creds)",
+			streams.HeaderSource, source, HeaderSignature)
+	}
+	entry := v.entry(source)
+	switch {
+	case entry == nil:
+		return streams.NewError(streams.CodeUnauthorized, "%s %s is no known identity", streams.HeaderSource, source)
+	case !entry.Revoked.IsZero():
+		return streams.NewError(streams.CodeUnauthorized, "identity %s was revoked at %s", source, entry.Revoked.Format(time.RFC3339))
+	}
+	made, ms, sig, err := parseSignature(m.Header.Get(HeaderSignature))
+	if err != nil {
+		return streams.NewError(streams.CodeBadRequest, "%v", err)
+	}
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(source, entry.PublicKey) })
+	if err = entry.err; err == nil {
+		err = entry.signer.check(m, ms, sig)
+	}
+	if err != nil {
+		return streams.NewError(streams.CodeUnauthorized, "%s %s is not proven: %v", streams.HeaderSource, source, err)
+	}
+	maxAge := a.cfg.MaxAge
+	if durable {
+		maxAge = a.cfg.DurableMaxAge
+	}
+	now := a.now()
+	if age := now.Sub(made); age > maxAge || age < -a.cfg.MaxAge {
+		return streams.NewError(streams.CodeUnauthorized, "%s of %s was made at %s, %v from this dispatcher's clock (at most %v allowed)",
+			HeaderSignature, source, made.UTC().Format(time.RFC3339Nano), age.Round(time.Millisecond), maxAge)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// TestAuthorizer checks every rule of Authorize against a directory and an
+// ACL in a real REACH_POLICY, with the clock moved by hand.
+func TestAuthorizer(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Memory: true})
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string, v any) {
+		b, _ := json.Marshal(v)
+		if _, err := registry.PutPolicy(ctx, kv, key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := newVerifier(t)
+	seed, pub := newUser(t)
+	_, revokedPub := newUser(t)
+	put(PolicyIdentityPrefix+"billing-1", DirectoryEntry{Role: RoleCaller, PublicKey: pub})
+	put(PolicyIdentityPrefix+"billing-9", DirectoryEntry{Role: RoleCaller, PublicKey: revokedPub, Revoked: time.Unix(1700000000, 0).UTC()})
+	put(registry.PolicyACL, registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}})
+
+	now := time.Now()
+	a, err := NewAuthorizer(ctx, js, v, AuthorizerConfig{}, withClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if a.current().entry("billing-1") == nil {
+			return errors.New("the directory is not loaded yet")
+		}
+		return nil
+	})
+	signer, err := NewSigner("billing-1", seed, v.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &nats.Subscription{} // a message from NATS has one
+	msg := func(subject string, at time.Time) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Sub = sub
+		m.Header.Set(streams.HeaderRequestID, "r1")
+		m.Data = []byte(`{"amount":1}`)
+		signer.Sign(m, at)
+		return m
+	}
+	for _, c := range []struct {
+		name       string
+		capability string
+		m          func() *nats.Msg
+		durable    bool
+		code       streams.Code // "" for allowed
+	}{
+		{"signed and granted", "payment.execute", func() *nats.Msg { return msg("reach.task.payment.execute", now) }, false, ""},
+		{"not granted", "echo", func() *nats.Msg { return msg("reach.task.echo", now) }, false, streams.CodeUnauthorized},
+		{"a fan-out's caller only", "", func() *nats.Msg { return msg("reach.fanout", now) }, false, ""},
+		{"no source", "payment.execute", func() *nats.Msg {
+			m := msg("reach.task.payment.execute", now)
+			m.Header.Del(streams.HeaderSource)
+			return m
+		}, false, streams.CodeUnauthorized},
+		{"no signature", "payment.execute", func() *nats.Msg {
+			m := msg("reach.task.payment.execute", now)
+			m.Header.Del(HeaderSignature)
+			return m
+		}, false, streams.CodeUnauthorized},
+		{"malformed signature", "payment.execute", func() *nats.Msg {
+			m := msg("reach.task.payment.execute", now)
+			m.Header.Set(HeaderSignature, "v1.soon.x")
+			return m
+		}, false, streams.CodeBadRequest},
+		{"unknown identity", "payment.execute", func() *nats.Msg {
+			m := msg("reach.task.payment.execute", now)
+			m.Header.Set(streams.HeaderSource, "billing-2")
+			return m
+		}, false, streams.CodeUnauthorized},
+		{"revoked identity", "payment.execute", func() *nats.Msg {
+			m := msg("reach.task.payment.execute", now)
+			m.Header.Set(streams.HeaderSource, "billing-9")
+			return m
+		}, false, streams.CodeUnauthorized},
+		{"signed for another subject", "payment.execute", func() *nats.Msg {
+			m := msg("reach.task.payment.refund", now)
+			m.Subject = "reach.task.payment.execute"
+			return m
+		}, false, streams.CodeUnauthorized},
+		{"too old", "payment.execute", func() *nats.Msg { return msg("reach.task.payment.execute", now.Add(-DefaultMaxAge-time.Second)) }, false, streams.CodeUnauthorized},
+		{"from the future", "payment.execute", func() *nats.Msg { return msg("reach.task.payment.execute", now.Add(DefaultMaxAge+time.Second)) }, false, streams.CodeUnauthorized},
+		{"durable, an hour old", "payment.execute", func() *nats.Msg {
+			m := msg("reach.submit.payment.execute", now.Add(-time.Hour))
+			m.Sub = nil
+			return m
+		}, true, ""},
+		{"durable, older than a day", "payment.execute", func() *nats.Msg {
+			m := msg("reach.submit.payment.execute", now.Add(-DefaultDurableMaxAge-time.Second))
+			m.Sub = nil
+			return m
+		}, true, streams.CodeUnauthorized},
+		{"in process, vouched for", "payment.execute", func() *nats.Msg {
+			m := nats.NewMsg("")
+			m.Header.Set(streams.HeaderSource, "billing-7")
+			return m
+		}, false, ""},
+		{"in process, not granted", "echo", func() *nats.Msg {
+			m := nats.NewMsg("")
+			m.Header.Set(streams.HeaderSource, "billing-7")
+			return m
+		}, false, streams.CodeUnauthorized},
+		{"in process, no source", "payment.execute", func() *nats.Msg { return nats.NewMsg("") }, false, streams.CodeUnauthorized},
+	} {
+		m := c.m()
+		e := a.Authorize(c.capability, m, c.durable)
+		switch {
+		case c.code == "" && e != nil:
+			t.Errorf("%s: refused: %v", c.name, e)
+		case c.code != "" && (e == nil || e.Code != c.code):
+			t.Errorf("%s: got %v, want %s", c.name, e, c.code)
+		}
+		if c.code == "" && m.Sub != nil && m.Header.Get(HeaderSignature) != "" {
+			t.Errorf("%s: the signature stays on a direct-tier task: an agent could replay it", c.name)
+		}
+		if c.code == "" && c.durable && m.Header.Get(HeaderSignature) == "" {
+			t.Errorf("%s: a durable task lost its signature: a dead letter's replay would be refused", c.name)
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package auth
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Role is what an identity is for; its permissions follow from it
+// (Permissions).
+type Role string
+
+// The roles.
+const (
+	// RoleAgent serves capabilities as the instance its name is, and calls
+	// what the ACL grants it.
+	RoleAgent Role = "agent"
+	// RoleCaller calls what the ACL grants it: applications, the CLI's
+	// call and submit, the HTTP gateway's own connection.
+	RoleCaller Role = "caller"
+	// RoleDispatcher routes: it serves the task subjects, delivers to
+	// agents, provisions and uses every bucket and stream. Operators use
+	// it for the CLI's administrative commands too.
+	RoleDispatcher Role = "dispatcher"
+)
+
+// Roles lists the roles in the order `agentreach auth ls` sorts them.
+func Roles() []Role { return []Role{RoleDispatcher, RoleAgent, RoleCaller} }
+
+// Identity is one agent, caller or dispatcher as the store keeps it.
+type Identity struct {
+	// Name is the identity's name: an agent's instance id, a caller's or a
+	// dispatcher's name (letters, digits, '_' and '-'). Reach-Source names
+	// it; ACL rules match it.
+	Name string `json:"name"`
+	Role Role   `json:"role"`
+	// Type is an agent's type (its REACH_CAPS key); empty for other roles.
+	Type string `json:"type,omitempty"`
+	// PublicKey is the identity's user nkey ("U…"), bound to Name.
+	PublicKey string `json:"public_key"`
+	// SigningKey is the account's scoped signing key ("A…") that issued
+	// the identity's credentials; its template holds the permissions.
+	SigningKey string    `json:"signing_key"`
+	Created    time.Time `json:"created"`
+	// Revoked is when the identity was revoked; zero while it is valid.
+	Revoked time.Time `json:"revoked,omitzero"`
+}
+
+// Active reports whether the identity has not been revoked.
+func (id Identity) Active() bool { return id.Revoked.IsZero() }
+
+// validate reports why id cannot be made, wrapping ErrInvalidIdentity.
+func (id Identity) validate() error {
+	if err := streams.ValidateInstanceID(id.Name); err != nil {
+		return fmt.Errorf("%w: name: %v", ErrInvalidIdentity, err)
+	}
+	if !slices.Contains(Roles(), id.Role) {
+		return fmt.Errorf("%w: role %q: want agent, caller or dispatcher", ErrInvalidIdentity, id.Role)
+	}
+	switch {
+	case id.Role == RoleAgent && id.Type == "":
+		return fmt.Errorf("%w: agent %s: --type is required (its agent type, the REACH_CAPS key it may write)", ErrInvalidIdentity, id.Name)
+	case id.Role == RoleAgent:
+		if err := streams.ValidateCapability(id.Type); err != nil {
+			return fmt.Errorf("%w: type: %v", ErrInvalidIdentity, err)
+		}
+	case id.Type != "":
+		return fmt.Errorf("%w: %s %s: only an agent has a type", ErrInvalidIdentity, id.Role, id.Name)
+	}
+	return nil
+}
+
+// InboxPrefix is the reply-inbox prefix of identity name: it may subscribe
+// under it and nowhere else among inboxes, so no identity reads another's
+// replies. Its connections must use it (nats.CustomInboxPrefix;
+// ConnectOptions does).
+func InboxPrefix(name string) string { return "_INBOX." + name }

@@ -1,0 +1,96 @@
+package auth
+
+import (
+	"slices"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Response rights of an agent: it answers each delivery several times
+// (ACKED, PROCESSING…, then the result) and may still answer long after it
+// (per-call timeouts are clamped to 120 s, progress extends them up to the
+// overall deadline).
+const (
+	agentResponses       = 1000
+	agentResponseExpires = 15 * time.Minute
+)
+
+// Permissions returns what id may publish and subscribe to, generated from
+// its role and, for agents and callers, the capabilities acl grants it
+// (subjects under subjects' prefix). They are never written by hand: the
+// account JWT carries them as the template of id's signing key, and a new
+// ACL is a new template.
+//
+//   - Every identity receives replies only under its own inbox prefix
+//     (InboxPrefix), so none can read another's.
+//   - An agent subscribes to its own reach.agent.<name> only, writes its own
+//     key in REACH_AGENTS and its type's in REACH_CAPS, uses
+//     REACH_IDEMPOTENCY, and answers only what it received (allow_responses:
+//     it may not publish to other inboxes).
+//   - An agent and a caller publish tasks (direct, broadcast, durable) only
+//     to the capabilities acl grants them, and may fan out, cancel and send
+//     feedback; they read durable results, and the dead letters and review
+//     entries of the capabilities they may call.
+//   - A dispatcher serves the task subjects, delivers to agents, answers
+//     callers, and provisions and uses every bucket and stream.
+func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.Permissions {
+	var p jwt.Permissions
+	inbox := InboxPrefix(id.Name) + ".>"
+	switch id.Role {
+	case RoleDispatcher:
+		p.Pub.Allow.Add(
+			subjects.Agent("*"), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
+			subjects.EventWildcard(), subjects.SubmitWildcard(), subjects.Cancel(), subjects.API(">"),
+			"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>")
+		p.Sub.Allow.Add(
+			subjects.TaskWildcard(), subjects.BroadcastWildcard(), subjects.FanOut(), subjects.Cancel(), subjects.API(">"),
+			subjects.Feedback(), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
+			inbox, "$JS.EVENT.>")
+	case RoleAgent:
+		callerPermissions(&p, id, acl, subjects)
+		p.Sub.Allow.Add(subjects.Agent(id.Name))
+		kv := func(bucket string) string { return "KV_" + bucket }
+		p.Pub.Allow.Add(
+			// Its own inbox only: agentkit checks at start whether it may
+			// answer callers directly, and it may not.
+			InboxPrefix(id.Name)+".>",
+			"$KV."+streams.BucketAgents+"."+id.Name,
+			"$KV."+streams.BucketCaps+"."+id.Type,
+			"$KV."+streams.BucketIdempotency+".>",
+			"$JS.FC."+kv(streams.BucketIdempotency)+".>",
+			"$JS.API.CONSUMER.CREATE."+kv(streams.BucketIdempotency)+".>",
+			"$JS.API.CONSUMER.DELETE."+kv(streams.BucketIdempotency)+".>")
+		for _, b := range []string{streams.BucketAgents, streams.BucketCaps, streams.BucketIdempotency} {
+			p.Pub.Allow.Add(
+				"$JS.API.STREAM.INFO."+kv(b),
+				"$JS.API.STREAM.MSG.GET."+kv(b),
+				"$JS.API.DIRECT.GET."+kv(b),
+				"$JS.API.DIRECT.GET."+kv(b)+".>")
+		}
+		p.Resp = &jwt.ResponsePermission{MaxMsgs: agentResponses, Expires: agentResponseExpires}
+	case RoleCaller:
+		callerPermissions(&p, id, acl, subjects)
+	}
+	slices.Sort(p.Pub.Allow)
+	slices.Sort(p.Sub.Allow)
+	return p
+}
+
+// callerPermissions adds what calling takes: the granted capabilities on
+// every tier, fan-out, cancel, feedback, and reading the outcomes.
+func callerPermissions(p *jwt.Permissions, id Identity, acl *registry.ACL, subjects streams.Subjects) {
+	p.Sub.Allow.Add(InboxPrefix(id.Name)+".>", subjects.ResultWildcard())
+	p.Pub.Allow.Add(subjects.FanOut(), subjects.Cancel(), subjects.Feedback(),
+		"$JS.API.STREAM.INFO."+streams.StreamResults,
+		"$JS.API.STREAM.MSG.GET."+streams.StreamResults,
+		"$JS.API.DIRECT.GET."+streams.StreamResults,
+		"$JS.API.DIRECT.GET."+streams.StreamResults+".>")
+	for _, c := range acl.Grants(id.Name) {
+		p.Pub.Allow.Add(subjects.Task(c), subjects.Broadcast(c), subjects.Submit(c))
+		p.Sub.Allow.Add(subjects.DeadLetter(c), subjects.Review(c))
+	}
+}

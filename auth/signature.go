@@ -1,0 +1,371 @@
+package auth
+
+import (
+	"crypto/ecdh"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"math/big"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// HeaderSignature carries a task's proof that its Reach-Source is its
+// sender: "v1.<unix ms>.<base64url HMAC-SHA256>" (docs/security.md).
+const HeaderSignature = "Reach-Signature"
+
+// signatureVersion starts every Reach-Signature value.
+const signatureVersion = "v1"
+
+// Tags the user JWTs of Agent-Reach identities carry (lowercase, as JWT
+// tags are).
+const (
+	tagRole     = "reach-role:"
+	tagType     = "reach-type:"
+	tagVerifier = "reach-verifier:"
+)
+
+// A task's signature is an HMAC-SHA256 over
+//
+//	"agentreach-signature-v1" 0 source 0 request-id 0 subject 0 unix-ms 0 body
+//
+// keyed by the identity's MAC key: HMAC-SHA256 keyed by the X25519 shared
+// secret of the identity's nkey (its ed25519 key in Montgomery form) and
+// the dispatchers' verifier key, over "agentreach-mac-key-v1" 0 name 0
+// user public key 0 verifier public key. The caller computes the secret
+// from its seed and the verifier's public key, a dispatcher from the
+// verifier's private key and the user's public key; neither ever sends it.
+// One X25519 per identity and one HMAC per task: an ed25519 signature and
+// verification per task cost more CPU than routing the task does.
+const (
+	macKeyLabel    = "agentreach-mac-key-v1"
+	signatureLabel = "agentreach-signature-v1"
+)
+
+// Signer signs the tasks one identity sends. It is safe for concurrent use.
+type Signer struct {
+	name string
+	key  []byte
+	pool sync.Pool // hash.Hash keyed by key
+}
+
+// NewSigner returns the signer of identity name, whose user nkey seed is
+// seed ("SU…"), for the dispatchers whose verifier public key is verifier
+// ("X…").
+func NewSigner(name string, seed []byte, verifier string) (*Signer, error) {
+	if err := streams.ValidateInstanceID(name); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
+	}
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: user seed: %v", ErrInvalidCredentials, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return nil, fmt.Errorf("%w: the seed is not a user nkey", ErrInvalidCredentials)
+	}
+	_, raw, err := nkeys.DecodeSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: user seed: %v", ErrInvalidCredentials, err)
+	}
+	vpub, err := curvePublic(verifier)
+	if err != nil {
+		return nil, err
+	}
+	// The X25519 scalar of an ed25519 key is the first half of the seed's
+	// SHA-512 (clamped by X25519 itself), RFC 8032 §5.1.5.
+	h := sha512.Sum512(raw)
+	priv, err := ecdh.X25519().NewPrivateKey(h[:32])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
+	}
+	shared, err := priv.ECDH(vpub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: verifier key: %v", ErrInvalidCredentials, err)
+	}
+	return newSigner(name, macKey(shared, name, pub, verifier)), nil
+}
+
+func newSigner(name string, key []byte) *Signer {
+	s := &Signer{name: name, key: key}
+	s.pool.New = func() any { return hmac.New(sha256.New, key) }
+	return s
+}
+
+// LoadSigner reads the credentials file of an Agent-Reach identity (as
+// `agentreach auth` writes it): its name and the verifier's public key from
+// the JWT, its seed.
+func LoadSigner(credsFile string) (*Signer, error) {
+	c, err := readCreds(credsFile)
+	if err != nil {
+		return nil, err
+	}
+	if c.verifier == "" {
+		return nil, fmt.Errorf("%w: %s: not made by `agentreach auth` (its JWT names no verifier key): it cannot sign Reach-Source",
+			ErrInvalidCredentials, credsFile)
+	}
+	s, err := NewSigner(c.name, c.seed, c.verifier)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", credsFile, err)
+	}
+	return s, nil
+}
+
+// Name is the identity the signer signs as.
+func (s *Signer) Name() string { return s.name }
+
+// Sign sets m's Reach-Source to the signer's identity and Reach-Signature
+// to the proof over it, m's request id (which must be set), subject and
+// body, at time now. Sign m after its last change: the dispatcher refuses a
+// task changed since.
+func (s *Signer) Sign(m *nats.Msg, now time.Time) {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(streams.HeaderSource, s.name)
+	ms := strconv.FormatInt(now.UnixMilli(), 10)
+	m.Header.Set(HeaderSignature, signatureVersion+"."+ms+"."+s.mac(m, ms))
+}
+
+// mac computes the signature of m at ms (the decimal unix milliseconds).
+func (s *Signer) mac(m *nats.Msg, ms string) string {
+	h := s.pool.Get().(hash.Hash)
+	defer s.pool.Put(h)
+	h.Reset()
+	for _, part := range []string{signatureLabel, s.name, m.Header.Get(streams.HeaderRequestID), m.Subject, ms} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	h.Write(m.Data)
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0]))
+}
+
+// verify checks m's Reach-Signature against the signer's key and returns
+// when it was made.
+func (s *Signer) verify(m *nats.Msg) (time.Time, error) {
+	at, ms, sig, err := parseSignature(m.Header.Get(HeaderSignature))
+	if err == nil {
+		err = s.check(m, ms, sig)
+	}
+	return at, err
+}
+
+// check reports whether sig is the signer's MAC of m at ms.
+func (s *Signer) check(m *nats.Msg, ms, sig string) error {
+	if !hmac.Equal([]byte(sig), []byte(s.mac(m, ms))) {
+		return fmt.Errorf("%w: %s does not match the task for %s (another identity's, or the task changed after signing)",
+			ErrBadSignature, HeaderSignature, s.name)
+	}
+	return nil
+}
+
+// parseSignature splits a Reach-Signature value into its time (also as
+// the decimal milliseconds it was written as) and its MAC.
+func parseSignature(v string) (at time.Time, ms, sig string, err error) {
+	version, rest, ok1 := strings.Cut(v, ".")
+	ms, sig, ok2 := strings.Cut(rest, ".")
+	n, perr := strconv.ParseInt(ms, 10, 64)
+	if !ok1 || !ok2 || version != signatureVersion || perr != nil || n <= 0 || sig == "" {
+		return time.Time{}, "", "", fmt.Errorf("%w: %s %q: want v1.<unix ms>.<base64url MAC>", ErrBadSignature, HeaderSignature, v)
+	}
+	return time.UnixMilli(n), ms, sig, nil
+}
+
+// macKey derives an identity's MAC key from the X25519 shared secret.
+func macKey(shared []byte, name, user, verifier string) []byte {
+	h := hmac.New(sha256.New, shared)
+	for _, part := range []string{macKeyLabel, name, user, verifier} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
+}
+
+// Verifier is the dispatchers' side of Reach-Signature: the private half
+// of the verifier key (made by `agentreach auth init`), from which it
+// derives each identity's MAC key. It is safe for concurrent use.
+type Verifier struct {
+	priv *ecdh.PrivateKey
+	pub  string
+
+	mu      sync.Mutex
+	signers map[string]*Signer // name + user key → its signer
+}
+
+// NewVerifier returns the verifier whose curve seed ("SX…") is seed.
+func NewVerifier(seed []byte) (*Verifier, error) {
+	kp, err := nkeys.FromCurveSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: verifier seed: %v", ErrInvalidCredentials, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("%w: verifier seed: %v", ErrInvalidCredentials, err)
+	}
+	_, raw, err := nkeys.DecodeSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: verifier seed: %v", ErrInvalidCredentials, err)
+	}
+	priv, err := ecdh.X25519().NewPrivateKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: verifier seed: %v", ErrInvalidCredentials, err)
+	}
+	return &Verifier{priv: priv, pub: pub, signers: map[string]*Signer{}}, nil
+}
+
+// LoadVerifier reads a verifier seed file (keys/verifier.nk of a store).
+func LoadVerifier(file string) (*Verifier, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
+	}
+	v, err := NewVerifier([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return v, nil
+}
+
+// PublicKey is the verifier's public key ("X…"), which callers' JWTs name.
+func (v *Verifier) PublicKey() string { return v.pub }
+
+// signer returns the signer of identity name with user key user: the same
+// MAC key the identity derives from its seed.
+func (v *Verifier) signer(name, user string) (*Signer, error) {
+	k := name + "\x00" + user
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if s, ok := v.signers[k]; ok {
+		return s, nil
+	}
+	pub, err := userCurvePublic(user)
+	if err != nil {
+		return nil, err
+	}
+	shared, err := v.priv.ECDH(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: user key of %s: %v", ErrInvalidCredentials, name, err)
+	}
+	s := newSigner(name, macKey(shared, name, user, v.pub))
+	v.signers[k] = s
+	return s, nil
+}
+
+// Verify checks that m's Reach-Signature was made by identity name, whose
+// user key is user, and returns when it was made.
+func (v *Verifier) Verify(m *nats.Msg, name, user string) (time.Time, error) {
+	s, err := v.signer(name, user)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.verify(m)
+}
+
+// curvePublic decodes a curve public key ("X…").
+func curvePublic(key string) (*ecdh.PublicKey, error) {
+	raw, err := nkeys.Decode(nkeys.PrefixByteCurve, []byte(key))
+	if err == nil {
+		var pub *ecdh.PublicKey
+		if pub, err = ecdh.X25519().NewPublicKey(raw); err == nil {
+			return pub, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: verifier public key %q: %v", ErrInvalidCredentials, key, err)
+}
+
+// p25519 is the field prime of curve25519, 2^255 - 19.
+var p25519 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19))
+
+// userCurvePublic maps a user nkey (an ed25519 public key, "U…") to its
+// X25519 public key: the Montgomery u = (1 + y) / (1 - y) of its Edwards y
+// (RFC 7748 §4.1).
+func userCurvePublic(user string) (*ecdh.PublicKey, error) {
+	raw, err := nkeys.Decode(nkeys.PrefixByteUser, []byte(user))
+	if err != nil || len(raw) != 32 {
+		return nil, fmt.Errorf("%w: user key %q: %v", ErrInvalidCredentials, user, err)
+	}
+	le := make([]byte, 32)
+	for i := range raw {
+		le[31-i] = raw[i] // little-endian to big-endian
+	}
+	le[0] &= 0x7f // the sign bit of x
+	y := new(big.Int).SetBytes(le)
+	one := big.NewInt(1)
+	den := new(big.Int).Mod(new(big.Int).Sub(one, y), p25519)
+	if den.Sign() == 0 {
+		return nil, fmt.Errorf("%w: user key %q is not a usable point", ErrInvalidCredentials, user)
+	}
+	u := new(big.Int).Mul(new(big.Int).Add(one, y), den.ModInverse(den, p25519))
+	u.Mod(u, p25519)
+	be := u.FillBytes(make([]byte, 32))
+	for i, j := 0, 31; i < j; i, j = i+1, j-1 {
+		be[i], be[j] = be[j], be[i]
+	}
+	pub, err := ecdh.X25519().NewPublicKey(be)
+	if err != nil {
+		return nil, fmt.Errorf("%w: user key %q: %v", ErrInvalidCredentials, user, err)
+	}
+	return pub, nil
+}
+
+// creds is what an Agent-Reach credentials file says.
+type creds struct {
+	name, role, typ, verifier string
+	seed                      []byte
+}
+
+// readCreds reads a credentials file: the user JWT and the seed.
+func readCreds(file string) (creds, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return creds{}, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
+	}
+	token, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return creds{}, fmt.Errorf("%w: %s: %v", ErrInvalidCredentials, file, err)
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return creds{}, fmt.Errorf("%w: %s: the user JWT: %v", ErrInvalidCredentials, file, err)
+	}
+	kp, err := jwt.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return creds{}, fmt.Errorf("%w: %s: the seed: %v", ErrInvalidCredentials, file, err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return creds{}, fmt.Errorf("%w: %s: the seed: %v", ErrInvalidCredentials, file, err)
+	}
+	if pub, _ := kp.PublicKey(); pub != uc.Subject {
+		return creds{}, fmt.Errorf("%w: %s: the seed is not the JWT's user key", ErrInvalidCredentials, file)
+	}
+	c := creds{name: uc.Name, seed: seed}
+	for _, t := range uc.Tags {
+		switch {
+		case strings.HasPrefix(t, tagRole):
+			c.role = strings.TrimPrefix(t, tagRole)
+		case strings.HasPrefix(t, tagType):
+			c.typ = strings.TrimPrefix(t, tagType)
+		case strings.HasPrefix(t, tagVerifier):
+			c.verifier = strings.ToUpper(strings.TrimPrefix(t, tagVerifier))
+		}
+	}
+	if c.role != "" && streams.ValidateInstanceID(c.name) != nil {
+		return creds{}, errors.Join(ErrInvalidCredentials, fmt.Errorf("%s: the JWT's name %q is not an identity name", file, c.name))
+	}
+	return c, nil
+}

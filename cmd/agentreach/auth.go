@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const authAbout = `
+Makes and manages the identities of agents, callers and dispatchers: NATS
+users in the decentralised JWT model, one credentials file each. The store
+(--dir) holds the operator, the system and AGENTREACH accounts, the
+dispatchers' verifier key and every identity; keep it where only operators
+can read it. Permissions follow from the role and the ACL (the acl key of
+REACH_POLICY) and change without a restart: 'auth sync' (or 'agentreach up
+--auth', which runs it) pushes every change to the servers within a second.
+See docs/security.md.
+
+Sub-commands:
+  init                     make the store (operator, accounts, verifier key)
+  agent NAME --type TYPE   an agent instance: NAME is its instance id
+  caller NAME              a caller (application, CLI user, gateway)
+  dispatcher NAME          a dispatcher (also the identity for admin commands)
+  ls                       every identity, revoked ones marked (--json: an array)
+  revoke NAME              revoke an identity: its connections are cut and its
+                           calls refused once synced; every other one goes on
+  tls                      a development CA and certificates (--out, --hosts)
+  server-config            the nats-server configuration of operator mode
+                           (--resolver-dir, --out), to include in the servers'
+  sync                     push the store and the ACL to the servers, and keep
+                           doing it until stopped (--once: once); connection
+                           flags name the servers and a dispatcher identity
+
+Each new identity's credentials are written to <dir>/creds/<NAME>.creds.
+
+Example:
+  agentreach auth init
+  agentreach auth agent billing-1 --type billing
+  agentreach auth caller web
+  agentreach auth revoke billing-1
+  agentreach auth tls --out deploy/certs --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1`
+
+// defaultAuthDir is the store `agentreach up --auth` keeps in its default
+// data directory.
+var defaultAuthDir = filepath.Join(".agentreach", "auth")
+
+// identityJSON is one row of `auth ls --json` and what the making
+// sub-commands print with --json.
+type identityJSON struct {
+	auth.Identity
+	Creds string `json:"creds,omitempty"`
+}
+
+type authCmd struct {
+	cl     *cmdline
+	dir    string
+	asJSON bool
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		conn        connFlags
+		c           = authCmd{stdout: stdout, stderr: stderr}
+		typ         string
+		out         string
+		hosts       string
+		resolverDir string
+		once        bool
+		seedACL     string
+	)
+	c.cl = newCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE | caller NAME | dispatcher NAME | ls | revoke NAME | tls | server-config | sync", authAbout)
+	c.cl.group("Flags", func(fs *flag.FlagSet) {
+		fs.StringVar(&c.dir, "dir", defaultAuthDir, "`directory` of the identity store ('up --auth' uses <data-dir>/auth)")
+		fs.StringVar(&typ, "type", "", "agent: the agent `type`, the REACH_CAPS key it may write")
+		fs.StringVar(&out, "out", "", "tls: the `directory` of the certificates; server-config: the file (default stdout)")
+		fs.StringVar(&hosts, "hosts", "localhost,127.0.0.1", "tls: comma-separated `names` and addresses the server certificate covers")
+		fs.StringVar(&resolverDir, "resolver-dir", "/data/jwt", "server-config: the `directory` of the servers' account resolver, as they see it")
+		fs.BoolVar(&once, "once", false, "sync: push once and exit")
+		fs.StringVar(&seedACL, "seed-acl", "", "sync: store this `file` (YAML or JSON) as the acl when REACH_POLICY has none yet")
+		c.cl.jsonFlag(fs, &c.asJSON, `print JSON: the identity made or revoked, ls an array; a failure as {"error": …}`)
+	})
+	c.cl.group("Connection flags (sync)", func(fs *flag.FlagSet) {
+		conn.register(fs, 10*time.Second, "sync: bound on connecting and on each push")
+	})
+	pos, code, ok := c.cl.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return c.cl.usageError(stderr, "want a sub-command: init, agent, caller, dispatcher, ls, revoke, tls, server-config or sync")
+	}
+	sub, rest := pos[0], pos[1:]
+	takesName := map[string]bool{"agent": true, "caller": true, "dispatcher": true, "revoke": true}
+	switch {
+	case !takesName[sub] && !map[string]bool{"init": true, "ls": true, "tls": true, "server-config": true, "sync": true}[sub]:
+		return c.cl.usageError(stderr, "unknown sub-command %q (want init, agent, caller, dispatcher, ls, revoke, tls, server-config or sync)", sub)
+	case takesName[sub] && len(rest) != 1:
+		return c.cl.usageError(stderr, "%s: want NAME, got %d arguments", sub, len(rest))
+	case !takesName[sub] && len(rest) != 0:
+		return c.cl.usageError(stderr, "%s: takes no arguments, got %q", sub, rest[0])
+	case typ != "" && sub != "agent":
+		return c.cl.usageError(stderr, "--type: only for 'auth agent'")
+	case sub == "tls" && out == "":
+		return c.cl.usageError(stderr, "tls: --out is required: the directory to write the CA and certificates to")
+	}
+	var err error
+	switch sub {
+	case "init":
+		err = c.init()
+	case "agent", "caller", "dispatcher":
+		err = c.add(auth.Identity{Name: rest[0], Role: auth.Role(sub), Type: typ})
+	case "ls":
+		err = c.list()
+	case "revoke":
+		err = c.revoke(rest[0])
+	case "tls":
+		err = c.tls(out, splitList(hosts))
+	case "server-config":
+		err = c.serverConfig(resolverDir, out, conn.subjects())
+	case "sync":
+		conn.log = conn.logger(stderr)
+		err = c.sync(ctx, &conn, once, seedACL)
+	}
+	if errors.Is(err, auth.ErrInvalidIdentity) {
+		return c.cl.usageError(stderr, "%v", err)
+	}
+	if err != nil {
+		return c.cl.fail(stderr, err)
+	}
+	return exitOK
+}
+
+func (c *authCmd) open() (*auth.Store, error) {
+	s, err := auth.Open(c.dir)
+	if err != nil {
+		return nil, withCode(codeNotFound, err)
+	}
+	return s, nil
+}
+
+func (c *authCmd) init() error {
+	s, err := auth.Init(c.dir)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		writeJSONLine(c.stdout, map[string]string{"dir": s.Dir(), "verifier": s.VerifierFile(), "system_creds": s.SystemCredsFile()})
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "identity store made in %s\n  verifier key (every dispatcher's --verifier)  %s\n  system account user (auth sync)              %s\n"+
+		"Next: agentreach auth dispatcher NAME, auth agent NAME --type TYPE, auth caller NAME\n",
+		s.Dir(), s.VerifierFile(), s.SystemCredsFile())
+	return nil
+}
+
+func (c *authCmd) add(id auth.Identity) error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	if id, err = s.Add(id); err != nil {
+		return err
+	}
+	if c.asJSON {
+		writeJSONLine(c.stdout, identityJSON{Identity: id, Creds: s.CredsFile(id.Name)})
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "%s %s: credentials in %s\n(connects once synced: `agentreach up --auth` and `agentreach auth sync` push it within a second)\n",
+		id.Role, id.Name, s.CredsFile(id.Name))
+	return nil
+}
+
+func (c *authCmd) list() error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	ids := s.Identities()
+	if c.asJSON {
+		rows := make([]identityJSON, len(ids))
+		for i, id := range ids {
+			rows[i] = identityJSON{Identity: id}
+			if id.Active() {
+				rows[i].Creds = s.CredsFile(id.Name)
+			}
+		}
+		writeJSONLine(c.stdout, rows)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tROLE\tTYPE\tCREATED\tSTATUS")
+	for _, id := range ids {
+		status := "active"
+		if !id.Active() {
+			status = "revoked " + id.Revoked.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, dash(id.Type), id.Created.Format(time.RFC3339), status)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (c *authCmd) revoke(name string) error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	id, err := s.Revoke(name)
+	if errors.Is(err, auth.ErrUnknownIdentity) {
+		return withCode(codeNotFound, err)
+	}
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		writeJSONLine(c.stdout, identityJSON{Identity: id})
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "%s %s revoked at %s: its connections are cut and its calls refused once synced (within a second under `up --auth` or `auth sync`)\n",
+		id.Role, id.Name, id.Revoked.Format(time.RFC3339))
+	return nil
+}
+
+func (c *authCmd) tls(out string, hosts []string) error {
+	files, err := auth.EnsureTLS(out, hosts)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		writeJSONLine(c.stdout, files)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "development PKI in %s (server certificate for %s)\n  CA          %s (clients: --tls-ca)\n  server      %s, %s\n  client      %s, %s (mutual TLS: --tls-cert, --tls-key)\n",
+		out, strings.Join(hosts, ", "), files.CA, files.ServerCert, files.ServerKey, files.ClientCert, files.ClientKey)
+	return nil
+}
+
+func (c *authCmd) serverConfig(resolverDir, out string, subjects streams.Subjects) error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	text, err := s.ServerConfig(resolverDir, nil, subjects)
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		_, err = io.WriteString(c.stdout, text)
+		return err
+	}
+	if err := os.WriteFile(out, []byte(text), 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stderr, "server configuration of operator mode written to %s\n", out)
+	return nil
+}
+
+// sync runs a Syncer against the servers of conn: the system account's
+// user of the store pushes, the dispatcher identity of --creds reads the ACL
+// and writes the identity directory. With seedACL, that file becomes the
+// acl when REACH_POLICY has none.
+func (c *authCmd) sync(ctx context.Context, conn *connFlags, once bool, seedACL string) error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	var seed []byte
+	if seedACL != "" {
+		var name string
+		if seed, name, err = readDocument(seedACL, registry.MaxPolicySize); err != nil {
+			return withCode(codeUsage, fmt.Errorf("--seed-acl: %w", err))
+		}
+		if _, err := registry.ParseACL(seed); err != nil {
+			return invalidDocument(name, err)
+		}
+	}
+	if !conn.signs() {
+		return withCode(codeUsage, errors.New("sync: --creds must name a dispatcher identity's credentials (it writes the identity directory in REACH_POLICY)"))
+	}
+	app, err := conn.connect("agentreach-auth-sync")
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	sysConn := *conn
+	sysConn.creds = s.SystemCredsFile()
+	sys, err := sysConn.connect("agentreach-auth-sync-system")
+	if err != nil {
+		return err
+	}
+	defer sys.Close()
+	sctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	if seed != nil {
+		if err := seedPolicy(sctx, app, seed, conn.log); err != nil {
+			return err
+		}
+	}
+	syncer, err := auth.NewSyncer(sctx, s, sys, app, auth.SyncConfig{Subjects: conn.subjects(), PushTimeout: conn.timeout},
+		auth.WithSyncLogger(conn.log))
+	if err != nil {
+		return err
+	}
+	if err := syncer.Start(sctx); err != nil {
+		return err
+	}
+	defer syncer.Close()
+	if once {
+		rev, _ := syncer.Synced()
+		fmt.Fprintf(c.stdout, "synced revision %d of %s\n", rev, s.Dir())
+		return nil
+	}
+	conn.log.Info().Str("store", s.Dir()).Str("server", app.ConnectedUrlRedacted()).Msg("syncing identities")
+	<-ctx.Done()
+	return nil
+}
+
+// authSetup is what `up --auth` runs on: the store in the data directory
+// and the identities of the stack itself.
+type authSetup struct {
+	store *auth.Store
+	// dispatcher, cli: the names of the stack's dispatcher identity and of
+	// the caller identity printed in the banner.
+	dispatcher, cli string
+}
+
+// The identities `up --auth` makes for itself and for whoever calls it.
+const (
+	upDispatcherIdentity = "dispatcher"
+	upCallerIdentity     = "cli"
+)
+
+// openAuth opens (or makes) the store in dir with the stack's identities:
+// its dispatcher, a caller for the command line, and the demo agents.
+func openAuth(dir string, demoIDs map[string]string, log zerolog.Logger) (*authSetup, error) {
+	s, err := auth.Open(dir)
+	if errors.Is(err, auth.ErrNoStore) {
+		if s, err = auth.Init(dir); err == nil {
+			log.Info().Str("dir", dir).Msg("identity store made")
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--auth: %w", err)
+	}
+	want := map[string]auth.Identity{
+		upDispatcherIdentity: {Name: upDispatcherIdentity, Role: auth.RoleDispatcher},
+		upCallerIdentity:     {Name: upCallerIdentity, Role: auth.RoleCaller},
+	}
+	for id, typ := range demoIDs {
+		want[id] = auth.Identity{Name: id, Role: auth.RoleAgent, Type: typ}
+	}
+	for name, id := range want {
+		have, ok := s.Identity(name)
+		switch {
+		case !ok:
+			if _, err := s.Add(id); err != nil {
+				return nil, fmt.Errorf("--auth: %w", err)
+			}
+		case !have.Active():
+			return nil, fmt.Errorf("--auth: identity %s in %s is revoked; `up --auth` needs it (use a fresh --data-dir)", name, dir)
+		case have.Role != id.Role || have.Type != id.Type:
+			return nil, fmt.Errorf("--auth: identity %s in %s is a %s, `up --auth` needs it to be a %s", name, dir, have.Role, id.Role)
+		}
+	}
+	return &authSetup{store: s, dispatcher: upDispatcherIdentity, cli: upCallerIdentity}, nil
+}
+
+// connectAs returns the connection options of identity name of the store.
+func (a *authSetup) connectAs(name string) ([]nats.Option, error) {
+	return auth.ConnectOptions(a.store.CredsFile(name))
+}

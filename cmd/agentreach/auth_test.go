@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
+
+func TestAuthCommands(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	auth := func(args ...string) result { return runCmd(t, runAuth, append([]string{"--dir", dir}, args...)...) }
+	expect(t, auth("ls"), exitFail, "no identity store", "agentreach auth init --dir")
+	expect(t, auth("init"), exitOK, "out:identity store made in "+dir, "out:keys/verifier.nk")
+	expect(t, auth("init"), exitFail, "identity store exists")
+	expect(t, auth("agent", "echo-1"), exitUsage, "--type is required")
+	expect(t, auth("agent", "echo 1", "--type", "echo"), exitUsage, `name: invalid name: instance id "echo 1"`)
+	expect(t, auth("agent", "echo-1", "--type", "Echo"), exitUsage, `type: invalid name: capability "Echo"`)
+	expect(t, auth("caller", "web", "--type", "echo"), exitUsage, "--type: only for 'auth agent'")
+	expect(t, auth("agent", "echo-1", "--type", "echo"), exitOK, "out:agent echo-1: credentials in "+filepath.Join(dir, "creds", "echo-1.creds"))
+	expect(t, auth("caller", "web"), exitOK, "out:caller web")
+	expect(t, auth("dispatcher", "d1", "--json"), exitOK, `out:"name":"d1","role":"dispatcher"`)
+	expect(t, auth("caller", "web"), exitFail, "identity exists: web")
+	expect(t, auth("caller"), exitUsage, "caller: want NAME")
+	expect(t, auth("frob"), exitUsage, `unknown sub-command "frob"`)
+	expect(t, auth("revoke", "nobody"), exitFail, "unknown identity: nobody")
+	expect(t, auth("revoke", "web"), exitOK, "out:caller web revoked at")
+	expect(t, auth("caller", "web"), exitFail, "names are never reused")
+	r := auth("ls", "--json")
+	var rows []identityJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 3 {
+		t.Fatalf("ls --json: %q (%v)", r.stdout, err)
+	}
+	if rows[0].Name != "d1" || rows[1].Name != "echo-1" || rows[1].Type != "echo" || rows[2].Name != "web" || rows[2].Active() || rows[2].Creds != "" {
+		t.Fatalf("ls --json rows: %+v", rows)
+	}
+	expect(t, auth("ls"), exitOK, "out:NAME", "out:echo-1  agent", "out:revoked ")
+
+	certs := filepath.Join(t.TempDir(), "certs")
+	expect(t, auth("tls"), exitUsage, "--out is required")
+	expect(t, auth("tls", "--out", certs, "--hosts", "nats-1,127.0.0.1"), exitOK, "out:server certificate for nats-1, 127.0.0.1")
+	for _, f := range []string{"ca.pem", "ca-key.pem", "server.pem", "server-key.pem", "client.pem", "client-key.pem"} {
+		if _, err := os.Stat(filepath.Join(certs, f)); err != nil {
+			t.Errorf("auth tls wrote no %s: %v", f, err)
+		}
+	}
+
+	// The server configuration of operator mode is one nats-server takes.
+	conf := filepath.Join(t.TempDir(), "auth.conf")
+	expect(t, auth("server-config", "--resolver-dir", filepath.Join(t.TempDir(), "jwt"), "--out", conf), exitOK, "written to "+conf)
+	main := filepath.Join(filepath.Dir(conf), "server.conf")
+	if err := os.WriteFile(main, []byte("listen: 127.0.0.1:-1\njetstream {store_dir: "+filepath.Join(t.TempDir(), "js")+"}\ninclude ./auth.conf\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(main)
+	if err != nil {
+		t.Fatalf("nats-server refuses the generated configuration: %v", err)
+	}
+	if len(opts.TrustedOperators) != 1 || opts.SystemAccount == "" || opts.AccountResolver == nil {
+		t.Fatalf("operator mode not configured: %+v", opts.TrustedOperators)
+	}
+	opts.AccountResolver.Close()
+}
+
+// TestUpWithAuthAndTLS runs `up --auth --tls --tls-verify --demo`: the
+// demo answers the banner's call, a caller without credentials or without
+// a client certificate is refused, an identity added while it runs can
+// call within the sync, and a revoked one cannot.
+func TestUpWithAuthAndTLS(t *testing.T) {
+	before := goroutines()
+	dir := t.TempDir()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	url := "tls://" + listen
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
+			"--auth", "--tls", "--tls-verify"}, &stdout, &stderr)
+	}()
+	waitOutput(t, &stdout, "Agent-Reach is up")
+	tlsArgs := []string{"--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--tls-cert", filepath.Join(dir, "tls", "client.pem"),
+		"--tls-key", filepath.Join(dir, "tls", "client-key.pem")}
+	creds := func(name string) string { return filepath.Join(dir, "auth", "creds", name+".creds") }
+	as := func(name string) []string { return append(append([]string{}, tlsArgs...), "--creds", creds(name)) }
+	for _, want := range []string{"mutual TLS", "auth        identities in " + filepath.Join(dir, "auth"),
+		"agentreach call --server " + url + " " + strings.Join(as("cli"), " ") + ` echo '{"text":"hi"}'`} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("banner lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	waitCallable(t, url, as("cli")...)
+	call := func(args ...string) result {
+		return runCmd(t, runCall, append(append([]string{"--server", url, "--timeout", "2s"}, args...), "echo", `{"text":"hi"}`)...)
+	}
+	expect(t, call(tlsArgs...), exitFail, "Authorization Violation")
+	expect(t, call("--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--creds", creds("cli")), exitFail, "tls")
+	r := runCmd(t, runAgents, append([]string{"--server", url, "--json"}, as(upDispatcherIdentity)...)...)
+	var entries []agentJSON
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 || entries[0].ID != "echo-1" {
+		t.Fatalf("agents --json: exit %d, %+v (%v), stderr %q", r.code, entries, err, r.stderr)
+	}
+
+	// Identities change while it runs.
+	authDir := []string{"--dir", filepath.Join(dir, "auth")}
+	expect(t, runCmd(t, runAuth, append(authDir, "caller", "web")...), exitOK, "out:caller web")
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if r := call(as("web")...); r.code != exitOK {
+			return errors.New(r.stderr)
+		}
+		return nil
+	})
+	expect(t, runCmd(t, runAuth, append(authDir, "revoke", "web")...), exitOK, "out:caller web revoked")
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if r := call(as("web")...); r.code == exitOK {
+			return errors.New("the revoked caller still calls")
+		}
+		return nil
+	})
+	expect(t, call(as("cli")...), exitOK, `out:"text": "hi"`)
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("runUp exited %d; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("runUp did not stop within 30s")
+	}
+	checkNoLeaks(t, before)
+}

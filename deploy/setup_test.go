@@ -1,0 +1,179 @@
+package deploy
+
+// What deploy/setup.sh makes is secret or machine-specific, so git holds
+// none of it (deploy/.gitignore). These tests make it again in a temporary
+// directory, replaying the script's `auth` lines through package auth, and
+// check the stack against that.
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+const (
+	setupScript = "setup.sh"
+	aclFile     = "acl.yaml"
+	// authConf is the operator-mode configuration setup.sh writes, relative
+	// to deploy/.
+	authConf = "nats/auth.conf"
+)
+
+// generatedDirs are what setup.sh makes, relative to deploy/ (as
+// .gitignore lists them).
+var generatedDirs = []string{"auth", "certs", authConf}
+
+// generated is what setup.sh makes, made again in dir: dir/certs,
+// dir/auth and dir/nats/auth.conf.
+type generated struct {
+	dir   string
+	store *auth.Store
+	acl   *registry.ACL // acl.yaml, which auth-sync seeds
+}
+
+var authLine = regexp.MustCompile(`^\$AR auth ([a-z-]+)(.*)$`)
+
+// flagsOf reads the --name value pairs of an auth line's rest.
+func flagsOf(t *testing.T, line, rest string) (pos []string, flags map[string]string) {
+	t.Helper()
+	flags = map[string]string{}
+	f := strings.Fields(rest)
+	for i := 0; i < len(f); i++ {
+		if name, ok := strings.CutPrefix(f[i], "--"); ok {
+			if i+1 >= len(f) {
+				t.Fatalf("%s: %q: --%s has no value", setupScript, line, name)
+			}
+			flags[name] = f[i+1]
+			i++
+			continue
+		}
+		pos = append(pos, f[i])
+	}
+	return pos, flags
+}
+
+// setup replays setup.sh in a temporary directory.
+func setup(t *testing.T) *generated {
+	t.Helper()
+	g := &generated{dir: t.TempDir()}
+	var err error
+	at := func(rel string) string { return filepath.Join(g.dir, rel) }
+	for _, line := range strings.Split(readFile(t, setupScript), "\n") {
+		m := authLine.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		pos, flags := flagsOf(t, line, m[2])
+		switch sub := m[1]; sub {
+		case "tls":
+			if _, err = auth.EnsureTLS(at(flags["out"]), strings.Split(flags["hosts"], ",")); err != nil {
+				t.Fatalf("%s: %q: %v", setupScript, line, err)
+			}
+		case "init":
+			if g.store, err = auth.Init(at(flags["dir"])); err != nil {
+				t.Fatalf("%s: %q: %v", setupScript, line, err)
+			}
+		case "agent", "caller", "dispatcher":
+			if g.store == nil || len(pos) != 1 {
+				t.Fatalf("%s: %q: want auth init first and one NAME", setupScript, line)
+			}
+			if _, err := g.store.Add(auth.Identity{Name: pos[0], Role: auth.Role(sub), Type: flags["type"]}); err != nil {
+				t.Fatalf("%s: %q: %v", setupScript, line, err)
+			}
+		case "server-config":
+			text, err := g.store.ServerConfig(flags["resolver-dir"], nil, streams.Subjects{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Dir(at(flags["out"])), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(at(flags["out"]), []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("%s: %q: auth %s is not one of the sub-commands the stack needs", setupScript, line, sub)
+		}
+	}
+	for _, rel := range generatedDirs {
+		if _, err := os.Stat(at(rel)); err != nil {
+			t.Fatalf("%s does not make %s: %v", setupScript, rel, err)
+		}
+	}
+	b, err := os.ReadFile(aclFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.acl, err = registry.ParseACL(b); err != nil {
+		t.Fatalf("%s: %v", aclFile, err)
+	}
+	return g
+}
+
+// identity returns the identity the credentials file at host path file
+// belongs to, by its place in the generated store.
+func (g *generated) identity(t *testing.T, file string) (auth.Identity, bool) {
+	t.Helper()
+	name, ok := strings.CutSuffix(filepath.Base(file), ".creds")
+	id, found := g.store.Identity(name)
+	if !ok || !found || filepath.Clean(file) != filepath.Clean(g.store.CredsFile(name)) {
+		return auth.Identity{}, false
+	}
+	return id, true
+}
+
+// source maps a bind-mount source of docker-compose.yml (relative to
+// deploy/) to the file behind it: the repository's, or, for what setup.sh
+// makes, the generated one.
+func (g *generated) source(src string) string {
+	rel := filepath.Clean(src)
+	for _, d := range generatedDirs {
+		if rel == d || strings.HasPrefix(rel, d+string(filepath.Separator)) {
+			return filepath.Join(g.dir, rel)
+		}
+	}
+	return rel
+}
+
+func TestSetupScript(t *testing.T) {
+	text := readFile(t, setupScript)
+	if st, err := os.Stat(setupScript); err != nil || st.Mode()&0o111 == 0 {
+		t.Errorf("%s is not executable (%v)", setupScript, err)
+	}
+	for _, want := range []string{"#!/bin/sh", "set -eu", `cd "$(dirname "$0")"`, "AR=${AGENTREACH:-go run ../cmd/agentreach}", "chmod -R a+rX auth certs"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s lacks %q", setupScript, want)
+		}
+	}
+	ignored := strings.Fields(readFile(t, ".gitignore"))
+	for _, d := range generatedDirs {
+		want := d
+		if d != authConf {
+			want += "/"
+		}
+		if !slices.Contains(ignored, want) {
+			t.Errorf(".gitignore does not keep %s (made by %s, secret) out of git", want, setupScript)
+		}
+	}
+	g := setup(t)
+	names := map[auth.Role][]string{}
+	for _, id := range g.store.Identities() {
+		names[id.Role] = append(names[id.Role], id.Name)
+	}
+	if len(names[auth.RoleDispatcher]) != 1 || len(names[auth.RoleCaller]) != 1 || len(names[auth.RoleAgent]) != 4 {
+		t.Errorf("%s makes %v: want one dispatcher, one caller, and the four demo agents", setupScript, names)
+	}
+	// The ACL lets the stack's caller call the demo capabilities.
+	for _, c := range []string{"echo", "slow", "math.add"} {
+		if !g.acl.Allows(names[auth.RoleCaller][0], c) {
+			t.Errorf("%s does not let %s call %s", aclFile, names[auth.RoleCaller][0], c)
+		}
+	}
+}

@@ -1,0 +1,637 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// securityACL grants what the security tests' identities may call.
+const securityACL = `{"rules": [
+  {"caller": "billing-*", "may_call": ["payment.*"]},
+  {"caller": "caller", "may_call": ["echo", "math.add", "relay"]},
+  {"caller": "relay-*", "may_call": ["echo"]}]}`
+
+// attempt is one row of the security ledger: what was tried, whether it was
+// refused and how that showed, and whether anything leaked.
+type attempt struct {
+	name     string
+	refused  bool
+	leaked   bool
+	evidence string
+}
+
+// securityLedger counts attempts that must all be refused and leak nothing.
+type securityLedger struct {
+	mu   sync.Mutex
+	rows []attempt
+}
+
+func (l *securityLedger) add(a attempt) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rows = append(l.rows, a)
+}
+
+// check prints the ledger and fails the test unless every attempt was
+// refused and none leaked.
+func (l *securityLedger) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTEMPT\tREFUSED\tLEAKED\tEVIDENCE")
+	refused, leaked := 0, 0
+	for _, r := range l.rows {
+		if r.refused {
+			refused++
+		}
+		if r.leaked {
+			leaked++
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", r.name, r.refused, r.leaked, r.evidence)
+	}
+	_ = tw.Flush()
+	t.Logf("security ledger: attempted %d, refused %d (%.0f%%), leaked %d\n%s", len(l.rows), refused,
+		100*float64(refused)/float64(max(len(l.rows), 1)), leaked, b.String())
+	if refused != len(l.rows) || leaked > 0 {
+		t.Fatalf("security ledger: %d of %d attempts refused, %d leaked", refused, len(l.rows), leaked)
+	}
+}
+
+// watched is a connection whose asynchronous errors (the server's
+// permission violations) are recorded, in order.
+type watched struct {
+	t    *testing.T
+	nc   *nats.Conn
+	errs chan error
+	n    int
+}
+
+func watch(t *testing.T, connect func(...nats.Option) *nats.Conn) *watched {
+	w := &watched{t: t, errs: make(chan error, 1024)}
+	w.nc = connect(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case w.errs <- err:
+		default:
+		}
+	}))
+	return w
+}
+
+// violated runs do and reports whether the server refused it with a
+// permissions violation naming subject. After do it publishes to a subject
+// no identity may use and waits for that refusal: errors arrive in order,
+// so by then any refusal do caused has arrived.
+func (w *watched) violated(subject string, do func(nc *nats.Conn) error) (bool, string) {
+	w.t.Helper()
+	if err := do(w.nc); err != nil {
+		return false, fmt.Sprintf("%s: %v", subject, err)
+	}
+	w.n++
+	sentinel := fmt.Sprintf("nobody.may.%d", w.n)
+	if err := w.nc.Publish(sentinel, nil); err != nil {
+		w.t.Fatal(err)
+	}
+	got := ""
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-w.errs:
+			switch {
+			case strings.Contains(err.Error(), `"`+sentinel+`"`):
+				return got != "", got
+			case strings.Contains(err.Error(), `"`+subject+`"`):
+				got = err.Error()
+			}
+		case <-timeout:
+			w.t.Fatalf("no permissions violation for %s: the sentinel subject is allowed?", sentinel)
+		}
+	}
+}
+
+// counted counts the executions of a capability's handler.
+func counted(n *atomic.Int32, h agentkit.Handler) agentkit.Handler {
+	return func(ctx context.Context, r *agentkit.Request) (any, error) {
+		n.Add(1)
+		return h(ctx, r)
+	}
+}
+
+// quiet reports whether sub got nothing: after a round trip to the server
+// on its connection, which follows every message the server sent it before.
+func quiet(t *testing.T, nc *nats.Conn, sub *nats.Subscription) bool {
+	t.Helper()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := sub.Pending()
+	return err != nil || n == 0
+}
+
+// TestSecurityLedger tries what an identity must not do against a stack
+// with auth and mutual TLS on; every attempt must be refused and leak
+// nothing. It also measures how long a revocation takes to cut its
+// identity off (logged, not asserted).
+func TestSecurityLedger(t *testing.T) {
+	st := NewSecureStack(t, time.Second, securityACL)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	var echoes, payments atomic.Int32
+	var deliveredSignature atomic.Value // a Reach-Signature an agent saw, if any
+	echo := counted(&echoes, func(ctx context.Context, r *agentkit.Request) (any, error) {
+		if s := r.Header.Get(auth.HeaderSignature); s != "" {
+			deliveredSignature.Store(s)
+		}
+		return r.Data, nil
+	})
+	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echo})
+	st.Agent(agentkit.Config{ID: "echo-2", Type: "echo"}, map[string]agentkit.Handler{"echo": echo})
+	st.Agent(agentkit.Config{ID: "pay-1", Type: "payment"}, map[string]agentkit.Handler{
+		"payment.execute": counted(&payments, func(context.Context, *agentkit.Request) (any, error) { return map[string]bool{"paid": true}, nil })})
+	WaitRoutable(t, "echo", 2, d)
+	WaitRoutable(t, "payment.execute", 1, d)
+	st.Identity(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
+	st.Identity(auth.Identity{Name: "billing-2", Role: auth.RoleCaller})
+
+	ctx := context.Background()
+	caller := st.Client()
+	billing := st.ClientAs("billing-1")
+	// The legitimate calls work: every refusal below is the ACL's, not a
+	// broken stack's.
+	if _, err := caller.Call(ctx, "echo", map[string]string{"text": "hi"}); err != nil {
+		t.Fatalf("a granted call failed: %v", err)
+	}
+	if _, err := billing.Call(ctx, "payment.execute", map[string]int{"amount": 1}); err != nil {
+		t.Fatalf("a granted call failed: %v", err)
+	}
+	var l securityLedger
+	refusedCall := func(err error) (bool, string) {
+		var we *streams.Error
+		if errors.As(err, &we) && we.Code == streams.CodeUnauthorized {
+			return true, string(we.Code) + ": " + we.Message
+		}
+		return false, fmt.Sprint(err)
+	}
+
+	// Connections.
+	connectErr := func(opts ...nats.Option) error {
+		nc, err := nats.Connect(st.Server.ClientURL(), append(opts, nats.Timeout(5*time.Second), nats.NoReconnect())...)
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	}
+	{
+		err := connectErr(st.ClientTLS()...)
+		l.add(attempt{name: "connect with no credentials", refused: err != nil, leaked: err == nil, evidence: fmt.Sprint(err)})
+	}
+	other, err := auth.EnsureTLS(t.TempDir(), []string{"localhost", "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callerCreds, _ := auth.ConnectOptions(st.Store.CredsFile(SecureCaller))
+	{
+		err := connectErr(append(callerCreds, nats.RootCAs(st.TLS.CA), nats.ClientCert(other.ClientCert, other.ClientKey))...)
+		l.add(attempt{name: "connect with a certificate from another CA", refused: err != nil, leaked: err == nil, evidence: fmt.Sprint(err)})
+	}
+	{
+		err := connectErr(append(st.ClientTLS(), nats.UserCredentials(forgedCreds(t, st.Store.CredsFile(SecureCaller))))...)
+		l.add(attempt{name: "connect with a wrong nkey seed", refused: err != nil, leaked: err == nil, evidence: fmt.Sprint(err)})
+	}
+
+	// An agent's writes and subscriptions.
+	agent := watch(t, func(o ...nats.Option) *nats.Conn { return st.ConnAs("echo-1", o...) })
+	ajs, _ := jetstream.New(agent.nc)
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	records, err := ajs.KeyValue(kctx, streams.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := records.Get(kctx, "echo-2"); err != nil {
+		t.Fatal(err)
+	}
+	forged := `{"id":"echo-2","type":"echo","capabilities":["echo"],"max_concurrent":8,"heartbeat_ms":333,"status":"draining"}`
+	{
+		ok, ev := agent.violated("$KV.REACH_AGENTS.echo-2", func(*nats.Conn) error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_, _ = records.Put(pctx, "echo-2", []byte(forged)) // no acknowledgement comes: the server dropped it
+			return nil
+		})
+		after, _ := records.Get(kctx, "echo-2")
+		l.add(attempt{name: "an agent puts another agent's REACH_AGENTS key", refused: ok,
+			leaked: after == nil || string(after.Value()) == forged, evidence: ev})
+	}
+	{
+		ok, ev := agent.violated("$KV.REACH_AGENTS.echo-2", func(*nats.Conn) error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_ = records.Delete(pctx, "echo-2")
+			return nil
+		})
+		_, gerr := records.Get(kctx, "echo-2")
+		l.add(attempt{name: "an agent deletes another agent's REACH_AGENTS key", refused: ok, leaked: gerr != nil, evidence: ev})
+	}
+	{
+		ok, ev := agent.violated("$KV.REACH_CAPS.payment", func(nc *nats.Conn) error { return nc.Publish("$KV.REACH_CAPS.payment", []byte(`{}`)) })
+		l.add(attempt{name: "an agent writes another type's REACH_CAPS key", refused: ok, evidence: ev})
+	}
+	var sub *nats.Subscription
+	subscribe := func(subject string) func(nc *nats.Conn) error {
+		return func(nc *nats.Conn) (err error) { sub, err = nc.SubscribeSync(subject); return err }
+	}
+	{
+		ok, ev := agent.violated("reach.agent.echo-2", subscribe("reach.agent.echo-2"))
+		_, cerr := caller.Call(ctx, "echo", map[string]int{}, agentkit.ToAgent("echo-2"))
+		l.add(attempt{name: "an agent subscribes to another agent's reach.agent.<id>", refused: ok && cerr == nil,
+			leaked: !quiet(t, agent.nc, sub), evidence: ev})
+		_ = sub.Unsubscribe()
+	}
+	{
+		ok, ev := agent.violated("reach.task.>", subscribe("reach.task.>"))
+		_, cerr := caller.Call(ctx, "echo", map[string]int{})
+		l.add(attempt{name: "an agent subscribes to reach.task.>", refused: ok && cerr == nil, leaked: !quiet(t, agent.nc, sub), evidence: ev})
+		_ = sub.Unsubscribe()
+	}
+	{
+		ok, ev := agent.violated("_INBOX.caller.forged", func(nc *nats.Conn) error {
+			m := streams.StatusReply("_INBOX.caller.forged", streams.StatusFinished, "r1")
+			m.Data = []byte(`{"forged":true}`)
+			return nc.PublishMsg(m)
+		})
+		l.add(attempt{name: "an agent answers what it did not receive (another caller's inbox)", refused: ok, evidence: ev})
+	}
+
+	// Calls outside the ACL.
+	outside := watch(t, func(o ...nats.Option) *nats.Conn { return st.ConnAs("billing-1", o...) })
+	outsideClient, err := agentkit.NewClient(outside.nc, agentkit.WithCredentials(st.Store.CredsFile("billing-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseEchoes, basePayments := echoes.Load(), payments.Load()
+	{
+		ok, ev := outside.violated("reach.task.echo", func(*nats.Conn) error {
+			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			_, err := outsideClient.Call(cctx, "echo", map[string]int{})
+			if err == nil {
+				return errors.New("answered")
+			}
+			return nil
+		})
+		l.add(attempt{name: "a caller calls a capability outside its ACL (NATS)", refused: ok, leaked: echoes.Load() != baseEchoes, evidence: ev})
+	}
+	for _, subject := range []string{"reach.broadcast.echo", "reach.submit.echo"} {
+		{
+			ok, ev := outside.violated(subject, func(nc *nats.Conn) error { return nc.Publish(subject, []byte(`{}`)) })
+			l.add(attempt{name: "a caller publishes to " + subject + " outside its ACL", refused: ok, leaked: echoes.Load() != baseEchoes, evidence: ev})
+		}
+	}
+	agentClient, err := agentkit.NewClient(agent.nc, agentkit.WithCredentials(st.Store.CredsFile("echo-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	{
+		ok, ev := agent.violated("reach.task.payment.execute", func(*nats.Conn) error {
+			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			if _, err := agentClient.Call(cctx, "payment.execute", map[string]int{}); err == nil {
+				return errors.New("answered")
+			}
+			return nil
+		})
+		l.add(attempt{name: "an agent calls a capability outside its ACL (NATS)", refused: ok, leaked: payments.Load() != basePayments, evidence: ev})
+	}
+	g, err := billing.FanOut(ctx, []agentkit.Branch{{Name: "pay", Capability: "payment.execute", Payload: map[string]int{}},
+		{Name: "echo", Capability: "echo", Payload: map[string]int{}}}, agentkit.Mode("all"))
+	{
+		var branchErr error = errors.New("no answer for the echo branch")
+		for _, r := range g.Replies {
+			if r.Name == "echo" {
+				branchErr = r.Err
+			}
+		}
+		ok, ev := refusedCall(branchErr)
+		l.add(attempt{name: "a caller calls a capability outside its ACL (dispatcher: a fan-out branch)",
+			refused: ok && errors.Is(err, streams.ErrIncomplete), leaked: echoes.Load() != baseEchoes, evidence: ev})
+	}
+	basePayments = payments.Load() // the fan-out's granted branch ran
+
+	// Reach-Source naming another identity.
+	lie := func(sign bool) (bool, string) {
+		m := nats.NewMsg("reach.task.payment.execute")
+		m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+		m.Data = []byte(`{"amount":5}`)
+		if sign {
+			s, err := auth.LoadSigner(st.Store.CredsFile("billing-1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Sign(m, time.Now())
+		}
+		m.Header.Set(streams.HeaderSource, "billing-2")
+		res, err := outside.nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		return refusedCall(streams.ErrorFromMessage(res))
+	}
+	{
+		ok, ev := lie(false)
+		l.add(attempt{name: "a Reach-Source naming another identity (unsigned)", refused: ok, leaked: payments.Load() != basePayments, evidence: ev})
+	}
+	{
+		ok, ev := lie(true)
+		l.add(attempt{name: "a Reach-Source naming another identity (signed by the sender)", refused: ok, leaked: payments.Load() != basePayments, evidence: ev})
+	}
+	{
+		v := deliveredSignature.Load()
+		l.add(attempt{name: "an agent reads a caller's Reach-Signature (to replay it)", refused: v == nil, leaked: v != nil,
+			evidence: "deliveries carry no " + auth.HeaderSignature})
+	}
+
+	// Another caller's replies.
+	{
+		ok, ev := outside.violated("_INBOX.caller.>", subscribe("_INBOX.caller.>"))
+		_, cerr := caller.Call(ctx, "echo", map[string]int{})
+		l.add(attempt{name: "a caller reads another caller's reply inbox", refused: ok && cerr == nil, leaked: !quiet(t, outside.nc, sub), evidence: ev})
+		_ = sub.Unsubscribe()
+	}
+
+	// Revocation: billing-2 is cut off, nobody else notices.
+	cut, closed := make(chan time.Time, 1), make(chan struct{})
+	victimNC := st.ConnAs("billing-2", nats.DisconnectErrHandler(func(*nats.Conn, error) {
+		select {
+		case cut <- time.Now():
+		default:
+		}
+	}), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	victim, err := agentkit.NewClient(victimNC, agentkit.WithCredentials(st.Store.CredsFile("billing-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := victim.Call(ctx, "payment.execute", map[string]int{}); err != nil {
+		t.Fatalf("billing-2 before its revocation: %v", err)
+	}
+	signedBefore := nats.NewMsg("reach.task.payment.execute")
+	signedBefore.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+	victimSigner, err := auth.LoadSigner(st.Store.CredsFile("billing-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victimSigner.Sign(signedBefore, time.Now())
+	basePayments = payments.Load()
+	revoked := time.Now()
+	if _, err := st.Store.Revoke("billing-2"); err != nil {
+		t.Fatal(err)
+	}
+	var refusedAt time.Time
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if _, err := victim.Call(cctx, "payment.execute", map[string]int{}); err == nil {
+			return errors.New("the revoked identity's call still succeeds")
+		}
+		refusedAt = time.Now()
+		return nil
+	})
+	var cutAt time.Time
+	select {
+	case cutAt = <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not cut the revoked identity's connection")
+	}
+	select { // told "authentication revoked" on each reconnect, nats.go gives up
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked identity's client still reconnects")
+	}
+	st.WaitSynced()
+	t.Logf("revocation: connection cut %v and next call refused %v after `auth revoke` (the syncer checks the store every %v)",
+		cutAt.Sub(revoked).Round(time.Millisecond), refusedAt.Sub(revoked).Round(time.Millisecond), 20*time.Millisecond)
+	afterRevoke := payments.Load()
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = victim.Call(cctx, "payment.execute", map[string]int{})
+	cancel()
+	l.add(attempt{name: "a revoked identity's next call", refused: err != nil, leaked: payments.Load() != afterRevoke, evidence: fmt.Sprint(err)})
+	res, err := outside.nc.RequestMsg(signedBefore, 5*time.Second)
+	if err == nil {
+		ok, ev := refusedCall(streams.ErrorFromMessage(res))
+		l.add(attempt{name: "a revoked identity's signed task relayed by another identity", refused: ok, leaked: payments.Load() != afterRevoke, evidence: ev})
+	} else {
+		t.Fatal(err)
+	}
+	if _, err := billing.Call(ctx, "payment.execute", map[string]int{}); err != nil {
+		t.Errorf("another identity stopped working after the revocation: %v", err)
+	}
+	if err := connectErr(append(st.ClientTLS(), nats.UserCredentials(filepath.Join(t.TempDir(), "missing")))...); err == nil {
+		t.Error("a missing credentials file connected")
+	}
+	_ = basePayments
+	l.check(t)
+}
+
+// forgedCreds writes a credentials file with file's user JWT and a seed of
+// another key, and returns its path.
+func forgedCreds(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	// jwt.FormatUserConfig refuses a seed of another key: write it by hand.
+	out := fmt.Sprintf("-----BEGIN NATS USER JWT-----\n%s\n------END NATS USER JWT------\n\n"+
+		"-----BEGIN USER NKEY SEED-----\n%s\n------END USER NKEY SEED------\n", token, seed)
+	path := filepath.Join(t.TempDir(), "forged.creds")
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// harness is what the flows below need of a stack: a Stack and a
+// SecureStack both are one.
+type harness interface {
+	Dispatcher(dispatcher.Config) *dispatcher.Dispatcher
+	Agent(agentkit.Config, map[string]agentkit.Handler) *agentkit.Agent
+	Client(...agentkit.ClientOption) *agentkit.Client
+	ClientAs(string, ...agentkit.ClientOption) *agentkit.Client
+	Conn() *nats.Conn
+}
+
+// TestLegitimateFlowsPassWithSecurityOn runs the same flows — register,
+// heartbeat, call, a call from inside a handler, durable submit and
+// result, broadcast, fan-out, drain — on a plain stack and on one with auth
+// and mutual TLS on.
+func TestLegitimateFlowsPassWithSecurityOn(t *testing.T) {
+	t.Run("plain", func(t *testing.T) {
+		st := NewStack(t, time.Second)
+		d := st.Dispatcher(dispatcher.Config{})
+		st.FanOut(d)
+		legitimateFlows(t, st, d)
+	})
+	t.Run("auth+tls", func(t *testing.T) {
+		st := NewSecureStack(t, time.Second, securityACL)
+		d := st.Dispatcher(dispatcher.Config{})
+		st.FanOut(d)
+		legitimateFlows(t, st, d)
+	})
+}
+
+func legitimateFlows(t *testing.T, st harness, d *dispatcher.Dispatcher) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e1 := st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	st.Agent(agentkit.Config{ID: "echo-2", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	type addends struct {
+		A int `json:"a" msgpack:"a"`
+		B int `json:"b" msgpack:"b"`
+	}
+	st.Agent(agentkit.Config{ID: "math-1", Type: "math"}, map[string]agentkit.Handler{"math.add": agentkit.Typed(
+		func(_ context.Context, _ *agentkit.Request, in addends) (map[string]int, error) {
+			return map[string]int{"sum": in.A + in.B}, nil
+		})})
+	var relayClient atomic.Pointer[agentkit.Client] // the agent's own client, once its identity exists
+	st.Agent(agentkit.Config{ID: "relay-1", Type: "relay"}, map[string]agentkit.Handler{"relay": func(ctx context.Context, r *agentkit.Request) (any, error) {
+		res, err := relayClient.Load().Call(ctx, "echo", r.Data)
+		if err != nil {
+			return nil, err
+		}
+		return res.Data, nil
+	}})
+	relayClient.Store(st.ClientAs("relay-1"))
+	for c, n := range map[string]int{"echo": 2, "math.add": 1, "relay": 1} {
+		WaitRoutable(t, c, n, d)
+	}
+	c := st.Client()
+
+	// Heartbeat: each agent keeps putting its record.
+	js, err := jetstream.New(st.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, streams.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := kv.Get(ctx, "echo-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if e, err := kv.Get(ctx, "echo-1"); err != nil || e.Revision() == first.Revision() {
+			return fmt.Errorf("no new heartbeat of echo-1 (%v)", err)
+		}
+		return nil
+	})
+
+	res, err := c.Call(ctx, "echo", echoIn{Text: "hi"})
+	var out echoIn
+	if err != nil || res.Decode(&out) != nil || out.Text != "hi" {
+		t.Fatalf("call: %+v, %v", out, err)
+	}
+	if res, err = c.Call(ctx, "relay", echoIn{Text: "via"}); err != nil || res.Decode(&out) != nil || out.Text != "via" {
+		t.Fatalf("call from inside a handler: %+v, %v", out, err)
+	}
+	if res, err = c.SubmitAndWait(ctx, "math.add", map[string]int{"a": 2, "b": 3}); err != nil {
+		t.Fatalf("durable submit and result: %v", err)
+	}
+	var sum map[string]int
+	if err := res.Decode(&sum); err != nil || sum["sum"] != 5 {
+		t.Fatalf("durable result %s: %v", res.Data, err)
+	}
+	if stored, err := c.Result(ctx, res.RequestID); err != nil || string(stored.Data) != string(res.Data) {
+		t.Fatalf("stored result: %v", err)
+	}
+	g, err := c.Broadcast(ctx, "echo", echoIn{Text: "all"})
+	if err != nil || g.Succeeded != 2 {
+		t.Fatalf("broadcast: %+v, %v", g, err)
+	}
+	g, err = c.FanOut(ctx, []agentkit.Branch{{Name: "echo", Capability: "echo", Payload: echoIn{Text: "f"}},
+		{Name: "sum", Capability: "math.add", Payload: map[string]int{"a": 1, "b": 1}}}, agentkit.Mode("all"))
+	if err != nil || g.Succeeded != 2 {
+		t.Fatalf("fan-out: %+v, %v", g, err)
+	}
+
+	// Drain: echo-1 leaves, its key goes, calls go to echo-2.
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	if err := e1.Drain(dctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if _, err := kv.Get(ctx, "echo-1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("echo-1's record after its drain: %v", err)
+	}
+	WaitRoutable(t, "echo", 1, d)
+	if res, err := c.Call(ctx, "echo", echoIn{Text: "after"}); err != nil || res.Node != "echo-2" {
+		t.Fatalf("after the drain: %+v, %v", res, err)
+	}
+}
+
+// TestANewACLIsInForceWithoutARestart: the ACL in REACH_POLICY changes what
+// the server lets an identity publish and what the dispatcher lets it call,
+// with no restart; an invalid ACL put by hand leaves the last good one.
+func TestANewACLIsInForceWithoutARestart(t *testing.T) {
+	st := NewSecureStack(t, time.Second, `{"rules": []}`)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	WaitRoutable(t, "echo", 1, d)
+	c := st.Client()
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := c.Call(ctx, "echo", echoIn{Text: "hi"})
+		return err
+	}
+	if err := call(); err == nil {
+		t.Fatal("a call nothing grants succeeded")
+	}
+	st.SetACL(`{"rules": [{"caller": "call*", "may_call": ["echo"]}]}`)
+	natstest.WaitFor(t, 10*time.Second, call) // the caller's connection moves to the new permissions
+	js, _ := jetstream.New(st.Conn())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, registry.PolicyACL, []byte(`{"rules": [{"caller": "*", "may_call": ["pay*"]}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	st.WaitSynced()
+	if err := call(); err != nil {
+		t.Fatalf("an invalid ACL put by hand replaced the good one: %v", err)
+	}
+}
