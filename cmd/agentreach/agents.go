@@ -49,7 +49,7 @@ func runAgents(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	conn.log = conn.logger(stderr)
 	entries, err := listAgents(ctx, &conn)
 	if err != nil && !errors.Is(err, registry.ErrInvalidRecord) {
-		return cl.fail(stderr, notProvisioned(err, conn.serverList(), "bucket "+streams.BucketAgents))
+		return cl.fail(stderr, conn.notProvisioned(err, "bucket "+streams.BucketAgents))
 	}
 	if err != nil { // some records did not decode: list the others
 		fmt.Fprintf(stderr, "warning: skipped records: %v\n", err)

@@ -110,6 +110,13 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 || entries[0].ID != "echo-1" {
 		t.Fatalf("agents --json: exit %d, %+v (%v), stderr %q", r.code, entries, err, r.stderr)
 	}
+	// A caller may not read the registry: the server's refusal is named, not
+	// left as a timeout.
+	r = runCmd(t, runAgents, append([]string{"--server", url, "--timeout", "2s", "--json"}, as("cli")...)...)
+	if code := failureCode(t, r.stdout); r.code != exitFail || code != "UNAUTHORIZED" ||
+		!strings.Contains(r.stderr, `permission denied: Permissions Violation for Publish to "$JS.API.STREAM.INFO.KV_REACH_AGENTS"`) {
+		t.Errorf("agents as a caller: exit %d, code %s, stderr %q", r.code, code, r.stderr)
+	}
 
 	// Identities change while it runs.
 	authDir := []string{"--dir", filepath.Join(dir, "auth")}

@@ -220,7 +220,7 @@ func openBucket(ctx context.Context, conn *connFlags, name, bucket string) (*nat
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		nc.Close()
-		return nil, nil, notProvisioned(err, conn.serverList(), "bucket "+bucket)
+		return nil, nil, conn.notProvisioned(err, "bucket "+bucket)
 	}
 	return nc, kv, nil
 }

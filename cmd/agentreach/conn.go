@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,22 @@ type connFlags struct {
 	timeout  time.Duration
 
 	log zerolog.Logger // connection events; set by the command before connect
+
+	// denied holds the last permissions violation the server reported on a
+	// connection made with options; shared by copies, set up by options.
+	denied *atomic.Pointer[string]
+}
+
+// refused returns the last permissions violation the server reported on
+// the command's connections ("" when none).
+func (c *connFlags) refused() string {
+	if c.denied == nil {
+		return ""
+	}
+	if v := c.denied.Load(); v != nil {
+		return *v
+	}
+	return ""
 }
 
 // register defines the connection flags; --timeout gets the command's own
@@ -82,6 +99,10 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 		}
 	}
 	log := c.log
+	if c.denied == nil {
+		c.denied = new(atomic.Pointer[string])
+	}
+	denied := c.denied
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.Timeout(c.timeout),
@@ -96,6 +117,10 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 			log.Info().Str("server", nc.ConnectedUrlRedacted()).Msg("NATS reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				msg := err.Error()
+				denied.Store(&msg)
+			}
 			ev := log.Warn().Err(err)
 			if sub != nil {
 				ev = ev.Str("subject", sub.Subject)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,14 +60,20 @@ func errorObject(err error) *streams.Error {
 }
 
 // notProvisioned explains the error of using resource (e.g. "stream
-// REACH_DLQ") on server when the resource, or JetStream, is missing: a
-// NOT_PROVISIONED error that says what creates it. Other errors pass
-// unchanged, as does an error that has a failure code already.
-func notProvisioned(err error, server, resource string) error {
+// REACH_DLQ") on the server: when the server refused this connection's
+// identity something (a JetStream request it drops, so err is a timeout)
+// an UNAUTHORIZED error naming what; when the resource, or JetStream, is
+// missing a NOT_PROVISIONED error that says what creates it. Other errors
+// pass unchanged, as does an error that has a failure code already.
+func (c *connFlags) notProvisioned(err error, resource string) error {
 	var ce *codedError
+	server := c.serverList()
 	switch {
 	case errors.As(err, &ce):
 		return err
+	case c.refused() != "":
+		return withCode(streams.CodeUnauthorized, fmt.Errorf("permission denied: %s; an identity's role and the "+
+			"acl decide what it may do (docs/security.md) (%w)", strings.TrimPrefix(c.refused(), "nats: permissions violation: "), err))
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound),
 		errors.Is(err, jetstream.ErrNoStreamResponse):
 		check := "--server"

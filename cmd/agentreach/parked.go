@@ -129,7 +129,7 @@ type parkedCmd struct {
 	kind     parkedKind
 	js       jetstream.JetStream
 	subjects streams.Subjects
-	server   string        // --server, for messages
+	conn     *connFlags    // the connection flags, for messages
 	timeout  time.Duration // bound on each read or change
 	asJSON   bool
 	stdout   io.Writer
@@ -240,7 +240,7 @@ func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr 
 	if err != nil {
 		return cl.fail(stderr, err)
 	}
-	p := &parkedCmd{kind: k, js: js, subjects: conn.subjects(), server: conn.serverList(), timeout: conn.timeout,
+	p := &parkedCmd{kind: k, js: js, subjects: conn.subjects(), conn: &conn, timeout: conn.timeout,
 		asJSON: asJSON, stdout: stdout, stderr: stderr}
 	switch sub {
 	case "ls":
@@ -269,7 +269,7 @@ func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr 
 
 // explain names the stream of the command when err says it is missing.
 func (p *parkedCmd) explain(err error) error {
-	return notProvisioned(err, p.server, "stream "+p.kind.stream)
+	return p.conn.notProvisioned(err, "stream "+p.kind.stream)
 }
 
 // currentUser returns the name of the user running the command, the
@@ -401,7 +401,7 @@ func (p *parkedCmd) resolve(ctx context.Context, seq uint64, r resolution, deadl
 	rctx, cancel := p.bounded(ctx)
 	defer cancel()
 	if err := dispatcher.RecordResolution(rctx, p.js, p.subjects, e, outcome, r.by); err != nil {
-		return notProvisioned(err, p.server, "stream "+streams.StreamEvents)
+		return p.conn.notProvisioned(err, "stream "+streams.StreamEvents)
 	}
 	if r.drop {
 		if err := dispatcher.DeleteParked(rctx, p.js, p.kind.stream, e.Seq); err != nil {
@@ -418,12 +418,12 @@ func (p *parkedCmd) resolve(ctx context.Context, seq uint64, r resolution, deadl
 		}
 		if err != nil {
 			return fmt.Errorf("recorded %s, but the idempotency claim was not deleted, so nothing was resubmitted: %w", outcome,
-				notProvisioned(err, p.server, "bucket "+streams.BucketIdempotency))
+				p.conn.notProvisioned(err, "bucket "+streams.BucketIdempotency))
 		}
 	}
 	if err := dispatcher.Replay(rctx, p.js, p.subjects, e, deadlineFrom(deadline)); err != nil {
 		return fmt.Errorf("recorded %s, but the task was not resubmitted: %w", outcome,
-			notProvisioned(err, p.server, "stream "+streams.StreamTasks))
+			p.conn.notProvisioned(err, "stream "+streams.StreamTasks))
 	}
 	p.report("resubmitted", 1)
 	return nil

@@ -169,7 +169,7 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	res, err := s.client.Result(s.ctx, id)
 	if !errors.Is(err, agentkit.ErrNoResult) {
 		if res == nil {
-			err = notProvisioned(err, conn.serverList(), "stream "+streams.StreamResults)
+			err = conn.notProvisioned(err, "stream "+streams.StreamResults)
 		}
 		return out.print(res, err, id)
 	}
@@ -209,7 +209,7 @@ func (s *session) submitError(err error, capability string) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
 		resource = fmt.Sprintf("stream %s (capturing %s)", streams.StreamTasks, s.conn.subjects().Submit(capability))
 	}
-	return notProvisioned(err, s.conn.serverList(), resource)
+	return s.conn.notProvisioned(err, resource)
 }
 
 // findParked returns the newest entry for request id in REACH_DLQ or
@@ -218,7 +218,7 @@ func (s *session) findParked(ctx context.Context, id string) (p dispatcher.Parke
 	for _, stream := range []string{streams.StreamDLQ, streams.StreamReview} {
 		list, err := dispatcher.ListParked(ctx, s.js, s.conn.subjects(), stream)
 		if err != nil {
-			return p, false, notProvisioned(err, s.conn.serverList(), "stream "+stream)
+			return p, false, s.conn.notProvisioned(err, "stream "+stream)
 		}
 		for _, e := range list {
 			if e.RequestID == id && (!found || e.Time.After(p.Time)) {
