@@ -72,9 +72,12 @@ func (c *Client) Result(ctx context.Context, requestID string) (*Result, error) 
 // Wait waits for the outcome of a durable task until ctx ends. A task
 // parked while Wait watches (dead-lettered or sent for review) ends the wait
 // with ErrParked and the wire code of its last failure; one parked before
-// is not seen (see `agentreach dlq ls`).
+// is not seen (see `agentreach dlq ls`). Wait watches the dead-letter and
+// review subjects of every capability, which an identity under auth may
+// not (docs/security.md): there SubmitAndWait, which watches only its
+// capability's, sees a parked task where Wait sees only results.
 func (c *Client) Wait(ctx context.Context, requestID string) (*Result, error) {
-	w, err := c.watch(ctx, requestID)
+	w, err := c.watch(ctx, requestID, "")
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +92,7 @@ func (c *Client) SubmitAndWait(ctx context.Context, capability string, payload a
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.watch(ctx, m.Header.Get(streams.HeaderRequestID))
+	w, err := c.watch(ctx, m.Header.Get(streams.HeaderRequestID), capability)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +104,8 @@ func (c *Client) SubmitAndWait(ctx context.Context, capability string, payload a
 }
 
 // waiter watches for one durable task's outcome: its result subject, and
-// the dead-letter and review subjects for its request id.
+// the dead-letter and review subjects for its request id — its
+// capability's, or every capability's when that is not known.
 type waiter struct {
 	c         *Client
 	requestID string
@@ -109,7 +113,7 @@ type waiter struct {
 	subs      []*nats.Subscription
 }
 
-func (c *Client) watch(ctx context.Context, requestID string) (*waiter, error) {
+func (c *Client) watch(ctx context.Context, requestID, capability string) (*waiter, error) {
 	w := &waiter{c: c, requestID: requestID, ch: make(chan *nats.Msg, 1)}
 	deliver := func(m *nats.Msg) {
 		if m.Subject == c.subjects.Result(requestID) || m.Header.Get(streams.HeaderRequestID) == requestID {
@@ -119,7 +123,11 @@ func (c *Client) watch(ctx context.Context, requestID string) (*waiter, error) {
 			}
 		}
 	}
-	for _, subject := range []string{c.subjects.Result(requestID), c.subjects.DeadLetterWildcard(), c.subjects.ReviewWildcard()} {
+	dlq, review := c.subjects.DeadLetterWildcard(), c.subjects.ReviewWildcard()
+	if capability != "" {
+		dlq, review = c.subjects.DeadLetter(capability), c.subjects.Review(capability)
+	}
+	for _, subject := range []string{c.subjects.Result(requestID), dlq, review} {
 		sub, err := c.nc.Subscribe(subject, deliver)
 		if err != nil {
 			w.stop()

@@ -575,6 +575,12 @@ func legitimateFlows(t *testing.T, st harness, d *dispatcher.Dispatcher) {
 	if stored, err := c.Result(ctx, res.RequestID); err != nil || string(stored.Data) != string(res.Data) {
 		t.Fatalf("stored result: %v", err)
 	}
+	// A poison task is parked, and the caller, who may watch only the
+	// dead letters of what it may call, hears so.
+	if _, err := c.SubmitAndWait(ctx, "math.add", map[string]string{"a": "x"}); !errors.Is(err, agentkit.ErrParked) ||
+		streams.AsError(err).Code != streams.CodeBadRequest {
+		t.Fatalf("durable poison task: %v", err)
+	}
 	g, err := c.Broadcast(ctx, "echo", echoIn{Text: "all"})
 	if err != nil || g.Succeeded != 2 {
 		t.Fatalf("broadcast: %+v, %v", g, err)
