@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -202,9 +203,23 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (*nats.M
 	case errors.Is(err, context.Canceled):
 		return nil, streams.NewError(streams.CodeCancelled, "%s cancelled: %v", what, context.Cause(ctx))
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		if denied := c.refused(m.Subject); denied != nil {
+			return nil, streams.NewError(streams.CodeUnauthorized, "%s: the server refused it: %v", what, denied)
+		}
 		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no answer for %s within the caller's deadline", what)
 	}
 	return nil, fmt.Errorf("agentkit: %s: %w", what, err)
+}
+
+// refused returns the connection's last error when it is the server
+// refusing a publish to subject: a request the server drops for want of
+// permission (docs/security.md) gets no reply, so it can only time out.
+func (c *Client) refused(subject string) error {
+	err := c.nc.LastError()
+	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
+		return err
+	}
+	return nil
 }
 
 // WithQuorum asks a Broadcast for a quorum instead of every instance: a
