@@ -208,10 +208,48 @@ func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 	if s.Hedged == 0 {
 		t.Error("no call was hedged: the test proves nothing")
 	}
-	// agentkit agents answer callers directly when offered; a task that
-	// may be hedged is not offered that, so the caller learns which answered.
-	if hedgedAnswers.Load() == 0 {
-		t.Errorf("no answer said %s: 1 among %d hedges", streams.HeaderHedged, s.Hedged)
+	// Which delivery answers is timing: a hedge that finds the key claimed
+	// waits for the first delivery's outcome and replays it, so the first
+	// usually wins here. TestAnAgentkitHedgeAnswersItsCaller shows a
+	// winning hedge reaching the caller.
+	t.Logf("%d answers came from the hedge", hedgedAnswers.Load())
+}
+
+// agentkit agents answer callers directly when offered; a task that may be
+// hedged is not offered that, so the caller learns the hedge answered.
+func TestAnAgentkitHedgeAnswersItsCaller(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]dispatcher.HedgeConfig{"lookup": {After: 250 * time.Millisecond, Budget: 1}}})
+	for _, id := range []string{"slow-1", "fast-1"} {
+		stall := id == "slow-1"
+		st.Agent(agentkit.Config{Type: "lookup-svc", ID: id}, map[string]agentkit.Handler{"lookup": func(ctx context.Context, _ *agentkit.Request) (any, error) {
+			if stall {
+				<-ctx.Done() // until the hedge wins and the dispatcher cancels this delivery
+				return nil, ctx.Err()
+			}
+			return map[string]string{"from": id}, nil
+		}})
+	}
+	WaitRoutable(t, "lookup", 2, d)
+	c := st.Client()
+	hedged := 0
+	for i := range 20 {
+		res, err := c.Call(context.Background(), "lookup", map[string]int{"i": i}, agentkit.WithTimeout(10*time.Second))
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if node := res.Header.Get(streams.HeaderNode); node != "fast-1" {
+			t.Fatalf("call %d answered by %q, want fast-1", i, node)
+		}
+		if res.Header.Get(streams.HeaderHedged) == "1" {
+			hedged++
+		}
+	}
+	if hedged == 0 {
+		t.Fatal("no call's first delivery went to slow-1: the test proves nothing")
+	}
+	if s := d.Stats(); s.Hedged != int64(hedged) {
+		t.Errorf("stats count %d hedges, %d answers said %s: 1", s.Hedged, hedged, streams.HeaderHedged)
 	}
 }
 
