@@ -16,7 +16,6 @@
 package metrics
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -29,7 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agent-reach/agentreach/dispatcher"
-	"github.com/agent-reach/agentreach/streams"
 )
 
 // Defaults of Config.
@@ -70,12 +68,9 @@ type Metrics struct {
 	d     atomic.Pointer[dispatcher.Dispatcher]
 	named sync.Map // capability → true: those with a label of their own
 	// mu serialises giving capabilities a label of their own (nNamed).
-	mu     sync.Mutex
-	nNamed int
-	// streamMu guards the stream counts, read at most every StreamsEvery.
-	streamMu sync.Mutex
-	js       jetstream.JetStream
-	counts   streamCounts
+	mu      sync.Mutex
+	nNamed  int
+	streams atomic.Pointer[StreamCounter]
 }
 
 // New returns a Metrics with its collectors registered, the Go runtime's
@@ -125,9 +120,7 @@ func New(cfg Config) (*Metrics, error) {
 // Attach makes the scrapes read d (started) and the streams through js.
 // Until then only the records' counters are exported.
 func (m *Metrics) Attach(d *dispatcher.Dispatcher, js jetstream.JetStream) {
-	m.streamMu.Lock()
-	m.js = js
-	m.streamMu.Unlock()
+	m.streams.Store(NewStreamCounter(js, d.Config().Subjects, m.cfg.StreamsEvery))
 	m.d.Store(d)
 }
 
@@ -200,49 +193,4 @@ func (m *Metrics) capabilityLabel(capability string) string {
 	m.nNamed++
 	m.named.Store(capability, true)
 	return capability
-}
-
-// streamCounts holds the last stream counts and when they were read.
-type streamCounts struct {
-	at       time.Time
-	messages map[string]uint64            // stream → messages
-	pending  map[string]map[string]uint64 // REACH_TASKS: capability → messages
-}
-
-// streamsNow returns the stream counts of d's streams, read again when
-// older than StreamsEvery.
-func (m *Metrics) streamsNow(d *dispatcher.Dispatcher) streamCounts {
-	m.streamMu.Lock()
-	defer m.streamMu.Unlock()
-	if m.js == nil || (!m.counts.at.IsZero() && time.Since(m.counts.at) < m.cfg.StreamsEvery) {
-		return m.counts
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	c := streamCounts{at: time.Now(), messages: make(map[string]uint64), pending: make(map[string]map[string]uint64)}
-	subjects := d.Config().Subjects
-	for _, name := range []string{streams.StreamTasks, streams.StreamDLQ, streams.StreamReview} {
-		s, err := m.js.Stream(ctx, name)
-		if err != nil {
-			continue // not there, or the server is away: no series this scrape
-		}
-		var opts []jetstream.StreamInfoOpt
-		if name == streams.StreamTasks {
-			opts = append(opts, jetstream.WithSubjectFilter(subjects.SubmitWildcard()))
-		}
-		info, err := s.Info(ctx, opts...)
-		if err != nil {
-			continue
-		}
-		c.messages[name] = info.State.Msgs
-		if name == streams.StreamTasks {
-			byCap := make(map[string]uint64)
-			for subject, n := range info.State.Subjects {
-				byCap[subjects.CapabilityFromSubmit(subject)] += n
-			}
-			c.pending[name] = byCap
-		}
-	}
-	m.counts = c
-	return c
 }

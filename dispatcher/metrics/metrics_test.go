@@ -162,3 +162,25 @@ func TestObservedCountsRetriesHedgesAndGathers(t *testing.T) {
 		t.Error("New accepted MaxCapabilities -1")
 	}
 }
+
+func TestStreamCounterAsksAtMostOncePerInterval(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Memory: true})
+	js, _ := jetstream.New(nc)
+	c := NewStreamCounter(js, streams.Subjects{}, time.Hour)
+	for range 5 {
+		if got := c.Counts(); len(got.Messages) != 3 {
+			t.Fatalf("counts %+v, want the three streams", got)
+		}
+	}
+	if n := c.readCount(); n != 1 {
+		t.Errorf("asked the server %d times for 5 readings within the interval, want 1", n)
+	}
+	c = NewStreamCounter(js, streams.Subjects{}, 0)
+	c.Counts()
+	c.Counts()
+	if n := c.readCount(); n != 2 {
+		t.Errorf("with no interval: asked %d times for 2 readings, want 2", n)
+	}
+}

@@ -53,7 +53,7 @@ func (r *replica) Collect(ch chan<- prometheus.Metric) {
 	if d == nil {
 		return
 	}
-	counts := m.streamsNow(d)
+	counts := m.streams.Load().Counts()
 	s := d.Stats()
 	for _, c := range []struct {
 		d *prometheus.Desc
@@ -82,14 +82,12 @@ func (r *replica) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, v, b.Instance, string(st))
 		}
 	}
-	for name, n := range counts.messages {
+	for name, n := range counts.Messages {
 		ch <- prometheus.MustNewConstMetric(descStream, prometheus.GaugeValue, float64(n), name)
 	}
 	byLabel := make(map[string]float64)
-	for _, byCap := range counts.pending {
-		for capability, n := range byCap {
-			byLabel[m.capabilityLabel(capability)] += float64(n)
-		}
+	for capability, n := range counts.Pending {
+		byLabel[m.capabilityLabel(capability)] += float64(n)
 	}
 	for label, n := range byLabel {
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, n, label)
