@@ -194,3 +194,7 @@ func (m *Metrics) capabilityLabel(capability string) string {
 	m.named.Store(capability, true)
 	return capability
 }
+
+// Streams returns the counter of the durable streams the metrics read (nil
+// before Attach), to share with others who show the same counts.
+func (m *Metrics) Streams() *StreamCounter { return m.streams.Load() }
