@@ -204,3 +204,18 @@ func TestKeysAreBounded(t *testing.T) {
 		t.Errorf("rows %v, want a, b and other with 2", got)
 	}
 }
+
+func TestQuantilesStayWithinWhatWasSeen(t *testing.T) {
+	var h histogram
+	h.add(2000)
+	if q := h.quantile(0.5); q != 2000 {
+		t.Errorf("one sample of 2000 ms: p50 %v, want 2000 exactly", q)
+	}
+	h.add(10)
+	if q := h.quantile(0.99); q != 2000 {
+		t.Errorf("p99 of 10 and 2000 ms: %v, want 2000", q)
+	}
+	if q := h.quantile(0.01); q != 10 {
+		t.Errorf("p1 of 10 and 2000 ms: %v, want 10", q)
+	}
+}

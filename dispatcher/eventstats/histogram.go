@@ -5,8 +5,14 @@ import "math"
 // histogram counts latencies in logarithmic buckets: bucket 0 holds what
 // is below histBase, bucket i ≥ 1 [histBase·f^(i-1), histBase·f^i) with f =
 // histFactor, the last one everything above. A quantile is the geometric
-// middle of its bucket, within about 10 % of the true value.
-type histogram [histBuckets]uint32
+// middle of its bucket, within about 10 % of the true value, kept within
+// the smallest and largest value seen; the top rank is the largest (so
+// one sample is exact).
+type histogram struct {
+	counts   [histBuckets]uint32
+	n        uint64
+	min, max float64
+}
 
 const (
 	histBuckets = 96
@@ -17,40 +23,57 @@ const (
 var logFactor = math.Log(histFactor)
 
 func (h *histogram) add(ms float64) {
+	if h.n == 0 || ms < h.min {
+		h.min = ms
+	}
+	if h.n == 0 || ms > h.max {
+		h.max = ms
+	}
+	h.n++
 	i := 0
 	if ms >= histBase {
 		i = min(int(math.Log(ms/histBase)/logFactor)+1, histBuckets-1)
 	}
-	h[i]++
+	h.counts[i]++
 }
 
 func (h *histogram) merge(o *histogram) {
-	for i, n := range o {
-		h[i] += n
+	if o.n == 0 {
+		return
+	}
+	if h.n == 0 || o.min < h.min {
+		h.min = o.min
+	}
+	if h.n == 0 || o.max > h.max {
+		h.max = o.max
+	}
+	h.n += o.n
+	for i, n := range o.counts {
+		h.counts[i] += n
 	}
 }
 
 // quantile returns the q-quantile in ms, 0 for an empty histogram.
 func (h *histogram) quantile(q float64) float64 {
-	var n uint64
-	for _, c := range h {
-		n += uint64(c)
-	}
+	n := h.n
 	if n == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q * float64(n)))
-	rank = max(rank, 1)
+	rank := max(uint64(math.Ceil(q*float64(n))), 1)
+	if rank >= n {
+		return h.max
+	}
 	var seen uint64
-	for i, c := range h {
+	v := histBase * math.Pow(histFactor, histBuckets-1.5)
+	for i, c := range h.counts {
 		seen += uint64(c)
 		if seen >= rank {
-			if i == 0 {
-				return histBase / 2
+			v = histBase / 2
+			if i > 0 { // the geometric middle of [base·f^(i-1), base·f^i)
+				v = histBase * math.Pow(histFactor, float64(i)-0.5)
 			}
-			// the geometric middle of [base·f^(i-1), base·f^i)
-			return histBase * math.Pow(histFactor, float64(i)-0.5)
+			break
 		}
 	}
-	return histBase * math.Pow(histFactor, histBuckets-1.5)
+	return min(max(v, h.min), h.max)
 }

@@ -16,6 +16,9 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
+// formType is curl -d's default Content-Type.
+const formType = "application/x-www-form-urlencoded"
+
 // HeaderTraceState is W3C trace context's vendor part, passed on with
 // traceparent.
 const HeaderTraceState = "tracestate"
@@ -58,13 +61,17 @@ func taskHeader(h http.Header) nats.Header {
 }
 
 // contentType returns the wire content type of an HTTP Content-Type: ""
-// when none is given (the body's own form decides, as on NATS).
+// when none is given (the body's own form decides, as on NATS), and for
+// application/x-www-form-urlencoded, which curl -d sends unless told
+// otherwise: a body that is JSON is then JSON.
 func contentType(v string) (string, *failure) {
 	if v == "" {
 		return "", nil
 	}
 	mt, _, err := mime.ParseMediaType(v)
 	switch {
+	case err == nil && mt == formType:
+		return "", nil
 	case err != nil:
 		return "", fail(http.StatusUnsupportedMediaType, streams.CodeBadRequest, "Content-Type %q: %v", v, err)
 	case mt == streams.ContentTypeJSON:
