@@ -202,6 +202,9 @@ func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, 
 			err = serr
 		}
 	}()
+	if err := startTracing(ctx, &st); err != nil { // off unless OTEL_* asks; stopped last, after the last span
+		return err
+	}
 	nc, err := conn.connect("agentreach-dispatcher")
 	if err != nil {
 		return err

@@ -128,6 +128,9 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 			err = serr
 		}
 	}()
+	if err := startTracing(ctx, &st); err != nil { // off unless OTEL_* asks; stopped last, after the last span
+		return err
+	}
 	dataDir, err := filepath.Abs(f.dataDir)
 	if err == nil {
 		err = os.MkdirAll(dataDir, 0o750)
