@@ -13,8 +13,9 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Tracing (OpenTelemetry, through the global API: without an SDK the spans
-// are no-ops and the deliveries' traceparent passes on unchanged). A
+// Tracing (OpenTelemetry, through the global API: until the process
+// installs a tracer provider no span is started and the deliveries'
+// traceparent passes on unchanged). A
 // handler runs in a span "process reach.agent.{instance}", the child of
 // the delivery's traceparent, and its ctx carries it: a Client.Call with
 // that ctx runs in a child span "send reach.task.<capability>" whose
@@ -25,6 +26,12 @@ const TracerName = "github.com/agent-reach/agentreach/agentkit"
 
 var tracer = otel.Tracer(TracerName)
 
+// unset is the global tracer provider before any is installed: until the
+// process installs one, no span is started at all.
+var unset = otel.GetTracerProvider()
+
+func tracing() bool { return otel.GetTracerProvider() != unset }
+
 // traceContext reads and writes W3C traceparent, the contract's header,
 // whatever propagator the process installed globally.
 var traceContext propagation.TraceContext
@@ -33,6 +40,9 @@ var traceContext propagation.TraceContext
 // with the handler's span when it records, and that span (nil when it does
 // not).
 func (a *Agent) traceHandler(req *Request) (context.Context, trace.Span) {
+	if !tracing() {
+		return a.ctx, nil
+	}
 	parent := a.ctx
 	if req.Header.Get(streams.HeaderTraceParent) != "" {
 		parent = traceContext.Extract(parent, streams.HeaderCarrier(req.Header))
@@ -74,6 +84,9 @@ func markReply(req *Request, m *nats.Msg) {
 // context into m as traceparent; it returns nil when the span does not
 // record.
 func traceCall(ctx context.Context, m *nats.Msg) trace.Span {
+	if !tracing() {
+		return nil
+	}
 	_, span := tracer.Start(ctx, "send", trace.WithSpanKind(trace.SpanKindProducer))
 	if !span.IsRecording() {
 		return nil
