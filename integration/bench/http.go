@@ -376,13 +376,15 @@ func (c *countingExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadO
 
 func (c *countingExporter) Shutdown(context.Context) error { return nil }
 
-// The process's tracer provider can be installed only once (the tracers
-// taken before delegate to the first), so the scenario installs a switch:
-// it traces with the provider switchTracing last gave it, and with none
-// (the no-op tracer) otherwise.
+// The process's tracer provider delegates once: the tracers taken before
+// it was first set (every package's, at init) go to the first provider
+// set, for good. So the scenario installs a switch as that first one, and
+// toggles the global provider between it and the unset default, which is
+// what dispatcher.Tracing reads: off, nothing is traced at all, as in a
+// process that never installed a provider.
 var (
-	switchOnce sync.Once
-	switched   atomic.Pointer[switchedTo]
+	unsetProvider = otel.GetTracerProvider()
+	switched      atomic.Pointer[switchedTo]
 )
 
 // switchedTo is the provider tracing goes to, with its tracers by name
@@ -395,12 +397,13 @@ type switchedTo struct {
 // switchTracing makes every span record into tp from now on; nil turns
 // tracing off.
 func switchTracing(tp *sdktrace.TracerProvider) {
-	switchOnce.Do(func() { otel.SetTracerProvider(switchProvider{}) })
 	if tp == nil {
 		switched.Store(nil)
+		otel.SetTracerProvider(unsetProvider)
 		return
 	}
 	switched.Store(&switchedTo{tp: tp})
+	otel.SetTracerProvider(switchProvider{})
 }
 
 type switchProvider struct{ embedded.TracerProvider }
