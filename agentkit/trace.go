@@ -57,7 +57,6 @@ func (a *Agent) traceHandler(req *Request) (context.Context, trace.Span) {
 		attribute.String("messaging.system", "nats"),
 		attribute.String("messaging.destination.name", destination),
 		attribute.String("messaging.operation.type", "process"),
-		attribute.String("messaging.message.id", req.RequestID),
 		attribute.String("gen_ai.operation.name", "invoke_agent"),
 		attribute.String("gen_ai.agent.name", a.cfg.Type),
 		attribute.String("gen_ai.agent.id", a.id),

@@ -99,10 +99,6 @@ func (d *Dispatcher) traceTask(t *task) {
 	if !t.span.IsRecording() {
 		return
 	}
-	tier := "direct"
-	if t.seq > 0 {
-		tier = "durable"
-	}
 	subject := d.cfg.Subjects.Task(t.capability)
 	t.span.SetName("process " + subject)
 	t.span.SetAttributes(
@@ -111,8 +107,10 @@ func (d *Dispatcher) traceTask(t *task) {
 		attribute.String(AttrMessagingOperation, "process"),
 		attribute.String(AttrMessagingMessageID, t.requestID),
 		attribute.String(AttrGenAIOperation, "invoke_agent"),
-		attribute.String(AttrCapability, t.capability),
-		attribute.String(AttrTier, tier))
+		attribute.String(AttrCapability, t.capability))
+	if t.seq > 0 {
+		t.span.SetAttributes(attribute.String(AttrTier, "durable"))
+	}
 }
 
 // traceDelivery starts dl's span, the child of its task's, and writes its
@@ -128,11 +126,8 @@ func (d *Dispatcher) traceDelivery(dl *delivery, h nats.Header) {
 			attribute.String(AttrMessagingSystem, "nats"),
 			attribute.String(AttrMessagingDestination, destination),
 			attribute.String(AttrMessagingOperation, "send"),
-			attribute.String(AttrMessagingMessageID, dl.t.requestID),
-			attribute.String(AttrGenAIOperation, "invoke_agent"),
 			attribute.String(AttrGenAIAgentID, dl.inst.ID),
 			attribute.String(AttrGenAIAgentName, dl.inst.Entry().Type),
-			attribute.String(AttrCapability, dl.t.capability),
 			attribute.Int(AttrAttempt, dl.attempt),
 			attribute.Bool(AttrHedge, dl.hedge)))
 	InjectTrace(dl.span, h)

@@ -112,9 +112,11 @@ func runHTTP(r *run) error {
 	natsLoop := func(step string, conns []*nats.Conn) (*latency, error) {
 		return r.closedLoop(conns, closedSpec{step: step, callers: httpCallers, dur: dur, timeout: timeout, build: build})
 	}
-	onLoop := func(step string) (*latency, error) {
-		switchTracing(tp)
-		defer switchTracing(nil)
+	onLoop := func(step string, traced bool) (*latency, error) {
+		if traced {
+			switchTracing(tp)
+			defer switchTracing(nil)
+		}
 		stop := scrapeEverySecond(m.Handler())
 		defer stop()
 		return natsLoop(step, onCallers)
@@ -126,7 +128,7 @@ func runHTTP(r *run) error {
 			_, err := r.httpLoop(gwAddr, callPath, payload, "warm-up http", dur/2, timeout)
 			return err
 		},
-		func() error { _, err := onLoop("warm-up observed"); return err },
+		func() error { _, err := onLoop("warm-up observed", true); return err },
 	} {
 		if err := warm(); err != nil {
 			return err
@@ -135,7 +137,7 @@ func runHTTP(r *run) error {
 	collector.spans.Store(0)
 
 	rounds := pick(r, httpRounds, 1)
-	natsRes, httpRes, offRes, onRes := newLatency(), newLatency(), newLatency(), newLatency()
+	natsRes, httpRes, offRes, onRes, metricsRes := newLatency(), newLatency(), newLatency(), newLatency(), newLatency()
 	var onTasks int64
 	for round := range rounds {
 		of := fmt.Sprintf("round %d of %d", round+1, rounds)
@@ -149,11 +151,15 @@ func runHTTP(r *run) error {
 			return err
 		}
 		httpRes.add(l)
-		if l, err = onLoop("metrics and tracing on, " + of); err != nil {
+		if l, err = onLoop("metrics and tracing on, "+of, true); err != nil {
 			return err
 		}
 		onRes.add(l)
 		onTasks += l.ok
+		if l, err = onLoop("metrics on, "+of, false); err != nil {
+			return err
+		}
+		metricsRes.add(l)
 	}
 	_ = tp.ForceFlush(context.Background())
 
@@ -169,12 +175,15 @@ func runHTTP(r *run) error {
 	r.set("observability_off_rps", offRes.rps())
 	r.set("observability_on_rps", onRes.rps())
 	r.set("observability_throughput_ratio", obsRatio)
+	r.set("metrics_only_rps", metricsRes.rps())
+	r.set("metrics_only_throughput_ratio", ratio(metricsRes.rps(), offRes.rps()))
 	r.set("observability_spans_per_task", ratio(float64(collector.spans.Load()), float64(onTasks)))
 	r.addTable(fmt.Sprintf("HTTP gateway and observability, %d callers, %d rounds of %v", httpCallers, rounds, dur),
 		[]string{"path", "rps", "p50 ms", "p99 ms", "failed"}, [][]string{
 			{"NATS reach.task.echo", f(natsRes.rps()), f(ms(natsRes.p(50))), f(ms(natsRes.p(99))), fmt.Sprint(natsRes.failed())},
 			{"HTTP POST /v1/call/echo", f(httpRes.rps()), f(ms(httpRes.p(50))), f(ms(httpRes.p(99))), fmt.Sprint(httpRes.failed())},
 			{"NATS, metrics + tracing on", f(onRes.rps()), f(ms(onRes.p(50))), f(ms(onRes.p(99))), fmt.Sprint(onRes.failed())},
+			{"NATS, metrics on", f(metricsRes.rps()), f(ms(metricsRes.p(50))), f(ms(metricsRes.p(99))), fmt.Sprint(metricsRes.failed())},
 		})
 	r.note("The HTTP calls go through the gateway beside the same dispatcher and agents as the NATS requests, " +
 		"on keep-alive connections, one per caller, from a minimal HTTP/1.1 client (as wrk is: the gateway is measured, " +
@@ -399,7 +408,9 @@ type switchedTo struct {
 func switchTracing(tp *sdktrace.TracerProvider) {
 	if tp == nil {
 		switched.Store(nil)
-		otel.SetTracerProvider(unsetProvider)
+		if otel.GetTracerProvider() != unsetProvider {
+			otel.SetTracerProvider(unsetProvider)
+		}
 		return
 	}
 	switched.Store(&switchedTo{tp: tp})
