@@ -179,7 +179,8 @@ func TestEndpoints(t *testing.T) {
 		}
 		natstest.WaitFor(t, 10*time.Second, func() error {
 			res := tg.do(t, "GET", sub.Result, "")
-			if res.status != 200 || string(res.body) != `{"durable":true}` || res.header.Get("Reach-Node") != "echo-1" {
+			if res.status != 200 || string(res.body) != `{"durable":true}` || res.header.Get("Reach-Node") != "echo-1" ||
+				res.header.Get("Nats-Msg-Id") != "" {
 				return fmt.Errorf("%d %q", res.status, res.body)
 			}
 			return nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -89,13 +90,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// writeReply answers a task's reply: its headers as response headers, its
+// writeReply answers a task's reply: its Reach-* headers as response headers, its
 // body as the response body, the status of its error code. An error reply
 // whose body is {"code","message"} in msgpack is answered in JSON; an
 // aggregate (INCOMPLETE) keeps its body.
 func writeReply(w http.ResponseWriter, r *http.Request, reply *nats.Msg) {
 	for k, vs := range reply.Header {
-		if k == streams.HeaderContentType {
+		if !strings.HasPrefix(k, "Reach-") { // not Content-Type (set below) nor NATS's own (Nats-Msg-Id)
 			continue
 		}
 		for _, v := range vs {

@@ -39,6 +39,7 @@ var (
 
 var breakerStates = []dispatcher.BreakerState{dispatcher.BreakerClosed, dispatcher.BreakerHalfOpen, dispatcher.BreakerOpen}
 
+// Describe sends every metric's description (prometheus.Collector).
 func (r *replica) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descDurable, descOverloaded, descDropped, descRedirects, descQueued,
 		descBuffered, descReplayed, descHedges, descHedgesOver, descInFlight, descMaxFlight, descAgents, descPolicy,
@@ -47,6 +48,8 @@ func (r *replica) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect reads the dispatcher and sends its figures now
+// (prometheus.Collector).
 func (r *replica) Collect(ch chan<- prometheus.Metric) {
 	m := (*Metrics)(r)
 	d := m.d.Load()

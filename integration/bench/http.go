@@ -378,11 +378,13 @@ func scrapeEverySecond(h http.Handler) (stop func()) {
 // sent and keeps none.
 type countingExporter struct{ spans atomic.Int64 }
 
+// ExportSpans counts spans.
 func (c *countingExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
 	c.spans.Add(int64(len(spans)))
 	return nil
 }
 
+// Shutdown does nothing.
 func (c *countingExporter) Shutdown(context.Context) error { return nil }
 
 // The process's tracer provider delegates once: the tracers taken before
@@ -419,6 +421,7 @@ func switchTracing(tp *sdktrace.TracerProvider) {
 
 type switchProvider struct{ embedded.TracerProvider }
 
+// Tracer returns a tracer that follows the switch.
 func (switchProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
 	return switchTracer{name: name, opts: opts}
 }
@@ -429,6 +432,8 @@ type switchTracer struct {
 	opts []trace.TracerOption
 }
 
+// Start starts a span with the switched-to provider's tracer, or the
+// no-op tracer's.
 func (t switchTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if to := switched.Load(); to != nil {
 		tr, ok := to.tracers.Load(t.name)

@@ -23,7 +23,11 @@ function svg(tag, attrs) {
 function num(v, digits) {
   return Number(v || 0).toLocaleString(undefined, { maximumFractionDigits: digits === undefined ? 0 : digits });
 }
-function ms(v) { return v ? (v < 10 ? num(v, 2) : num(v, 0)) + " ms" : "–"; }
+function ms(v) {
+  if (!v) return "–";
+  if (v < 0.01) return "< 0.01 ms";
+  return (v < 10 ? num(v, 2) : num(v, 0)) + " ms";
+}
 function pct(v, tasks) { return tasks ? num(100 * v, 1) + " %" : "–"; }
 function age(msAgo) { return msAgo < 1000 ? "now" : num(msAgo / 1000, 1) + " s ago"; }
 
