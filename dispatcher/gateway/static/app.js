@@ -4,6 +4,7 @@
 "use strict";
 
 const POLL_MS = 1000;
+const SHOW_FAILURES = 10; // of the 20 the gateway keeps
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -61,7 +62,7 @@ function drawCapabilities(summary) {
 }
 
 function drawFailures(summary) {
-  const rows = (summary ? summary.failures : []).map(f => el("tr", { "data-request": f.request_id },
+  const rows = (summary ? summary.failures : []).slice(0, SHOW_FAILURES).map(f => el("tr", { "data-request": f.request_id },
     cell(new Date(f.time).toLocaleTimeString()), cell(f.capability), cell(f.code || f.status, "bad"), cell(f.node || "–"),
     cell(f.attempts, "num"), cell(ms(f.latency_ms), "num"), cell(f.request_id)));
   fill("#failures", rows, { cols: 7, text: "none" });
@@ -76,14 +77,21 @@ function chart(name, points) {
   const step = (W - 2 * pad) / Math.max(1, points.length);
   const s = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": name });
   s.append(svg("line", { x1: pad, y1: H - pad, x2: W - pad, y2: H - pad, class: "axis" }));
-  const line = [];
+  // The latency line is broken where a slice had no task: no latency there.
+  const lines = [[]];
   points.forEach((p, i) => {
     const x = pad + i * step;
     const h = (H - 2 * pad) * p.tasks / maxVol;
-    if (p.tasks) s.append(svg("rect", { x: x, y: H - pad - h, width: Math.max(1, step - 1), height: h, class: "vol" }));
-    if (p.tasks) line.push(`${x + step / 2},${H - pad - (H - 2 * pad) * p.p95_ms / maxLat}`);
+    if (!p.tasks) {
+      if (lines[lines.length - 1].length) lines.push([]);
+      return;
+    }
+    s.append(svg("rect", { x: x, y: H - pad - h, width: Math.max(1, step - 1), height: h, class: "vol" }));
+    lines[lines.length - 1].push(`${x + step / 2},${H - pad - (H - 2 * pad) * p.p95_ms / maxLat}`);
   });
-  if (line.length) s.append(svg("polyline", { points: line.join(" "), class: "lat" }));
+  for (const line of lines) {
+    if (line.length) s.append(svg("polyline", { points: line.join(" "), class: "lat" }));
+  }
   const legend = svg("text", { x: pad, y: 11, class: "legend" });
   legend.textContent = `max ${num(maxVol)} tasks / 10 s · p95 up to ${ms(maxLat)}`;
   s.append(legend);
