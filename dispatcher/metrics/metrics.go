@@ -11,8 +11,9 @@
 // Labels are bounded: a capability is named when an instance in the
 // registry offered it when its first task ended here (at most
 // MaxCapabilities of them, default 256), else it counts as "other"; an
-// outcome is "finished" or an error code (a fixed set); an instance id is
-// one the registry holds now.
+// outcome is "finished" or an error code (a fixed set); a record's kind
+// one of a fixed set or "other"; an instance id is one the registry holds
+// now.
 package metrics
 
 import (
@@ -62,8 +63,7 @@ type Metrics struct {
 	retries   *prometheus.CounterVec
 	hedgeWins *prometheus.CounterVec
 	durable   *prometheus.CounterVec
-	gathers   *prometheus.CounterVec
-	feedback  prometheus.Counter
+	records   *prometheus.CounterVec
 
 	d     atomic.Pointer[dispatcher.Dispatcher]
 	named sync.Map // capability → true: those with a label of their own
@@ -103,12 +103,11 @@ func New(cfg Config) (*Metrics, error) {
 	m.durable = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "durable_outcomes_total",
 		Help: "Durable tasks recorded by this replica, by capability and where they ended (result, dead_letter, review)."},
 		[]string{"capability", "outcome"})
-	m.gathers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "gathers_total",
-		Help: "Broadcasts and fan-outs answered by this replica, by kind and outcome (finished, or the error code)."},
+	m.records = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "records_total",
+		Help: "Records this replica wrote that are not a task's own, by kind (fanout, broadcast, feedback, workflow, " +
+			"workflow_step, workflow_decision, other) and outcome (finished, or the error code)."},
 		[]string{"kind", "outcome"})
-	m.feedback = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "feedback_records_total",
-		Help: "Feedback records (callers' scores of results) written by this replica."})
-	for _, c := range []prometheus.Collector{m.tasks, m.latency, m.retries, m.hedgeWins, m.durable, m.gathers, m.feedback,
+	for _, c := range []prometheus.Collector{m.tasks, m.latency, m.retries, m.hedgeWins, m.durable, m.records,
 		(*replica)(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, errorf("register: %v", err)
@@ -137,11 +136,8 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Observed counts one record (dispatcher.Observer).
 func (m *Metrics) Observed(ev *dispatcher.Event) {
 	switch {
-	case ev.Kind == "feedback":
-		m.feedback.Inc()
-		return
 	case ev.Kind != "":
-		m.gathers.WithLabelValues(ev.Kind, outcomeOf(ev)).Inc()
+		m.records.WithLabelValues(kindLabel(ev.Kind), outcomeOf(ev)).Inc()
 		return
 	case strings.HasPrefix(ev.Outcome, "review_"):
 		return // a person's decision, not a task's end
@@ -162,6 +158,18 @@ func (m *Metrics) Observed(ev *dispatcher.Event) {
 	if ev.Tier == "durable" {
 		m.durable.WithLabelValues(capability, ev.Outcome).Inc()
 	}
+}
+
+// kinds are the record kinds with a label of their own.
+var kinds = map[string]bool{"fanout": true, "broadcast": true, "feedback": true, "workflow": true,
+	"workflow_step": true, "workflow_decision": true}
+
+// kindLabel is a record kind's label: one of kinds, or "other".
+func kindLabel(kind string) string {
+	if kinds[kind] {
+		return kind
+	}
+	return "other"
 }
 
 // outcomeOf is a record's outcome label.

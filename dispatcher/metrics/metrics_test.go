@@ -135,7 +135,7 @@ func grepAgentReach(page string) string {
 	return strings.Join(out, "\n")
 }
 
-func TestObservedCountsRetriesHedgesAndGathers(t *testing.T) {
+func TestObservedCountsRetriesHedgesAndRecords(t *testing.T) {
 	m, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +144,7 @@ func TestObservedCountsRetriesHedgesAndGathers(t *testing.T) {
 	m.Observed(&dispatcher.Event{Capability: "x", Status: "FINISHED", Attempts: 2, Hedged: true, HedgeWon: true, LatencyMS: 2})
 	m.Observed(&dispatcher.Event{Capability: "fanout", Kind: "fanout", Status: "FAILED", Code: "INCOMPLETE"})
 	m.Observed(&dispatcher.Event{Kind: "feedback"})
+	m.Observed(&dispatcher.Event{Kind: "something_new"})
 	m.Observed(&dispatcher.Event{Capability: "x", Outcome: "review_drop"})
 	page := scrape(t, m.Handler())
 	for _, want := range []string{
@@ -151,8 +152,9 @@ func TestObservedCountsRetriesHedgesAndGathers(t *testing.T) {
 		`agentreach_tasks_total{capability="other",outcome="finished"} 2`,
 		`agentreach_retries_total{capability="other"} 2`,
 		`agentreach_hedge_wins_total{capability="other"} 1`,
-		`agentreach_gathers_total{kind="fanout",outcome="incomplete"} 1`,
-		`agentreach_feedback_records_total 1`,
+		`agentreach_records_total{kind="fanout",outcome="incomplete"} 1`,
+		`agentreach_records_total{kind="feedback",outcome="finished"} 1`,
+		`agentreach_records_total{kind="other",outcome="finished"} 1`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("no %q in the metrics:\n%s", want, grepAgentReach(page))
