@@ -37,8 +37,9 @@ func tracing() bool { return otel.GetTracerProvider() != unset }
 var traceContext propagation.TraceContext
 
 // traceHandler returns the context a handler of req runs in: the agent's,
-// with the handler's span when it records, and that span (nil when it does
-// not).
+// with the handler's span — also one the sampler dropped, so that calls
+// from the handler are dropped alike — and that span when it records (nil
+// when it does not).
 func (a *Agent) traceHandler(req *Request) (context.Context, trace.Span) {
 	if !tracing() {
 		return a.ctx, nil
@@ -48,8 +49,11 @@ func (a *Agent) traceHandler(req *Request) (context.Context, trace.Span) {
 		parent = traceContext.Extract(parent, streams.HeaderCarrier(req.Header))
 	}
 	ctx, span := tracer.Start(parent, "process", trace.WithSpanKind(trace.SpanKindConsumer))
-	if !span.IsRecording() {
+	switch {
+	case !span.SpanContext().IsValid():
 		return a.ctx, nil
+	case !span.IsRecording():
+		return ctx, nil
 	}
 	destination := a.cfg.Subjects.Agent("{instance}")
 	span.SetName("process " + destination)
@@ -79,15 +83,22 @@ func markReply(req *Request, m *nats.Msg) {
 }
 
 // traceCall starts the span of a request m (a call, broadcast or fan-out)
-// made with ctx — inside a handler, its span's child — and writes its
-// context into m as traceparent; it returns nil when the span does not
-// record.
+// made with ctx — inside a handler, its span's child; else the child of a
+// traceparent the caller set on m — and writes its
+// context into m as traceparent (a dropped one too: the next hops drop
+// theirs); it returns nil when the span does not record.
 func traceCall(ctx context.Context, m *nats.Msg) trace.Span {
 	if !tracing() {
 		return nil
 	}
+	if !trace.SpanContextFromContext(ctx).IsValid() && m.Header.Get(streams.HeaderTraceParent) != "" {
+		ctx = traceContext.Extract(ctx, streams.HeaderCarrier(m.Header)) // the caller's own (WithHeader)
+	}
 	_, span := tracer.Start(ctx, "send", trace.WithSpanKind(trace.SpanKindProducer))
 	if !span.IsRecording() {
+		if span.SpanContext().IsValid() {
+			traceContext.Inject(trace.ContextWithSpan(context.Background(), span), streams.HeaderCarrier(m.Header))
+		}
 		return nil
 	}
 	span.SetName("send " + m.Subject)

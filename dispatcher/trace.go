@@ -69,9 +69,11 @@ func TraceContext(ctx context.Context, h nats.Header) context.Context {
 }
 
 // InjectTrace writes span's context into h as traceparent (and
-// tracestate) when span records; a span that does not leaves h as it is.
+// tracestate) when it has a valid one — one the sampler dropped too, so
+// that the next hops drop theirs (a parent-based sampler); h is left as it
+// is otherwise.
 func InjectTrace(span trace.Span, h nats.Header) {
-	if !span.IsRecording() {
+	if !span.SpanContext().IsValid() {
 		return
 	}
 	traceContext.Inject(trace.ContextWithSpan(context.Background(), span), streams.HeaderCarrier(h))
@@ -114,9 +116,14 @@ func (d *Dispatcher) traceTask(t *task) {
 }
 
 // traceDelivery starts dl's span, the child of its task's, and writes its
-// context into the delivery's headers h.
+// context into the delivery's headers h; for a task the sampler dropped it
+// writes the task's, so that the agent drops its span too.
 func (d *Dispatcher) traceDelivery(dl *delivery, h nats.Header) {
-	if dl.t.span == nil || !dl.t.span.IsRecording() {
+	if dl.t.span == nil {
+		return
+	}
+	if !dl.t.span.IsRecording() { // not sampled: the agent learns so, and records nothing either
+		InjectTrace(dl.t.span, h)
 		return
 	}
 	destination := d.cfg.Subjects.Agent("{instance}")
@@ -139,14 +146,15 @@ const AttrBranch = "agentreach.branch"
 // TraceBranch starts the span of one branch of a broadcast or fan-out,
 // "branch <capability>", the child of the traceparent in h (the branch
 // task's headers), and writes its own context there so that the branch's
-// task is its child. It returns nil when the span does not record (h is
-// left as it is); end it with EndSpan.
+// task is its child. It returns nil when the span does not record (h then
+// carries the dropped context, or is left as it is); end it with EndSpan.
 func TraceBranch(h nats.Header, name, capability string) trace.Span {
 	if !Tracing() {
 		return nil
 	}
 	_, span := tracer.Start(TraceContext(context.Background(), h), "branch", trace.WithSpanKind(trace.SpanKindInternal))
 	if !span.IsRecording() {
+		InjectTrace(span, h)
 		return nil
 	}
 	span.SetName("branch " + capability)

@@ -208,3 +208,46 @@ func TestTraceOfAFailedDeliveryAndAFanOut(t *testing.T) {
 		t.Errorf("%d spans marked BIZ_REJECT, want the branch's, the task's and the delivery's at least", failed)
 	}
 }
+
+// TestADroppedTraceStaysDropped: a caller whose traceparent says "not
+// sampled" gets no span recorded on any hop (the provider's sampler is
+// parent-based), and the decision travels: the second agent still sees
+// the trace id, not sampled, instead of a new trace starting mid-chain.
+func TestADroppedTraceStaysDropped(t *testing.T) {
+	st := integration.NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	client := st.Client(agentkit.WithJSON())
+	var seenB string
+	st.Agent(agentkit.Config{Type: "drop-a", ID: "da-1"}, map[string]agentkit.Handler{
+		"drop.a": func(ctx context.Context, _ *agentkit.Request) (any, error) {
+			res, err := client.Call(ctx, "drop.b", []byte(`{}`))
+			if err != nil {
+				return nil, err
+			}
+			return res.Data, nil
+		},
+	})
+	st.Agent(agentkit.Config{Type: "drop-b", ID: "db-1"}, map[string]agentkit.Handler{
+		"drop.b": func(_ context.Context, req *agentkit.Request) (any, error) {
+			seenB = req.Header.Get(streams.HeaderTraceParent)
+			return map[string]int{"ok": 1}, nil
+		},
+	})
+	integration.WaitRoutable(t, "drop.a", 1, d)
+	integration.WaitRoutable(t, "drop.b", 1, d)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	if _, err := client.Call(context.Background(), "drop.a", []byte(`{}`),
+		agentkit.WithHeader(streams.HeaderTraceParent, "00-"+traceID+"-00f067aa0ba902b7-00")); err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(seenB, "-")
+	if len(parts) != 4 || parts[1] != traceID || parts[3] != "00" {
+		t.Fatalf("agent b got traceparent %q, want trace %s, not sampled", seenB, traceID)
+	}
+	id, _ := trace.TraceIDFromHex(traceID)
+	for _, s := range exporter.GetSpans() {
+		if s.SpanContext.TraceID() == id {
+			t.Errorf("span %q of the dropped trace was recorded", s.Name)
+		}
+	}
+}
