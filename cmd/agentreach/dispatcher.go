@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -217,14 +218,12 @@ func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, 
 			return err
 		}
 	}
-	var az dispatcher.Authorizer
+	var az *auth.Authorizer
 	if verifier != "" {
-		a, err := startAuthorizer(sctx, nc, verifier, log)
-		if err != nil {
+		if az, err = startAuthorizer(sctx, nc, verifier, log); err != nil {
 			return err
 		}
-		st.add("authorizer", func(context.Context) error { a.Close(); return nil })
-		az = a
+		st.add("authorizer", func(context.Context) error { az.Close(); return nil })
 	}
 	d, err := df.start(sctx, nc, topo.Subjects, log, az)
 	if err != nil {

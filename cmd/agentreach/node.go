@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
@@ -36,10 +38,11 @@ type node struct {
 // start creates and starts a dispatcher on nc with what runs beside it,
 // the workflow engine as its resolver (started first, so the first task
 // finds the definitions); with az (nil: none) every task, broadcast and
-// fan-out passes az before it is routed. On an error everything started
-// is stopped again.
+// fan-out passes az before it is routed, and the gateway's requests name
+// their identity by bearer token (auth.Authorizer.Vouch). On an error
+// everything started is stopped again.
 func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger,
-	az dispatcher.Authorizer) (_ *node, err error) {
+	az *auth.Authorizer) (_ *node, err error) {
 	n := &node{}
 	defer func() {
 		if err != nil {
@@ -98,8 +101,13 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 	if f.http == httpOff || f.http == "" {
 		return n, nil
 	}
-	if n.gateway, err = gateway.New(nc, d, gateway.Config{}, gateway.WithLogger(log), gateway.WithMetrics(n.metrics),
-		gateway.WithStats(n.stats)); err != nil {
+	gopts := []gateway.Option{gateway.WithLogger(log), gateway.WithMetrics(n.metrics), gateway.WithStats(n.stats)}
+	if az != nil {
+		gopts = append(gopts, gateway.WithIdentifier(gateway.IdentifierFunc(func(r *http.Request, task *nats.Msg) *streams.Error {
+			return az.Vouch(r.Header.Get("Authorization"), task)
+		})))
+	}
+	if n.gateway, err = gateway.New(nc, d, gateway.Config{}, gopts...); err != nil {
 		return nil, err
 	}
 	if err := n.gateway.Listen(f.http); err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -189,7 +189,7 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	if err := provision(sctx, nc, streams.Topology{Subjects: subjects, Heartbeat: f.heartbeat}); err != nil {
 		return err
 	}
-	var az dispatcher.Authorizer
+	var az *auth.Authorizer
 	if sec.auth != nil {
 		if az, err = sec.auth.start(sctx, &st, nc, srv, sec.tlsOptions(), subjects, log); err != nil {
 			return err
@@ -335,8 +335,12 @@ func printBanner(w io.Writer, b banner) {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 	fmt.Fprintf(w, "\nTry:\n  agentreach call%s echo '{\"text\":\"hi\"}'\n", cliArgs+sec.caller)
-	if b.http != "" && b.sec.auth == nil { // with --auth the gateway's calls need an identity (gateway.Identifier)
-		fmt.Fprintf(w, "  curl -d '{\"text\":\"hi\"}' %sv1/call/echo\n", b.http)
+	if b.http != "" {
+		bearer := ""
+		if b.sec.auth != nil { // the gateway's calls name their identity by bearer token
+			bearer = fmt.Sprintf(`-H "Authorization: Bearer $(agentreach auth token --dir %s %s)" `, b.sec.auth.store.Dir(), upCallerIdentity)
+		}
+		fmt.Fprintf(w, "  curl %s-d '{\"text\":\"hi\"}' %sv1/call/echo\n", bearer, b.http)
 	}
 	if sec.caller == "" { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
 		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs, b.subjects.Task("echo"))

@@ -332,12 +332,12 @@ func TestStatusOfEveryCode(t *testing.T) {
 // routing, may set headers, and its refusal is 401 without credentials,
 // 403 with.
 func TestIdentifier(t *testing.T) {
-	tg := startGateway(t, Config{}, WithIdentifier(IdentifierFunc(func(r *http.Request, task nats.Header) *streams.Error {
+	tg := startGateway(t, Config{}, WithIdentifier(IdentifierFunc(func(r *http.Request, task *nats.Msg) *streams.Error {
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token != "good" {
 			return streams.NewError(streams.CodeUnauthorized, "unknown token")
 		}
-		task.Set(streams.HeaderSource, "caller-from-token")
+		task.Header.Set(streams.HeaderSource, "caller-from-token")
 		return nil
 	})))
 	if r := tg.do(t, "POST", "/v1/call/echo", `{}`); r.status != 401 || r.code() != "UNAUTHORIZED" ||

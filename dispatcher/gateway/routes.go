@@ -60,7 +60,7 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, f *failure) {
 }
 
 // identify asks the Identifier who the caller of r is.
-func (g *Gateway) identify(r *http.Request, task nats.Header) *failure {
+func (g *Gateway) identify(r *http.Request, task *nats.Msg) *failure {
 	if g.identifier == nil {
 		return nil
 	}
@@ -111,7 +111,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 
 // routeTask routes m through the dispatcher and answers its reply.
 func (g *Gateway) routeTask(w http.ResponseWriter, r *http.Request, capability string, m *nats.Msg) {
-	if f := g.identify(r, m.Header); f != nil {
+	if f := g.identify(r, m); f != nil {
 		g.answer(w, r, f)
 		return
 	}
@@ -132,9 +132,6 @@ type Submitted struct {
 func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 	capability := r.PathValue("capability")
 	m, f := readTask(w, r, capability, g.cfg.MaxBody)
-	if f == nil {
-		f = g.identify(r, m.Header)
-	}
 	if f != nil {
 		g.answer(w, r, f)
 		return
@@ -150,6 +147,10 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	m.Subject = g.d.Config().Subjects.Submit(capability)
 	m.Header.Set(streams.HeaderMsgID, id)
+	if f := g.identify(r, m); f != nil {
+		g.answer(w, r, f)
+		return
+	}
 	if err := streams.CheckSize(m, g.nc.MaxPayload()); err != nil {
 		g.answer(w, r, &failure{e: streams.AsError(err)})
 		return
@@ -182,7 +183,7 @@ func (g *Gateway) result(w http.ResponseWriter, r *http.Request) {
 		g.answer(w, r, fail(0, streams.CodeBadRequest, "request id in the path: %v", err))
 		return
 	}
-	if f := g.identify(r, nats.Header{}); f != nil {
+	if f := g.identify(r, &nats.Msg{Header: nats.Header{}}); f != nil {
 		g.answer(w, r, f)
 		return
 	}
@@ -240,7 +241,7 @@ func (g *Gateway) fanout(w http.ResponseWriter, r *http.Request) {
 // broadcast and fan-out logic lives in one place, package fanout, reached
 // the way every other client reaches it; the extra hop is one message.
 func (g *Gateway) request(w http.ResponseWriter, r *http.Request, m *nats.Msg) {
-	if f := g.identify(r, m.Header); f != nil {
+	if f := g.identify(r, m); f != nil {
 		g.answer(w, r, f)
 		return
 	}
