@@ -7,7 +7,7 @@ TEST_FUZZTIME ?= 3s
 NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
-.PHONY: run test fuzz build vet fmt-check bench tools clean sdk-test
+.PHONY: run test fuzz build vet fmt-check bench tools chromium clean sdk-test
 
 ## bench: every benchmark scenario (about 12 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
@@ -24,8 +24,9 @@ build:
 
 ## test: vet, format check and every test with the race detector, then every
 ## fuzz target for $(TEST_FUZZTIME), then sdk-test. The nats CLI is installed into ./bin
-## first: a test checks the wire contract with it.
-test: vet fmt-check tools
+## first: a test checks the wire contract with it; and Chromium, when
+## missing: a test drives the dashboard in it.
+test: vet fmt-check tools chromium
 	AGENTREACH_NATS_CLI=$(NATS) $(GO) test -race -count=1 -timeout $(TESTTIME) ./...
 	GO=$(GO) FUZZTIME=$(TEST_FUZZTIME) .ci/fuzz
 	$(MAKE) --no-print-directory sdk-test
@@ -62,6 +63,15 @@ examples/node/node_modules/.package-lock.json: examples/node/package-lock.json
 tools: $(NATS)
 $(NATS):
 	GOBIN=$(BIN) $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION)
+
+## chromium: Debian's chromium (/usr/bin/chromium) for the dashboard's browser
+## test, installed with apt-get when missing (as root, as CI runs); quiet when
+## it is there. Without it the test fails saying so: it never skips.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "chromium: installing Debian's chromium for the dashboard test (apt-get)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		{ echo "chromium: could not install it; the dashboard test needs /usr/bin/chromium (or AGENTREACH_CHROMIUM)"; exit 1; }; }
 
 vet:
 	$(GO) mod download

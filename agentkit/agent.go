@@ -482,7 +482,11 @@ func (a *Agent) run(h Handler, req *Request) {
 		a.release(req) // if no reply went out
 		a.inflight.Done()
 	}()
-	ctx := &taskCtx{Context: a.ctx, req: req, deadline: req.Deadline}
+	base, span := a.traceHandler(req)
+	if span != nil {
+		defer span.End()
+	}
+	ctx := &taskCtx{Context: base, req: req, deadline: req.Deadline}
 	defer ctx.end()
 	req.ctx.Store(ctx)
 	if req.cancelled.Load() { // cancelled before it started: nothing runs
@@ -603,6 +607,7 @@ func (a *Agent) errorMsg(req *Request, e *streams.Error) *nats.Msg {
 }
 
 func (a *Agent) publish(req *Request, m *nats.Msg) {
+	markReply(req, m)
 	req.answered.Store(true) // a pending ACK is no longer needed
 	if req.ackTimer != nil {
 		req.ackTimer.Stop()

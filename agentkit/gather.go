@@ -190,8 +190,10 @@ func (c *Client) encode(payload any) ([]byte, error) {
 
 // request sends m and waits for its one reply, cancelling the task when
 // ctx ends first; errors carry wire codes.
-func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (*nats.Msg, error) {
-	reply, err := c.nc.RequestMsgWithContext(ctx, m)
+func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (reply *nats.Msg, err error) {
+	span := traceCall(ctx, m)
+	defer func() { endCall(span, reply, err) }()
+	reply, err = c.nc.RequestMsgWithContext(ctx, m)
 	if err != nil && ctx.Err() != nil {
 		c.cancel(m.Header.Get(streams.HeaderRequestID)) // nobody will read the answer now
 	}

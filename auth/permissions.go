@@ -36,7 +36,8 @@ const (
 //     feedback; they read durable results, and the dead letters and review
 //     entries of the capabilities they may call.
 //   - A dispatcher serves the task subjects, delivers to agents, answers
-//     callers, and provisions and uses every bucket and stream.
+//     callers, sends its HTTP gateway's durable tasks, broadcasts and
+//     fan-outs, and provisions and uses every bucket and stream.
 func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.Permissions {
 	var p jwt.Permissions
 	inbox := InboxPrefix(id.Name) + ".>"
@@ -45,6 +46,7 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 		p.Pub.Allow.Add(
 			subjects.Agent("*"), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
 			subjects.EventWildcard(), subjects.SubmitWildcard(), subjects.Cancel(), subjects.API(">"),
+			subjects.BroadcastWildcard(), subjects.FanOut(), // the HTTP gateway's broadcasts and fan-outs
 			"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>")
 		p.Sub.Allow.Add(
 			subjects.TaskWildcard(), subjects.BroadcastWildcard(), subjects.FanOut(), subjects.Cancel(), subjects.API(">"),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -73,6 +74,7 @@ type task struct {
 	hedged    bool // a hedge delivery was sent
 	hedgedWon bool // the outcome came from the hedge
 	log       taskLog
+	span      trace.Span // from its start to its outcome (trace.go)
 }
 
 // taskLog puts a task's fields on every event it starts. Unlike a child
@@ -266,6 +268,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
 	d.recordEvent(t, t.start, OutcomeReply, e)
+	EndSpan(t.span, e)
 	return out, e
 }
 
@@ -275,6 +278,7 @@ func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
 	done := make(chan struct{})
 	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
 		t.finish()
+		EndSpan(t.span, err)
 		res, e = r, err
 		close(done)
 	}
@@ -307,6 +311,7 @@ func (d *Dispatcher) run(t *task) {
 	}
 	if !t.started {
 		t.started = true
+		d.traceTask(t)
 		if e := d.start(t); e != nil {
 			t.done(t, nil, e)
 			return
@@ -543,6 +548,7 @@ type delivery struct {
 	acked   bool
 	expires time.Time // when the timer may end it
 	timer   *time.Timer
+	span    trace.Span // nil unless its task's span records (trace.go)
 }
 
 // claim ends dl for the caller; it reports false when dl had ended already.
@@ -603,6 +609,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	} else {
 		out.Header.Del(streams.HeaderReplyTo)
 	}
+	d.traceDelivery(dl, out.Header)
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
 		d.end(dl, nil, nil, streams.AsError(err), outcomeFinal)
 		return
@@ -720,6 +727,7 @@ func (d *Dispatcher) expire(dl *delivery) {
 // final reply (for its cost), e the error.
 func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
 	d.inbox.close(dl.token)
+	EndSpan(dl.span, e)
 	t, load := dl.t, dl.load
 	load.inflight.Add(-1)
 	now := time.Now()

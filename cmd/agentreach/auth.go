@@ -38,6 +38,8 @@ Sub-commands:
   ls                       every identity, revoked ones marked (--json: an array)
   revoke NAME              revoke an identity: its connections are cut and its
                            calls refused once synced; every other one goes on
+  token NAME               the identity's bearer token for the HTTP gateway
+                           (Authorization: Bearer <token>), from its credentials
   tls                      a development CA and certificates (--out, --hosts)
   server-config            the nats-server configuration of operator mode
                            (--resolver-dir, --out), to include in the servers'
@@ -84,7 +86,7 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		once        bool
 		seedACL     string
 	)
-	c.cl = newCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE | caller NAME | dispatcher NAME | ls | revoke NAME | tls | server-config | sync", authAbout)
+	c.cl = newCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE | caller NAME | dispatcher NAME | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
 	c.cl.group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&c.dir, "dir", defaultAuthDir, "`directory` of the identity store ('up --auth' uses <data-dir>/auth)")
 		fs.StringVar(&typ, "type", "", "agent: the agent `type`, the REACH_CAPS key it may write")
@@ -103,13 +105,13 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) == 0 {
-		return c.cl.usageError(stderr, "want a sub-command: init, agent, caller, dispatcher, ls, revoke, tls, server-config or sync")
+		return c.cl.usageError(stderr, "want a sub-command: init, agent, caller, dispatcher, ls, revoke, token, tls, server-config or sync")
 	}
 	sub, rest := pos[0], pos[1:]
-	takesName := map[string]bool{"agent": true, "caller": true, "dispatcher": true, "revoke": true}
+	takesName := map[string]bool{"agent": true, "caller": true, "dispatcher": true, "revoke": true, "token": true}
 	switch {
 	case !takesName[sub] && !map[string]bool{"init": true, "ls": true, "tls": true, "server-config": true, "sync": true}[sub]:
-		return c.cl.usageError(stderr, "unknown sub-command %q (want init, agent, caller, dispatcher, ls, revoke, tls, server-config or sync)", sub)
+		return c.cl.usageError(stderr, "unknown sub-command %q (want init, agent, caller, dispatcher, ls, revoke, token, tls, server-config or sync)", sub)
 	case takesName[sub] && len(rest) != 1:
 		return c.cl.usageError(stderr, "%s: want NAME, got %d arguments", sub, len(rest))
 	case !takesName[sub] && len(rest) != 0:
@@ -129,6 +131,8 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.list()
 	case "revoke":
 		err = c.revoke(rest[0])
+	case "token":
+		err = c.token(rest[0])
 	case "tls":
 		err = c.tls(out, splitList(hosts))
 	case "server-config":
@@ -240,6 +244,32 @@ func (c *authCmd) revoke(name string) error {
 	}
 	fmt.Fprintf(c.stdout, "%s %s revoked at %s: its connections are cut and its calls refused once synced (within a second under `up --auth` or `auth sync`)\n",
 		id.Role, id.Name, id.Revoked.Format(time.RFC3339))
+	return nil
+}
+
+// token prints identity name's HTTP bearer token, derived from its
+// credentials (auth.Signer.Bearer).
+func (c *authCmd) token(name string) error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	id, ok := s.Identity(name)
+	switch {
+	case !ok:
+		return withCode(codeNotFound, fmt.Errorf("%w: %s", auth.ErrUnknownIdentity, name))
+	case !id.Active():
+		return fmt.Errorf("%s was revoked at %s: it has no token", name, id.Revoked.Format(time.RFC3339))
+	}
+	signer, err := auth.LoadSigner(s.CredsFile(name))
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		writeJSONLine(c.stdout, map[string]string{"name": name, "token": signer.Bearer()})
+		return nil
+	}
+	fmt.Fprintln(c.stdout, signer.Bearer())
 	return nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +37,9 @@ func TestAuthCommands(t *testing.T) {
 	expect(t, auth("revoke", "nobody"), exitFail, "unknown identity: nobody")
 	expect(t, auth("revoke", "web"), exitOK, "out:caller web revoked at")
 	expect(t, auth("caller", "web"), exitFail, "names are never reused")
+	expect(t, auth("token", "web"), exitFail, "web was revoked")
+	expect(t, auth("token", "nobody"), exitFail, "unknown identity: nobody")
+	expect(t, auth("token", "d1"), exitOK, "out:ar1.d1.")
 	r := auth("ls", "--json")
 	var rows []identityJSON
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 3 {
@@ -74,7 +79,8 @@ func TestAuthCommands(t *testing.T) {
 // TestUpWithAuthAndTLS runs `up --auth --tls --tls-verify --demo`: the
 // demo answers the banner's call, a caller without credentials or without
 // a client certificate is refused, an identity added while it runs can
-// call within the sync, and a revoked one cannot.
+// call within the sync, and a revoked one cannot — over NATS and through
+// the HTTP gateway with the identity's bearer token.
 func TestUpWithAuthAndTLS(t *testing.T) {
 	before := goroutines()
 	dir := t.TempDir()
@@ -86,7 +92,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
-			"--auth", "--tls", "--tls-verify"}, &stdout, &stderr)
+			"--auth", "--tls", "--tls-verify", "--http", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
 	waitOutput(t, &stdout, "Agent-Reach is up")
 	tlsArgs := []string{"--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--tls-cert", filepath.Join(dir, "tls", "client.pem"),
@@ -127,10 +133,52 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The gateway: bearer tokens name identities under the same ACL.
+	base := bannerURL(t, stdout.String())
+	token := func(name string) string {
+		return strings.TrimSpace(runCmd(t, runAuth, append(authDir, "token", name)...).stdout)
+	}
+	web := token("web")
+	if !strings.Contains(stdout.String(), "Authorization: Bearer $(agentreach auth token --dir "+filepath.Join(dir, "auth")+" cli)") {
+		t.Errorf("the banner shows no curl with a bearer token:\n%s", stdout.String())
+	}
+	for _, c := range []struct {
+		path, token string
+		status      int
+		want        string
+	}{
+		{"/v1/call/echo", "", http.StatusUnauthorized, `"code":"UNAUTHORIZED"`},
+		{"/v1/call/echo", "Bearer nonsense", http.StatusBadRequest, "no Agent-Reach bearer token"},
+		{"/v1/call/echo", "Bearer " + strings.Replace(web, "ar1.web.", "ar1.cli.", 1), http.StatusForbidden, "is not its own"},
+		{"/v1/call/echo", "Bearer " + web, http.StatusOK, `"text":"hi"`},
+		{"/v1/broadcast/echo", "Bearer " + web, http.StatusOK, `"text":"hi"`},
+	} {
+		if status, body := httpDo(t, "POST", base+c.path[1:], c.token, `{"text":"hi"}`); status != c.status || !strings.Contains(body, c.want) {
+			t.Errorf("POST %s with %q: %d %s, want %d with %s", c.path, c.token, status, body, c.status, c.want)
+		}
+	}
+	// A submit is published, signed as the identity, and taken by the
+	// durable tier like any signed task.
+	status, body := httpDo(t, "POST", base+"v1/submit/echo", "Bearer "+web, `{"text":"durable"}`)
+	var sub struct{ Result string }
+	if err := json.Unmarshal([]byte(body), &sub); status != http.StatusAccepted || err != nil {
+		t.Fatalf("submit: %d %s", status, body)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if status, body := httpDo(t, "GET", base+sub.Result[1:], "Bearer "+web, ""); status != http.StatusOK || !strings.Contains(body, "durable") {
+			return fmt.Errorf("result: %d %s", status, body)
+		}
+		return nil
+	})
+
 	expect(t, runCmd(t, runAuth, append(authDir, "revoke", "web")...), exitOK, "out:caller web revoked")
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if r := call(as("web")...); r.code == exitOK {
 			return errors.New("the revoked caller still calls")
+		}
+		if status, body := httpDo(t, "POST", base+"v1/call/echo", "Bearer "+web, `{}`); status != http.StatusForbidden {
+			return fmt.Errorf("the revoked caller's token: %d %s", status, body)
 		}
 		return nil
 	})
@@ -146,4 +194,41 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		t.Fatal("runUp did not stop within 30s")
 	}
 	checkNoLeaks(t, before)
+}
+
+// bannerURL returns the dashboard's URL from up's banner.
+func bannerURL(t *testing.T, banner string) string {
+	t.Helper()
+	for _, line := range strings.Split(banner, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "dashboard"); ok {
+			if u, _, _ := strings.Cut(strings.TrimSpace(rest), " "); strings.HasPrefix(u, "http://") {
+				return u
+			}
+		}
+	}
+	t.Fatalf("no dashboard URL in the banner:\n%s", banner)
+	return ""
+}
+
+// httpDo sends a request with an Authorization header (none when empty)
+// and returns the status and body.
+func httpDo(t *testing.T, method, url, authorization, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -91,7 +90,7 @@ func (s *security) tlsOptions() []nats.Option {
 // is none, the syncer (which pushes the ACL in force before anything else
 // connects) and the dispatcher's authorizer. Their stop steps go to st.
 func (a *authSetup) start(ctx context.Context, st *stopper, nc *nats.Conn, srv *server.Server, tlsOpts []nats.Option,
-	subjects streams.Subjects, log zerolog.Logger) (dispatcher.Authorizer, error) {
+	subjects streams.Subjects, log zerolog.Logger) (*auth.Authorizer, error) {
 	if err := seedPolicy(ctx, nc, []byte(upOpenACL), log); err != nil {
 		return nil, fmt.Errorf("--auth: %w", err)
 	}

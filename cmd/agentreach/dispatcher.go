@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,9 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
-	"github.com/agent-reach/agentreach/dispatcher/fanout"
-	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -48,6 +46,7 @@ type dispatcherFlags struct {
 	relayResults  bool
 	handlers      int
 	dlqInterval   int
+	http          string // --http: the gateway's address, or "off"
 }
 
 func (f *dispatcherFlags) register(fs *flag.FlagSet) {
@@ -142,59 +141,6 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 	return cfg
 }
 
-// start creates and starts a dispatcher on nc, with the workflow engine as
-// its resolver (started first, so the first task finds the definitions);
-// with az (nil: none) every task, broadcast and fan-out passes az before
-// it is routed.
-func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects streams.Subjects, log zerolog.Logger, az dispatcher.Authorizer) (*node, error) {
-	wf, err := workflow.New(nc, workflow.Config{}, workflow.WithLogger(log))
-	if err != nil {
-		return nil, err
-	}
-	opts := []dispatcher.Option{dispatcher.WithLogger(log), dispatcher.WithResolver(wf)}
-	fopts := []fanout.Option{fanout.WithLogger(log)}
-	if az != nil {
-		opts, fopts = append(opts, dispatcher.WithAuthorizer(az)), append(fopts, fanout.WithAuthorizer(az))
-	}
-	d, err := dispatcher.New(nc, f.config(subjects), opts...)
-	if err != nil {
-		return nil, err
-	}
-	if err := wf.Start(ctx, d); err != nil {
-		return nil, err
-	}
-	if err := d.Start(ctx); err != nil {
-		_ = wf.Close()
-		return nil, err
-	}
-	n := &node{Dispatcher: d, workflows: wf}
-	if n.fanout, err = fanout.New(nc, d, fanout.Config{}, fopts...); err == nil {
-		err = n.fanout.Start(ctx)
-	}
-	if err != nil {
-		_ = d.Close()
-		_ = wf.Close()
-		return nil, err
-	}
-	return n, nil
-}
-
-// node is one dispatcher replica with the services that run beside it:
-// broadcast and fan-out, and workflows.
-type node struct {
-	*dispatcher.Dispatcher
-	fanout    *fanout.Service
-	workflows *workflow.Engine
-}
-
-// Drain stops the services first (their branches and steps are the
-// dispatcher's tasks; durable runs hand over at their next step), then
-// the dispatcher, then the workflow engine.
-func (n *node) Drain(ctx context.Context) error {
-	err := errors.Join(n.fanout.Drain(ctx), n.workflows.Drain(ctx), n.Dispatcher.Drain(ctx))
-	return errors.Join(err, n.workflows.Close())
-}
-
 // provision creates the buckets and streams of topo that do not exist yet.
 func provision(ctx context.Context, nc *nats.Conn, topo streams.Topology) error {
 	js, err := jetstream.New(nc)
@@ -224,6 +170,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		registerHeartbeat(fs, &heartbeat)
 		fs.StringVar(&verifier, "verifier", "", "the verifier key `file` of the identity store (keys/verifier.nk, see agentreach auth):\n"+
 			"turns access control on: every task must prove its Reach-Source and be granted by the acl")
+		registerHTTP(fs, &df.http, httpOff)
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting, provisioning and joining the queue group")
@@ -233,6 +180,9 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	topo := streams.Topology{Subjects: conn.subjects(), Replicas: replicas, Heartbeat: heartbeat}
 	if err := topo.Validate(); err != nil {
+		return cl.usageError(stderr, "%v", err)
+	}
+	if err := checkHTTP(df.http); err != nil {
 		return cl.usageError(stderr, "%v", err)
 	}
 	log := conn.logger(stderr)
@@ -253,6 +203,9 @@ func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, 
 			err = serr
 		}
 	}()
+	if err := startTracing(ctx, &st); err != nil { // off unless OTEL_* asks; stopped last, after the last span
+		return err
+	}
 	nc, err := conn.connect("agentreach-dispatcher")
 	if err != nil {
 		return err
@@ -265,21 +218,19 @@ func serveDispatcher(ctx context.Context, conn *connFlags, df *dispatcherFlags, 
 			return err
 		}
 	}
-	var az dispatcher.Authorizer
+	var az *auth.Authorizer
 	if verifier != "" {
-		a, err := startAuthorizer(sctx, nc, verifier, log)
-		if err != nil {
+		if az, err = startAuthorizer(sctx, nc, verifier, log); err != nil {
 			return err
 		}
-		st.add("authorizer", func(context.Context) error { a.Close(); return nil })
-		az = a
+		st.add("authorizer", func(context.Context) error { az.Close(); return nil })
 	}
 	d, err := df.start(sctx, nc, topo.Subjects, log, az)
 	if err != nil {
 		return err
 	}
 	st.add("dispatcher", d.Drain)
-	log.Info().Str("server", nc.ConnectedUrlRedacted()).Str("name", d.Name()).Msg("dispatcher running")
+	log.Info().Str("server", nc.ConnectedUrlRedacted()).Str("name", d.Name()).Str("http", d.URL()).Msg("dispatcher running")
 	<-ctx.Done()
 	log.Info().Msg("stopping: draining the dispatcher")
 	return nil

@@ -33,14 +33,6 @@ instance has 5 samples.
 When no dispatcher answers within --gather it fails with "no dispatcher
 answered on <subject> within <gather>" and exit status 1.`
 
-const statsAbout = `
-Asks every running dispatcher replica (on <prefix>.api.stats) for its counters
-since start: tasks received, finished, failed, answered OVERLOADED, dropped,
-sent to another instance, in flight, and the agents in its routing table.
-
-When no dispatcher answers within --gather it fails with "no dispatcher
-answered on <subject> within <gather>" and exit status 1.`
-
 // gather sends an empty request on subject and collects every reply that
 // arrives within wait: one per dispatcher replica. No reply at all is a
 // NO_DISPATCHER error.
@@ -113,10 +105,6 @@ func inspect(ctx context.Context, name, about, verb string, args []string, stdou
 
 func runBreakers(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return inspect(ctx, "breakers", breakersAbout, dispatcher.APIBreakers, args, stdout, stderr, printBreakers)
-}
-
-func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return inspect(ctx, "stats", statsAbout, dispatcher.APIStats, args, stdout, stderr, printStats)
 }
 
 func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {

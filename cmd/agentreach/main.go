@@ -45,7 +45,7 @@ var commands = []command{
 	{"policy", "get, set, edit, validate or list the routing policy (REACH_POLICY)", runPolicy},
 	{"workflow", "put, validate, list, show or remove workflow definitions (REACH_POLICY workflow.<name>)", runWorkflow},
 	{"runs", "list workflow runs or show one step by step with every decision (REACH_RUNS)", runRuns},
-	{"stats", "print every dispatcher replica's counters", runStats},
+	{"stats", "print every dispatcher replica's counters, or the task record by capability, agent or type (--by)", runStats},
 	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
 	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", runConformance},
 	{"bench", "run the benchmark suite against plain NATS baselines (see BENCHMARKS.md)", runBench},

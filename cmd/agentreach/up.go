@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -82,6 +82,7 @@ func (f *upFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS with a development CA and certificates made in <data-dir>/tls")
 	fs.BoolVar(&f.tlsVerify, "tls-verify", false, "with --tls: require client certificates signed by that CA (mutual TLS)")
 	registerHeartbeat(fs, &f.heartbeat)
+	registerHTTP(fs, &f.dispatcher.http, defaultHTTP)
 }
 
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -109,6 +110,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.tlsVerify && !f.tls {
 		return cl.usageError(stderr, "--tls-verify needs --tls")
 	}
+	if err := checkHTTP(f.dispatcher.http); err != nil {
+		return cl.usageError(stderr, "%v", err)
+	}
 	if err := up(ctx, &f, stdout, f.global.logger(stderr)); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitFail
@@ -124,6 +128,9 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 			err = serr
 		}
 	}()
+	if err := startTracing(ctx, &st); err != nil { // off unless OTEL_* asks; stopped last, after the last span
+		return err
+	}
 	dataDir, err := filepath.Abs(f.dataDir)
 	if err == nil {
 		err = os.MkdirAll(dataDir, 0o750)
@@ -139,6 +146,9 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	st.add("data dir lock", func(context.Context) error { return unlock() })
 	sec, err := f.security(dataDir, log)
 	if err != nil {
+		return err
+	}
+	if err := freeHTTP(f.dispatcher.http); err != nil { // found out before anything starts
 		return err
 	}
 	srv, err := startServer(f, dataDir, sec, log)
@@ -179,7 +189,7 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	if err := provision(sctx, nc, streams.Topology{Subjects: subjects, Heartbeat: f.heartbeat}); err != nil {
 		return err
 	}
-	var az dispatcher.Authorizer
+	var az *auth.Authorizer
 	if sec.auth != nil {
 		if az, err = sec.auth.start(sctx, &st, nc, srv, sec.tlsOptions(), subjects, log); err != nil {
 			return err
@@ -199,9 +209,10 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 		st.add("demo agents", agents.Drain)
 		agentIDs = agents.IDs()
 	}
-	printBanner(stdout, banner{url: url, dataDir: dataDir, subjects: subjects, dispatcher: d.Name(), demo: f.demo,
+	printBanner(stdout, banner{url: url, dataDir: dataDir, subjects: subjects, dispatcher: d.Name(), http: d.URL(), demo: f.demo,
 		agentIDs: agentIDs, sec: sec})
-	log.Info().Str("url", url).Str("data_dir", dataDir).Str("dispatcher", d.Name()).Strs("agents", agentIDs).Msg("agentreach up")
+	log.Info().Str("url", url).Str("data_dir", dataDir).Str("dispatcher", d.Name()).Str("http", d.URL()).Strs("agents", agentIDs).
+		Msg("agentreach up")
 	<-ctx.Done()
 	log.Info().Msg("stopping: draining agents and dispatcher, then the server")
 	return nil
@@ -293,6 +304,7 @@ type banner struct {
 	url, dataDir string
 	subjects     streams.Subjects
 	dispatcher   string
+	http         string // the dashboard's URL, "" with --http off
 	demo         bool
 	agentIDs     []string
 	sec          *security
@@ -313,12 +325,23 @@ func printBanner(w io.Writer, b banner) {
 	if b.demo {
 		agents = strings.Join(b.agentIDs, ", ")
 	}
-	fmt.Fprintf(w, "Agent-Reach is up.\n  NATS        %s (JetStream, data in %s)\n  dispatcher  %s\n  agents      %s\n",
-		b.url, b.dataDir, b.dispatcher, agents)
+	dashboard := "off (--http off)"
+	if b.http != "" {
+		dashboard = b.http + " (HTTP API, /metrics, /healthz)"
+	}
+	fmt.Fprintf(w, "Agent-Reach is up.\n  NATS        %s (JetStream, data in %s)\n  dispatcher  %s\n  dashboard   %s\n  agents      %s\n",
+		b.url, b.dataDir, b.dispatcher, dashboard, agents)
 	for _, l := range sec.lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 	fmt.Fprintf(w, "\nTry:\n  agentreach call%s echo '{\"text\":\"hi\"}'\n", cliArgs+sec.caller)
+	if b.http != "" {
+		bearer := ""
+		if b.sec.auth != nil { // the gateway's calls name their identity by bearer token
+			bearer = fmt.Sprintf(`-H "Authorization: Bearer $(agentreach auth token --dir %s %s)" `, b.sec.auth.store.Dir(), upCallerIdentity)
+		}
+		fmt.Fprintf(w, "  curl %s-d '{\"text\":\"hi\"}' %sv1/call/echo\n", bearer, b.http)
+	}
 	if sec.caller == "" { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
 		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs, b.subjects.Task("echo"))
 	}

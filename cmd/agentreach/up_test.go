@@ -30,7 +30,7 @@ func TestUp(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
+		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn", "--http", "off",
 			"--max-payload", strconv.Itoa(4 << 20)}, &stdout, &stderr)
 	}()
 
@@ -112,7 +112,7 @@ func TestUpPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	r := runCmd(t, runUp, "--nats-listen", l.Addr().String(), "--data-dir", t.TempDir())
+	r := runCmd(t, runUp, "--nats-listen", l.Addr().String(), "--data-dir", t.TempDir(), "--http", "off")
 	if r.code != exitFail || !strings.Contains(r.stderr, "cannot listen on "+l.Addr().String()) ||
 		!strings.Contains(r.stderr, "a second stack also needs its own --data-dir") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
@@ -133,6 +133,8 @@ func startUp(t *testing.T, args ...string) *upRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	u := &upRun{stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan int, 1), cancel: cancel}
+	// No HTTP unless args ask for it (the last --http wins): port 8080 may be anyone's.
+	args = append([]string{"--http", "off"}, args...)
 	go func() { u.done <- runUp(ctx, append(args, "--log-level", "warn"), u.stdout, u.stderr) }()
 	t.Cleanup(func() { u.stop(t) })
 	return u

@@ -62,10 +62,12 @@ func Gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []Job, mode Mode
 		if j.Timeout > 0 {
 			bctx, bcancel = context.WithTimeout(first, j.Timeout)
 		}
+		span := dispatcher.TraceBranch(j.Msg.Header, j.Name, j.Capability)
 		go func() {
 			defer bcancel()
 			start := time.Now()
 			reply := d.Call(bctx, j.Capability, j.Msg, opts...)
+			dispatcher.EndSpan(span, streams.ErrorFromMessage(reply))
 			out <- outcome{i: i, reply: reply, latency: time.Since(start), late: bctx.Err() != nil,
 				decided: first.Err() != nil && ctx.Err() == nil}
 		}()

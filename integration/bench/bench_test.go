@@ -95,6 +95,10 @@ func TestQuickSuite(t *testing.T) {
 				"security_throughput_ratio_round_min", "security_throughput_ratio_round_max", "security_rounds",
 				"security_off_inproc_rps_c64", "security_auth_tls_inproc_rps_c64", "security_throughput_ratio_inproc"},
 			[]string{"security_off_failed_c64", "security_auth_tls_failed_c64", "goal_security_throughput"}},
+		{bench.ScenarioHTTP,
+			[]string{"nats_rps", "http_rps", "http_throughput_ratio", "observability_off_rps", "observability_on_rps",
+				"observability_throughput_ratio", "observability_spans_per_task"},
+			[]string{"http_p99_ms", "http_failed"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

@@ -1,0 +1,93 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// An identity's HTTP bearer token is
+//
+//	"ar1." name "." base64url(HMAC-SHA256(MAC key, "agentreach-bearer-v1" 0 name))
+//
+// keyed by the same MAC key as its Reach-Signature (see Signer), so the
+// identity derives it from its credentials and a dispatcher from the
+// verifier key: nothing new is stored or sent ahead. It names and proves
+// the identity for as long as the identity is in the directory and not
+// revoked; like any bearer token it is a secret (send it over TLS).
+const (
+	bearerVersion = "ar1"
+	bearerLabel   = "agentreach-bearer-v1"
+)
+
+// Bearer returns the HTTP bearer token of the signer's identity, for the
+// Authorization header of a request to a dispatcher's HTTP gateway.
+func (s *Signer) Bearer() string {
+	return bearerVersion + "." + s.name + "." + s.bearerMAC()
+}
+
+func (s *Signer) bearerMAC() string {
+	h := hmac.New(sha256.New, s.key)
+	h.Write([]byte(bearerLabel))
+	h.Write([]byte{0})
+	h.Write([]byte(s.name))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// Vouch is the HTTP gateway's side of the ACL: it checks authorization,
+// the value of a request's Authorization header ("Bearer <token>"), and
+// makes m a task of the identity the token proves — its Reach-Source that
+// name, whatever the client sent. A task the gateway publishes over NATS
+// (m.Subject set: a submit, broadcast or fan-out) is signed as that
+// identity too, so the replica that takes it verifies it like any other;
+// one the gateway routes in process (m.Subject empty) is not, and no
+// agent ever sees a signature. m's request id is set when it has none.
+// The ACL itself is checked where the task is routed.
+//
+// A missing header is UNAUTHORIZED, one that is not a bearer token of this
+// form BAD_REQUEST, an unknown, revoked or wrong token UNAUTHORIZED. It is
+// safe for concurrent use.
+func (a *Authorizer) Vouch(authorization string, m *nats.Msg) *streams.Error {
+	if authorization == "" {
+		return streams.NewError(streams.CodeUnauthorized,
+			"no Authorization header: with auth on, send Authorization: Bearer <token> (`agentreach auth token NAME` prints an identity's)")
+	}
+	token, ok := strings.CutPrefix(authorization, "Bearer ")
+	version, rest, ok2 := strings.Cut(token, ".")
+	name, mac, ok3 := strings.Cut(rest, ".")
+	if !ok || !ok2 || !ok3 || version != bearerVersion || streams.ValidateInstanceID(name) != nil {
+		return streams.NewError(streams.CodeBadRequest, "the Authorization header is no Agent-Reach bearer token (want Bearer %s.<name>.<mac>)", bearerVersion)
+	}
+	entry := a.current().entry(name)
+	switch {
+	case entry == nil:
+		return streams.NewError(streams.CodeUnauthorized, "the bearer token names %s, no known identity", name)
+	case !entry.Revoked.IsZero():
+		return streams.NewError(streams.CodeUnauthorized, "identity %s was revoked at %s", name, entry.Revoked.Format(time.RFC3339))
+	}
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(name, entry.PublicKey) })
+	if entry.err != nil {
+		return streams.NewError(streams.CodeUnauthorized, "identity %s: %v", name, entry.err)
+	}
+	if !hmac.Equal([]byte(mac), []byte(entry.signer.bearerMAC())) {
+		return streams.NewError(streams.CodeUnauthorized, "the bearer token of %s is not its own (made with other credentials, or the identity was re-created)", name)
+	}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Del(HeaderSignature)
+	m.Header.Set(streams.HeaderSource, name)
+	if m.Subject != "" {
+		if m.Header.Get(streams.HeaderRequestID) == "" {
+			m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+		}
+		entry.signer.Sign(m, a.now())
+	}
+	return nil
+}

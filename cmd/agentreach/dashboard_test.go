@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
+
+// chromiumPath is Debian's Chromium, which `make test` installs when it is
+// missing; AGENTREACH_CHROMIUM names another.
+const chromiumPath = "/usr/bin/chromium"
+
+// chromium returns the browser to run, or fails the test saying how to
+// get one: the dashboard test never skips.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("AGENTREACH_CHROMIUM"); p != "" {
+		return p
+	}
+	if _, err := os.Stat(chromiumPath); err == nil {
+		return chromiumPath
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	t.Fatalf("no Chromium at %s or on PATH: the dashboard test drives a real browser. `make test` installs Debian's "+
+		"(apt-get install -y chromium); or set AGENTREACH_CHROMIUM to a Chromium or Chrome binary", chromiumPath)
+	return ""
+}
+
+// TestDashboardInABrowser starts `up` with the demo agents and HTTP on a
+// free port, opens the dashboard in headless Chromium, and checks that it
+// lists the demo agents and shows a call made during the test within 5 s.
+// The screenshot is kept in the test's temporary directory, or at
+// $AGENTREACH_SCREENSHOT when set (docs/dashboard.png is made so).
+func TestDashboardInABrowser(t *testing.T) {
+	browser := chromium(t)
+	before := goroutines()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	u := startUp(t, "--nats-listen", listen, "--data-dir", t.TempDir(), "--demo", "--slow-delay", "300ms", "--http", httpAddr)
+	waitOutput(t, u.stdout, "Agent-Reach is up")
+	base := "http://" + httpAddr + "/"
+	if !strings.Contains(u.stdout.String(), "dashboard   "+base) {
+		t.Fatalf("the banner does not give the dashboard's URL %s:\n%s", base, u.stdout.String())
+	}
+	agentIDs := bannerAgents(t, u.stdout.String())
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1100),
+		// Without these Chromium reaches out to the network, which this
+		// machine refuses.
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	// The first action starts the browser, which lives as long as the
+	// context it ran with: bctx, without a timeout. Each step has its own
+	// bound.
+	step := func(what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, timeout)
+		defer cancel()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
+		t.Fatalf("open %s in Chromium: %v", base, err)
+	}
+	step(fmt.Sprintf("the dashboard lists the %d demo agents", len(agentIDs)), 15*time.Second,
+		chromedp.WaitVisible(`#health.ok`),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelectorAll('#agents tr[data-id]').length === %d`, len(agentIDs))))
+	shown, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#agents tr[data-id]')).map(r => r.dataset.id)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(shown)
+	if !slices.Equal(shown, agentIDs) {
+		t.Fatalf("the dashboard lists %v, want the demo agents %v", shown, agentIDs)
+	}
+
+	// A call made now shows within 5 s (the gateway's aggregate follows
+	// REACH_EVENTS, which the dashboard polls every second).
+	post(t, base+"v1/call/math.add", `{"a":2,"b":3}`, http.StatusOK)
+	start := time.Now()
+	step("the call to math.add is on the dashboard within 5s", 5*time.Second, chromedp.Poll[chromedp.Void](
+		`(document.querySelector('#capabilities tr[data-capability="math.add"] .tasks') || {}).textContent === "1"`))
+	t.Logf("the call showed on the dashboard after %v", time.Since(start).Round(time.Millisecond))
+
+	// Some traffic and a failure for the picture.
+	for i := range 12 {
+		post(t, base+"v1/call/echo", fmt.Sprintf(`{"n":%d}`, i), http.StatusOK)
+	}
+	post(t, base+"v1/call/slow", `{}`, http.StatusOK)
+	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound) // NO_AGENT
+	step("the failure and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('#failures tr[data-request]').length === 1 && document.querySelectorAll('#charts .chart').length === 4`))
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := os.Getenv("AGENTREACH_SCREENSHOT")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+
+	cancelBrowser()
+	cancelAlloc()
+	if code := u.stop(t); code != exitOK {
+		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
+	}
+	checkNoLeaks(t, before)
+}
+
+// bannerAgents returns the agent ids the banner of `up --demo` lists,
+// sorted.
+func bannerAgents(t *testing.T, banner string) []string {
+	t.Helper()
+	for _, line := range strings.Split(banner, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "agents"); ok {
+			ids := strings.Split(strings.TrimSpace(rest), ", ")
+			slices.Sort(ids)
+			return ids
+		}
+	}
+	t.Fatalf("no agents line in the banner:\n%s", banner)
+	return nil
+}
+
+// post sends body to url and checks the status.
+func post(t *testing.T, url, body string, want int) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != want {
+		t.Fatalf("POST %s: %d, want %d", url, res.StatusCode, want)
+	}
+}

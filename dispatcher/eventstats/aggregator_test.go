@@ -1,0 +1,221 @@
+package eventstats
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+)
+
+// clock is a settable time for the aggregator.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func newTestAggregator(t *testing.T, c *clock) *Aggregator {
+	t.Helper()
+	a, err := New(Config{Window: time.Hour, Buckets: 360, Now: c.Now,
+		TypeOf: func(id string) string {
+			return map[string]string{"echo-1": "echo", "echo-2": "echo", "risk-1": "risk"}[id]
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func score(v float64) *float64 { return &v }
+
+// within reports whether got is within 10 % of want (the histogram's
+// resolution).
+func within(got, want float64) bool { return math.Abs(got-want) <= 0.1*want }
+
+// knownSet adds: echo, 100 tasks of 1..100 ms on echo-1 (odd) and echo-2
+// (even), every 25th a TIMEOUT after 3 attempts, each costing 0.5; risk, 10
+// tasks of 200 ms on risk-1, the first hedged (2 attempts, no retry), and
+// one NO_AGENT nothing was delivered for; feedback 0.5 and 1 for two echo
+// tasks of echo-1; a fan-out's own record and a review resolution, which
+// count for nothing.
+func knownSet(a *Aggregator, at time.Time) {
+	for i := 1; i <= 100; i++ {
+		ev := &dispatcher.Event{RequestID: fmt.Sprintf("e%d", i), Capability: "echo", Status: "FINISHED", Outcome: "reply",
+			Node: "echo-1", Attempts: 1, Cost: 0.5, LatencyMS: float64(i), Start: at}
+		if i%2 == 0 {
+			ev.Node = "echo-2"
+		}
+		if i%25 == 0 {
+			ev.Status, ev.Code, ev.Attempts = "TIMEOUT", "TIMEOUT", 3
+		}
+		a.Add(ev)
+	}
+	for i := range 10 {
+		ev := &dispatcher.Event{RequestID: fmt.Sprintf("r%d", i), Capability: "risk", Status: "FINISHED", Outcome: "reply",
+			Node: "risk-1", Attempts: 1, LatencyMS: 200, Start: at}
+		if i == 0 {
+			ev.Hedged, ev.Attempts = true, 2
+		}
+		a.Add(ev)
+	}
+	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "risk", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply", Start: at})
+	a.Add(&dispatcher.Event{RequestID: "e1", Kind: "feedback", Node: "echo-1", Score: score(0.5), Start: at})
+	a.Add(&dispatcher.Event{RequestID: "e3", Kind: "feedback", Node: "echo-1", Score: score(1), Start: at})
+	a.Add(&dispatcher.Event{RequestID: "f1", Capability: "fanout", Kind: "fanout", Status: "FINISHED", Start: at})
+	a.Add(&dispatcher.Event{RequestID: "e5", Capability: "echo", Outcome: "review_drop", Status: "FAILED", Start: at})
+}
+
+func TestSummaryOfAKnownSet(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
+	a := newTestAggregator(t, c)
+	knownSet(a, c.now.Add(-10*time.Minute))
+	if got := a.Added(); got != 113 {
+		t.Errorf("Added = %d, want 113 (111 tasks, 2 scores)", got)
+	}
+
+	s, err := a.Summary(ByCapability, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Rows) != 2 || s.Rows[0].Key != "echo" || s.Rows[1].Key != "risk" {
+		t.Fatalf("rows %+v, want echo then risk", s.Rows)
+	}
+	echo, risk := s.Rows[0], s.Rows[1]
+	if echo.Tasks != 100 || echo.Succeeded != 96 || echo.Failed != 4 || echo.SuccessRate != 0.96 || echo.Retries != 8 ||
+		echo.Cost != 50 || echo.CostPerTask != 0.5 || echo.Errors["TIMEOUT"] != 4 || echo.Scores != 2 || *echo.Quality != 0.75 {
+		t.Errorf("echo %+v", echo)
+	}
+	if !within(echo.LatencyP50MS, 50) || !within(echo.LatencyP95MS, 95) || !within(echo.LatencyP99MS, 99) || echo.LatencyMean != 50.5 {
+		t.Errorf("echo latency p50 %v p95 %v p99 %v mean %v, want about 50, 95, 99 and exactly 50.5",
+			echo.LatencyP50MS, echo.LatencyP95MS, echo.LatencyP99MS, echo.LatencyMean)
+	}
+	if risk.Tasks != 11 || risk.Succeeded != 10 || risk.Hedged != 1 || risk.Retries != 0 || risk.Errors["NO_AGENT"] != 1 || risk.Quality != nil {
+		t.Errorf("risk %+v", risk)
+	}
+	if s.Total.Tasks != 111 || s.Total.Succeeded != 106 {
+		t.Errorf("total %+v", s.Total)
+	}
+	if len(s.Failures) != 5 || s.Failures[0].RequestID != "n1" || s.Failures[0].Code != "NO_AGENT" {
+		t.Errorf("failures %+v, want 5, newest (n1) first", s.Failures)
+	}
+
+	byAgent, err := a.Summary(ByAgent, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"echo-1": 50, "echo-2": 50, "risk-1": 10, NoneKey: 1}
+	for _, r := range byAgent.Rows {
+		if r.Tasks != want[r.Key] {
+			t.Errorf("agent %s: %d tasks, want %d", r.Key, r.Tasks, want[r.Key])
+		}
+		if r.Key == "echo-1" && (r.Scores != 2 || *r.Quality != 0.75) {
+			t.Errorf("echo-1 quality %v from %d scores, want 0.75 from 2", r.Quality, r.Scores)
+		}
+	}
+	byType, err := a.Summary(ByType, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byType.Rows) != 3 || byType.Rows[0].Key != "echo" || byType.Rows[0].Tasks != 100 || byType.Rows[1].Key != "risk" ||
+		byType.Rows[2].Key != NoneKey {
+		t.Errorf("by type %+v", byType.Rows)
+	}
+}
+
+func TestSummaryWindowSlides(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
+	a := newTestAggregator(t, c)
+	a.Add(&dispatcher.Event{RequestID: "old", Capability: "echo", Status: "FINISHED", Attempts: 1, LatencyMS: 1, Start: c.now.Add(-50 * time.Minute)})
+	a.Add(&dispatcher.Event{RequestID: "new", Capability: "echo", Status: "FINISHED", Attempts: 1, LatencyMS: 1, Start: c.now.Add(-5 * time.Minute)})
+	a.Add(&dispatcher.Event{RequestID: "gone", Capability: "echo", Status: "FINISHED", Start: c.now.Add(-2 * time.Hour)})
+	tasks := func(since time.Duration) int64 {
+		s, err := a.Summary(ByCapability, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Total.Tasks
+	}
+	if got := tasks(0); got != 2 {
+		t.Errorf("the hour: %d tasks, want 2 (the one older than the window is dropped)", got)
+	}
+	if got := tasks(10 * time.Minute); got != 1 {
+		t.Errorf("the last 10 min: %d tasks, want 1", got)
+	}
+	c.now = c.now.Add(20 * time.Minute) // the old one leaves the window
+	if got := tasks(0); got != 1 {
+		t.Errorf("20 min later: %d tasks, want 1", got)
+	}
+	series, err := a.Series(10 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(series) != 0 {
+		t.Errorf("series of the last 10 min: %v, want none (the task is 25 min old)", series)
+	}
+	series, err = a.Series(30 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, p := range series["echo"] {
+		n += p.Tasks
+	}
+	if pts := len(series["echo"]); pts != 180 || n != 1 {
+		t.Errorf("series of the last 30 min: %d points holding %d tasks, want 180 (10 s each) holding 1", pts, n)
+	}
+}
+
+func TestBadQueries(t *testing.T) {
+	a, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []Query{{By: "region"}, {Since: "yesterday"}, {Since: "-5m"}, {Since: "2h"}} {
+		if _, e := a.Answer(q); e == nil || e.Code != "BAD_REQUEST" {
+			t.Errorf("%+v: %v, want BAD_REQUEST", q, e)
+		}
+	}
+	if _, err := a.Summary("x", 0); !errors.Is(err, ErrInvalidQuery) {
+		t.Errorf("Summary by x: %v, want ErrInvalidQuery", err)
+	}
+	for _, cfg := range []Config{{Window: time.Millisecond}, {Buckets: -1}, {MaxKeys: -1}} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
+
+func TestKeysAreBounded(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
+	a, err := New(Config{MaxKeys: 2, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, capability := range []string{"a", "b", "c", "d"} {
+		a.Add(&dispatcher.Event{RequestID: capability, Capability: capability, Status: "FINISHED", Start: c.now})
+	}
+	s, _ := a.Summary(ByCapability, 0)
+	got := map[string]int64{}
+	for _, r := range s.Rows {
+		got[r.Key] = r.Tasks
+	}
+	if len(got) != 3 || got["a"] != 1 || got["b"] != 1 || got[OtherKey] != 2 {
+		t.Errorf("rows %v, want a, b and other with 2", got)
+	}
+}
+
+func TestQuantilesStayWithinWhatWasSeen(t *testing.T) {
+	var h histogram
+	h.add(2000)
+	if q := h.quantile(0.5); q != 2000 {
+		t.Errorf("one sample of 2000 ms: p50 %v, want 2000 exactly", q)
+	}
+	h.add(10)
+	if q := h.quantile(0.99); q != 2000 {
+		t.Errorf("p99 of 10 and 2000 ms: %v, want 2000", q)
+	}
+	if q := h.quantile(0.01); q != 10 {
+		t.Errorf("p1 of 10 and 2000 ms: %v, want 10", q)
+	}
+}

@@ -1,0 +1,147 @@
+// The Agent-Reach dashboard: polls the gateway's JSON endpoints every
+// second and redraws. No framework, no build step; charts are SVG drawn
+// here.
+"use strict";
+
+const POLL_MS = 1000;
+const SHOW_FAILURES = 10; // of the 20 the gateway keeps
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+function num(v, digits) {
+  return Number(v || 0).toLocaleString(undefined, { maximumFractionDigits: digits === undefined ? 0 : digits });
+}
+function ms(v) {
+  if (!v) return "–";
+  if (v < 0.01) return "< 0.01 ms";
+  return (v < 10 ? num(v, 2) : num(v, 0)) + " ms";
+}
+function pct(v, tasks) { return tasks ? num(100 * v, 1) + " %" : "–"; }
+function age(msAgo) { return msAgo < 1000 ? "now" : num(msAgo / 1000, 1) + " s ago"; }
+
+function fill(table, rows, empty) {
+  const body = document.querySelector(table + " tbody");
+  body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: empty.cols }, empty.text))]));
+}
+
+function cell(text, cls) { return el("td", cls ? { class: cls } : {}, text); }
+
+function drawAgents(agents) {
+  document.getElementById("tile-agents").textContent = agents.length;
+  fill("#agents", agents.map(a => el("tr", { "data-id": a.id },
+    cell(a.id), cell(a.type), cell(a.capabilities.join(", ")), cell(a.status, "state-" + a.status),
+    el("td", {}, el("span", { class: "bar", title: a.active + " of " + a.max_concurrent },
+      el("i", { style: "width:" + Math.min(100, 100 * a.load) + "%" })), " " + a.active + "/" + a.max_concurrent),
+    cell(age(a.heartbeat_age_ms)), cell(a.breaker, "state-" + a.breaker), cell(ms(a.latency_ms), "num"))),
+    { cols: 8, text: "no agent registered" });
+}
+
+function drawCapabilities(summary) {
+  const rows = (summary ? summary.rows : []).map(r => el("tr", { "data-capability": r.key },
+    cell(r.key), el("td", { class: "num tasks" }, num(r.tasks)), cell(pct(r.success_rate, r.tasks), r.success_rate < 0.99 ? "num bad" : "num"),
+    cell(ms(r.latency_p50_ms), "num"), cell(ms(r.latency_p95_ms), "num"), cell(ms(r.latency_p99_ms), "num"),
+    cell(num(r.retries), "num"), cell(r.cost_per_task ? num(r.cost_per_task, 4) : "–", "num"),
+    cell(r.quality === undefined ? "–" : num(r.quality, 2), "num")));
+  fill("#capabilities", rows, { cols: 9, text: "no task yet" });
+  const total = summary ? summary.total : { tasks: 0, success_rate: 0 };
+  document.getElementById("tile-tasks").textContent = num(total.tasks);
+  document.getElementById("tile-success").textContent = pct(total.success_rate, total.tasks);
+}
+
+function drawFailures(summary) {
+  const rows = (summary ? summary.failures : []).slice(0, SHOW_FAILURES).map(f => el("tr", { "data-request": f.request_id },
+    cell(new Date(f.time).toLocaleTimeString()), cell(f.capability), cell(f.code || f.status, "bad"), cell(f.node || "–"),
+    cell(f.attempts, "num"), cell(ms(f.latency_ms), "num"), cell(f.request_id)));
+  fill("#failures", rows, { cols: 7, text: "none" });
+}
+
+// chart draws one capability's series: volume as bars, p95 latency as a
+// line on its own scale.
+function chart(name, points) {
+  const W = 320, H = 110, pad = 18;
+  const maxVol = Math.max(1, ...points.map(p => p.tasks));
+  const maxLat = Math.max(1, ...points.map(p => p.p95_ms));
+  const step = (W - 2 * pad) / Math.max(1, points.length);
+  const s = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": name });
+  s.append(svg("line", { x1: pad, y1: H - pad, x2: W - pad, y2: H - pad, class: "axis" }));
+  // The latency line is broken where a slice had no task: no latency there.
+  const lines = [[]];
+  points.forEach((p, i) => {
+    const x = pad + i * step;
+    const h = (H - 2 * pad) * p.tasks / maxVol;
+    if (!p.tasks) {
+      if (lines[lines.length - 1].length) lines.push([]);
+      return;
+    }
+    s.append(svg("rect", { x: x, y: H - pad - h, width: Math.max(1, step - 1), height: h, class: "vol" }));
+    lines[lines.length - 1].push(`${x + step / 2},${H - pad - (H - 2 * pad) * p.p95_ms / maxLat}`);
+  });
+  for (const line of lines) {
+    if (line.length) s.append(svg("polyline", { points: line.join(" "), class: "lat" }));
+  }
+  const legend = svg("text", { x: pad, y: 11, class: "legend" });
+  legend.textContent = `max ${num(maxVol)} tasks / 10 s · p95 up to ${ms(maxLat)}`;
+  s.append(legend);
+  return el("div", { class: "chart", "data-capability": name }, el("h3", {}, name), s);
+}
+
+function drawCharts(series) {
+  const names = Object.keys(series || {}).sort();
+  const box = document.getElementById("charts");
+  box.replaceChildren(...(names.length ? names.map(n => chart(n, series[n])) : [el("p", { class: "muted empty" }, "no task yet")]));
+}
+
+function drawStreams(streams, dispatcher) {
+  const set = (id, v) => {
+    const e = document.getElementById(id);
+    e.textContent = v === undefined ? "–" : num(v);
+    e.classList.toggle("nonzero", v > 0);
+  };
+  set("tile-pending", streams.REACH_TASKS);
+  set("tile-dlq", streams.REACH_DLQ);
+  set("tile-review", streams.REACH_REVIEW);
+  set("tile-inflight", dispatcher.in_flight);
+}
+
+async function getJSON(path) {
+  const r = await fetch(path, { cache: "no-store" });
+  const body = await r.json();
+  if (!r.ok && !body.status) throw new Error(path + ": " + (body.message || r.status));
+  return body;
+}
+
+async function refresh() {
+  const health = document.getElementById("health");
+  try {
+    const [h, agents, stats] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"), getJSON("/v1/stats?series=10m")]);
+    health.textContent = h.status;
+    health.className = "badge " + (h.status === "ok" ? "ok" : "bad");
+    document.getElementById("dispatcher").textContent = "dispatcher " + h.dispatcher;
+    drawAgents(agents);
+    drawCapabilities(stats.summary);
+    drawFailures(stats.summary);
+    drawCharts(stats.series);
+    drawStreams(stats.streams || {}, stats.dispatcher || {});
+    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (err) {
+    health.textContent = "unreachable";
+    health.className = "badge bad";
+    document.getElementById("updated").textContent = String(err);
+  }
+}
+
+refresh();
+setInterval(refresh, POLL_MS);
