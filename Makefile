@@ -25,9 +25,12 @@ build:
 ## test: vet, format check and every test with the race detector, then every
 ## fuzz target for $(TEST_FUZZTIME), then sdk-test. The nats CLI is installed into ./bin
 ## first: a test checks the wire contract with it; and Chromium, when
-## missing: a test drives the dashboard in it.
+## missing: a test drives the dashboard in it and keeps its screenshot as
+## .artifacts/dashboard.png.
 test: vet fmt-check tools chromium
-	AGENTREACH_NATS_CLI=$(NATS) $(GO) test -race -count=1 -timeout $(TESTTIME) ./...
+	mkdir -p $(CURDIR)/.artifacts
+	AGENTREACH_NATS_CLI=$(NATS) AGENTREACH_SCREENSHOT=$(CURDIR)/.artifacts/dashboard.png \
+		$(GO) test -race -count=1 -timeout $(TESTTIME) ./...
 	GO=$(GO) FUZZTIME=$(TEST_FUZZTIME) .ci/fuzz
 	$(MAKE) --no-print-directory sdk-test
 

@@ -334,17 +334,40 @@ func printBanner(w io.Writer, b banner) {
 	for _, l := range sec.lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
-	fmt.Fprintf(w, "\nTry:\n  agentreach call%s echo '{\"text\":\"hi\"}'\n", cliArgs+sec.caller)
+	self := selfCommand()
+	fmt.Fprintf(w, "\nTry:\n  %s call%s echo '{\"text\":\"hi\"}'\n", self, cliArgs+sec.caller)
 	if b.http != "" {
 		bearer := ""
 		if b.sec.auth != nil { // the gateway's calls name their identity by bearer token
-			bearer = fmt.Sprintf(`-H "Authorization: Bearer $(agentreach auth token --dir %s %s)" `, b.sec.auth.store.Dir(), upCallerIdentity)
+			bearer = fmt.Sprintf(`-H "Authorization: Bearer $(%s auth token --dir %s %s)" `, self, b.sec.auth.store.Dir(), upCallerIdentity)
 		}
 		fmt.Fprintf(w, "  curl %s-d '{\"text\":\"hi\"}' %sv1/call/echo\n", bearer, b.http)
 	}
 	if sec.caller == "" { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
 		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs, b.subjects.Task("echo"))
 	}
-	fmt.Fprintf(w, "  nats%s kv ls %s\n  agentreach agents%s\n\nCtrl-C stops everything.\n",
-		natsArgs+sec.natsAdmin, streams.BucketAgents, cliArgs+sec.admin)
+	fmt.Fprintf(w, "  nats%s kv ls %s\n  %s agents%s\n\nCtrl-C stops everything.\n",
+		natsArgs+sec.natsAdmin, streams.BucketAgents, self, cliArgs+sec.admin)
+}
+
+// selfCommand is how to run this binary again from the working directory:
+// its relative path when it lies below it (make run: bin/agentreach), else
+// "agentreach", as on $PATH (go run's binary is a temporary file).
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "agentreach"
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "agentreach"
+	}
+	rel, err := filepath.Rel(wd, exe)
+	switch {
+	case err != nil || filepath.Base(rel) != "agentreach" || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)):
+		return "agentreach"
+	case !strings.ContainsRune(rel, filepath.Separator):
+		return "." + string(filepath.Separator) + rel
+	}
+	return rel
 }
