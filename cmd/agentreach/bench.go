@@ -37,6 +37,10 @@ reports ratios, so the comparison holds on noisy hardware:
   fanout    a 10-branch fan-out vs one routed call: p50 ratio
   broadcast a broadcast to 1,000 instances vs a raw NATS scatter-gather to
             the same subscribers: time until every reply is gathered
+  security  routed echo with auth, the ACL, Reach-Signature and TLS on vs
+            all of it off (throughput at 64 callers)
+  http      POST /v1/call/echo with keep-alive at 64 clients vs reach.task.echo
+            over NATS; metrics and tracing on vs off (throughput)
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load
