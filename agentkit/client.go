@@ -161,6 +161,10 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 func (c *Client) cancel(requestID string) {
 	m := nats.NewMsg(c.subjects.Cancel())
 	m.Header.Set(streams.HeaderRequestID, requestID)
+	if c.source != "" {
+		m.Header.Set(streams.HeaderSource, c.source)
+	}
+	c.sign(m)              // where auth is on, a dispatcher cancels only its signer's tasks
 	_ = c.nc.PublishMsg(m) // advisory: a lost cancel only wastes the agent's work
 }
 

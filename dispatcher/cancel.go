@@ -78,15 +78,31 @@ func (d *Dispatcher) notifyCancel(dl *delivery) {
 
 // onCancel handles a caller's cancel on reach.cancel: every direct-tier
 // task of this replica with that request id ends CANCELLED. Durable tasks
-// are not cancelled this way: they end in a recorded outcome.
+// are not cancelled this way: they end in a recorded outcome. With an
+// authorizer the cancel must prove its Reach-Source, and only tasks of that
+// caller end.
 func (d *Dispatcher) onCancel(m *nats.Msg) {
 	id := m.Header.Get(streams.HeaderRequestID)
 	if streams.ValidateInstanceID(id) != nil {
 		d.log.Debug().Str("request_id", id).Msg("cancel without a valid request id ignored")
 		return
 	}
+	// With an authorizer a cancel is a caller's request like a task: signed
+	// by its Reach-Source, and it stops only that identity's own tasks.
+	source := ""
+	if d.authorizer != nil {
+		if e := d.authorizer.Authorize("", m, false); e != nil {
+			d.log.Debug().Str("request_id", id).Str("source", m.Header.Get(streams.HeaderSource)).Str("reason", e.Message).Msg("cancel refused")
+			return
+		}
+		source = m.Header.Get(streams.HeaderSource)
+	}
 	e := streams.NewError(streams.CodeCancelled, "cancelled by the caller")
 	for _, t := range d.tasksWithID(id) {
+		if t.source != source {
+			t.log.Debug().Str("source", source).Msg("cancel by another identity than the task's caller ignored")
+			continue
+		}
 		t.log.Debug().Msg("task cancelled by the caller")
 		d.cancel(t, e)
 	}

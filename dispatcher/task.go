@@ -25,6 +25,7 @@ type task struct {
 	capability  string
 	requestID   string
 	orchID      string
+	source      string // Reach-Source: with an authorizer, the identity proven (cancel.go)
 	affinity    string
 	unicast     string
 	contentType string
@@ -184,6 +185,7 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 		if e := d.authorizer.Authorize(t.capability, m, durable); e != nil {
 			return t, e
 		}
+		t.source = h.Get(streams.HeaderSource)
 	}
 	if t.pol.write && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)

@@ -643,3 +643,91 @@ func TestANewACLIsInForceWithoutARestart(t *testing.T) {
 		t.Fatalf("an invalid ACL put by hand replaced the good one: %v", err)
 	}
 }
+
+// A cancel is a caller's request like a task: where auth is on it must be
+// proven, and it stops only its own caller's task. Cancels that name
+// another caller's task — unsigned, proven by another identity, or signed
+// by one and claiming the other — stop nothing.
+func TestACancelStopsOnlyItsOwnCallersTask(t *testing.T) {
+	st := NewSecureStack(t, time.Second, `{"rules": [{"caller": "caller", "may_call": ["hold"]}, {"caller": "billing-*", "may_call": ["hold"]}]}`)
+	d := st.Dispatcher(dispatcher.Config{})
+	started, stopped, release := make(chan string, 4), make(chan string, 4), make(chan struct{})
+	st.Agent(agentkit.Config{ID: "hold-1", Type: "hold", MaxConcurrent: 4}, map[string]agentkit.Handler{"hold": func(ctx context.Context, r *agentkit.Request) (any, error) {
+		started <- r.RequestID
+		select {
+		case <-ctx.Done():
+			stopped <- r.RequestID
+			return nil, ctx.Err()
+		case <-release:
+			return map[string]string{"done": r.RequestID}, nil
+		}
+	}})
+	WaitRoutable(t, "hold", 1, d)
+	st.Identity(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
+	owner := st.Client()
+	call := func(id string) (context.CancelFunc, chan error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := owner.Call(ctx, "hold", map[string]string{}, agentkit.WithRequestID(id))
+			errc <- err
+		}()
+		return cancel, errc
+	}
+	_, errA := call("task-a")
+	cancelB, errB := call("task-b")
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the tasks did not start within 10s")
+		}
+	}
+
+	billingSigner, err := auth.LoadSigner(st.Store.CredsFile("billing-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelOf := func(id string) *nats.Msg {
+		m := nats.NewMsg(streams.Subjects{}.Cancel())
+		m.Header.Set(streams.HeaderRequestID, id)
+		return m
+	}
+	admin, billing := st.Conn(), st.ConnAs("billing-1")
+	unsigned := cancelOf("task-a")
+	unsigned.Header.Set(streams.HeaderSource, SecureCaller)
+	another := cancelOf("task-a")
+	billingSigner.Sign(another, time.Now())
+	claiming := cancelOf("task-a")
+	billingSigner.Sign(claiming, time.Now())
+	claiming.Header.Set(streams.HeaderSource, SecureCaller)
+	for _, c := range []struct {
+		nc *nats.Conn
+		m  *nats.Msg
+	}{{admin, unsigned}, {billing, another}, {billing, claiming}} {
+		if err := c.nc.PublishMsg(c.m); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nc.Flush(); err != nil { // the server has passed it on before the owner's cancel below
+			t.Fatal(err)
+		}
+	}
+	// The owner's own cancel of task-b reaches the dispatcher after those
+	// (one subscription, in order): once task-b stopped, they were handled.
+	cancelB()
+	select {
+	case id := <-stopped:
+		if id != "task-b" {
+			t.Fatalf("%s stopped, want task-b", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owner's cancel did not stop task-b within 10s")
+	}
+	if err := <-errB; !errors.Is(err, streams.ErrCancelled) {
+		t.Errorf("task-b: %v, want CANCELLED", err)
+	}
+	close(release)
+	if err := <-errA; err != nil {
+		t.Fatalf("task-a, which only other identities tried to cancel: %v, want its result", err)
+	}
+}
