@@ -3,7 +3,8 @@ package auth
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,44 +19,15 @@ import (
 // TestAuthorizer checks every rule of Authorize against a directory and an
 // ACL in a real REACH_POLICY, with the clock moved by hand.
 func TestAuthorizer(t *testing.T) {
-	s := natstest.RunServer(t)
-	nc := natstest.Connect(t, s)
-	natstest.Provision(t, nc, streams.Topology{Memory: true})
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(key string, v any) {
-		b, _ := json.Marshal(v)
-		if _, err := registry.PutPolicy(ctx, kv, key, b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	v := newVerifier(t)
 	seed, pub := newUser(t)
 	_, revokedPub := newUser(t)
-	put(PolicyIdentityPrefix+"billing-1", DirectoryEntry{Role: RoleCaller, PublicKey: pub})
-	put(PolicyIdentityPrefix+"billing-9", DirectoryEntry{Role: RoleCaller, PublicKey: revokedPub, Revoked: time.Unix(1700000000, 0).UTC()})
-	put(registry.PolicyACL, registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}})
-
 	now := time.Now()
-	a, err := NewAuthorizer(ctx, js, v, AuthorizerConfig{}, withClock(func() time.Time { return now }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		if a.current().entry("billing-1") == nil {
-			return errors.New("the directory is not loaded yet")
-		}
-		return nil
-	})
+	a := policyAuthorizer(t, v, map[string]any{
+		PolicyIdentityPrefix + "billing-1": DirectoryEntry{Role: RoleCaller, PublicKey: pub},
+		PolicyIdentityPrefix + "billing-9": DirectoryEntry{Role: RoleCaller, PublicKey: revokedPub, Revoked: time.Unix(1700000000, 0).UTC()},
+		registry.PolicyACL:                 registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+	}, withClock(func() time.Time { return now }))
 	signer, err := NewSigner("billing-1", seed, v.PublicKey())
 	if err != nil {
 		t.Fatal(err)
@@ -148,4 +120,49 @@ func TestAuthorizer(t *testing.T) {
 			t.Errorf("%s: a durable task lost its signature: a dead letter's replay would be refused", c.name)
 		}
 	}
+}
+
+// policyAuthorizer starts an authorizer with verifier v over a real
+// REACH_POLICY holding policy (key → value, as JSON) on a server of its
+// own, once it has read every identity in it; the test's cleanup stops it.
+func policyAuthorizer(t *testing.T, v *Verifier, policy map[string]any, opts ...AuthorizerOption) *Authorizer {
+	t.Helper()
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Memory: true})
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for key, value := range policy {
+		b, _ := json.Marshal(value)
+		if _, err := registry.PutPolicy(ctx, kv, key, b); err != nil {
+			t.Fatal(err)
+		}
+		if name, ok := strings.CutPrefix(key, PolicyIdentityPrefix); ok {
+			names = append(names, name)
+		}
+	}
+	a, err := NewAuthorizer(ctx, js, v, AuthorizerConfig{}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		v := a.current()
+		for _, name := range names {
+			if v.entry(name) == nil {
+				return fmt.Errorf("identity %s is not loaded yet", name)
+			}
+		}
+		return nil
+	})
+	return a
 }

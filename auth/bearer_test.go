@@ -1,17 +1,12 @@
 package auth
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -22,41 +17,13 @@ import (
 // Authorize accepts it; other identities' tokens, tampered, revoked or
 // malformed ones are refused with their code.
 func TestVouch(t *testing.T) {
-	s := natstest.RunServer(t)
-	nc := natstest.Connect(t, s)
-	natstest.Provision(t, nc, streams.Topology{Memory: true})
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(key string, v any) {
-		b, _ := json.Marshal(v)
-		if _, err := registry.PutPolicy(ctx, kv, key, b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	v := newVerifier(t)
 	seed, pub := newUser(t)
 	otherSeed, otherPub := newUser(t)
-	put(PolicyIdentityPrefix+"web", DirectoryEntry{Role: RoleCaller, PublicKey: pub})
-	put(PolicyIdentityPrefix+"gone", DirectoryEntry{Role: RoleCaller, PublicKey: otherPub, Revoked: time.Unix(1700000000, 0).UTC()})
-	put(registry.PolicyACL, registry.ACL{Rules: []registry.ACLRule{{Caller: "web", MayCall: []string{"echo"}}}})
-	a, err := NewAuthorizer(ctx, js, v, AuthorizerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		if a.current().entry("web") == nil {
-			return errors.New("the directory is not loaded yet")
-		}
-		return nil
+	a := policyAuthorizer(t, v, map[string]any{
+		PolicyIdentityPrefix + "web":  DirectoryEntry{Role: RoleCaller, PublicKey: pub},
+		PolicyIdentityPrefix + "gone": DirectoryEntry{Role: RoleCaller, PublicKey: otherPub, Revoked: time.Unix(1700000000, 0).UTC()},
+		registry.PolicyACL:            registry.ACL{Rules: []registry.ACLRule{{Caller: "web", MayCall: []string{"echo"}}}},
 	})
 	signer := func(name string, seed []byte) *Signer {
 		s, err := NewSigner(name, seed, v.PublicKey())
