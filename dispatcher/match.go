@@ -245,10 +245,10 @@ func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Ex
 			list = append(list, x)
 		}
 	}
-	if t.view != nil {
-		for _, x := range t.view.excluded {
-			add(x)
-		}
+	if t.view != nil { // thousands at 10k agents: counted, not walked
+		ex := t.view.excluded
+		list = append(list, ex[:min(len(ex), limit)]...)
+		total = len(ex)
 	}
 	for _, x := range t.passed {
 		add(x)
