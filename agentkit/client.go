@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +30,7 @@ type Client struct {
 
 	signer    *auth.Signer // signs every task (sign.go); nil: unsigned
 	signerErr error
+	published sync.Map // subjects the server let this client publish to, checked on first use with a signer (sign.go)
 }
 
 // ClientOption configures a Client.

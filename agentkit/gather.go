@@ -193,7 +193,15 @@ func (c *Client) encode(payload any) ([]byte, error) {
 func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (reply *nats.Msg, err error) {
 	span := traceCall(ctx, m)
 	defer func() { endCall(span, reply, err) }()
-	reply, err = c.nc.RequestMsgWithContext(ctx, m)
+	if c.signer != nil && !c.mayPublish(m.Subject) {
+		reply, err = c.firstRequest(ctx, m)
+	} else {
+		reply, err = c.nc.RequestMsgWithContext(ctx, m)
+	}
+	var refused *refusal
+	if errors.As(err, &refused) {
+		return nil, streams.NewError(streams.CodeUnauthorized, "%s: the server refused it: %v", what, refused.err)
+	}
 	if err != nil && ctx.Err() != nil {
 		c.cancel(m.Header.Get(streams.HeaderRequestID)) // nobody will read the answer now
 	}

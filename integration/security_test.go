@@ -621,15 +621,20 @@ func TestANewACLIsInForceWithoutARestart(t *testing.T) {
 		_, err := c.Call(ctx, "echo", echoIn{Text: "hi"})
 		return err
 	}
-	// The server drops a publish nothing grants; the caller hears why.
-	if err := call(); streams.AsError(err).Code != streams.CodeUnauthorized ||
+	// The server drops a publish nothing grants; the caller hears why, and
+	// at once: not when its deadline, a minute away, has passed.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	_, err := c.Call(ctx, "echo", echoIn{Text: "hi"})
+	early := ctx.Err() == nil
+	cancel()
+	if streams.AsError(err).Code != streams.CodeUnauthorized || !early ||
 		!strings.Contains(err.Error(), `Permissions Violation for Publish to "reach.task.echo"`) {
-		t.Fatalf("a call nothing grants: %v", err)
+		t.Fatalf("a call nothing grants: %v (before its deadline: %v)", err, early)
 	}
 	st.SetACL(`{"rules": [{"caller": "call*", "may_call": ["echo"]}]}`)
 	natstest.WaitFor(t, 10*time.Second, call) // the caller's connection moves to the new permissions
 	js, _ := jetstream.New(st.Conn())
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
