@@ -41,7 +41,7 @@ def _free_port() -> int:
 class Stack:
     """Stack is one ``agentreach up`` process: its URL and how to stop it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         binary = BINARY
         if not binary.exists():
             pytest.fail(f"{binary} is missing: run `make build` first (or set AGENTREACH_BIN)")
@@ -49,9 +49,10 @@ class Stack:
         port = _free_port()
         self.url = f"nats://127.0.0.1:{port}"
         self.log = open(Path(self._dir.name) / "up.log", "w+")
+        self.data = Path(self._dir.name) / "data"
         self.proc = subprocess.Popen(
-            [str(binary), "up", "--nats-listen", f"127.0.0.1:{port}", "--data-dir", str(Path(self._dir.name) / "data"),
-             "--heartbeat", f"{int(HEARTBEAT * 1000)}ms", "--max-payload", str(MAX_PAYLOAD)],
+            [str(binary), "up", "--nats-listen", f"127.0.0.1:{port}", "--data-dir", str(self.data),
+             "--heartbeat", f"{int(HEARTBEAT * 1000)}ms", "--max-payload", str(MAX_PAYLOAD), "--http", "off", *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.proc.stdout is not None
         if not self._wait_banner(30.0):

@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Optional, Union
 
 import nats
+from nats.aio.client import DEFAULT_INBOX_PREFIX
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -22,6 +23,7 @@ from . import _wire as w
 from ._heartbeat import Heartbeat
 from ._idempotency import ClaimFailed, Idempotency, InDoubt, Outcome
 from ._typed import convert, payload_type, to_wire
+from .auth import Credentials
 from .client import Client, Result
 from .declaration import validate as validate_declaration
 from .errors import (BadRequest, Cancelled, DeadlineExceeded, Internal, InvalidConfig, NoAgent, PayloadTooLarge,
@@ -186,7 +188,8 @@ class Agent:
     def __init__(self, nc_or_url: Union[NATS, str, list[str]], *, type: str, id: Optional[str] = None,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, weight: int = 100, version: str = "0.0.0",
                  timeout_hint: float = 0.0, declaration: Optional[dict[str, Any]] = None,
-                 drain_timeout: float = DEFAULT_DRAIN_TIMEOUT, prefix: str = w.DEFAULT_PREFIX):
+                 drain_timeout: float = DEFAULT_DRAIN_TIMEOUT, prefix: str = w.DEFAULT_PREFIX,
+                 credentials: Optional[str] = None):
         problem = w.capability_problem(type)
         if problem:
             raise InvalidConfig(f"type: {problem}")
@@ -207,6 +210,12 @@ class Agent:
             raise InvalidConfig("version: must be a string")
         if declaration is not None and not isinstance(declaration, dict):
             raise InvalidConfig(f"declaration: must be a dict, got {declaration.__class__.__name__}")
+        self._creds: Optional[Credentials] = None
+        if credentials is not None:  # an identity of `agentreach auth agent <id> --type <type>`
+            self._creds = Credentials.load(credentials)
+            if self._creds.role and (self._creds.name != id or self._creds.type != type):
+                raise InvalidConfig(f"credentials: {credentials} are agent {self._creds.name!r} of type "
+                                    f"{self._creds.type!r}, not {id!r} of type {type!r}")
         self.id = id
         self.type = type
         self.max_concurrent = max_concurrent
@@ -342,7 +351,8 @@ class Agent:
         if decl is not None:
             caps = await js.key_value(w.BUCKET_CAPS)
             await caps.put(self.type, json.dumps(decl).encode())
-        self.client = Client(self._nc, source=self.id, prefix=self.prefix)
+        self.client = Client(self._nc, source=self.id, prefix=self.prefix,
+                             signer=self._creds.signer() if self._creds is not None and self._creds.verifier else None)
         if any(not h.is_async for h in self._handlers.values()):
             self._executor = concurrent.futures.ThreadPoolExecutor(self.max_concurrent,
                                                                    thread_name_prefix=f"agentreach-{self.id}")
@@ -357,10 +367,13 @@ class Agent:
     def _connect_args(self) -> tuple[list[str], dict[str, Any]]:
         """Returns the servers and options to connect with (the heartbeat's too)."""
         t = self._target
+        own: dict[str, Any] = {"name": f"agentreach {self.id}"}
+        if self._creds is not None:
+            own.update(self._creds.connect_options())
         if isinstance(t, str):
-            return [t], {"name": f"agentreach {self.id}"}
+            return [t], own
         if isinstance(t, list):
-            return list(t), {"name": f"agentreach {self.id}"}
+            return list(t), own
         if isinstance(t, NATS):
             opts = {k: t.options.get(k) for k in ("user", "password", "token", "tls", "tls_hostname")
                     if t.options.get(k) is not None}
@@ -368,6 +381,8 @@ class Agent:
                              ("_nkeys_seed_str", "nkeys_seed_str")):
                 if getattr(t, attr, None):
                     opts[kw] = getattr(t, attr)
+            if bytes(t._inbox_prefix) != DEFAULT_INBOX_PREFIX:  # an identity reads only its own
+                opts["inbox_prefix"] = bytes(t._inbox_prefix)
             return [u.geturl() for u in t.servers], opts
         raise InvalidConfig(f"nc_or_url: want a nats-py client or a server URL, got {t.__class__.__name__}")
 

@@ -17,6 +17,7 @@ from .errors import (BadRequest, DeadlineExceeded, Incomplete, NoAgent, NoResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agent import Context
+    from .auth import Signer
 
 DEFAULT_TIMEOUT = 60.0
 """DEFAULT_TIMEOUT bounds a call without a timeout or deadline (seconds), like the default deadline."""
@@ -143,19 +144,38 @@ class Client:
     exception class of their wire code (agentreach.errors).
     """
 
-    def __init__(self, nc: NATS, *, source: str = "", content_type: str = w.MSGPACK, prefix: str = w.DEFAULT_PREFIX):
+    def __init__(self, nc: NATS, *, source: str = "", content_type: str = w.MSGPACK, prefix: str = w.DEFAULT_PREFIX,
+                 signer: Optional["Signer"] = None):
         if content_type not in (w.JSON, w.MSGPACK):
             raise ValueError(f"content_type: want {w.JSON} or {w.MSGPACK}, got {content_type!r}")
+        if signer is not None and source and source != signer.name:
+            raise ValueError(f"source {source!r} names another identity than the signer's {signer.name!r}")
         self.nc = nc
         self.source = source
         self.content_type = content_type
         self.prefix = prefix
+        self.signer = signer
+        """signer signs every task and cancel (agentreach.auth); None: unsigned."""
         self._js = nc.jetstream()
 
     @classmethod
-    async def connect(cls, url: str = "nats://127.0.0.1:4222", **kw: Any) -> "Client":
-        """Connects to url and returns a client on that connection."""
-        return cls(await nats.connect(url, name="agentreach client"), **kw)
+    async def connect(cls, url: str = "nats://127.0.0.1:4222", *, credentials: Optional[str] = None,
+                      **kw: Any) -> "Client":
+        """Connects to url and returns a client on that connection; with
+        credentials (an ``agentreach auth`` identity's file) it connects as
+        that identity and signs every task."""
+        opts: dict[str, Any] = {}
+        if credentials is not None:
+            from .auth import Credentials
+
+            creds = Credentials.load(credentials)
+            opts = creds.connect_options()
+            kw.setdefault("signer", creds.signer())
+        return cls(await nats.connect(url, name="agentreach client", **opts), **kw)
+
+    def _sign(self, subject: str, headers: dict[str, str], body: bytes) -> None:
+        if self.signer is not None:
+            self.signer.sign(subject, headers, body)
 
     async def close(self) -> None:
         """Closes the connection."""
@@ -221,6 +241,7 @@ class Client:
             timeout = ms / 1000.0 - time.time() if ms else DEFAULT_TIMEOUT
         if w.H_DEADLINE not in headers:
             headers[w.H_DEADLINE] = w.unix_ms(time.time() + timeout)
+        self._sign(subject, headers, body)
         rid = headers[w.H_REQUEST_ID]
         try:
             msg = await self.nc.request(subject, body, timeout=max(timeout, 0.001), headers=headers)
@@ -237,7 +258,9 @@ class Client:
     async def _cancel(self, request_id: str) -> None:
         """Tells every dispatcher replica the task is no longer wanted."""
         try:
-            await self.nc.publish(f"{self.prefix}.cancel", b"", headers={w.H_REQUEST_ID: request_id})
+            h = {w.H_REQUEST_ID: request_id}
+            self._sign(f"{self.prefix}.cancel", h, b"")  # with auth on, a dispatcher stops only its signer's tasks
+            await self.nc.publish(f"{self.prefix}.cancel", b"", headers=h)
             await self.nc.flush(timeout=1)
         except Exception:  # advisory: a lost cancel only wastes the agent's work
             pass
@@ -268,6 +291,7 @@ class Client:
         deduplicated; a full buffer raises Overloaded.
         """
         h, body = self._message(capability, payload, parent, durable=True, **opts)
+        self._sign(f"{self.prefix}.submit.{capability}", h, body)
         try:
             await self._js.publish(f"{self.prefix}.submit.{capability}", body, headers=h)
         except nats.js.errors.APIError as e:
