@@ -98,6 +98,16 @@ def _curve_key(key: str) -> bytes:
     return raw[1:]
 
 
+def _nacl() -> Any:
+    """PyNaCl, which the auth extra installs."""
+    try:
+        import nacl.bindings
+        import nacl.signing
+    except ImportError:
+        raise InvalidConfig("identities need PyNaCl and nkeys: pip install 'agentreach[auth]'") from None
+    return nacl
+
+
 def _b64url(b: bytes) -> str:
     return base64.urlsafe_b64encode(b).decode().rstrip("=")
 
@@ -143,9 +153,7 @@ class Credentials:
         return c
 
     def _public_key(self) -> str:
-        from nacl.signing import SigningKey  # the auth extra
-
-        return _encode(_PREFIX_USER, bytes(SigningKey(_user_seed(self.seed)).verify_key))
+        return _encode(_PREFIX_USER, bytes(_nacl().signing.SigningKey(_user_seed(self.seed)).verify_key))
 
     def connect_options(self) -> dict[str, Any]:
         """nats.connect's options for this identity: the credentials and, for
@@ -175,16 +183,14 @@ class Signer:
     """
 
     def __init__(self, name: str, seed: str, verifier: str):
-        from nacl.bindings import crypto_scalarmult  # the auth extra
-        from nacl.signing import SigningKey
-
+        nacl = _nacl()
         problem = w.id_problem(name)
         if problem:
             raise InvalidCredentials(f"name: {problem}")
         raw = _user_seed(seed)
-        user = _encode(_PREFIX_USER, bytes(SigningKey(raw).verify_key))
+        user = _encode(_PREFIX_USER, bytes(nacl.signing.SigningKey(raw).verify_key))
         scalar = hashlib.sha512(raw).digest()[:32]  # RFC 8032 §5.1.5; X25519 clamps it
-        shared = crypto_scalarmult(scalar, _curve_key(verifier))
+        shared = nacl.bindings.crypto_scalarmult(scalar, _curve_key(verifier))
         h = hmac.new(shared, digestmod=hashlib.sha256)
         for part in (_MAC_KEY_LABEL, name.encode(), user.encode(), verifier.encode()):
             h.update(part + b"\x00")
