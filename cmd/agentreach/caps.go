@@ -71,27 +71,18 @@ func runCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(pos) == 0 {
-		return cl.usageError(stderr, "want a sub-command: put, validate, ls, show or rm")
-	}
-	sub, rest := pos[0], pos[1:]
-	want := map[string]string{"put": "FILE", "validate": "FILE", "ls": "", "show": "TYPE", "rm": "TYPE"}
-	arg, known := want[sub]
+	sub, argName, arg, code, ok := cl.subcommand(stderr, pos, []subCommand{{"put", "FILE"}, {"validate", "FILE"}, {"ls", ""}, {"show", "TYPE"}, {"rm", "TYPE"}})
 	switch {
-	case !known:
-		return cl.usageError(stderr, "unknown sub-command %q (want put, validate, ls, show or rm)", sub)
-	case arg == "" && len(rest) > 0:
-		return cl.usageError(stderr, "%s: unexpected argument %q", sub, rest[0])
-	case arg != "" && len(rest) != 1:
-		return cl.usageError(stderr, "%s: want one %s, got %d arguments", sub, arg, len(rest))
-	case arg == "TYPE" && !validType(rest[0]):
-		return cl.usageError(stderr, "%s: %q is not an agent type: want dotted lowercase tokens such as orders-reader", sub, rest[0])
+	case !ok:
+		return code
+	case argName == "TYPE" && !validType(arg):
+		return cl.usageError(stderr, "%s: %q is not an agent type: want dotted lowercase tokens such as orders-reader", sub, arg)
 	}
 
 	var decl *registry.Declaration
 	var name string
-	if arg == "FILE" {
-		data, from, err := readDocument(rest[0], registry.MaxDeclarationSize)
+	if argName == "FILE" {
+		data, from, err := readDocument(arg, registry.MaxDeclarationSize)
 		if err != nil {
 			return cl.usageError(stderr, "%v", err)
 		}
@@ -142,10 +133,10 @@ func runCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return cl.fail(stderr, err)
 		}
 	case "show":
-		e, err := registry.GetDeclaration(ctx, kv, rest[0])
+		e, err := registry.GetDeclaration(ctx, kv, arg)
 		switch {
 		case errors.Is(err, registry.ErrNoDeclaration):
-			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no declaration for type %q", streams.BucketCaps, rest[0])))
+			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no declaration for type %q", streams.BucketCaps, arg)))
 		case err != nil:
 			return cl.fail(stderr, err)
 		case e.Err != nil:
@@ -155,16 +146,16 @@ func runCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return cl.fail(stderr, err)
 		}
 	case "rm":
-		if _, err := registry.GetDeclaration(ctx, kv, rest[0]); errors.Is(err, registry.ErrNoDeclaration) {
-			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no declaration for type %q", streams.BucketCaps, rest[0])))
+		if _, err := registry.GetDeclaration(ctx, kv, arg); errors.Is(err, registry.ErrNoDeclaration) {
+			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no declaration for type %q", streams.BucketCaps, arg)))
 		}
-		if err := registry.DeleteDeclaration(ctx, kv, rest[0]); err != nil {
+		if err := registry.DeleteDeclaration(ctx, kv, arg); err != nil {
 			return cl.fail(stderr, err)
 		}
 		if asJSON {
-			writeJSONLine(stdout, map[string]string{"removed": rest[0]})
+			writeJSONLine(stdout, map[string]string{"removed": arg})
 		} else {
-			fmt.Fprintf(stdout, "removed %s\n", rest[0])
+			fmt.Fprintf(stdout, "removed %s\n", arg)
 		}
 	}
 	return exitOK

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,6 +189,37 @@ func (c *cmdline) parseNoArgs(args []string, stdout, stderr io.Writer) (code int
 		return c.usageError(stderr, "unexpected argument %q", pos[0]), false
 	}
 	return code, ok
+}
+
+// subCommand is one sub-command of a document command (caps, workflow):
+// its name and the name of its one argument ("" for none).
+type subCommand struct{ name, arg string }
+
+// subcommand reads pos as one of subs and its argument: the sub-command,
+// the argument's name ("" for none) and its value, or the usage error
+// naming what is wrong.
+func (c *cmdline) subcommand(stderr io.Writer, pos []string, subs []subCommand) (sub, argName, arg string, code int, ok bool) {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	if len(pos) == 0 {
+		return "", "", "", c.usageError(stderr, "want a sub-command: %s", list), false
+	}
+	sub, rest := pos[0], pos[1:]
+	i := slices.Index(names, sub)
+	switch {
+	case i < 0:
+		return "", "", "", c.usageError(stderr, "unknown sub-command %q (want %s)", sub, list), false
+	case subs[i].arg == "" && len(rest) > 0:
+		return "", "", "", c.usageError(stderr, "%s: unexpected argument %q", sub, rest[0]), false
+	case subs[i].arg != "" && len(rest) != 1:
+		return "", "", "", c.usageError(stderr, "%s: want one %s, got %d arguments", sub, subs[i].arg, len(rest)), false
+	case subs[i].arg == "":
+		return sub, "", "", exitOK, true
+	}
+	return sub, subs[i].arg, rest[0], exitOK, true
 }
 
 // jsonRequested reports whether args (up to "--") or the environment set

@@ -71,29 +71,20 @@ func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if !ok {
 		return code
 	}
-	if len(pos) == 0 {
-		return cl.usageError(stderr, "want a sub-command: put, validate, ls, show or rm")
-	}
-	sub, rest := pos[0], pos[1:]
-	want := map[string]string{"put": "FILE", "validate": "FILE", "ls": "", "show": "NAME", "rm": "NAME"}
-	arg, known := want[sub]
+	sub, argName, arg, code, ok := cl.subcommand(stderr, pos, []subCommand{{"put", "FILE"}, {"validate", "FILE"}, {"ls", ""}, {"show", "NAME"}, {"rm", "NAME"}})
 	switch {
-	case !known:
-		return cl.usageError(stderr, "unknown sub-command %q (want put, validate, ls, show or rm)", sub)
-	case arg == "" && len(rest) > 0:
-		return cl.usageError(stderr, "%s: unexpected argument %q", sub, rest[0])
-	case arg != "" && len(rest) != 1:
-		return cl.usageError(stderr, "%s: want one %s, got %d arguments", sub, arg, len(rest))
-	case arg == "NAME" && streams.ValidateCapability(rest[0]) != nil:
-		return cl.usageError(stderr, "%s: %q is not a workflow name: want dotted lowercase tokens such as claim.review", sub, rest[0])
+	case !ok:
+		return code
+	case argName == "NAME" && streams.ValidateCapability(arg) != nil:
+		return cl.usageError(stderr, "%s: %q is not a workflow name: want dotted lowercase tokens such as claim.review", sub, arg)
 	}
 
 	var def *workflow.Definition
 	var data []byte
-	if arg == "FILE" {
+	if argName == "FILE" {
 		var from string
 		var err error
-		if data, from, err = readDocument(rest[0], registry.MaxPolicySize); err != nil {
+		if data, from, err = readDocument(arg, registry.MaxPolicySize); err != nil {
 			return cl.usageError(stderr, "%v", err)
 		}
 		if def, err = workflow.Parse(data); err != nil {
@@ -152,10 +143,10 @@ func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return cl.fail(stderr, err)
 		}
 	case "show":
-		e, err := registry.GetPolicy(ctx, kv, workflow.PolicyPrefix+rest[0])
+		e, err := registry.GetPolicy(ctx, kv, workflow.PolicyPrefix+arg)
 		switch {
 		case errors.Is(err, registry.ErrNoPolicy):
-			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no workflow %q", streams.BucketPolicy, rest[0])))
+			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no workflow %q", streams.BucketPolicy, arg)))
 		case err != nil:
 			return cl.fail(stderr, err)
 		case e.Err != nil:
@@ -165,17 +156,17 @@ func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return cl.fail(stderr, err)
 		}
 	case "rm":
-		key := workflow.PolicyPrefix + rest[0]
+		key := workflow.PolicyPrefix + arg
 		if _, err := registry.GetPolicy(ctx, kv, key); errors.Is(err, registry.ErrNoPolicy) {
-			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no workflow %q", streams.BucketPolicy, rest[0])))
+			return cl.fail(stderr, withCode(codeNotFound, fmt.Errorf("%s holds no workflow %q", streams.BucketPolicy, arg)))
 		}
 		if err := kv.Delete(ctx, key); err != nil {
 			return cl.fail(stderr, err)
 		}
 		if asJSON {
-			writeJSONLine(stdout, map[string]string{"removed": rest[0]})
+			writeJSONLine(stdout, map[string]string{"removed": arg})
 		} else {
-			fmt.Fprintf(stdout, "removed workflow %s\n", rest[0])
+			fmt.Fprintf(stdout, "removed workflow %s\n", arg)
 		}
 	}
 	return exitOK
