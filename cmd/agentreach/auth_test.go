@@ -158,6 +158,10 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 			t.Errorf("POST %s with %q: %d %s, want %d with %s", c.path, c.token, status, body, c.status, c.want)
 		}
 	}
+	fanout := `{"branches": [{"name": "e", "capability": "echo", "payload": {"text": "hi"}}]}`
+	if status, body := httpDo(t, "POST", base+"v1/fanout", "Bearer "+web, fanout); status != http.StatusOK || !strings.Contains(body, `"succeeded":1`) {
+		t.Errorf("POST /v1/fanout as web: %d %s", status, body)
+	}
 	// A submit is published, signed as the identity, and taken by the
 	// durable tier like any signed task.
 	status, body := httpDo(t, "POST", base+"v1/submit/echo", "Bearer "+web, `{"text":"durable"}`)
