@@ -40,7 +40,7 @@ func decodeJSON(data []byte, v any) error {
 	if err := checkUTF8(data); err != nil {
 		return err
 	}
-	tree, err := readTree(data)
+	tree, err := ReadTree(data)
 	if err != nil {
 		return err
 	}
@@ -74,9 +74,12 @@ func checkUTF8(data []byte) error {
 	return nil
 }
 
-// readTree parses data into a generic tree of map[string]any, []any,
-// string, json.Number, bool and nil, refusing duplicate keys.
-func readTree(data []byte) (any, error) {
+// ReadTree parses one JSON document into a generic tree of map[string]any,
+// []any, string, json.Number, bool and nil, refusing a key given twice
+// (named by its path) and nesting deeper than 64 levels: documents written
+// by hand (declarations, policies, workflows), where encoding/json would
+// settle a duplicate key silently.
+func ReadTree(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tree, err := readValue(dec, "", 0)

@@ -3,13 +3,15 @@ package workflow
 import (
 	"strings"
 	"testing"
+
+	"github.com/agent-reach/agentreach/registry"
 )
 
 // compiled reads a condition the way a definition's step 1 would see it:
 // after step "score", with params limit (10) and tags (["gold","silver"]).
 func compiled(t testing.TB, doc string) (*Condition, error) {
 	t.Helper()
-	tree, err := readStrict([]byte(doc))
+	tree, err := registry.ReadTree([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func decodePolicy(key string, value json.RawMessage) (any, error) {
 
 // decodeDefinition reads and validates a definition from JSON.
 func decodeDefinition(data []byte) (*Definition, error) {
-	tree, err := readStrict(data)
+	tree, err := registry.ReadTree(data)
 	if err != nil {
 		return nil, err
 	}

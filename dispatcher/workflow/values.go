@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -17,72 +16,6 @@ import (
 // json.Number, bool and nil. Numbers stay json.Number, so an integer too
 // large for a float64 travels unchanged; comparisons read them as int64
 // when both sides are integers, else as float64.
-
-// maxDepth bounds how deeply a definition nests.
-const maxDepth = 64
-
-// readStrict parses one JSON document into a value tree, refusing a key
-// given twice (naming it by its path) and nesting deeper than maxDepth: a
-// definition is written by hand, and a duplicate key is a mistake that
-// encoding/json would resolve silently.
-func readStrict(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := readStrictValue(dec, "", 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("unexpected data after the document")
-	}
-	return v, nil
-}
-
-func readStrictValue(dec *json.Decoder, path string, depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("%s: nested more than %d levels deep", orTop(path), maxDepth)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fmt.Errorf("not valid JSON: %v", err)
-	}
-	switch tok {
-	case json.Delim('{'):
-		obj := make(map[string]any)
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return nil, fmt.Errorf("not valid JSON: %v", err)
-			}
-			key := kt.(string) // inside an object the decoder yields only string keys
-			sub := joinPath(path, key)
-			if _, dup := obj[key]; dup {
-				return nil, fmt.Errorf("%s: key given twice", sub)
-			}
-			if obj[key], err = readStrictValue(dec, sub, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		if _, err := dec.Token(); err != nil { // '}'
-			return nil, fmt.Errorf("not valid JSON: %v", err)
-		}
-		return obj, nil
-	case json.Delim('['):
-		arr := []any{}
-		for dec.More() {
-			v, err := readStrictValue(dec, fmt.Sprintf("%s[%d]", path, len(arr)), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			arr = append(arr, v)
-		}
-		if _, err := dec.Token(); err != nil { // ']'
-			return nil, fmt.Errorf("not valid JSON: %v", err)
-		}
-		return arr, nil
-	}
-	return tok, nil
-}
 
 // joinPath appends a key to a document path.
 func joinPath(path, key string) string {
