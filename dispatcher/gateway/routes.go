@@ -70,6 +70,22 @@ func (g *Gateway) identify(r *http.Request, task *nats.Msg) *failure {
 	return nil
 }
 
+// outbound readies m, complete and with its subject, for publishing over
+// NATS: its caller identified (and m signed, with auth) and its size
+// within the server's limit. It reports false once it has answered r with
+// the failure.
+func (g *Gateway) outbound(w http.ResponseWriter, r *http.Request, m *nats.Msg) bool {
+	if f := g.identify(r, m); f != nil {
+		g.answer(w, r, f)
+		return false
+	}
+	if err := streams.CheckSize(m, g.nc.MaxPayload()); err != nil {
+		g.answer(w, r, &failure{e: streams.AsError(err)})
+		return false
+	}
+	return true
+}
+
 // callContext bounds a request's call by the server's write timeout.
 func (g *Gateway) callContext(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), g.cfg.WriteTimeout-writeSlack)
@@ -147,12 +163,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	m.Subject = g.d.Config().Subjects.Submit(capability)
 	m.Header.Set(streams.HeaderMsgID, id)
-	if f := g.identify(r, m); f != nil {
-		g.answer(w, r, f)
-		return
-	}
-	if err := streams.CheckSize(m, g.nc.MaxPayload()); err != nil {
-		g.answer(w, r, &failure{e: streams.AsError(err)})
+	if !g.outbound(w, r, m) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
@@ -241,12 +252,7 @@ func (g *Gateway) fanout(w http.ResponseWriter, r *http.Request) {
 // broadcast and fan-out logic lives in one place, package fanout, reached
 // the way every other client reaches it; the extra hop is one message.
 func (g *Gateway) request(w http.ResponseWriter, r *http.Request, m *nats.Msg) {
-	if f := g.identify(r, m); f != nil {
-		g.answer(w, r, f)
-		return
-	}
-	if err := streams.CheckSize(m, g.nc.MaxPayload()); err != nil {
-		g.answer(w, r, &failure{e: streams.AsError(err)})
+	if !g.outbound(w, r, m) {
 		return
 	}
 	ctx, cancel := g.callContext(r)
