@@ -7,7 +7,8 @@ TEST_FUZZTIME ?= 3s
 NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
-.PHONY: run test fuzz build vet fmt-check bench tools chromium clean sdk-test
+.PHONY: run test go-test fuzz fuzz-quick build vet fmt-check bench tools chromium clean \
+	sdk-test pytest conformance-python conformance-node
 
 ## bench: every benchmark scenario (about 12 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
@@ -22,17 +23,28 @@ run: build
 build:
 	$(GO) build -o $(BIN)/agentreach ./cmd/agentreach
 
-## test: vet, format check and every test with the race detector, then every
-## fuzz target for $(TEST_FUZZTIME), then sdk-test. The nats CLI is installed into ./bin
+## test: every part of the check, in this order: vet, the format check,
+## every Go test with the race detector, every fuzz target for
+## $(TEST_FUZZTIME), then the Python SDK's pytest suite and the conformance
+## suite against the Python and the Node.js agents. Each part runs even when
+## an earlier one failed; the run fails at the end, listing every part that
+## failed (.ci/parts).
+TEST_PARTS := vet fmt-check go-test fuzz-quick pytest conformance-python conformance-node
+test:
+	@MAKE="$(MAKE)" .ci/parts $(TEST_PARTS)
+
+## go-test: every Go test with -race. The nats CLI is installed into ./bin
 ## first: a test checks the wire contract with it; and Chromium, when
 ## missing: a test drives the dashboard in it and keeps its screenshot as
 ## .artifacts/dashboard.png.
-test: vet fmt-check tools chromium
+go-test: tools chromium
 	mkdir -p $(CURDIR)/.artifacts
 	AGENTREACH_NATS_CLI=$(NATS) AGENTREACH_SCREENSHOT=$(CURDIR)/.artifacts/dashboard.png \
 		$(GO) test -race -count=1 -timeout $(TESTTIME) ./...
+
+## fuzz-quick: every fuzz target for $(TEST_FUZZTIME), as make test runs them.
+fuzz-quick:
 	GO=$(GO) FUZZTIME=$(TEST_FUZZTIME) .ci/fuzz
-	$(MAKE) --no-print-directory sdk-test
 
 ## fuzz: every fuzz target (each package's fuzz_test.go; .ci/fuzz finds them
 ## with go test -list) for $(FUZZTIME) each, one go test -fuzz per target.
@@ -45,12 +57,20 @@ fuzz:
 
 ## sdk-test: the Python SDK (agentkit/python) in ./.venv with pinned packages,
 ## its pytest suite, then the conformance suite against the Python agent and
-## the Node.js agent (examples/node, after npm ci).
+## the Node.js agent (examples/node, after npm ci); each runs even when
+## another failed.
 VENV   := $(CURDIR)/.venv
 PYPKG  := agentkit/python
-sdk-test: build $(VENV)/.installed examples/node/node_modules/.package-lock.json
+sdk-test:
+	@MAKE="$(MAKE)" .ci/parts pytest conformance-python conformance-node
+
+pytest: build $(VENV)/.installed
 	cd $(PYPKG) && AGENTREACH_BIN=$(BIN)/agentreach $(VENV)/bin/python -m pytest -q
+
+conformance-python: build $(VENV)/.installed
 	$(BIN)/agentreach conformance -- $(VENV)/bin/python -m agentreach.conformance
+
+conformance-node: build examples/node/node_modules/.package-lock.json
 	$(BIN)/agentreach conformance -- node examples/node/agent.mjs
 
 $(VENV)/.installed: $(PYPKG)/constraints.txt $(PYPKG)/pyproject.toml $(shell find $(PYPKG)/src -name '*.py' 2>/dev/null)
