@@ -59,7 +59,7 @@ type Config struct {
 	// Subjects names the subjects; zero means prefix "reach".
 	Subjects streams.Subjects
 	// Declaration, when set, is what the agent's type can do and refuses
-	// (DESIGN §10): Start writes it to REACH_CAPS under Type, after
+	// (docs/declarations.md): Start writes it to REACH_CAPS under Type, after
 	// checking it — every field valid, Type as the Config's (or empty),
 	// every capability it names handled — and refuses to start on an
 	// invalid one, naming the field. Nil: nothing is written, and the

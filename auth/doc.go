@@ -1,5 +1,5 @@
 // Package auth gives every agent, caller and dispatcher an identity of its
-// own and enforces who may call whom (DESIGN §13, docs/security.md).
+// own and enforces who may call whom (docs/security.md).
 //
 // Identities are NATS users in the decentralised JWT model: an operator
 // signs the account AGENTREACH, and the account holds one scoped signing key

@@ -16,7 +16,7 @@ import (
 // caller said so on reach.cancel, or an in-process caller's context ended
 // (Call). The task then ends with that error wherever it is — delivered,
 // waiting for a slot, or backing off before a retry — and the instance
-// working on it gets a CANCEL (DESIGN §9), which it may ignore: an answer
+// working on it gets a CANCEL (docs/protocol.md, Cancellation), which it may ignore: an answer
 // that still arrives is dropped. The dispatcher also sends a CANCEL when it
 // gives up on a delivery itself (no ACK, no result in time, the deadline
 // passed), because the instance's work is wasted from then on.

@@ -135,7 +135,7 @@ type Config struct {
 	// DefaultStrategy picks instances for capabilities not in Strategies;
 	// default "least_load".
 	DefaultStrategy string
-	// Hedges turns hedged requests on for capabilities (DESIGN §9): a
+	// Hedges turns hedged requests on for capabilities (docs/reference.md, Hedged requests): a
 	// second delivery to another instance when the first has not answered
 	// within the hedge delay, first answer wins. Only for capabilities whose
 	// repeated execution is harmless (idempotent or read-only); a write

@@ -47,7 +47,7 @@ type Event struct {
 	Succeeded int `json:"succeeded,omitempty"`
 	// By is who resolved a review entry (RecordResolution).
 	By string `json:"by,omitempty"`
-	// Hedged is set when a hedge was sent for the task (DESIGN §9);
+	// Hedged is set when a hedge was sent for the task (docs/reference.md, Hedged requests);
 	// HedgeWon when the hedge's answer was the one used.
 	Hedged   bool `json:"hedged,omitempty"`
 	HedgeWon bool `json:"hedge_won,omitempty"`

@@ -10,7 +10,8 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Hedged requests (DESIGN §9, after Dean & Barroso, "The Tail at Scale").
+// Hedged requests (docs/reference.md, Hedged requests; after Dean &
+// Barroso, "The Tail at Scale").
 // For a capability with hedging on, a direct-tier task whose first delivery
 // has not answered within the hedge delay gets a second delivery to another
 // instance, with the same request id and idempotency key. The first answer
@@ -22,11 +23,12 @@ import (
 // Defaults of HedgeConfig.
 const (
 	// DefaultHedgePercentile is the learned latency a hedge waits for when
-	// HedgeConfig.After is 0: the 97th percentile, not DESIGN's 95th. At the
-	// 95th, by definition about 5 % of deliveries are slower than the delay,
-	// so a 5 % budget binds most of the time and which tails it leaves
-	// unhedged varies from run to run (measured: p99.9 flipping between 12
-	// and 225 ms); at the 97th the budget is rarely what stops a hedge.
+	// HedgeConfig.After is 0: the 97th percentile, not the first design's
+	// 95th. At the 95th, by definition about 5 % of deliveries are slower
+	// than the delay, so a 5 % budget binds most of the time and which
+	// tails it leaves unhedged varies from run to run (measured: p99.9
+	// flipping between 12 and 225 ms); at the 97th the budget is rarely
+	// what stops a hedge.
 	DefaultHedgePercentile = 0.97
 	// DefaultHedgeBudget is the share of deliveries that may be hedges.
 	DefaultHedgeBudget = 0.05

@@ -13,7 +13,7 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Requirement matching (DESIGN §10). Before a strategy balances load, the
+// Requirement matching (docs/declarations.md). Before a strategy balances load, the
 // instances offering a capability are filtered by what the task requires
 // (Reach-Require merged over the capability policy's default requirement)
 // against what each instance's type declares in REACH_CAPS, and by the

@@ -7,7 +7,7 @@ import (
 	"github.com/agent-reach/agentreach/registry"
 )
 
-// Live policy (DESIGN §11). Every setting of a capability comes from three
+// Live policy (docs/declarations.md, Policy). Every setting of a capability comes from three
 // layers: the dispatcher's Config (its flags), REACH_POLICY's "defaults"
 // over it, and "capability.<cap>" over that. The dispatcher watches the
 // bucket (registry.PolicyWatcher), so a change takes effect with the next

@@ -20,7 +20,7 @@ import (
 // the child of the caller's traceparent when the task has one; each
 // delivery, hedges included, a child span "send reach.agent.{instance}"
 // whose context travels to the agent as the delivery's traceparent: the
-// same trace id, a new span id per hop (DESIGN §4). Without a recording
+// same trace id, a new span id per hop (docs/operations.md, Traces). Without a recording
 // span (no SDK, or not sampled) the caller's traceparent travels
 // unchanged.
 

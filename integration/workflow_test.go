@@ -19,7 +19,7 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Workflows end to end (DESIGN §12), with raw-protocol agents: each one
+// Workflows end to end (docs/workflows.md), with raw-protocol agents: each one
 // answers a delivery as docs/protocol.md asks, and executes each
 // idempotency key once — the first execution's answer is stored and
 // replayed — counting its side effects per key. A delivery without a key

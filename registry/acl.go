@@ -9,7 +9,7 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// PolicyACL is the REACH_POLICY key of the access control list (DESIGN §13).
+// PolicyACL is the REACH_POLICY key of the access control list (docs/security.md, The ACL).
 const PolicyACL = "acl"
 
 // ACL says which callers may call which capabilities: the value of "acl" in

@@ -15,7 +15,7 @@ import (
 // survives a JSON round trip unchanged.
 func FuzzDecodeRecord(f *testing.F) {
 	for _, seed := range []string{
-		// DESIGN.md §5's example.
+		// docs/protocol.md's example record.
 		`{"id": "echo-1", "type": "echo", "capabilities": ["echo"], "max_concurrent": 8,
 		  "weight": 100, "active": 0, "status": "ready", "timeout_hint_ms": 0,
 		  "heartbeat_ms": 5000, "version": "1.0.0"}`,

@@ -90,7 +90,7 @@ type CapabilityPolicy struct {
 	// Require holds default requirements; a caller's Reach-Require is
 	// merged over them (Merge).
 	Require *Requirement `json:"require,omitempty"`
-	// Hedge turns hedged requests on (DESIGN §9); dispatchers hedge only a
+	// Hedge turns hedged requests on (docs/reference.md, Hedged requests); dispatchers hedge only a
 	// capability that is idempotent (here, or declared) or read-only
 	// (declared mode read), never a write.
 	Hedge *HedgePolicy `json:"hedge,omitempty"`

@@ -370,7 +370,7 @@ func FuzzHeaderParsers(f *testing.F) {
 	})
 }
 
-// kvToken is what a KV key token may hold (DESIGN.md §5, protocol.md
+// kvToken is what a KV key token may hold (protocol.md
 // Idempotency); kvKey is nats.go's rule for a whole key.
 var (
 	kvToken = regexp.MustCompile(`^[-_=a-zA-Z0-9]{1,128}$`)

@@ -44,7 +44,8 @@ const (
 	// result went to the caller directly (HeaderReplyTo).
 	HeaderDirect = "Reach-Direct"
 
-	// Orchestration (DESIGN §8–§12).
+	// Orchestration: broadcast, fan-out, requirements, hedging, workflows
+	// (docs/protocol.md).
 	HeaderRequire  = "Reach-Require"   // caller: task requirements, JSON
 	HeaderPrefer   = "Reach-Prefer"    // caller: latency, cost or quality
 	HeaderQuorum   = "Reach-Quorum"    // caller: broadcast completion, a fraction (0.6) or a count (3)

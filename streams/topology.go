@@ -20,7 +20,7 @@ const (
 	// BucketBreakers holds circuit-breaker transitions per instance, so
 	// dispatcher replicas agree on which breakers are open.
 	BucketBreakers = "REACH_BREAKERS"
-	// BucketRuns holds durable workflow runs (DESIGN §12): key = run id,
+	// BucketRuns holds durable workflow runs (docs/workflows.md): key = run id,
 	// the steps done, their outputs and every decision.
 	BucketRuns = "REACH_RUNS"
 

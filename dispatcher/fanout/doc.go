@@ -1,5 +1,5 @@
 // Package fanout runs broadcast and fan-out/fan-in beside a dispatcher
-// (DESIGN §8): one request in, several tasks out, one aggregate reply.
+// (docs/reference.md, Broadcast and fan-out): one request in, several tasks out, one aggregate reply.
 //
 // A Service listens on reach.fanout and reach.broadcast.<capability> in the
 // dispatchers' queue group. A fan-out's body lists branches, each an

@@ -1,4 +1,4 @@
-// Package gateway is the HTTP side of a dispatcher (DESIGN §14): the
+// Package gateway is the HTTP side of a dispatcher (docs/operations.md): the
 // ingress API, /healthz, /metrics and the dashboard.
 //
 // A Gateway routes HTTP calls through its dispatcher in process

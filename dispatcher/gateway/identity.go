@@ -25,7 +25,7 @@ import (
 // Without one (the default) the request's own Reach-Source passes through
 // and nothing is checked. With auth on, cmd/agentreach installs
 // auth.Authorizer.Vouch: bearer tokens map to identities under the ACL
-// (DESIGN §13).
+// (docs/security.md).
 type Identifier interface {
 	Identify(r *http.Request, task *nats.Msg) *streams.Error
 }

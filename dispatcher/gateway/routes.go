@@ -231,7 +231,7 @@ func (g *Gateway) broadcast(w http.ResponseWriter, r *http.Request) {
 	g.request(w, r, m)
 }
 
-// fanout is POST /v1/fanout: the body is a fan-out request (DESIGN §8).
+// fanout is POST /v1/fanout: the body is a fan-out request (docs/reference.md, Broadcast and fan-out).
 func (g *Gateway) fanout(w http.ResponseWriter, r *http.Request) {
 	ct, f := contentType(r.Header.Get("Content-Type"))
 	var body []byte

@@ -28,7 +28,7 @@ const (
 
 func init() { registry.RegisterPolicyKind(PolicyKind, decodePolicy) }
 
-// Definition is a declarative workflow (DESIGN §12): called like a
+// Definition is a declarative workflow (docs/workflows.md): called like a
 // capability by its Name, it runs its Steps in order, each a call or a
 // parallel group, and answers with its Output. Build one with Parse; a
 // Definition marshals to the JSON it was read from, canonicalised.

@@ -1,7 +1,7 @@
-// Package workflow runs declarative workflows beside a dispatcher (DESIGN
-// §12): a task several agents finish in relay, where each step's outcome
-// decides the next, a failed critical step rolls back what was done, and
-// every decision is recorded.
+// Package workflow runs declarative workflows beside a dispatcher
+// (docs/workflows.md): a task several agents finish in relay, where each
+// step's outcome decides the next, a failed critical step rolls back what
+// was done, and every decision is recorded.
 //
 // A workflow is defined in REACH_POLICY under workflow.<name> (YAML or
 // JSON, read by Parse; docs/workflows.md has the schema) and called like a

@@ -195,7 +195,7 @@ func runDurable(r *run) error {
 		"for these runs. header_publish: the raw publish with one header of Nats-Msg-Id's size (%s: a fresh UUID), "+
 		"which the server stores but does not deduplicate by: the floor of any submission that carries its request "+
 		"id. msgid_publish: the raw publish with a fresh Nats-Msg-Id (the stream's default 2 min duplicate window): "+
-		"the floor of any submission the server deduplicates, as DESIGN.md has REACH_TASKS do.",
+		"the floor of any submission the server deduplicates, as docs/protocol.md has REACH_TASKS do.",
 		submitSubject, streams.StreamTasks, durableMaxPend, dur, benchIDHeader)
 	r.note("End to end: %d echo agents behind one dispatcher (default config, so its durable consumer runs). "+
 		"direct_tier_rps is %d callers' closed-loop requests on %s; durable_e2e_rps is tasks submitted to %s "+

@@ -52,7 +52,7 @@ var hedgeMethods = []hedgeMethod{
 	{name: "p97", capability: "hedge.p97", hedge: &dispatcher.HedgeConfig{},
 		about: "hedged, defaults: after the learned 97th percentile, budget 5%"},
 	{name: "p95", capability: "hedge.p95", hedge: &dispatcher.HedgeConfig{Percentile: 0.95},
-		about: "hedged after the learned 95th percentile (DESIGN's first default), budget 5%"},
+		about: "hedged after the learned 95th percentile (the first design's default), budget 5%"},
 }
 
 // hedgeRun is one method's merged load and what the dispatcher counted.
@@ -276,7 +276,7 @@ func runHedge(r *run) error {
 	if won["p97"].TotalCount()+won["p95"].TotalCount() == 0 {
 		r.note("No answer carried Reach-Hedged: 1 (hedge_*_hedge_won = 0). The agents answer callers directly " +
 			"(Reach-Reply-To, the default), and only the dispatcher knows which delivery was the hedge, so the header " +
-			"DESIGN §9 puts on a hedged answer never reaches the caller.")
+			"a dispatcher puts on a hedged answer (docs/reference.md, Hedged requests) never reaches the caller.")
 	} else {
 		r.note("Answers a hedge won (Reach-Hedged: 1) took p50 %.1f / p90 %.1f ms with p97 and %.1f / %.1f ms with p95: "+
 			"about the hedge delay plus a fast task.", fig("hedge_p97_hedge_won_p50_ms"), fig("hedge_p97_hedge_won_p90_ms"),

@@ -99,7 +99,7 @@ func runOverhead(r *run) error {
 		h.Set(streams.HeaderCapability, echoCapability)
 		h.Set(streams.HeaderRequestID, token)
 	}
-	// The floor of DESIGN.md's contract: that second relay, also setting
+	// The floor of the wire contract (docs/protocol.md): that second relay, also setting
 	// every header the contract has a dispatcher put on each delivery
 	// (a UUID request id, the orchestration id, hops and attempt), and
 	// nothing else.
@@ -441,7 +441,7 @@ func runOverhead(r *run) error {
 		"Reach-Orchestration-Id, Reach-Attempt, Reach-Node and Content-Type, then the bodiless notice to the relay — " +
 		"from their subscription's goroutine and nothing else: the floor of the protocol, so the gap to " +
 		"relay_agents_direct is agentkit's own work. relay_contract_direct is relay_agents_direct also setting " +
-		"every header DESIGN.md has a dispatcher put on each delivery — Reach-Request-Id as a UUID, " +
+		"every header docs/protocol.md has a dispatcher put on each delivery — Reach-Request-Id as a UUID, " +
 		"Reach-Orchestration-Id, Reach-Hops, Reach-Attempt — and nothing else: no routing, timeout, retry, breaker, " +
 		"load accounting or feedback record. It is the floor of any dispatcher that keeps the wire contract; " +
 		"routed_vs_relay_contract_direct is what the dispatcher's own work leaves of it.")
