@@ -38,7 +38,7 @@ func TestStatsByDimension(t *testing.T) {
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error { // records reach the stream in batches
 		// The warm-up may have met NO_AGENT before the agents registered.
-		if got := rows("capability")["math.add"]; got.Tasks-got.Errors["NO_AGENT"] != 6 || got.Succeeded != 5 || got.Errors["BIZ_REJECT"] != 1 {
+		if got := rows("capability")["math.add"]; got.Tasks-got.Errors["NO_AGENT"] != 6 || got.Finished != 5 || got.Errors["BIZ_REJECT"] != 1 {
 			return fmt.Errorf("math.add %+v, want 6 tasks besides NO_AGENT, 5 succeeded, 1 BIZ_REJECT", got)
 		}
 		return nil
