@@ -11,22 +11,22 @@ import (
 
 // Agent is one instance as GET /v1/agents shows it: its record, how long
 // ago its last heartbeat was, its load and this replica's breaker of it.
+// LatencyMS is this replica's moving average of the instance's latencies
+// (geometric, fading while it gets no task): null until it has enough
+// samples (dispatcher.BreakerStatus.LatencyMS 0).
 type Agent struct {
-	ID             string   `json:"id"`
-	Type           string   `json:"type"`
-	Capabilities   []string `json:"capabilities"`
-	Status         string   `json:"status"`
-	Version        string   `json:"version"`
-	Active         int      `json:"active"`
-	MaxConcurrent  int      `json:"max_concurrent"`
-	Load           float64  `json:"load"` // active / max_concurrent, as the agent last reported
-	HeartbeatAgeMS int64    `json:"heartbeat_age_ms"`
-	Breaker        string   `json:"breaker"` // CLOSED until this replica has routed to it
-	// LatencyMS is this replica's moving average of the instance's
-	// latencies (geometric, fading while it gets no task); null until it
-	// has enough samples (dispatcher.BreakerStatus.LatencyMS 0).
-	LatencyMS *float64          `json:"latency_ms"`
-	Deps      map[string]string `json:"deps,omitempty"`
+	ID             string            `json:"id"`
+	Type           string            `json:"type"`
+	Capabilities   []string          `json:"capabilities"`
+	Status         string            `json:"status"`
+	Version        string            `json:"version"`
+	Active         int               `json:"active"`
+	MaxConcurrent  int               `json:"max_concurrent"`
+	Load           float64           `json:"load"` // active / max_concurrent, as the agent last reported
+	HeartbeatAgeMS int64             `json:"heartbeat_age_ms"`
+	Breaker        string            `json:"breaker"` // CLOSED until this replica has routed to it
+	LatencyMS      *float64          `json:"latency_ms"`
+	Deps           map[string]string `json:"deps,omitempty"`
 }
 
 // Agents returns every instance in the replica's routing table, sorted
