@@ -72,6 +72,7 @@ type Dispatcher struct {
 	inflight   atomic.Int64
 	tasks      sync.WaitGroup
 	stats      stats
+	counts     tally // events.go
 
 	stopOnce sync.Once
 	stopErr  error
@@ -371,7 +372,6 @@ func unsubscribeAll(subs []*nats.Subscription) error {
 // receive runs on the subscription's goroutine: it admits the task and
 // sends it on its way, or answers OVERLOADED.
 func (d *Dispatcher) receive(m *nats.Msg) {
-	d.stats.received.Add(1)
 	if m.Reply == "" {
 		d.stats.dropped.Add(1)
 		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
@@ -415,38 +415,38 @@ func (d *Dispatcher) release() {
 	d.tasks.Done()
 }
 
-// Stats is a snapshot of a replica's counters since Start.
+// Stats is a snapshot of a replica's counters since Start. Counts holds
+// what its records add up to (the counting model, docs/operations.md):
+// tasks by class, retries, broadcasts, fan-outs and their branches; the
+// rest count requests refused before they became tasks (Overloaded,
+// Dropped) and steps of a task's way.
 type Stats struct {
-	Name       string `json:"name"`
-	Received   int64  `json:"received"`
-	Finished   int64  `json:"finished"`
-	Failed     int64  `json:"failed"`
-	Overloaded int64  `json:"overloaded"`
-	Dropped    int64  `json:"dropped"`
-	Redirected int64  `json:"redirected"`
-	Queued     int64  `json:"queued"` // tasks that waited for a free slot
-	Durable    int64  `json:"durable"`
-	Buffered   int64  `json:"buffered"`
-	Replayed   int64  `json:"replayed"`
-	Hedged     int64  `json:"hedged"`         // hedge deliveries sent
-	HedgesOver int64  `json:"hedges_refused"` // hedges the budget refused
-	InFlight   int64  `json:"in_flight"`
-	Agents     int    `json:"agents"`
+	Name string `json:"name"`
+	Counts
+	Overloaded int64 `json:"overloaded"` // requests answered OVERLOADED at admission (no record)
+	Dropped    int64 `json:"dropped"`    // requests without a reply subject (no record)
+	Redirected int64 `json:"redirected"` // tasks sent on after a failed delivery or a wait for capacity
+	Queued     int64 `json:"queued"`     // tasks that waited for a free slot
+	Durable    int64 `json:"durable"`    // deliveries taken from REACH_TASKS (a task buffered is delivered again)
+	Buffered   int64 `json:"buffered"`   // of them, put back to wait for capacity
+	Replayed   int64 `json:"replayed"`
+	Hedged     int64 `json:"hedged"`         // hedge deliveries sent (at most one per task)
+	HedgesOver int64 `json:"hedges_refused"` // hedges the budget refused
+	InFlight   int64 `json:"in_flight"`
+	Agents     int   `json:"agents"`
 }
 
 type stats struct {
-	received, finished, failed, overloaded, dropped, redirected atomic.Int64
-	durable, buffered, replayed, queued                         atomic.Int64
-	hedged, hedgesRefused                                       atomic.Int64
+	overloaded, dropped, redirected     atomic.Int64
+	durable, buffered, replayed, queued atomic.Int64
+	hedged, hedgesRefused               atomic.Int64
 }
 
 // Stats returns the replica's counters.
 func (d *Dispatcher) Stats() Stats {
 	s := Stats{
 		Name:       d.cfg.Name,
-		Received:   d.stats.received.Load(),
-		Finished:   d.stats.finished.Load(),
-		Failed:     d.stats.failed.Load(),
+		Counts:     d.counts.load(),
 		Overloaded: d.stats.overloaded.Load(),
 		Dropped:    d.stats.dropped.Load(),
 		Redirected: d.stats.redirected.Load(),

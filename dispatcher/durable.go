@@ -260,7 +260,6 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 	if err := d.publishDurable(out); err != nil {
 		return err
 	}
-	d.stats.finished.Add(1)
 	t.log.Debug().Str("node", t.node).Msg("durable result recorded")
 	return nil
 }
@@ -286,7 +285,6 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 	if err := d.publishDurable(out); err != nil {
 		return err
 	}
-	d.stats.failed.Add(1)
 	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).Msg("durable task parked")
 	return nil
 }

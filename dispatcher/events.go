@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -63,6 +65,145 @@ type Event struct {
 	ExcludedTotal int                 `json:"excluded_total,omitempty"`
 }
 
+// The counting model (docs/operations.md, "The counting model"): every
+// surface — a replica's Stats (reach.api.stats), its Prometheus metrics, the
+// aggregate of REACH_EVENTS (reach.api.summary, `agentreach stats --by`) and
+// the dashboard — counts records with Event.Count, so they count the same
+// units the same way.
+//
+//   - A task is one piece of routed work with its own request id, ended once
+//     by one record: a call (over NATS or HTTP), a durable task, a branch of
+//     a broadcast or fan-out, a workflow step's call. It ends FINISHED,
+//     rejected (the caller's own doing: ClassOf) or failed (the service's).
+//   - A broadcast or fan-out is one request answered once, after gathering
+//     its branches; its own record counts it, and the branches it expected.
+//   - A branch is one of those expected parts; each runs as a task.
+//   - A retry is an attempt of a task after its first, a hedge not counted.
+//
+// Requests refused before they become tasks (OVERLOADED at admission, no
+// reply subject) leave no record and are counted apart (Stats.Overloaded,
+// Stats.Dropped).
+
+// Class is how a task's (or a scatter-gather's) outcome counts.
+type Class string
+
+// The classes of an outcome.
+const (
+	ClassFinished Class = "finished" // it ended FINISHED
+	ClassRejected Class = "rejected" // the caller's own doing: see ClassOf
+	ClassFailed   Class = "failed"   // any other error: a failure of the service
+)
+
+// ClassOf returns the class of an outcome with error code code ("" for
+// FINISHED). The caller's own doing — the agent rejected the request
+// (BIZ_REJECT), it was malformed (BAD_REQUEST), too large
+// (PAYLOAD_TOO_LARGE), not allowed (UNAUTHORIZED) or cancelled by the caller
+// (CANCELLED) — is ClassRejected; every other code is ClassFailed.
+func ClassOf(code string) Class {
+	switch streams.Code(code) {
+	case "":
+		return ClassFinished
+	case streams.CodeBizReject, streams.CodeBadRequest, streams.CodePayloadTooLarge, streams.CodeUnauthorized,
+		streams.CodeCancelled:
+		return ClassRejected
+	}
+	return ClassFailed
+}
+
+// Counts is what records add up to by the counting model. Tasks is
+// Finished + Rejected + Failed.
+type Counts struct {
+	Tasks    int64 `json:"tasks"`
+	Finished int64 `json:"finished"`
+	Rejected int64 `json:"rejected"` // the caller's own doing (ClassOf)
+	Failed   int64 `json:"failed"`   // the service's failures
+	// Retries counts the attempts of tasks after their first, hedges not
+	// counted.
+	Retries int64 `json:"retries"`
+	// Broadcasts and FanOuts count the scatter-gathers answered; Branches
+	// the branches they expected (each of which is a task of its own).
+	Broadcasts int64 `json:"broadcasts"`
+	FanOuts    int64 `json:"fanouts"`
+	Branches   int64 `json:"branches"`
+}
+
+// Record kinds that count as a scatter-gather (Event.Kind).
+const (
+	KindBroadcast = "broadcast"
+	KindFanOut    = "fanout"
+)
+
+// IsTask reports whether ev is a task's own record: no kind, and not a
+// person's resolution of a review entry.
+func (ev *Event) IsTask() bool { return ev.Kind == "" && !strings.HasPrefix(ev.Outcome, "review_") }
+
+// Count returns what ev adds to the counts: one task of its class with its
+// retries, or one broadcast or fan-out with the branches it expected, or
+// nothing (a feedback score, a workflow's records, a review's resolution).
+func (ev *Event) Count() Counts {
+	var c Counts
+	switch {
+	case ev.IsTask():
+		c.Tasks = 1
+		switch ClassOf(ev.Code) {
+		case ClassFinished:
+			c.Finished = 1
+		case ClassRejected:
+			c.Rejected = 1
+		default:
+			c.Failed = 1
+		}
+		extra := ev.Attempts - 1
+		if ev.Hedged {
+			extra-- // the hedge is no retry
+		}
+		c.Retries = int64(max(extra, 0))
+	case ev.Kind == KindBroadcast:
+		c.Broadcasts, c.Branches = 1, int64(ev.Expected)
+	case ev.Kind == KindFanOut:
+		c.FanOuts, c.Branches = 1, int64(ev.Expected)
+	}
+	return c
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Tasks += o.Tasks
+	c.Finished += o.Finished
+	c.Rejected += o.Rejected
+	c.Failed += o.Failed
+	c.Retries += o.Retries
+	c.Broadcasts += o.Broadcasts
+	c.FanOuts += o.FanOuts
+	c.Branches += o.Branches
+}
+
+// tally is a replica's Counts of the records it made, lock-free.
+type tally struct {
+	finished, rejected, failed, retries, broadcasts, fanouts, branches atomic.Int64
+}
+
+func (t *tally) add(c Counts) {
+	for _, f := range [...]struct {
+		n *atomic.Int64
+		v int64
+	}{{&t.finished, c.Finished}, {&t.rejected, c.Rejected}, {&t.failed, c.Failed},
+		{&t.retries, c.Retries}, {&t.broadcasts, c.Broadcasts}, {&t.fanouts, c.FanOuts}, {&t.branches, c.Branches}} {
+		if f.v != 0 {
+			f.n.Add(f.v)
+		}
+	}
+}
+
+// load reads the counts; Tasks is the sum of its classes, so a snapshot
+// taken while a record is counted still adds up.
+func (t *tally) load() Counts {
+	c := Counts{Finished: t.finished.Load(), Rejected: t.rejected.Load(), Failed: t.failed.Load(),
+		Retries: t.retries.Load(), Broadcasts: t.broadcasts.Load(), FanOuts: t.fanouts.Load(), Branches: t.branches.Load()}
+	c.Tasks = c.Finished + c.Rejected + c.Failed
+	return c
+}
+
 // How records travel. A message on reach.event.<capability> carries one or
 // more records, one JSON object per line, and says how many in its
 // Reach-Events header. Direct-tier records are batched: a batch goes out
@@ -108,9 +249,6 @@ type eventBatch struct {
 
 // recordEvent writes the feedback record of a finished task.
 func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *streams.Error) {
-	if !d.recordsWanted() {
-		return
-	}
 	ev := Event{
 		RequestID: t.requestID, OrchestrationID: t.orchID, Capability: t.capability, Tier: "direct",
 		Dispatcher: d.cfg.Name, Status: string(streams.StatusFinished), Outcome: outcome, Node: t.node, Failed: t.triedIDs,
@@ -119,14 +257,18 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		ParentID:  t.req.Header.Get(streams.HeaderParentID),
 		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
 	}
+	if e != nil {
+		ev.Status, ev.Code = StatusOf(e), string(e.Code)
+	}
+	if !d.recordsWanted() {
+		d.counts.add(ev.Count()) // counted all the same
+		return
+	}
 	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
 		ev.Excluded, ev.ExcludedTotal = d.exclusions(t, false, ExcludedInEvents)
 	}
 	if d.table != nil {
 		ev.Candidates = d.table.Candidates(t.capability).Len()
-	}
-	if e != nil {
-		ev.Status, ev.Code = StatusOf(e), string(e.Code)
 	}
 	if t.seq > 0 {
 		ev.Tier = "durable"
@@ -136,8 +278,8 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	d.publishEvent(&ev, "")
 }
 
-// recordsWanted reports whether records are built at all: for REACH_EVENTS, or
-// for an observer.
+// recordsWanted reports whether records are written at all: for
+// REACH_EVENTS, or for an observer. Either way they are counted.
 func (d *Dispatcher) recordsWanted() bool { return !d.cfg.NoEvents || len(d.observers) > 0 }
 
 // StatusOf is the Reach-Status of a task that ended with e: TIMEOUT for
@@ -151,10 +293,11 @@ func StatusOf(e *streams.Error) string {
 
 // RecordEvent writes a feedback record that is not a task's own, such as
 // a fan-out's or a broadcast's, batched like the direct tier's records.
-// Dispatcher and Tier are filled in when empty. It does nothing when the
-// replica runs with NoEvents.
+// Dispatcher and Tier are filled in when empty. When the replica runs with
+// NoEvents and no observer it only counts it (Stats).
 func (d *Dispatcher) RecordEvent(ev Event) {
 	if !d.recordsWanted() {
+		d.counts.add(ev.Count())
 		return
 	}
 	if ev.Dispatcher == "" {
@@ -166,10 +309,11 @@ func (d *Dispatcher) RecordEvent(ev Event) {
 	d.publishEvent(&ev, "")
 }
 
-// publishEvent sends ev on its capability's event subject: alone with
-// msgID as its message id when one is given (deduplicated across
-// redeliveries), else batched.
+// publishEvent counts ev, hands it to the observers and sends it on its
+// capability's event subject: alone with msgID as its message id when one
+// is given (deduplicated across redeliveries), else batched.
 func (d *Dispatcher) publishEvent(ev *Event, msgID string) {
+	d.counts.add(ev.Count())
 	d.observe(ev)
 	if d.cfg.NoEvents {
 		return

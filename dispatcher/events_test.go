@@ -85,3 +85,33 @@ func TestDecodeEventsReadsEveryLine(t *testing.T) {
 		t.Fatal("a broken line went unnoticed")
 	}
 }
+
+// Every record counts by one rule: a task in exactly one class with its
+// retries, a scatter-gather with its branches, anything else for nothing.
+func TestEventCount(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ev   Event
+		want Counts
+	}{
+		{"finished", Event{Status: "FINISHED", Attempts: 1}, Counts{Tasks: 1, Finished: 1}},
+		{"retried twice", Event{Status: "FINISHED", Attempts: 3}, Counts{Tasks: 1, Finished: 1, Retries: 2}},
+		{"hedged, no retry", Event{Status: "FINISHED", Attempts: 2, Hedged: true}, Counts{Tasks: 1, Finished: 1}},
+		{"never delivered", Event{Status: "FAILED", Code: "NO_AGENT"}, Counts{Tasks: 1, Failed: 1}},
+		{"timeout", Event{Status: "TIMEOUT", Code: "TIMEOUT", Attempts: 2}, Counts{Tasks: 1, Failed: 1, Retries: 1}},
+		{"business rejection", Event{Status: "FAILED", Code: "BIZ_REJECT", Attempts: 1}, Counts{Tasks: 1, Rejected: 1}},
+		{"bad request", Event{Status: "FAILED", Code: "BAD_REQUEST"}, Counts{Tasks: 1, Rejected: 1}},
+		{"cancelled by the caller", Event{Status: "FAILED", Code: "CANCELLED", Attempts: 1}, Counts{Tasks: 1, Rejected: 1}},
+		{"durable dead letter", Event{Status: "FAILED", Code: "INTERNAL", Tier: "durable", Outcome: OutcomeDeadLetter, Attempts: 1},
+			Counts{Tasks: 1, Failed: 1}},
+		{"broadcast", Event{Kind: KindBroadcast, Status: "FINISHED", Expected: 2}, Counts{Broadcasts: 1, Branches: 2}},
+		{"fan-out refused", Event{Kind: KindFanOut, Status: "FAILED", Code: "BAD_REQUEST"}, Counts{FanOuts: 1}},
+		{"feedback", Event{Kind: "feedback", Status: "FINISHED"}, Counts{}},
+		{"workflow run", Event{Kind: "workflow", Status: "FINISHED", Attempts: 3}, Counts{}},
+		{"review resolution", Event{Status: "FINISHED", Outcome: OutcomeReviewDrop}, Counts{}},
+	} {
+		if got := c.ev.Count(); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}

@@ -262,10 +262,8 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		out, e = d.resultMsg(t, res)
 	}
 	if e == nil {
-		d.stats.finished.Add(1)
 		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
 	} else {
-		d.stats.failed.Add(1)
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
 		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}

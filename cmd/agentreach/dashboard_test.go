@@ -41,7 +41,10 @@ func chromium(t *testing.T) string {
 
 // TestDashboardInABrowser starts `up` with the demo agents and HTTP on a
 // free port, opens the dashboard in headless Chromium, and checks that it
-// lists the demo agents and shows a call made during the test within 5 s.
+// lists the demo agents and shows a call made during the test within 5 s;
+// that the agents' latency is labelled a moving average and shows "–"
+// until an instance has enough samples; and that a caller's mistake
+// (BIZ_REJECT) is shown as rejected, apart from the service's failures.
 // The screenshot is kept in the test's temporary directory, or at
 // $AGENTREACH_SCREENSHOT when set (docs/dashboard.png is made so).
 func TestDashboardInABrowser(t *testing.T) {
@@ -94,6 +97,24 @@ func TestDashboardInABrowser(t *testing.T) {
 	if !slices.Equal(shown, agentIDs) {
 		t.Fatalf("the dashboard lists %v, want the demo agents %v", shown, agentIDs)
 	}
+	latencyOf := func(id string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(
+			`document.querySelector('#agents tr[data-id=%q] td.latency').textContent`, id)))
+		if err != nil {
+			t.Fatalf("latency of %s: %v", id, err)
+		}
+		return v
+	}
+	header, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById('agents-latency').textContent`))
+	if err != nil || header != "latency (moving avg)" {
+		t.Errorf("the agents' latency column is headed %q (%v), want %q", header, err, "latency (moving avg)")
+	}
+	for _, id := range agentIDs { // at most the warm-up's one sample each: fewer than the average needs
+		if got := latencyOf(id); got != "–" {
+			t.Errorf("%s's moving average before enough samples: %q, want –", id, got)
+		}
+	}
 
 	// A call made now shows within 5 s (the gateway's aggregate follows
 	// REACH_EVENTS, which the dashboard polls every second).
@@ -108,9 +129,43 @@ func TestDashboardInABrowser(t *testing.T) {
 		post(t, base+"v1/call/echo", fmt.Sprintf(`{"n":%d}`, i), http.StatusOK)
 	}
 	post(t, base+"v1/call/slow", `{}`, http.StatusOK)
-	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound) // NO_AGENT
-	step("the failure and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
-		`document.querySelectorAll('#failures tr[data-request]').length === 1 && document.querySelectorAll('#charts .chart').length === 4`))
+	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound)  // NO_AGENT: the service's
+	post(t, base+"v1/call/math.add", `{"a":1}`, http.StatusUnprocessableEntity) // BIZ_REJECT: the caller's
+	step("the failure, the rejection and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('#failures tr[data-request]').length === 2 && document.querySelectorAll('#charts .chart').length === 4`))
+	classes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#failures tr[data-request] td.class')).map(c => c.textContent).sort()`))
+	if err != nil || !slices.Equal(classes, []string{"failed", "rejected"}) {
+		t.Errorf("recent failures are classed %v (%v), want one failed (NO_AGENT) and one rejected (BIZ_REJECT)", classes, err)
+	}
+	tiles, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`['tile-rejected', 'tile-failed', 'tile-refused'].map(id => document.getElementById(id).textContent)`))
+	if err != nil || !slices.Equal(tiles, []string{"1", "1", "0"}) {
+		t.Errorf("tiles rejected, failed, refused: %v (%v), want 1, 1, 0", tiles, err)
+	}
+	rejected, err := chromedp.Run(bctx, chromedp.Evaluate[string](
+		`document.querySelector('#capabilities tr[data-capability="math.add"] .rejected').textContent`))
+	if err != nil || rejected != "1" {
+		t.Errorf("math.add's rejected: %q (%v), want 1", rejected, err)
+	}
+	// 12 calls over the two echo instances: one has had at least 6, enough
+	// for its average; the slow agent, with one call, still has none.
+	echoes := []string{}
+	for _, id := range agentIDs {
+		if strings.HasPrefix(id, "echo-") {
+			echoes = append(echoes, id)
+		}
+	}
+	step("an echo instance's moving average shows", 5*time.Second, chromedp.Poll[chromedp.Void](fmt.Sprintf(
+		`%q.split(",").some(id => document.querySelector('#agents tr[data-id="' + id + '"] td.latency').textContent.endsWith(" ms"))`,
+		strings.Join(echoes, ","))))
+	for _, id := range agentIDs {
+		if strings.HasPrefix(id, "slow-") {
+			if got := latencyOf(id); got != "–" {
+				t.Errorf("%s's moving average after one task: %q, want –", id, got)
+			}
+		}
+	}
 	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)

@@ -131,28 +131,6 @@ func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {
 	return tw.Flush()
 }
 
-func printStats(w io.Writer, replies [][]byte, asJSON bool) error {
-	all := []dispatcher.Stats{} // --json: an array, never null
-	for _, r := range replies {
-		var s dispatcher.Stats
-		if err := json.Unmarshal(r, &s); err != nil {
-			return fmt.Errorf("unreadable reply: %w", err)
-		}
-		all = append(all, s)
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
-	if asJSON {
-		return writeJSON(w, all)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISPATCHER\tRECEIVED\tFINISHED\tFAILED\tOVERLOADED\tDROPPED\tREDIRECTED\tQUEUED\tIN FLIGHT\tAGENTS")
-	for _, s := range all {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Name, s.Received, s.Finished, s.Failed,
-			s.Overloaded, s.Dropped, s.Redirected, s.Queued, s.InFlight, s.Agents)
-	}
-	return tw.Flush()
-}
-
 func writeJSON(w io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

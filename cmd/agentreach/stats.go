@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,18 +21,27 @@ import (
 )
 
 const statsAbout = `
+Both count by one model (docs/operations.md, "The counting model"): a task
+is a call, a durable task or a branch of a broadcast or fan-out, and ends
+FINISHED, REJECTED (the caller's own doing: BIZ_REJECT, BAD_REQUEST,
+PAYLOAD_TOO_LARGE, UNAUTHORIZED, CANCELLED) or FAILED (the service's);
+TASKS = FINISHED + REJECTED + FAILED. A broadcast or fan-out counts once
+as itself, and each of its branches as a task.
+
 Without --by or --since: asks every running dispatcher replica (on
-<prefix>.api.stats) for its counters since start: tasks received, finished,
-failed, answered OVERLOADED, dropped, sent to another instance, in flight,
-and the agents in its routing table. When no dispatcher answers within
---gather it fails with "no dispatcher answered on <subject> within
+<prefix>.api.stats) for its counters since start: tasks ended (finished,
+rejected, failed), retries, broadcasts, fan-outs and their branches,
+requests answered OVERLOADED or dropped before they became tasks, tasks in
+flight, and the agents in its routing table. When no dispatcher answers
+within --gather it fails with "no dispatcher answered on <subject> within
 <gather>" and exit status 1.
 
 With --by capability|agent|type (and --since, default 1h): reads the task
 record in REACH_EVENTS since then and prints one row per capability, agent
-instance or agent type, most tasks first: tasks, success rate, latency
-percentiles (p50, p95, p99), retries, cost in total and per task, and
-quality (the mean of callers' feedback scores, 0 to 1). A task whose
+instance or agent type, most tasks first: tasks, finished, rejected,
+failed, success rate, latency percentiles (p50, p95, p99), retries, cost in
+total and per task, and quality (the mean of callers' feedback scores, 0
+to 1); then the broadcasts and fan-outs answered. A task whose
 instance is no longer registered counts for type "unknown"; one nothing
 was delivered for for agent and type "none". Percentiles are exact to
 within about 10 %. Every dispatcher serves the same aggregate for the
@@ -133,13 +144,37 @@ func readRecord(ctx context.Context, nc *nats.Conn, conn *connFlags, dim eventst
 	return agg.Summary(dim, since)
 }
 
+// printStats prints the replicas' counters: a table, or with asJSON the
+// Stats, sorted by name.
+func printStats(w io.Writer, replies [][]byte, asJSON bool) error {
+	all := []dispatcher.Stats{} // --json: an array, never null
+	for _, r := range replies {
+		var s dispatcher.Stats
+		if err := json.Unmarshal(r, &s); err != nil {
+			return fmt.Errorf("unreadable reply: %w", err)
+		}
+		all = append(all, s)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	if asJSON {
+		return writeJSON(w, all)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DISPATCHER\tTASKS\tFINISHED\tREJECTED\tFAILED\tRETRIES\tBROADCASTS\tFAN-OUTS\tBRANCHES\tOVERLOADED\tDROPPED\tIN FLIGHT\tAGENTS")
+	for _, s := range all {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Name, s.Tasks, s.Finished, s.Rejected,
+			s.Failed, s.Retries, s.Broadcasts, s.FanOuts, s.Branches, s.Overloaded, s.Dropped, s.InFlight, s.Agents)
+	}
+	return tw.Flush()
+}
+
 // printSummary prints the aggregate: a table, or with asJSON the Summary.
 func printSummary(w io.Writer, s *eventstats.Summary, asJSON bool) error {
 	if asJSON {
 		return writeJSON(w, s)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%s\tTASKS\tSUCCESS\tP50\tP95\tP99\tRETRIES\tCOST\tCOST/TASK\tQUALITY\t\n", strings.ToUpper(string(s.By)))
+	fmt.Fprintf(tw, "%s\tTASKS\tFINISHED\tREJECTED\tFAILED\tSUCCESS\tP50\tP95\tP99\tRETRIES\tCOST\tCOST/TASK\tQUALITY\t\n", strings.ToUpper(string(s.By)))
 	for _, r := range append(s.Rows, s.Total) {
 		quality := "-"
 		if r.Quality != nil {
@@ -149,13 +184,15 @@ func printSummary(w io.Writer, s *eventstats.Summary, asJSON bool) error {
 		if r.Tasks > 0 {
 			success = fmt.Sprintf("%.1f%%", 100*r.SuccessRate)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", r.Key, r.Tasks, success, msText(r.LatencyP50MS),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", r.Key, r.Tasks, r.Finished, r.Rejected,
+			r.Failed, success, msText(r.LatencyP50MS),
 			msText(r.LatencyP95MS), msText(r.LatencyP99MS), r.Retries, costText(r.Cost), costText(r.CostPerTask), quality)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d tasks from %s to %s (REACH_EVENTS, last %s)\n", s.Total.Tasks,
+	_, err := fmt.Fprintf(w, "%d tasks, %d broadcasts and %d fan-outs (%d branches, counted as tasks) from %s to %s "+
+		"(REACH_EVENTS, last %s)\n", s.Total.Tasks, s.Total.Broadcasts, s.Total.FanOuts, s.Total.Branches,
 		s.From.Local().Format(time.DateTime), s.To.Local().Format(time.DateTime), s.Since)
 	return err
 }

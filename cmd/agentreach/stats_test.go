@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
 // TestStatsByDimension makes known calls and reads them back from
-// REACH_EVENTS by capability, agent and type.
+// REACH_EVENTS by capability, agent and type; the replica's counters
+// (stats without --by) count the same tasks the same way.
 func TestStatsByDimension(t *testing.T) {
 	url := startStack(t) // its warm-up calls each demo capability once
 	srv := []string{"--server", url}
@@ -38,8 +40,9 @@ func TestStatsByDimension(t *testing.T) {
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error { // records reach the stream in batches
 		// The warm-up may have met NO_AGENT before the agents registered.
-		if got := rows("capability")["math.add"]; got.Tasks-got.Errors["NO_AGENT"] != 6 || got.Succeeded != 5 || got.Errors["BIZ_REJECT"] != 1 {
-			return fmt.Errorf("math.add %+v, want 6 tasks besides NO_AGENT, 5 succeeded, 1 BIZ_REJECT", got)
+		if got := rows("capability")["math.add"]; got.Tasks-got.Errors["NO_AGENT"] != 6 || got.Finished != 5 || got.Errors["BIZ_REJECT"] != 1 ||
+			got.Rejected != 1 || got.Failed != got.Errors["NO_AGENT"] {
+			return fmt.Errorf("math.add %+v, want 6 tasks besides NO_AGENT, 5 finished, 1 rejected (BIZ_REJECT), NO_AGENT failed", got)
 		}
 		return nil
 	})
@@ -56,8 +59,30 @@ func TestStatsByDimension(t *testing.T) {
 		t.Errorf("echo instances: %d tasks, want 1 (the warm-up call)", echo)
 	}
 	r := runCmd(t, runStats, append(srv, "--by", "agent")...)
-	if r.code != exitOK || !containsAll(r.stdout, "AGENT", "TASKS", "SUCCESS", "P95", "math-", "all") {
+	if r.code != exitOK || !containsAll(r.stdout, "AGENT", "TASKS", "FINISHED", "REJECTED", "FAILED", "SUCCESS", "P95", "math-", "all") {
 		t.Errorf("stats --by agent: %d %q", r.code, r.stdout)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error { // one replica, since its start: the same tasks as the record
+		r := runCmd(t, runStats, append(srv, "--json")...)
+		var replicas []dispatcher.Stats
+		if err := json.Unmarshal([]byte(r.stdout), &replicas); err != nil || len(replicas) != 1 {
+			return fmt.Errorf("stats --json: %d %q (%v)", r.code, r.stdout, err)
+		}
+		r = runCmd(t, runStats, append(srv, "--by", "capability", "--since", "10m", "--json")...)
+		var s eventstats.Summary
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+			return fmt.Errorf("stats --by --json: %d %q (%v)", r.code, r.stdout, err)
+		}
+		got, want := replicas[0].Counts, s.Total
+		if got.Tasks != want.Tasks || got.Finished != want.Finished || got.Rejected != want.Rejected || got.Failed != want.Failed ||
+			got.Retries != want.Retries {
+			return fmt.Errorf("the replica counts %+v, the record %+v", got, want)
+		}
+		return nil
+	})
+	r = runCmd(t, runStats, srv...)
+	if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !containsAll(header, "TASKS", "FINISHED", "REJECTED", "FAILED", "BROADCASTS") {
+		t.Errorf("stats: %d %q", r.code, r.stdout)
 	}
 	for _, args := range [][]string{{"--by", "region"}, {"--since", "1ms"}} {
 		if r := runCmd(t, runStats, append(srv, args...)...); r.code != exitUsage {

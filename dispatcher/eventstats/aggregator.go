@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/agent-reach/agentreach/dispatcher"
-	"github.com/agent-reach/agentreach/streams"
 )
 
 // Dimension is what a Summary groups by.
@@ -78,6 +76,7 @@ type Aggregator struct {
 
 	mu       sync.Mutex
 	dims     map[Dimension]map[string]*ring
+	gathers  *ring             // broadcasts and fan-outs, whatever the dimension
 	requests map[string]string // request id → capability
 	reqOrder []string
 	reqNext  int
@@ -109,7 +108,8 @@ func New(cfg Config) (*Aggregator, error) {
 		return nil, fmt.Errorf("eventstats: MaxKeys must be at least 1, got %d", cfg.MaxKeys)
 	}
 	a := &Aggregator{cfg: cfg, width: cfg.Window / time.Duration(cfg.Buckets),
-		dims: make(map[Dimension]map[string]*ring), requests: make(map[string]string)}
+		dims: make(map[Dimension]map[string]*ring), requests: make(map[string]string),
+		gathers: &ring{slots: make([]bucket, cfg.Buckets)}}
 	for _, d := range Dimensions() {
 		a.dims[d] = make(map[string]*ring)
 	}
@@ -126,24 +126,29 @@ func (a *Aggregator) Added() int64 {
 	return a.added
 }
 
-// Failure is one failed task, as the dashboard lists them.
+// Failure is one task that did not finish, as the dashboard lists them;
+// Class tells the caller's own doing (rejected) from the service's
+// failures (failed).
 type Failure struct {
-	Time       time.Time `json:"time"`
-	RequestID  string    `json:"request_id"`
-	Capability string    `json:"capability"`
-	Node       string    `json:"node,omitempty"`
-	Status     string    `json:"status"`
-	Code       string    `json:"code"`
-	Outcome    string    `json:"outcome"`
-	Attempts   int       `json:"attempts"`
-	LatencyMS  float64   `json:"latency_ms"`
+	Time       time.Time        `json:"time"`
+	RequestID  string           `json:"request_id"`
+	Capability string           `json:"capability"`
+	Node       string           `json:"node,omitempty"`
+	Status     string           `json:"status"`
+	Code       string           `json:"code"`
+	Class      dispatcher.Class `json:"class"`
+	Outcome    string           `json:"outcome"`
+	Attempts   int              `json:"attempts"`
+	LatencyMS  float64          `json:"latency_ms"`
 }
 
-// Add folds one record into the aggregate: a task's record counts for its
-// capability, instance and type; a feedback record's score for the
-// instance it names, its type and the capability of the scored task (when
-// that task's record was added before). Scatter-gather records (their
-// branches count as tasks) and review resolutions are left out, as are
+// Add folds one record into the aggregate by the counting model
+// (dispatcher.Event.Count): a task's record counts for its capability,
+// instance and type; a broadcast's or fan-out's own record counts it and
+// its branches in the total (the branches count as tasks of their own); a
+// feedback record's score for the instance it names, its type and the
+// capability of the scored task (when that task's record was added
+// before). Review resolutions and workflow records are left out, as are
 // records older than the window.
 func (a *Aggregator) Add(ev *dispatcher.Event) {
 	now := a.cfg.Now()
@@ -166,7 +171,11 @@ func (a *Aggregator) Add(ev *dispatcher.Event) {
 		if c, ok := a.requests[ev.RequestID]; ok {
 			a.bucket(ByCapability, c, epoch).score(score)
 		}
-	case ev.Kind != "" || strings.HasPrefix(ev.Outcome, "review_"):
+	case ev.Kind == dispatcher.KindBroadcast || ev.Kind == dispatcher.KindFanOut:
+		a.added++
+		b := a.gathers.at(epoch)
+		b.counts.Add(ev.Count())
+	case !ev.IsTask():
 	default:
 		a.added++
 		node := ev.Node
@@ -180,9 +189,9 @@ func (a *Aggregator) Add(ev *dispatcher.Event) {
 			a.bucket(k.d, k.key, epoch).task(ev)
 		}
 		a.remember(ev.RequestID, ev.Capability)
-		if ev.Status != string(streams.StatusFinished) {
+		if class := dispatcher.ClassOf(ev.Code); class != dispatcher.ClassFinished {
 			a.fail(Failure{Time: at, RequestID: ev.RequestID, Capability: ev.Capability, Node: ev.Node, Status: ev.Status,
-				Code: ev.Code, Outcome: ev.Outcome, Attempts: ev.Attempts, LatencyMS: ev.LatencyMS})
+				Code: ev.Code, Class: class, Outcome: ev.Outcome, Attempts: ev.Attempts, LatencyMS: ev.LatencyMS})
 		}
 	}
 }
@@ -213,11 +222,7 @@ func (a *Aggregator) bucket(d Dimension, key string, epoch int64) *bucket {
 			m[key] = r
 		}
 	}
-	b := &r.slots[epoch%int64(len(r.slots))]
-	if b.epoch != epoch {
-		*b = bucket{epoch: epoch}
-	}
-	return b
+	return r.at(epoch)
 }
 
 func (a *Aggregator) remember(requestID, capability string) {
@@ -246,35 +251,39 @@ func (a *Aggregator) fail(f Failure) {
 // ring is one key's buckets, slot = epoch modulo their number.
 type ring struct{ slots []bucket }
 
+// at returns the bucket of epoch, emptied when it held an older one.
+func (r *ring) at(epoch int64) *bucket {
+	b := &r.slots[epoch%int64(len(r.slots))]
+	if b.epoch != epoch {
+		*b = bucket{epoch: epoch}
+	}
+	return b
+}
+
 // bucket is what one key's records of one time slice add up to.
 type bucket struct {
-	epoch            int64 // start of the slice / width; 0: empty
-	tasks, succeeded int64
-	retries, hedged  int64
-	cost             float64
-	latencySumMS     float64
-	lat              *histogram
-	scoreSum         float64
-	scores           int64
-	errors           map[string]int64
+	epoch        int64 // start of the slice / width; 0: empty
+	counts       dispatcher.Counts
+	hedged       int64
+	cost         float64
+	latencySumMS float64
+	lat          *histogram
+	scoreSum     float64
+	scores       int64
+	errors       map[string]int64
 }
 
 func (b *bucket) task(ev *dispatcher.Event) {
-	b.tasks++
-	if ev.Status == string(streams.StatusFinished) {
-		b.succeeded++
-	} else {
+	b.counts.Add(ev.Count())
+	if ev.Code != "" {
 		if b.errors == nil {
 			b.errors = make(map[string]int64)
 		}
 		b.errors[ev.Code]++
 	}
-	extra := ev.Attempts - 1
 	if ev.Hedged {
 		b.hedged++
-		extra-- // the hedge is no retry
 	}
-	b.retries += int64(max(extra, 0))
 	if !math.IsNaN(ev.Cost) && !math.IsInf(ev.Cost, 0) {
 		b.cost += ev.Cost
 	}
@@ -290,13 +299,15 @@ func (b *bucket) score(s float64) {
 	b.scores++
 }
 
-// Row is the aggregate of one key.
+// Row is the aggregate of one key, counted by the counting model
+// (dispatcher.Counts): Tasks = Finished + Rejected + Failed.
 type Row struct {
 	Key          string           `json:"key"`
 	Tasks        int64            `json:"tasks"`
-	Succeeded    int64            `json:"succeeded"`
-	Failed       int64            `json:"failed"`
-	SuccessRate  float64          `json:"success_rate"` // succeeded / tasks; 0 without tasks
+	Finished     int64            `json:"finished"`
+	Rejected     int64            `json:"rejected"`     // the caller's own doing (dispatcher.ClassOf)
+	Failed       int64            `json:"failed"`       // the service's failures
+	SuccessRate  float64          `json:"success_rate"` // finished / tasks; 0 without tasks
 	LatencyP50MS float64          `json:"latency_p50_ms"`
 	LatencyP95MS float64          `json:"latency_p95_ms"`
 	LatencyP99MS float64          `json:"latency_p99_ms"`
@@ -307,7 +318,13 @@ type Row struct {
 	CostPerTask  float64          `json:"cost_per_task"`
 	Quality      *float64         `json:"quality,omitempty"` // mean feedback score, when there is one
 	Scores       int64            `json:"scores"`
-	Errors       map[string]int64 `json:"errors,omitempty"` // failed tasks by error code
+	Errors       map[string]int64 `json:"errors,omitempty"` // tasks that did not finish, by error code
+	// Broadcasts and FanOuts count the scatter-gathers answered, Branches
+	// the branches they expected (each also a task, in Tasks): on the
+	// total only, whatever the dimension.
+	Broadcasts int64 `json:"broadcasts,omitempty"`
+	FanOuts    int64 `json:"fanouts,omitempty"`
+	Branches   int64 `json:"branches,omitempty"`
 }
 
 // Summary is the aggregate of a window, one Row per key.
@@ -349,8 +366,14 @@ func (a *Aggregator) Summary(by Dimension, since time.Duration) (*Summary, error
 				all.add(b)
 			}
 		}
-		if k.tasks > 0 || k.scores > 0 {
+		if k.counts.Tasks > 0 || k.scores > 0 {
 			s.Rows = append(s.Rows, k.row(key))
+		}
+	}
+	var gathers acc
+	for i := range a.gathers.slots {
+		if b := &a.gathers.slots[i]; b.epoch >= first && b.epoch != 0 {
+			gathers.add(b)
 		}
 	}
 	for i := range a.failures {
@@ -358,6 +381,7 @@ func (a *Aggregator) Summary(by Dimension, since time.Duration) (*Summary, error
 	}
 	a.mu.Unlock()
 	s.Total = all.row("all")
+	s.Total.Broadcasts, s.Total.FanOuts, s.Total.Branches = gathers.counts.Broadcasts, gathers.counts.FanOuts, gathers.counts.Branches
 	sort.Slice(s.Rows, func(i, j int) bool {
 		if s.Rows[i].Tasks != s.Rows[j].Tasks {
 			return s.Rows[i].Tasks > s.Rows[j].Tasks
@@ -372,10 +396,12 @@ func (a *Aggregator) firstEpoch(now time.Time, since time.Duration) int64 {
 	return now.Add(-since).UnixNano()/int64(a.width) + 1
 }
 
-// Point is one time slice of a capability's Series.
+// Point is one time slice of a capability's Series; Tasks = Finished +
+// Rejected + Failed.
 type Point struct {
 	Time         time.Time `json:"t"`
 	Tasks        int64     `json:"tasks"`
+	Rejected     int64     `json:"rejected"`
 	Failed       int64     `json:"failed"`
 	LatencyP50MS float64   `json:"p50_ms"`
 	LatencyP95MS float64   `json:"p95_ms"`
@@ -398,9 +424,9 @@ func (a *Aggregator) Series(since time.Duration) (map[string][]Point, error) {
 		any := false
 		for e := first; e <= last; e++ {
 			p := Point{Time: time.Unix(0, e*int64(a.width)).UTC()}
-			if b := &r.slots[e%int64(len(r.slots))]; b.epoch == e && b.tasks > 0 {
+			if b := &r.slots[e%int64(len(r.slots))]; b.epoch == e && b.counts.Tasks > 0 {
 				any = true
-				p.Tasks, p.Failed = b.tasks, b.tasks-b.succeeded
+				p.Tasks, p.Rejected, p.Failed = b.counts.Tasks, b.counts.Rejected, b.counts.Failed
 				p.LatencyP50MS, p.LatencyP95MS = b.lat.quantile(0.5), b.lat.quantile(0.95)
 			}
 			pts = append(pts, p)
@@ -414,16 +440,15 @@ func (a *Aggregator) Series(since time.Duration) (map[string][]Point, error) {
 
 // acc adds buckets up into a Row.
 type acc struct {
-	tasks, succeeded, retries, hedged, scores int64
-	cost, latencySumMS, scoreSum              float64
-	lat                                       histogram
-	errors                                    map[string]int64
+	counts                       dispatcher.Counts
+	hedged, scores               int64
+	cost, latencySumMS, scoreSum float64
+	lat                          histogram
+	errors                       map[string]int64
 }
 
 func (k *acc) add(b *bucket) {
-	k.tasks += b.tasks
-	k.succeeded += b.succeeded
-	k.retries += b.retries
+	k.counts.Add(b.counts)
 	k.hedged += b.hedged
 	k.cost += b.cost
 	k.latencySumMS += b.latencySumMS
@@ -441,12 +466,13 @@ func (k *acc) add(b *bucket) {
 }
 
 func (k *acc) row(key string) Row {
-	r := Row{Key: key, Tasks: k.tasks, Succeeded: k.succeeded, Failed: k.tasks - k.succeeded, Retries: k.retries,
+	c := k.counts
+	r := Row{Key: key, Tasks: c.Tasks, Finished: c.Finished, Rejected: c.Rejected, Failed: c.Failed, Retries: c.Retries,
 		Hedged: k.hedged, Cost: k.cost, Scores: k.scores, Errors: k.errors}
-	if k.tasks > 0 {
-		r.SuccessRate = float64(k.succeeded) / float64(k.tasks)
-		r.LatencyMean = k.latencySumMS / float64(k.tasks)
-		r.CostPerTask = k.cost / float64(k.tasks)
+	if c.Tasks > 0 {
+		r.SuccessRate = float64(c.Finished) / float64(c.Tasks)
+		r.LatencyMean = k.latencySumMS / float64(c.Tasks)
+		r.CostPerTask = k.cost / float64(c.Tasks)
 		r.LatencyP50MS, r.LatencyP95MS, r.LatencyP99MS = k.lat.quantile(0.5), k.lat.quantile(0.95), k.lat.quantile(0.99)
 	}
 	if k.scores > 0 {

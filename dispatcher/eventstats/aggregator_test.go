@@ -35,10 +35,11 @@ func within(got, want float64) bool { return math.Abs(got-want) <= 0.1*want }
 
 // knownSet adds: echo, 100 tasks of 1..100 ms on echo-1 (odd) and echo-2
 // (even), every 25th a TIMEOUT after 3 attempts, each costing 0.5; risk, 10
-// tasks of 200 ms on risk-1, the first hedged (2 attempts, no retry), and
-// one NO_AGENT nothing was delivered for; feedback 0.5 and 1 for two echo
-// tasks of echo-1; a fan-out's own record and a review resolution, which
-// count for nothing.
+// tasks of 200 ms on risk-1, the first hedged (2 attempts, no retry), one
+// NO_AGENT nothing was delivered for and one BIZ_REJECT (the caller's own
+// doing); feedback 0.5 and 1 for two echo tasks of echo-1; a fan-out's own
+// record, which counts as a fan-out of 2 branches and no task, and a review
+// resolution, which counts for nothing.
 func knownSet(a *Aggregator, at time.Time) {
 	for i := 1; i <= 100; i++ {
 		ev := &dispatcher.Event{RequestID: fmt.Sprintf("e%d", i), Capability: "echo", Status: "FINISHED", Outcome: "reply",
@@ -59,10 +60,12 @@ func knownSet(a *Aggregator, at time.Time) {
 		}
 		a.Add(ev)
 	}
+	a.Add(&dispatcher.Event{RequestID: "b1", Capability: "risk", Status: "FAILED", Code: "BIZ_REJECT", Outcome: "reply",
+		Node: "risk-1", Attempts: 1, LatencyMS: 200, Start: at})
 	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "risk", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply", Start: at})
 	a.Add(&dispatcher.Event{RequestID: "e1", Kind: "feedback", Node: "echo-1", Score: score(0.5), Start: at})
 	a.Add(&dispatcher.Event{RequestID: "e3", Kind: "feedback", Node: "echo-1", Score: score(1), Start: at})
-	a.Add(&dispatcher.Event{RequestID: "f1", Capability: "fanout", Kind: "fanout", Status: "FINISHED", Start: at})
+	a.Add(&dispatcher.Event{RequestID: "f1", Capability: "fanout", Kind: "fanout", Status: "FINISHED", Expected: 2, Start: at})
 	a.Add(&dispatcher.Event{RequestID: "e5", Capability: "echo", Outcome: "review_drop", Status: "FAILED", Start: at})
 }
 
@@ -70,8 +73,8 @@ func TestSummaryOfAKnownSet(t *testing.T) {
 	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
 	a := newTestAggregator(t, c)
 	knownSet(a, c.now.Add(-10*time.Minute))
-	if got := a.Added(); got != 113 {
-		t.Errorf("Added = %d, want 113 (111 tasks, 2 scores)", got)
+	if got := a.Added(); got != 115 {
+		t.Errorf("Added = %d, want 115 (112 tasks, 2 scores, a fan-out)", got)
 	}
 
 	s, err := a.Summary(ByCapability, 0)
@@ -82,7 +85,7 @@ func TestSummaryOfAKnownSet(t *testing.T) {
 		t.Fatalf("rows %+v, want echo then risk", s.Rows)
 	}
 	echo, risk := s.Rows[0], s.Rows[1]
-	if echo.Tasks != 100 || echo.Succeeded != 96 || echo.Failed != 4 || echo.SuccessRate != 0.96 || echo.Retries != 8 ||
+	if echo.Tasks != 100 || echo.Finished != 96 || echo.Failed != 4 || echo.SuccessRate != 0.96 || echo.Retries != 8 ||
 		echo.Cost != 50 || echo.CostPerTask != 0.5 || echo.Errors["TIMEOUT"] != 4 || echo.Scores != 2 || *echo.Quality != 0.75 {
 		t.Errorf("echo %+v", echo)
 	}
@@ -90,21 +93,23 @@ func TestSummaryOfAKnownSet(t *testing.T) {
 		t.Errorf("echo latency p50 %v p95 %v p99 %v mean %v, want about 50, 95, 99 and exactly 50.5",
 			echo.LatencyP50MS, echo.LatencyP95MS, echo.LatencyP99MS, echo.LatencyMean)
 	}
-	if risk.Tasks != 11 || risk.Succeeded != 10 || risk.Hedged != 1 || risk.Retries != 0 || risk.Errors["NO_AGENT"] != 1 || risk.Quality != nil {
+	if risk.Tasks != 12 || risk.Finished != 10 || risk.Rejected != 1 || risk.Failed != 1 || risk.Hedged != 1 || risk.Retries != 0 || risk.Errors["NO_AGENT"] != 1 || risk.Quality != nil {
 		t.Errorf("risk %+v", risk)
 	}
-	if s.Total.Tasks != 111 || s.Total.Succeeded != 106 {
-		t.Errorf("total %+v", s.Total)
+	if s.Total.Tasks != 112 || s.Total.Finished != 106 || s.Total.Rejected != 1 || s.Total.Failed != 5 ||
+		s.Total.FanOuts != 1 || s.Total.Branches != 2 || s.Total.Broadcasts != 0 {
+		t.Errorf("total %+v, want 112 tasks: 106 finished, 1 rejected, 5 failed; 1 fan-out of 2 branches", s.Total)
 	}
-	if len(s.Failures) != 5 || s.Failures[0].RequestID != "n1" || s.Failures[0].Code != "NO_AGENT" {
-		t.Errorf("failures %+v, want 5, newest (n1) first", s.Failures)
+	if len(s.Failures) != 6 || s.Failures[0].RequestID != "n1" || s.Failures[0].Class != dispatcher.ClassFailed ||
+		s.Failures[1].RequestID != "b1" || s.Failures[1].Class != dispatcher.ClassRejected {
+		t.Errorf("failures %+v, want 6, newest (n1, failed; b1, rejected) first", s.Failures)
 	}
 
 	byAgent, err := a.Summary(ByAgent, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int64{"echo-1": 50, "echo-2": 50, "risk-1": 10, NoneKey: 1}
+	want := map[string]int64{"echo-1": 50, "echo-2": 50, "risk-1": 11, NoneKey: 1}
 	for _, r := range byAgent.Rows {
 		if r.Tasks != want[r.Key] {
 			t.Errorf("agent %s: %d tasks, want %d", r.Key, r.Tasks, want[r.Key])

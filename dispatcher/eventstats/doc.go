@@ -1,8 +1,11 @@
 // Package eventstats aggregates the task record in REACH_EVENTS: per
-// capability, agent instance or agent type, the volume, success rate,
-// latency percentiles (p50, p95, p99), retries, cost and quality (the
-// callers' feedback scores) over a sliding window, and per capability a
-// series of volume and latency over time.
+// capability, agent instance or agent type, the tasks (finished, rejected
+// by the caller's own doing, failed), success rate, latency percentiles
+// (p50, p95, p99), retries, cost and quality (the callers' feedback
+// scores) over a sliding window, with the broadcasts and fan-outs in the
+// total, and per capability a series of volume and latency over time.
+// Records are counted by dispatcher.Event.Count, as the replica's counters
+// and its metrics count them.
 //
 // An Aggregator is fed one Event at a time (Add) and answers Summary and
 // Series at any moment from what it holds: it is kept incrementally, never

@@ -11,6 +11,9 @@ import (
 
 // Agent is one instance as GET /v1/agents shows it: its record, how long
 // ago its last heartbeat was, its load and this replica's breaker of it.
+// LatencyMS is this replica's moving average of the instance's latencies
+// (geometric, fading while it gets no task): null until it has enough
+// samples (dispatcher.BreakerStatus.LatencyMS 0).
 type Agent struct {
 	ID             string            `json:"id"`
 	Type           string            `json:"type"`
@@ -22,7 +25,7 @@ type Agent struct {
 	Load           float64           `json:"load"` // active / max_concurrent, as the agent last reported
 	HeartbeatAgeMS int64             `json:"heartbeat_age_ms"`
 	Breaker        string            `json:"breaker"` // CLOSED until this replica has routed to it
-	LatencyMS      float64           `json:"latency_ms"`
+	LatencyMS      *float64          `json:"latency_ms"`
 	Deps           map[string]string `json:"deps,omitempty"`
 }
 
@@ -43,7 +46,10 @@ func (g *Gateway) Agents() []Agent {
 			a.Load = float64(e.Active) / float64(e.MaxConcurrent)
 		}
 		if b, ok := breakers[e.ID]; ok {
-			a.Breaker, a.LatencyMS = string(b.State), b.LatencyMS
+			a.Breaker = string(b.State)
+			if b.LatencyMS > 0 {
+				a.LatencyMS = &b.LatencyMS
+			}
 		}
 		out = append(out, a)
 	}

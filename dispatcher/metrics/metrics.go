@@ -64,6 +64,7 @@ type Metrics struct {
 	hedgeWins *prometheus.CounterVec
 	durable   *prometheus.CounterVec
 	records   *prometheus.CounterVec
+	branches  *prometheus.CounterVec
 
 	d     atomic.Pointer[dispatcher.Dispatcher]
 	named sync.Map // capability → true: those with a label of their own
@@ -90,14 +91,15 @@ func New(cfg Config) (*Metrics, error) {
 	}
 	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry()}
 	m.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "tasks_total",
-		Help: "Tasks ended by this replica, by capability and outcome (finished, or the error code in lower case)."},
+		Help: "Tasks ended by this replica (calls, durable tasks, branches of broadcasts and fan-outs), by capability " +
+			"and outcome (finished, or the error code in lower case)."},
 		[]string{"capability", "outcome"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "task_duration_seconds",
 		Help:    "Time from a task's receipt (durable: its submission) to its outcome, by capability.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}},
 		[]string{"capability"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retries_total",
-		Help: "Deliveries after a task's first, hedges not counted, by capability."}, []string{"capability"})
+		Help: "Attempts of tasks after their first, hedges not counted, by capability."}, []string{"capability"})
 	m.hedgeWins = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "hedge_wins_total",
 		Help: "Tasks whose answer came from their hedged second delivery, by capability."}, []string{"capability"})
 	m.durable = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "durable_outcomes_total",
@@ -107,7 +109,10 @@ func New(cfg Config) (*Metrics, error) {
 		Help: "Records this replica wrote that are not a task's own, by kind (fanout, broadcast, feedback, workflow, " +
 			"workflow_step, workflow_decision, other) and outcome (finished, or the error code)."},
 		[]string{"kind", "outcome"})
-	for _, c := range []prometheus.Collector{m.tasks, m.latency, m.retries, m.hedgeWins, m.durable, m.records,
+	m.branches = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "branches_total",
+		Help: "Branches the broadcasts and fan-outs answered by this replica expected, by kind (broadcast, fanout); " +
+			"each is also a task of its own capability."}, []string{"kind"})
+	for _, c := range []prometheus.Collector{m.tasks, m.latency, m.retries, m.hedgeWins, m.durable, m.records, m.branches,
 		(*replica)(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, errorf("register: %v", err)
@@ -133,24 +138,24 @@ func (m *Metrics) Handler() http.Handler {
 // gather in tests.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Observed counts one record (dispatcher.Observer).
+// Observed counts one record (dispatcher.Observer) by the counting model
+// (dispatcher.Event.Count), as the replica's Stats count it.
 func (m *Metrics) Observed(ev *dispatcher.Event) {
-	switch {
-	case ev.Kind != "":
-		m.records.WithLabelValues(kindLabel(ev.Kind), outcomeOf(ev)).Inc()
-		return
-	case strings.HasPrefix(ev.Outcome, "review_"):
-		return // a person's decision, not a task's end
+	c := ev.Count()
+	if !ev.IsTask() {
+		if ev.Kind != "" {
+			m.records.WithLabelValues(kindLabel(ev.Kind), outcomeOf(ev)).Inc()
+		}
+		if c.Branches > 0 {
+			m.branches.WithLabelValues(ev.Kind).Add(float64(c.Branches))
+		}
+		return // else a person's decision on a review entry, not a task's end
 	}
 	capability := m.capabilityLabel(ev.Capability)
 	m.tasks.WithLabelValues(capability, outcomeOf(ev)).Inc()
 	m.latency.WithLabelValues(capability).Observe(ev.LatencyMS / 1000)
-	extra := ev.Attempts - 1
-	if ev.Hedged {
-		extra--
-	}
-	if extra > 0 {
-		m.retries.WithLabelValues(capability).Add(float64(extra))
+	if c.Retries > 0 {
+		m.retries.WithLabelValues(capability).Add(float64(c.Retries))
 	}
 	if ev.HedgeWon {
 		m.hedgeWins.WithLabelValues(capability).Inc()

@@ -104,7 +104,6 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		`agentreach_tasks_total{capability="refuse",outcome="biz_reject"} 2`,
 		`agentreach_tasks_total{capability="other",outcome="no_agent"} 1`,
 		`agentreach_task_duration_seconds_count{capability="echo"} 6`,
-		`agentreach_received_total 8`,
 		`agentreach_durable_received_total 1`,
 		`agentreach_in_flight 0`,
 		`agentreach_registry_instances 1`,
@@ -119,6 +118,11 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("no %q in the metrics:\n%s", want, grepAgentReach(page))
 		}
+	}
+	// The replica's own counters count the same records the same way.
+	want := dispatcher.Counts{Tasks: 9, Finished: 6, Rejected: 2, Failed: 1}
+	if got := d.Stats().Counts; got != want {
+		t.Errorf("the replica's counts %+v, want %+v (as the metrics count)", got, want)
 	}
 	if strings.Contains(page, `capability="nobody.serves.this"`) {
 		t.Errorf("a capability nobody offers has a label of its own")
@@ -142,7 +146,7 @@ func TestObservedCountsRetriesHedgesAndRecords(t *testing.T) {
 	}
 	m.Observed(&dispatcher.Event{Capability: "x", Status: "FINISHED", Attempts: 3, LatencyMS: 2})
 	m.Observed(&dispatcher.Event{Capability: "x", Status: "FINISHED", Attempts: 2, Hedged: true, HedgeWon: true, LatencyMS: 2})
-	m.Observed(&dispatcher.Event{Capability: "fanout", Kind: "fanout", Status: "FAILED", Code: "INCOMPLETE"})
+	m.Observed(&dispatcher.Event{Capability: "fanout", Kind: "fanout", Status: "FAILED", Code: "INCOMPLETE", Expected: 3})
 	m.Observed(&dispatcher.Event{Kind: "feedback"})
 	m.Observed(&dispatcher.Event{Kind: "something_new"})
 	m.Observed(&dispatcher.Event{Capability: "x", Outcome: "review_drop"})
@@ -153,6 +157,7 @@ func TestObservedCountsRetriesHedgesAndRecords(t *testing.T) {
 		`agentreach_retries_total{capability="other"} 2`,
 		`agentreach_hedge_wins_total{capability="other"} 1`,
 		`agentreach_records_total{kind="fanout",outcome="incomplete"} 1`,
+		`agentreach_branches_total{kind="fanout"} 3`,
 		`agentreach_records_total{kind="feedback",outcome="finished"} 1`,
 		`agentreach_records_total{kind="other",outcome="finished"} 1`,
 	} {

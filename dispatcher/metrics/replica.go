@@ -16,15 +16,14 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descReceived   = desc("received_total", "Direct-tier tasks received by this replica.")
-	descDurable    = desc("durable_received_total", "Durable-tier tasks taken from REACH_TASKS by this replica.")
-	descOverloaded = desc("overloaded_total", "Tasks answered OVERLOADED at once (MaxInFlight reached).")
-	descDropped    = desc("dropped_total", "Tasks dropped because they had no reply subject.")
-	descRedirects  = desc("redirects_total", "Tasks sent to another instance after a failed delivery.")
+	descDurable    = desc("durable_received_total", "Deliveries of durable tasks taken from REACH_TASKS by this replica.")
+	descOverloaded = desc("overloaded_total", "Requests answered OVERLOADED at admission (MaxInFlight reached); not tasks.")
+	descDropped    = desc("dropped_total", "Requests dropped because they had no reply subject; not tasks.")
+	descRedirects  = desc("redirects_total", "Tasks sent on after a failed delivery or a wait for capacity.")
 	descQueued     = desc("queued_total", "Tasks that waited in the replica for a free slot.")
 	descBuffered   = desc("buffered_total", "Durable tasks put back into the stream to wait for capacity.")
 	descReplayed   = desc("replayed_total", "Dead letters replayed by this replica.")
-	descHedges     = desc("hedges_total", "Hedged second deliveries sent.")
+	descHedges     = desc("hedges_total", "Hedged second deliveries sent (at most one per task).")
 	descHedgesOver = desc("hedges_refused_total", "Hedges the hedge budget refused.")
 	descInFlight   = desc("in_flight", "Tasks this replica holds now (of its MaxInFlight).")
 	descMaxFlight  = desc("max_in_flight", "The replica's MaxInFlight.")
@@ -41,7 +40,7 @@ var breakerStates = []dispatcher.BreakerState{dispatcher.BreakerClosed, dispatch
 
 // Describe sends every metric's description (prometheus.Collector).
 func (r *replica) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descDurable, descOverloaded, descDropped, descRedirects, descQueued,
+	for _, d := range []*prometheus.Desc{descDurable, descOverloaded, descDropped, descRedirects, descQueued,
 		descBuffered, descReplayed, descHedges, descHedgesOver, descInFlight, descMaxFlight, descAgents, descPolicy,
 		descBreaker, descStream, descPending} {
 		ch <- d
@@ -61,7 +60,7 @@ func (r *replica) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range []struct {
 		d *prometheus.Desc
 		v int64
-	}{{descReceived, s.Received}, {descDurable, s.Durable}, {descOverloaded, s.Overloaded}, {descDropped, s.Dropped},
+	}{{descDurable, s.Durable}, {descOverloaded, s.Overloaded}, {descDropped, s.Dropped},
 		{descRedirects, s.Redirected}, {descQueued, s.Queued}, {descBuffered, s.Buffered}, {descReplayed, s.Replayed},
 		{descHedges, s.Hedged}, {descHedgesOver, s.HedgesOver}} {
 		ch <- prometheus.MustNewConstMetric(c.d, prometheus.CounterValue, float64(c.v))

@@ -24,6 +24,7 @@ function svg(tag, attrs) {
 function num(v, digits) {
   return Number(v || 0).toLocaleString(undefined, { maximumFractionDigits: digits === undefined ? 0 : digits });
 }
+// ms shows a latency; "–" when there is none (null: not enough samples).
 function ms(v) {
   if (!v) return "–";
   if (v < 0.01) return "< 0.01 ms";
@@ -45,27 +46,35 @@ function drawAgents(agents) {
     cell(a.id), cell(a.type), cell(a.capabilities.join(", ")), cell(a.status, "state-" + a.status),
     el("td", {}, el("span", { class: "bar", title: a.active + " of " + a.max_concurrent },
       el("i", { style: "width:" + Math.min(100, 100 * a.load) + "%" })), " " + a.active + "/" + a.max_concurrent),
-    cell(age(a.heartbeat_age_ms)), cell(a.breaker, "state-" + a.breaker), cell(ms(a.latency_ms), "num"))),
+    cell(age(a.heartbeat_age_ms)), cell(a.breaker, "state-" + a.breaker), cell(ms(a.latency_ms), "num latency"))),
     { cols: 8, text: "no agent registered" });
 }
 
 function drawCapabilities(summary) {
   const rows = (summary ? summary.rows : []).map(r => el("tr", { "data-capability": r.key },
-    cell(r.key), el("td", { class: "num tasks" }, num(r.tasks)), cell(pct(r.success_rate, r.tasks), r.success_rate < 0.99 ? "num bad" : "num"),
+    cell(r.key), el("td", { class: "num tasks" }, num(r.tasks)), cell(num(r.finished), "num finished"),
+    cell(num(r.rejected), "num rejected"), cell(num(r.failed), r.failed ? "num failed bad" : "num failed"),
+    cell(pct(r.success_rate, r.tasks), r.success_rate < 0.99 ? "num bad" : "num"),
     cell(ms(r.latency_p50_ms), "num"), cell(ms(r.latency_p95_ms), "num"), cell(ms(r.latency_p99_ms), "num"),
     cell(num(r.retries), "num"), cell(r.cost_per_task ? num(r.cost_per_task, 4) : "–", "num"),
     cell(r.quality === undefined ? "–" : num(r.quality, 2), "num")));
-  fill("#capabilities", rows, { cols: 9, text: "no task yet" });
+  fill("#capabilities", rows, { cols: 12, text: "no task yet" });
   const total = summary ? summary.total : { tasks: 0, success_rate: 0 };
   document.getElementById("tile-tasks").textContent = num(total.tasks);
   document.getElementById("tile-success").textContent = pct(total.success_rate, total.tasks);
+  document.getElementById("tile-rejected").textContent = num(total.rejected);
+  const failed = document.getElementById("tile-failed");
+  failed.textContent = num(total.failed);
+  failed.classList.toggle("nonzero", total.failed > 0);
+  document.getElementById("tile-gathers").textContent = num(total.broadcasts) + " / " + num(total.fanouts);
 }
 
 function drawFailures(summary) {
   const rows = (summary ? summary.failures : []).slice(0, SHOW_FAILURES).map(f => el("tr", { "data-request": f.request_id },
-    cell(new Date(f.time).toLocaleTimeString()), cell(f.capability), cell(f.code || f.status, "bad"), cell(f.node || "–"),
+    cell(new Date(f.time).toLocaleTimeString()), cell(f.capability), cell(f.class, "class"),
+    cell(f.code || f.status, f.class === "failed" ? "bad" : ""), cell(f.node || "–"),
     cell(f.attempts, "num"), cell(ms(f.latency_ms), "num"), cell(f.request_id)));
-  fill("#failures", rows, { cols: 7, text: "none" });
+  fill("#failures", rows, { cols: 8, text: "none" });
 }
 
 // chart draws one capability's series: volume as bars, p95 latency as a
@@ -114,6 +123,7 @@ function drawStreams(streams, dispatcher) {
   set("tile-dlq", streams.REACH_DLQ);
   set("tile-review", streams.REACH_REVIEW);
   set("tile-inflight", dispatcher.in_flight);
+  set("tile-refused", dispatcher.overloaded === undefined ? undefined : dispatcher.overloaded + dispatcher.dropped);
 }
 
 async function getJSON(path) {
