@@ -26,3 +26,23 @@ func TestNoAgentListsEveryFailedCondition(t *testing.T) {
 		t.Fatalf("excluded %+v, want reason %q", x, want)
 	}
 }
+
+// A capability no instance offers gets the nearest registered one
+// suggested, when it is close; a far one gets no suggestion, and neither
+// does a capability whose instances are all draining.
+func TestNoAgentSuggestsTheNearestCapability(t *testing.T) {
+	h := newHarness(t, natstest.Options(t.TempDir()))
+	h.instance(registry.Record{ID: "echo-1", Type: "echo", Capabilities: []string{"echo", "summarize"}})
+	h.instance(registry.Record{ID: "old-1", Type: "old", Capabilities: []string{"echos"}, Status: registry.StatusDraining})
+	for _, c := range []struct{ capability, message string }{
+		{"ech", "no routable instance offers ech; did you mean echo?"},
+		{"sumarize", "no routable instance offers sumarize; did you mean summarize?"},
+		{"weather", "no routable instance offers weather"},
+		{"echos", "no routable instance offers echos (1 excluded: see excluded)"},
+	} {
+		e := h.call(c.capability, []byte(`{}`))
+		if e == nil || e.Code != streams.CodeNoAgent || e.Message != c.message {
+			t.Errorf("%s: got %+v, want NO_AGENT %q", c.capability, e, c.message)
+		}
+	}
+}

@@ -397,6 +397,16 @@ func (t *Table) Offering(c string) []*Instance {
 	return out
 }
 
+// Capabilities returns every capability some instance in the table
+// offers, routable or not, sorted.
+func (t *Table) Capabilities() []string {
+	t.mu.RLock()
+	out := slices.Collect(maps.Keys(t.byCap))
+	t.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
 // Lookup returns instance id, if it is in the table.
 func (t *Table) Lookup(id string) (*Instance, bool) {
 	t.mu.RLock()
