@@ -191,7 +191,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
 	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s-replay-%d", p.RequestID, p.Count+1))
 	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("resubmit %s: %w", p.RequestID, err)
+		return fmt.Errorf("resubmit %s (%s seq %d): %w", p.RequestID, p.Stream, p.Seq, err)
 	}
 	return DeleteParked(ctx, js, p.Stream, p.Seq)
 }

@@ -257,7 +257,7 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderMsgID, "result-"+t.requestID)
-	if err := d.publishDurable(out); err != nil {
+	if _, err := d.publishDurable(out); err != nil {
 		return err
 	}
 	d.stats.finished.Add(1)
@@ -283,20 +283,29 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 		out.Header.Set(streams.HeaderNode, t.node)
 	}
 	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", t.requestID, count))
-	if err := d.publishDurable(out); err != nil {
+	ack, err := d.publishDurable(out)
+	if err != nil {
 		return err
 	}
 	d.stats.failed.Add(1)
-	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).Msg("durable task parked")
+	// The entry's sequence is named by its stream (dlq_seq, review_seq),
+	// as `agentreach dlq show <seq>` and `agentreach review show <seq>`
+	// take it; the task's own seq is REACH_TASKS'.
+	seqField := "dlq_seq"
+	if ack.Stream == streams.StreamReview {
+		seqField = "review_seq"
+	}
+	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).
+		Str("parked_in", ack.Stream).Uint64(seqField, ack.Sequence).Msg("durable task parked")
 	return nil
 }
 
-func (d *Dispatcher) publishDurable(m *nats.Msg) error {
+func (d *Dispatcher) publishDurable(m *nats.Msg) (*jetstream.PubAck, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := d.js.PublishMsg(ctx, m)
+	ack, err := d.js.PublishMsg(ctx, m)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("publish %s: no JetStream ack in 5s", m.Subject)
+		return nil, fmt.Errorf("publish %s: no JetStream ack in 5s", m.Subject)
 	}
-	return err
+	return ack, err
 }

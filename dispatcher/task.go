@@ -91,7 +91,7 @@ func (l taskLog) with(e *zerolog.Event) *zerolog.Event {
 	}
 	e = e.Str("request_id", l.t.requestID).Str("capability", l.t.capability)
 	if l.t.seq > 0 {
-		e = e.Str("tier", "durable").Uint64("seq", l.t.seq)
+		e = e.Str("tier", "durable").Str("stream", streams.StreamTasks).Uint64("seq", l.t.seq)
 	}
 	return e
 }
