@@ -283,6 +283,7 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 		out.Header.Set(streams.HeaderNode, t.node)
 	}
 	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", t.requestID, count))
+	d.fitParked(t, out)
 	ack, err := d.publishDurable(out)
 	if err != nil {
 		return err
@@ -298,6 +299,27 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).
 		Str("parked_in", ack.Stream).Uint64(seqField, ack.Sequence).Msg("durable task parked")
 	return nil
+}
+
+// fitParked makes a parked entry fit max_payload, which the task alone
+// did, but not always with the entry's headers added. It first leaves out
+// the idempotency key the dispatcher added (a replay adds it again), then
+// the payload, saying so in Reach-DLQ-Dropped: an entry that tells what
+// happened beats a task redelivered for ever because its outcome cannot be
+// stored.
+func (d *Dispatcher) fitParked(t *task, out *nats.Msg) {
+	limit := d.nc.MaxPayload()
+	if streams.CheckSize(out, limit) == nil {
+		return
+	}
+	if out.Header.Get(streams.HeaderIdempotencyKey) == t.requestID {
+		out.Header.Del(streams.HeaderIdempotencyKey)
+	}
+	if err := streams.CheckSize(out, limit); err != nil {
+		t.log.Warn().Str("error", err.Error()).Msg("parked without its payload")
+		out.Header.Set(streams.HeaderDLQDropped, strconv.Itoa(len(out.Data)))
+		out.Data = nil
+	}
 }
 
 func (d *Dispatcher) publishDurable(m *nats.Msg) (*jetstream.PubAck, error) {

@@ -618,7 +618,9 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	}
 	d.traceDelivery(dl, out.Header)
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		d.end(dl, nil, nil, streams.AsError(err), outcomeFinal)
+		e := streams.AsError(err)
+		e.Message = "the delivery to " + inst.ID + ", with the dispatcher's headers: " + e.Message
+		d.end(dl, nil, nil, e, outcomeFinal)
 		return
 	}
 	t.log.Debug().Str("node", inst.ID).Int("attempt", dl.attempt).Bool("hedge", hedge).Str("state", string(streams.StatusSent)).Msg("task state")
