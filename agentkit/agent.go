@@ -600,6 +600,8 @@ func (a *Agent) resultMsg(req *Request, out any) *nats.Msg {
 		}
 		m.Data = b
 	}
+	// publish adds the load report: its widest value counts already.
+	m.Header.Set(streams.HeaderActive, strconv.Itoa(a.cfg.MaxConcurrent))
 	if err := streams.CheckSize(m, a.nc.MaxPayload()); err != nil {
 		return a.errorMsg(req, classify(fmt.Errorf("result: %w", err)))
 	}

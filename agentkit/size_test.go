@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -58,5 +60,31 @@ func TestClientRefusesWhatHeadersPushPastMaxPayload(t *testing.T) {
 	// What fits with its headers is stored.
 	if _, err := c.Submit(ctx, "echo", body[:smallMaxPayload/2]); err != nil {
 		t.Fatalf("a task that fits: %v", err)
+	}
+}
+
+// A result that fits with the reply's headers but not with the load report
+// (Reach-Active) the agent adds as it sends is refused as
+// PAYLOAD_TOO_LARGE, not lost in a publish the client library refuses.
+func TestResultCountsTheLoadReport(t *testing.T) {
+	opts := natstest.Options(t.TempDir())
+	opts.MaxPayload = smallMaxPayload
+	s := natstest.RunServerWith(t, opts)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
+	// The reply's headers but Reach-Active, as the agent sets them.
+	reply := nats.NewMsg("x")
+	for k, v := range map[string]string{streams.HeaderStatus: string(streams.StatusFinished), streams.HeaderRequestID: "req-1",
+		streams.HeaderNode: "w9", streams.HeaderContentType: streams.ContentTypeJSON} {
+		reply.Header.Set(k, v)
+	}
+	result := append(append([]byte(`"`), bytes.Repeat([]byte{'x'}, smallMaxPayload-streams.HeaderSize(reply)-2-4)...), '"')
+	startAgent(t, natstest.Connect(t, s), agentkit.Config{Type: "work", ID: "w9"}, map[string]agentkit.Handler{
+		"big": func(context.Context, *agentkit.Request) (any, error) { return result, nil },
+	})
+	replies := deliverer{t: t, nc: nc}.deliver("w9", "big", []byte(`1`))
+	e := streams.ErrorFromMessage(replies[len(replies)-1])
+	if e == nil || e.Code != streams.CodePayloadTooLarge || !strings.Contains(e.Message, "max_payload of "+strconv.Itoa(smallMaxPayload)) {
+		t.Fatalf("want PAYLOAD_TOO_LARGE naming the limit, got %+v", e)
 	}
 }
