@@ -141,7 +141,10 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	where := OutcomeResult
 	switch {
 	case e == nil:
-		recorded = d.recordResult(t, res, nil)
+		if recorded = d.recordResult(t, res, nil); errors.Is(recorded, streams.ErrPayloadTooLarge) {
+			e = streams.AsError(recorded) // a result that cannot be stored: no retry can store it
+			where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
+		}
 	case e.Code == streams.CodeBizReject:
 		recorded = d.recordResult(t, nil, e)
 	case e.Code == streams.CodeDeadlineExceeded:
@@ -239,7 +242,9 @@ func KeepInProgress(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
 }
 
 // recordResult stores a durable task's result (or business rejection) in
-// REACH_RESULTS, which also publishes it on reach.result.<request-id>.
+// REACH_RESULTS, which also publishes it on reach.result.<request-id>. A
+// result that exceeds max_payload with the dispatcher's headers is a
+// PAYLOAD_TOO_LARGE error, stored nowhere.
 func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) error {
 	out := nats.NewMsg(d.cfg.Subjects.Result(t.requestID))
 	if res != nil {
@@ -257,6 +262,11 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderMsgID, "result-"+t.requestID)
+	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
+		e := streams.AsError(err)
+		e.Message = "the result of " + t.node + ", with the dispatcher's headers: " + e.Message
+		return e
+	}
 	if _, err := d.publishDurable(out); err != nil {
 		return err
 	}

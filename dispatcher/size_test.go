@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -113,4 +115,57 @@ func TestDurableDeliveryThatOutgrowsMaxPayload(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A durable task whose result fits as the agent sends it but not with the
+// headers of its record in REACH_RESULTS is dead-lettered with
+// PAYLOAD_TOO_LARGE, once, instead of being redelivered for ever.
+func TestDurableResultThatOutgrowsMaxPayload(t *testing.T) {
+	opts := natstest.Options(t.TempDir())
+	opts.MaxPayload = smallMaxPayload
+	h := newHarness(t, opts)
+	// The agent's reply headers, Reach-Active at its widest included.
+	reply := nats.NewMsg("x")
+	for k, v := range map[string]string{streams.HeaderStatus: string(streams.StatusFinished), streams.HeaderRequestID: "big-2",
+		streams.HeaderNode: "echo-1", streams.HeaderContentType: streams.ContentTypeJSON, streams.HeaderActive: "8"} {
+		reply.Header.Set(k, v)
+	}
+	result := append(append([]byte(`"`), bytes.Repeat([]byte{'x'}, smallMaxPayload-streams.HeaderSize(reply)-2-4)...), '"')
+	a, err := agentkit.New(h.nc, agentkit.Config{Type: "echo", ID: "echo-1"}, agentkit.WithoutSignals(), agentkit.WithLogger(zerolog.Nop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Handle("echo", func(context.Context, *agentkit.Request) (any, error) { return result, nil }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Drain(context.Background()) })
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if _, ok := h.d.Table().Lookup("echo-1"); !ok {
+			return errNotYet
+		}
+		return nil
+	})
+	m := nats.NewMsg(streams.Subjects{}.Submit("echo"))
+	m.Data = []byte(`{}`)
+	m.Header.Set(streams.HeaderRequestID, "big-2")
+	if _, err := h.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var parked []Parked
+	natstest.WaitFor(t, 15*time.Second, func() error {
+		var err error
+		if parked, err = ListParked(ctx, h.js, streams.Subjects{}, streams.StreamDLQ); err != nil || len(parked) == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	if p := parked[0]; p.RequestID != "big-2" || p.Code != string(streams.CodePayloadTooLarge) ||
+		!strings.Contains(p.LastError, "the result of echo-1, with the dispatcher's headers") || string(p.Data) != `{}` {
+		t.Fatalf("dead letter %+v", p)
+	}
 }
