@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"runtime/debug"
 	"slices"
@@ -73,8 +74,17 @@ type Config struct {
 // Option configures an Agent.
 type Option func(*Agent)
 
-// WithLogger sets the agent's logger; the default discards.
+// WithLogger sets the agent's logger. The default writes events of level
+// info and above to standard error, one JSON line each: "agent registered"
+// once Start has registered the agent, "agent drained" when it leaves, and
+// warnings (a reply that could not be sent, a panicking handler). Pass
+// zerolog.Nop() to silence it.
 func WithLogger(l zerolog.Logger) Option { return func(a *Agent) { a.log = l } }
+
+// defaultLogger is the logger of an agent made without WithLogger.
+func defaultLogger() zerolog.Logger {
+	return zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+}
 
 // WithHeartbeatConn makes heartbeats use nc. By default the agent opens a
 // second connection with the work connection's options, so that heartbeats
@@ -156,7 +166,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 		nc:       nc,
 		cfg:      cfg,
 		id:       cfg.ID,
-		log:      zerolog.Nop(),
+		log:      defaultLogger(),
 		handlers: make(map[string]Handler),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
 		decl:     decl,
@@ -333,7 +343,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	registered = true
 	a.sub, a.hb, a.started = sub, hb, true
 	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).
-		Bool("direct_results", a.replyPrefix != "").Msg("agent registered")
+		Int64("heartbeat_ms", rec.HeartbeatMS).Bool("direct_results", a.replyPrefix != "").Msg("agent registered")
 	return nil
 }
 
@@ -590,6 +600,8 @@ func (a *Agent) resultMsg(req *Request, out any) *nats.Msg {
 		}
 		m.Data = b
 	}
+	// publish adds the load report: its widest value counts already.
+	m.Header.Set(streams.HeaderActive, strconv.Itoa(a.cfg.MaxConcurrent))
 	if err := streams.CheckSize(m, a.nc.MaxPayload()); err != nil {
 		return a.errorMsg(req, classify(fmt.Errorf("result: %w", err)))
 	}

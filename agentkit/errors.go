@@ -21,20 +21,32 @@ var (
 	ErrHeartbeatMismatch = errors.New("agentkit: heartbeat does not match the REACH_AGENTS bucket")
 )
 
-// Reject returns a business rejection (BIZ_REJECT): the task is understood
-// but refused, and is never retried.
-func Reject(format string, args ...any) error {
+// Reject returns a business rejection (BIZ_REJECT) with message msg as
+// it is: the task is understood but refused, and is never retried. Rejectf
+// formats the message.
+func Reject(msg string) error { return &streams.Error{Code: streams.CodeBizReject, Message: msg} }
+
+// Rejectf is Reject with a message formatted as by fmt.Sprintf.
+func Rejectf(format string, args ...any) error {
 	return streams.NewError(streams.CodeBizReject, format, args...)
 }
 
-// Busy returns a TARGET_BUSY error: the caller may retry elsewhere.
-func Busy(format string, args ...any) error {
+// Busy returns a TARGET_BUSY error with message msg as it is: the caller
+// may retry elsewhere. Busyf formats the message.
+func Busy(msg string) error { return &streams.Error{Code: streams.CodeTargetBusy, Message: msg} }
+
+// Busyf is Busy with a message formatted as by fmt.Sprintf.
+func Busyf(format string, args ...any) error {
 	return streams.NewError(streams.CodeTargetBusy, format, args...)
 }
 
-// BadRequest returns a BAD_REQUEST error: the input is malformed and a retry
-// cannot help.
-func BadRequest(format string, args ...any) error {
+// BadRequest returns a BAD_REQUEST error with message msg as it is: the
+// input is malformed and a retry cannot help. BadRequestf formats the
+// message.
+func BadRequest(msg string) error { return &streams.Error{Code: streams.CodeBadRequest, Message: msg} }
+
+// BadRequestf is BadRequest with a message formatted as by fmt.Sprintf.
+func BadRequestf(format string, args ...any) error {
 	return streams.NewError(streams.CodeBadRequest, format, args...)
 }
 

@@ -193,6 +193,9 @@ func (c *Client) encode(payload any) ([]byte, error) {
 func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (reply *nats.Msg, err error) {
 	span := traceCall(ctx, m)
 	defer func() { endCall(span, reply, err) }()
+	if err = streams.CheckSize(m, c.nc.MaxPayload()); err != nil { // every header is on it now, a trace's too
+		return nil, err
+	}
 	if c.signer != nil && !c.mayPublish(m.Subject) {
 		reply, err = c.firstRequest(ctx, m)
 	} else {

@@ -39,6 +39,9 @@ func (c *Client) Submit(ctx context.Context, capability string, payload any, opt
 func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (string, error) {
 	id := m.Header.Get(streams.HeaderRequestID)
 	m.Header.Set(streams.HeaderMsgID, id)
+	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
+		return id, err
+	}
 	_, err := c.js.PublishMsg(ctx, m)
 	switch {
 	case streams.IsBufferFull(err):
@@ -198,7 +201,8 @@ func outcome(m *nats.Msg) (*Result, error) {
 }
 
 // message builds a task message for subject: payload encoded, headers set,
-// a fresh request id unless an option gave one, the size checked.
+// a fresh request id unless an option gave one. Its size is checked where
+// it is sent (request, submit), once every header is on it.
 func (c *Client) message(ctx context.Context, subject, capability string, payload any, durable bool, opts []CallOption) (*nats.Msg, error) {
 	if err := streams.ValidateCapability(capability); err != nil {
 		return nil, streams.NewError(streams.CodeBadRequest, "%v", err)
@@ -225,8 +229,5 @@ func (c *Client) message(ctx context.Context, subject, capability string, payloa
 		m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
 	}
 	c.sign(m)
-	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
-		return nil, err
-	}
 	return m, nil
 }

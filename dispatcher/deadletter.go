@@ -176,6 +176,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 	if p.Capability == "" {
 		return fmt.Errorf("%s seq %d: no capability in its subject", p.Stream, p.Seq)
 	}
+	if n := p.Header.Get(streams.HeaderDLQDropped); n != "" {
+		return fmt.Errorf("%w: %s seq %d: its payload of %s bytes was too large to keep with the entry (%s); submit the task again, smaller",
+			ErrNotReplayable, p.Stream, p.Seq, n, streams.HeaderDLQDropped)
+	}
 	m := nats.NewMsg(subjects.Submit(p.Capability))
 	m.Data = p.Data
 	for k, v := range p.Header {
@@ -191,7 +195,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
 	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s-replay-%d", p.RequestID, p.Count+1))
 	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("resubmit %s: %w", p.RequestID, err)
+		return fmt.Errorf("resubmit %s (%s seq %d): %w", p.RequestID, p.Stream, p.Seq, err)
 	}
 	return DeleteParked(ctx, js, p.Stream, p.Seq)
 }
@@ -254,8 +258,8 @@ func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
 	gap := time.Duration(float64(time.Second) / d.cfg.DeadLetterReplayRate)
 	n := 0
 	for _, p := range list {
-		if !d.healthy(p.Capability) {
-			continue
+		if !d.healthy(p.Capability) || p.Header.Get(streams.HeaderDLQDropped) != "" {
+			continue // nothing to run it on now; or nothing to run (Replay says why)
 		}
 		if n > 0 {
 			select {

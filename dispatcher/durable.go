@@ -141,7 +141,10 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	where := OutcomeResult
 	switch {
 	case e == nil:
-		recorded = d.recordResult(t, res, nil)
+		if recorded = d.recordResult(t, res, nil); errors.Is(recorded, streams.ErrPayloadTooLarge) {
+			e = streams.AsError(recorded) // a result that cannot be stored: no retry can store it
+			where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
+		}
 	case e.Code == streams.CodeBizReject:
 		recorded = d.recordResult(t, nil, e)
 	case e.Code == streams.CodeDeadlineExceeded:
@@ -239,7 +242,9 @@ func KeepInProgress(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
 }
 
 // recordResult stores a durable task's result (or business rejection) in
-// REACH_RESULTS, which also publishes it on reach.result.<request-id>.
+// REACH_RESULTS, which also publishes it on reach.result.<request-id>. A
+// result that exceeds max_payload with the dispatcher's headers is a
+// PAYLOAD_TOO_LARGE error, stored nowhere.
 func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) error {
 	out := nats.NewMsg(d.cfg.Subjects.Result(t.requestID))
 	if res != nil {
@@ -257,7 +262,12 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderMsgID, "result-"+t.requestID)
-	if err := d.publishDurable(out); err != nil {
+	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
+		e := streams.AsError(err)
+		e.Message = "the result of " + t.node + ", with the dispatcher's headers: " + e.Message
+		return e
+	}
+	if _, err := d.publishDurable(out); err != nil {
 		return err
 	}
 	t.log.Debug().Str("node", t.node).Msg("durable result recorded")
@@ -282,19 +292,50 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 		out.Header.Set(streams.HeaderNode, t.node)
 	}
 	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", t.requestID, count))
-	if err := d.publishDurable(out); err != nil {
+	d.fitParked(t, out)
+	ack, err := d.publishDurable(out)
+	if err != nil {
 		return err
 	}
-	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).Msg("durable task parked")
+	// The entry's sequence is named by its stream (dlq_seq, review_seq),
+	// as `agentreach dlq show <seq>` and `agentreach review show <seq>`
+	// take it; the task's own seq is REACH_TASKS'.
+	seqField := "dlq_seq"
+	if ack.Stream == streams.StreamReview {
+		seqField = "review_seq"
+	}
+	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).
+		Str("parked_in", ack.Stream).Uint64(seqField, ack.Sequence).Msg("durable task parked")
 	return nil
 }
 
-func (d *Dispatcher) publishDurable(m *nats.Msg) error {
+// fitParked makes a parked entry fit max_payload, which the task alone
+// did, but not always with the entry's headers added. It first leaves out
+// the idempotency key the dispatcher added (a replay adds it again), then
+// the payload, saying so in Reach-DLQ-Dropped: an entry that tells what
+// happened beats a task redelivered for ever because its outcome cannot be
+// stored.
+func (d *Dispatcher) fitParked(t *task, out *nats.Msg) {
+	limit := d.nc.MaxPayload()
+	if streams.CheckSize(out, limit) == nil {
+		return
+	}
+	if out.Header.Get(streams.HeaderIdempotencyKey) == t.requestID {
+		out.Header.Del(streams.HeaderIdempotencyKey)
+	}
+	if err := streams.CheckSize(out, limit); err != nil {
+		t.log.Warn().Str("error", err.Error()).Msg("parked without its payload")
+		out.Header.Set(streams.HeaderDLQDropped, strconv.Itoa(len(out.Data)))
+		out.Data = nil
+	}
+}
+
+func (d *Dispatcher) publishDurable(m *nats.Msg) (*jetstream.PubAck, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := d.js.PublishMsg(ctx, m)
+	ack, err := d.js.PublishMsg(ctx, m)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("publish %s: no JetStream ack in 5s", m.Subject)
+		return nil, fmt.Errorf("publish %s: no JetStream ack in 5s", m.Subject)
 	}
-	return err
+	return ack, err
 }

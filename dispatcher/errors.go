@@ -9,4 +9,7 @@ var (
 	ErrNotStarted = errors.New("dispatcher: not started")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("dispatcher: already started")
+	// ErrNotReplayable is returned by Replay for a parked entry that was
+	// stored without its payload (streams.HeaderDLQDropped).
+	ErrNotReplayable = errors.New("dispatcher: parked entry cannot be replayed")
 )

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,12 +160,15 @@ func (d *Dispatcher) buildView(capability string, need registry.Requirement, rs 
 		inst := rs.Instances[i]
 		e := inst.Entry()
 		decl, _ := d.catalog.Lookup(e.Type)
-		if dep := inst.DownDependency(); dep != "" {
-			v.excluded = append(v.excluded, streams.Exclusion{Node: inst.ID, Reason: "dependency " + dep + " is down"})
-			continue
+		var failed []string // every condition the instance fails
+		for _, dep := range inst.DownDependencies() {
+			failed = append(failed, "dependency "+dep+" is down")
 		}
 		if ok, why := decl.Match(capability, need); !ok {
-			v.excluded = append(v.excluded, streams.Exclusion{Node: inst.ID, Reason: why})
+			failed = append(failed, why)
+		}
+		if len(failed) > 0 {
+			v.excluded = append(v.excluded, streams.Exclusion{Node: inst.ID, Reason: strings.Join(failed, registry.MatchSeparator)})
 			continue
 		}
 		keep = append(keep, inst)

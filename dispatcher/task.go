@@ -91,7 +91,7 @@ func (l taskLog) with(e *zerolog.Event) *zerolog.Event {
 	}
 	e = e.Str("request_id", l.t.requestID).Str("capability", l.t.capability)
 	if l.t.seq > 0 {
-		e = e.Str("tier", "durable").Uint64("seq", l.t.seq)
+		e = e.Str("tier", "durable").Str("stream", streams.StreamTasks).Uint64("seq", l.t.seq)
 	}
 	return e
 }
@@ -441,6 +441,11 @@ func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
 	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
 		return d.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
 	}
+	if len(d.table.Offering(t.capability)) == 0 { // no instance at all: perhaps a typo
+		if near := registry.NearestName(t.capability, d.table.Capabilities()); near != "" {
+			return d.noAgent(t, "no routable instance offers %s; did you mean %s?", t.capability, near)
+		}
+	}
 	return d.noAgent(t, "no routable instance offers %s", t.capability)
 }
 
@@ -611,7 +616,9 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	}
 	d.traceDelivery(dl, out.Header)
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		d.end(dl, nil, nil, streams.AsError(err), outcomeFinal)
+		e := streams.AsError(err)
+		e.Message = "the delivery to " + inst.ID + ", with the dispatcher's headers: " + e.Message
+		d.end(dl, nil, nil, e, outcomeFinal)
 		return
 	}
 	t.log.Debug().Str("node", inst.ID).Int("attempt", dl.attempt).Bool("hedge", hedge).Str("state", string(streams.StatusSent)).Msg("task state")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,12 +37,12 @@ func TestRecordDeps(t *testing.T) {
 		})
 	}
 	e := registry.Entry{Record: rec("a-1", "echo")}
-	if e.DownDependency() != "" {
-		t.Fatal("a record without deps reports one down")
+	if got := e.DownDependencies(); got != nil {
+		t.Fatalf("a record without deps reports %v down", got)
 	}
 	e.Deps = map[string]string{"ext.z": registry.DepDown, "ext.b": registry.DepDegraded, "ext.c": registry.DepDown}
-	if got := e.DownDependency(); got != "ext.c" {
-		t.Fatalf("DownDependency = %q, want ext.c (the first down by name)", got)
+	if got := e.DownDependencies(); !slices.Equal(got, []string{"ext.c", "ext.z"}) {
+		t.Fatalf("DownDependencies = %q, want [ext.c ext.z] (every one down, by name)", got)
 	}
 }
 
@@ -74,7 +75,7 @@ func TestTableFollowsDepsChanges(t *testing.T) {
 	}
 	natstest.WaitFor(t, 5*time.Second, func() error {
 		inst, ok := tab.Lookup("db-1")
-		if !ok || inst.DownDependency() != "ext.orders-db" {
+		if !ok || !slices.Equal(inst.DownDependencies(), []string{"ext.orders-db"}) {
 			return fmt.Errorf("instance does not report ext.orders-db down")
 		}
 		return nil

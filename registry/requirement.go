@@ -160,8 +160,10 @@ func (r Requirement) Key() string {
 }
 
 // Match reports whether the declaration satisfies r for capability, and
-// when not, why, in a short phrase naming the constraint ("label engine:
-// wants postgres, declares mysql"). It decides what a declaration can
+// when not, why: every condition it fails, each a short phrase naming the
+// constraint ("label engine: wants postgres, declares mysql"), joined by
+// MatchSeparator — labels by name, then limits by name, permissions,
+// latency and cost. It decides what a declaration can
 // prove: labels, limits, permissions and refusals, the capability's
 // declared timeout_ms against max_latency_ms and its declared cost against
 // max_cost. A capability without a declared timeout passes max_latency_ms
@@ -175,72 +177,81 @@ func (d *CompiledDeclaration) Match(capability string, r Requirement) (ok bool, 
 	if d == nil {
 		return matchUndeclared(r)
 	}
-	if name, want, failed := firstFailing(r.Labels, func(name, want string) bool {
-		return slices.Contains(d.decl.Labels[name], want)
-	}); failed {
-		return false, fmt.Sprintf("label %s: wants %s, declares %s", name, want, orNone(strings.Join(d.decl.Labels[name], ",")))
+	var failed []string // stays nil, unallocated, while everything passes
+	for _, name := range failing(r.Labels, func(name, want string) bool { return slices.Contains(d.decl.Labels[name], want) }) {
+		failed = append(failed, fmt.Sprintf("label %s: wants %s, declares %s", name, r.Labels[name], orNone(strings.Join(d.decl.Labels[name], ","))))
 	}
-	if name, want, failed := firstFailing(r.Limits, func(name string, want float64) bool {
+	for _, name := range failing(r.Limits, func(name string, want float64) bool {
 		limit, ok := d.decl.Limits[name]
 		return ok && want <= limit
-	}); failed {
+	}) {
 		declared := "none"
 		if limit, ok := d.decl.Limits[name]; ok {
 			declared = formatNumber(limit)
 		}
-		return false, fmt.Sprintf("limit %s: wants %s, declares %s", name, formatNumber(want), declared)
+		failed = append(failed, fmt.Sprintf("limit %s: wants %s, declares %s", name, formatNumber(r.Limits[name]), declared))
 	}
 	for _, perm := range r.Permissions {
 		granted, said := d.perms[perm]
 		switch {
 		case said && !granted:
-			return false, "refuses permission " + perm
+			failed = append(failed, "refuses permission "+perm)
 		case !said:
-			return false, "does not declare permission " + perm
+			failed = append(failed, "does not declare permission "+perm)
 		}
 	}
 	cc := d.caps[capability]
 	if r.MaxLatencyMS != nil && cc != nil && cc.spec.TimeoutMS > 0 && float64(cc.spec.TimeoutMS) > *r.MaxLatencyMS {
-		return false, fmt.Sprintf("declared timeout_ms %d over max_latency_ms %s", cc.spec.TimeoutMS, formatNumber(*r.MaxLatencyMS))
+		failed = append(failed, fmt.Sprintf("declared timeout_ms %d over max_latency_ms %s", cc.spec.TimeoutMS, formatNumber(*r.MaxLatencyMS)))
 	}
 	if r.MaxCost != nil {
-		if cc == nil || cc.spec.Cost == nil {
-			return false, "declares no cost for " + capability
-		}
-		if *cc.spec.Cost > *r.MaxCost {
-			return false, fmt.Sprintf("declared cost %s over max_cost %s", formatNumber(*cc.spec.Cost), formatNumber(*r.MaxCost))
+		switch {
+		case cc == nil || cc.spec.Cost == nil:
+			failed = append(failed, "declares no cost for "+capability)
+		case *cc.spec.Cost > *r.MaxCost:
+			failed = append(failed, fmt.Sprintf("declared cost %s over max_cost %s", formatNumber(*cc.spec.Cost), formatNumber(*r.MaxCost)))
 		}
 	}
-	return true, ""
+	return len(failed) == 0, strings.Join(failed, MatchSeparator)
 }
+
+// MatchSeparator separates the failed conditions in Match's why, and in
+// the reason of a NO_AGENT answer's excluded entry.
+const MatchSeparator = "; "
 
 // matchUndeclared is Match for an instance without a declaration.
 func matchUndeclared(r Requirement) (bool, string) {
+	var cannot []string
 	never := func(string, string) bool { return false }
-	if name, _, failed := firstFailing(r.Labels, never); failed {
-		return false, "declares nothing: cannot show label " + name
+	for _, name := range failing(r.Labels, never) {
+		cannot = append(cannot, "cannot show label "+name)
 	}
-	if name, _, failed := firstFailing(r.Limits, func(string, float64) bool { return false }); failed {
-		return false, "declares nothing: cannot show limit " + name
+	for _, name := range failing(r.Limits, func(string, float64) bool { return false }) {
+		cannot = append(cannot, "cannot show limit "+name)
 	}
-	if len(r.Permissions) > 0 {
-		return false, "declares nothing: cannot show permission " + slices.Min(r.Permissions)
+	for _, perm := range r.Permissions {
+		cannot = append(cannot, "cannot show permission "+perm)
 	}
 	if r.MaxCost != nil {
-		return false, "declares nothing: cannot show a cost within max_cost"
+		cannot = append(cannot, "cannot show a cost within max_cost")
 	}
-	return true, ""
+	if len(cannot) == 0 {
+		return true, ""
+	}
+	return false, "declares nothing: " + strings.Join(cannot, MatchSeparator)
 }
 
-// firstFailing returns the entry of m, smallest name first, that ok
-// refuses; it does not allocate.
-func firstFailing[V any](m map[string]V, ok func(name string, want V) bool) (name string, want V, failed bool) {
+// failing returns the names of m's entries that ok refuses, sorted; nil,
+// without allocating, when it refuses none.
+func failing[V any](m map[string]V, ok func(name string, want V) bool) []string {
+	var names []string
 	for k, v := range m {
-		if !ok(k, v) && (!failed || k < name) {
-			name, want, failed = k, v, true
+		if !ok(k, v) {
+			names = append(names, k)
 		}
 	}
-	return name, want, failed
+	slices.Sort(names)
+	return names
 }
 
 func formatNumber(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

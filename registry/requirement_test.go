@@ -110,7 +110,13 @@ func TestMatch(t *testing.T) {
 			"permissions":["read"],"max_latency_ms":2000,"max_cost":0.002}`, ""},
 		{"label value", d, "", `{"labels":{"engine":"mysql"}}`, "label engine: wants mysql, declares postgres"},
 		{"label not declared", d, "", `{"labels":{"tier":"gold"}}`, "label tier: wants gold, declares none"},
-		{"first failing label by name", d, "", `{"labels":{"zone":"a","engine":"mysql"}}`, "label engine: wants mysql, declares postgres"},
+		{"every failing label, by name", d, "", `{"labels":{"zone":"a","engine":"mysql","region":"eu-central"}}`,
+			"label engine: wants mysql, declares postgres; label zone: wants a, declares none"},
+		{"every failed condition, in a fixed order", d, "", `{"labels":{"engine":"mysql"},"limits":{"max_qps":5,"history_days":90},
+			"permissions":["write","audit","read"],"max_latency_ms":500,"max_cost":0.001}`,
+			"label engine: wants mysql, declares postgres; limit history_days: wants 90, declares 30; limit max_qps: wants 5, declares none; " +
+				"does not declare permission audit; refuses permission write; declared timeout_ms 2000 over max_latency_ms 500; " +
+				"declared cost 0.002 over max_cost 0.001"},
 		{"limit", d, "", `{"limits":{"history_days":90}}`, "limit history_days: wants 90, declares 30"},
 		{"limit not declared", d, "", `{"limits":{"max_qps":5}}`, "limit max_qps: wants 5, declares none"},
 		{"refused permission", d, "", `{"permissions":["write"]}`, "refuses permission write"},
@@ -124,7 +130,9 @@ func TestMatch(t *testing.T) {
 		{"no declaration, latency left to the dispatcher", nil, "", `{"max_latency_ms":5}`, ""},
 		{"no declaration, label", nil, "", `{"labels":{"engine":"postgres"}}`, "declares nothing: cannot show label engine"},
 		{"no declaration, limit", nil, "", `{"limits":{"history_days":1}}`, "declares nothing: cannot show limit history_days"},
-		{"no declaration, permission", nil, "", `{"permissions":["write","read"]}`, "declares nothing: cannot show permission read"},
+		{"no declaration, permission", nil, "", `{"permissions":["write","read"]}`, "declares nothing: cannot show permission read; cannot show permission write"},
+		{"no declaration, everything", nil, "", `{"labels":{"engine":"postgres"},"limits":{"history_days":1},"permissions":["read"],"max_cost":5}`,
+			"declares nothing: cannot show label engine; cannot show limit history_days; cannot show permission read; cannot show a cost within max_cost"},
 		{"no declaration, cost", nil, "", `{"max_cost":5}`, "declares nothing: cannot show a cost within max_cost"},
 	}
 	for _, tc := range cases {

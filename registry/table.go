@@ -28,19 +28,20 @@ type Instance struct {
 // Entry returns the latest record of the instance.
 func (i *Instance) Entry() *Entry { return i.entry.Load() }
 
-// DownDependency returns the dependency the instance's latest record
-// reports down, the first by name, or "" when none is.
-func (i *Instance) DownDependency() string { return i.Entry().DownDependency() }
+// DownDependencies returns the dependencies the instance's latest record
+// reports down, sorted by name; nil when none is.
+func (i *Instance) DownDependencies() []string { return i.Entry().DownDependencies() }
 
-// DownDependency returns the dependency the record reports down, the first
-// by name, or "" when none is. It does not allocate.
-func (e *Entry) DownDependency() string {
-	down := ""
+// DownDependencies returns the dependencies the record reports down,
+// sorted by name; nil, without allocating, when none is.
+func (e *Entry) DownDependencies() []string {
+	var down []string
 	for dep, state := range e.Deps {
-		if state == DepDown && (down == "" || dep < down) {
-			down = dep
+		if state == DepDown {
+			down = append(down, dep)
 		}
 	}
+	slices.Sort(down)
 	return down
 }
 
@@ -393,6 +394,16 @@ func (t *Table) Offering(c string) []*Instance {
 	}
 	t.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Capabilities returns every capability some instance in the table
+// offers, routable or not, sorted.
+func (t *Table) Capabilities() []string {
+	t.mu.RLock()
+	out := slices.Collect(maps.Keys(t.byCap))
+	t.mu.RUnlock()
+	slices.Sort(out)
 	return out
 }
 

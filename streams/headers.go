@@ -78,6 +78,11 @@ const (
 	HeaderDLQCount    = "Reach-DLQ-Count"
 	// HeaderLastError carries the last error message of a parked task.
 	HeaderLastError = "Reach-Last-Error"
+	// HeaderDLQDropped, on a parked entry, says its payload was left out
+	// because the task with the entry's headers exceeded max_payload; its
+	// value is the payload's size in bytes. Such an entry cannot be
+	// replayed: the task must be submitted again, smaller.
+	HeaderDLQDropped = "Reach-DLQ-Dropped"
 	// HeaderMsgID is JetStream's deduplication id; submissions use the
 	// request id.
 	HeaderMsgID = "Nats-Msg-Id"

@@ -1,0 +1,48 @@
+package dispatcher
+
+import (
+	"testing"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// NO_AGENT's excluded list gives every condition an instance fails, not
+// only the first: its dependencies down and each requirement it cannot
+// meet, joined by registry.MatchSeparator.
+func TestNoAgentListsEveryFailedCondition(t *testing.T) {
+	h := newHarness(t, natstest.Options(t.TempDir()))
+	h.declare(`{"type":"orders-reader","capabilities":[{"name":"orders.query"}],
+		"labels":{"engine":["postgres"]},"permissions":["read"],"refuses":["write"]}`)
+	h.instance(registry.Record{ID: "reader-1", Type: "orders-reader", Capabilities: []string{"orders.query"},
+		Deps: map[string]string{"ext.db": registry.DepDown, "ext.cache": registry.DepDown, "ext.queue": registry.DepUp}})
+	e := h.call("orders.query", []byte(`{}`), streams.HeaderRequire, `{"labels":{"engine":"mysql"},"permissions":["write"]}`)
+	if e == nil || e.Code != streams.CodeNoAgent || len(e.Excluded) != 1 {
+		t.Fatalf("want NO_AGENT excluding reader-1, got %+v", e)
+	}
+	want := "dependency ext.cache is down; dependency ext.db is down; label engine: wants mysql, declares postgres; refuses permission write"
+	if x := e.Excluded[0]; x.Node != "reader-1" || x.Reason != want {
+		t.Fatalf("excluded %+v, want reason %q", x, want)
+	}
+}
+
+// A capability no instance offers gets the nearest registered one
+// suggested, when it is close; a far one gets no suggestion, and neither
+// does a capability whose instances are all draining.
+func TestNoAgentSuggestsTheNearestCapability(t *testing.T) {
+	h := newHarness(t, natstest.Options(t.TempDir()))
+	h.instance(registry.Record{ID: "echo-1", Type: "echo", Capabilities: []string{"echo", "summarize"}})
+	h.instance(registry.Record{ID: "old-1", Type: "old", Capabilities: []string{"echos"}, Status: registry.StatusDraining})
+	for _, c := range []struct{ capability, message string }{
+		{"ech", "no routable instance offers ech; did you mean echo?"},
+		{"sumarize", "no routable instance offers sumarize; did you mean summarize?"},
+		{"weather", "no routable instance offers weather"},
+		{"echos", "no routable instance offers echos (1 excluded: see excluded)"},
+	} {
+		e := h.call(c.capability, []byte(`{}`))
+		if e == nil || e.Code != streams.CodeNoAgent || e.Message != c.message {
+			t.Errorf("%s: got %+v, want NO_AGENT %q", c.capability, e, c.message)
+		}
+	}
+}
