@@ -169,6 +169,16 @@ func TestEndpoints(t *testing.T) {
 		if r.status != 200 || string(r.body) != `{"n":7}` {
 			t.Fatalf("%d %q", r.status, r.body)
 		}
+		// The seeds' names beside the Reach-* ones: the orchestration id
+		// (the request id on a first hop) and the instance that answered.
+		if id := r.header.Get("Reach-Request-Id"); id == "" || r.header.Get("X-Orchestration-ID") != id ||
+			r.header.Get("Reach-Orchestration-Id") != id || r.header.Get("X-Agent-Reachable-Node") != "echo-1" {
+			t.Fatalf("seed headers: %v", r.header)
+		}
+		r = tg.do(t, "POST", "/route", `{"capability":"echo","payload":{}}`, append(jsonCT, "Reach-Orchestration-Id", "seed-run-1")...)
+		if r.status != 200 || r.header.Get("X-Orchestration-ID") != "seed-run-1" || r.header.Get("X-Agent-Reachable-Node") != "echo-1" {
+			t.Fatalf("%d %q %v", r.status, r.body, r.header)
+		}
 	})
 	t.Run("submit and result", func(t *testing.T) {
 		r := tg.do(t, "POST", "/v1/submit/echo", `{"durable":true}`, jsonCT...)
