@@ -56,11 +56,12 @@ var unusedAliases = []struct{ name, flag, why string }{
 			"and the durable tier (POST /v1/submit) buffers up to 10000 tasks per capability in REACH_TASKS"},
 }
 
-// mebibytes converts a whole number of MiB into bytes.
+// mebibytes converts a whole number of MiB, up to the largest
+// --max-payload, into bytes.
 func mebibytes(v string) (string, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 1 || n > 1<<20 {
-		return "", errors.New("want a whole number of MiB, 1 or more")
+	if err != nil || n < 1 || n > maxPayloadRead>>20 {
+		return "", fmt.Errorf("want a whole number of MiB from 1 to %d", maxPayloadRead>>20)
 	}
 	return strconv.Itoa(n << 20), nil
 }
