@@ -53,7 +53,8 @@ var envAliases = []envAlias{
 var unusedAliases = []struct{ name, flag, why string }{
 	{"AGENTREACH_BUFFER_QUEUE", "max-in-flight",
 		"nothing here is a queue of that size: a busy instance makes a task wait up to --queue-wait (a duration), " +
-			"and the durable tier (POST /v1/submit) buffers up to 10000 tasks per capability in REACH_TASKS"},
+			"and the durable tier (POST /v1/submit) buffers up to " + strconv.Itoa(streams.DefaultPendingPerCapability) +
+			" tasks per capability in " + streams.StreamTasks},
 }
 
 // mebibytes converts a whole number of MiB, up to the largest
@@ -94,23 +95,27 @@ func bindEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 			values = splitList(v)
 		}
 		for _, x := range values {
-			err := error(nil)
-			if convert != nil {
-				x, err = convert(x)
-			}
-			if err == nil {
-				err = fs.Set(f.Name, x)
-				if err != nil {
-					err = explain(f, err)
-				}
-			}
-			if err != nil {
+			if err := setFromEnv(fs, f, x, convert); err != nil {
 				errs = append(errs, fmt.Errorf("environment variable %s=%q: invalid value for --%s: %w", name, v, f.Name, err))
 				return
 			}
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// setFromEnv sets f to x, converted first when convert is not nil.
+func setFromEnv(fs *flag.FlagSet, f *flag.Flag, x string, convert func(string) (string, error)) error {
+	if convert != nil {
+		var err error
+		if x, err = convert(x); err != nil {
+			return err
+		}
+	}
+	if err := fs.Set(f.Name, x); err != nil {
+		return explain(f, err)
+	}
+	return nil
 }
 
 // warnUnusedAliases tells w about every variable of unusedAliases that is
