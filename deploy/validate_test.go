@@ -10,18 +10,19 @@ package deploy
 //     mapped to that directory, and a single embedded node started from
 //     nats-1.conf (cluster removed) serves the Agent-Reach flows with the
 //     stack's identities, TLS and JetStream settings.
-//   - docker-compose.yml is read with go.yaml.in/yaml/v3 (the YAML
-//     library of the whole project) and cross-checked against the NATS
-//     configs, the identities, the Dockerfile and the agentreach CLI
-//     surface.
+//   - docker-compose.yml is loaded with compose-go, the loader of Docker
+//     Compose itself (schema, interpolation, consistency), and
+//     cross-checked against the NATS configs, the identities, the
+//     Dockerfile and the agentreach CLI surface.
 //   - The Dockerfile is checked line by line.
 
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -34,11 +35,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/registry"
@@ -50,7 +52,9 @@ var (
 	agentreachSubcommands = []string{"up", "dispatcher", "demo", "agents", "call", "auth", "policy"}
 	// Every flag can also come from AGENTREACH_<FLAG_NAME_UPPER_SNAKE>.
 	agentreachFlags = []string{"server", "creds", "creds-dir", "nkey", "tls-ca", "tls-cert", "tls-key",
-		"replicas", "heartbeat", "verifier", "dir", "seed-acl"}
+		"replicas", "heartbeat", "verifier", "dir", "seed-acl", "http", "http-cert", "http-key"}
+	// The flags of up the image's ENV may set.
+	upFlags = []string{"data-dir", "nats-listen", "http", "http-tls", "http-cert", "http-key", "max-payload", "max-in-flight"}
 	// The role of the identity each subcommand runs as.
 	subcommandRole = map[string]auth.Role{
 		"dispatcher": auth.RoleDispatcher, "demo": auth.RoleAgent, "agents": auth.RoleDispatcher,
@@ -107,26 +111,23 @@ func natsServerMinor(t *testing.T) string {
 // root; the container path p is then root+p.
 func natsTree(t *testing.T, g *generated, node string) string {
 	t.Helper()
-	svc := asMap(asMap(loadCompose(t)["services"])[node])
-	if svc == nil {
-		t.Fatalf("no compose service %s", node)
-	}
+	p, _ := loadCompose(t)
+	svc := service(t, p, node)
 	root := t.TempDir()
 	var mounts []string
-	for _, v := range asStrings(svc["volumes"]) {
-		parts := strings.Split(v, ":")
-		if len(parts) < 2 || !strings.HasPrefix(parts[1], "/") {
-			t.Fatalf("service %s: volume %q: want source:/container/path", node, v)
+	for _, v := range svc.Volumes {
+		if !strings.HasPrefix(v.Target, "/") {
+			t.Fatalf("service %s: volume %s: want an absolute container path", node, v.Target)
 		}
-		dst := filepath.Join(root, parts[1])
-		mounts = append(mounts, parts[1])
-		if !strings.HasPrefix(parts[0], ".") {
+		dst := filepath.Join(root, v.Target)
+		mounts = append(mounts, v.Target)
+		if !isBind(v) {
 			if err := os.MkdirAll(dst, 0o700); err != nil { // a named volume
 				t.Fatal(err)
 			}
 			continue
 		}
-		copyTree(t, g.source(parts[0]), dst)
+		copyTree(t, g.source(v.Source), dst)
 	}
 	// Generated files inside a mounted repository directory (nats/auth.conf).
 	for _, rel := range generatedDirs {
@@ -151,15 +152,13 @@ func natsTree(t *testing.T, g *generated, node string) string {
 
 // containerPathOf returns where the deploy/ file rel appears in the
 // service's container, through a bind mount of a directory holding it.
-func containerPathOf(svc map[string]any, rel string) (string, bool) {
-	for _, v := range asStrings(svc["volumes"]) {
-		parts := strings.Split(v, ":")
-		if len(parts) < 2 || !strings.HasPrefix(parts[0], ".") {
+func containerPathOf(svc types.ServiceConfig, rel string) (string, bool) {
+	for _, v := range svc.Volumes {
+		if !isBind(v) {
 			continue
 		}
-		src := filepath.Clean(parts[0])
-		if r, ok := strings.CutPrefix(rel, src+"/"); ok {
-			return filepath.Join(parts[1], r), true
+		if r, ok := strings.CutPrefix(rel, filepath.Clean(v.Source)+"/"); ok {
+			return filepath.Join(v.Target, r), true
 		}
 	}
 	return "", false
@@ -744,110 +743,50 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 
 // ---------------------------------------------------------------- docker-compose.yml
 
-// loadCompose reads the compose file; a key given twice is an error.
-func loadCompose(t *testing.T) map[string]any {
+// loadCompose loads the compose file with compose-go, the loader of Docker
+// Compose itself: YAML (a key given twice is an error), the compose
+// specification's schema, interpolation, normalisation and the
+// consistency checks (depends_on, networks, named volumes declared). Every
+// profile is on, paths stay as written (relative to deploy/), and no
+// variable comes from the environment: it returns the ${VAR} names the
+// file refers to.
+func loadCompose(t *testing.T) (*types.Project, []string) {
 	t.Helper()
-	var doc map[string]any
-	if err := yaml.Unmarshal([]byte(readFile(t, composeFile)), &doc); err != nil {
-		t.Fatalf("%s: %v", composeFile, err)
+	vars := map[string]bool{}
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  ".",
+		ConfigFiles: []types.ConfigFile{{Filename: composeFile}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) {
+		o.ResolvePaths = false
+		o.Profiles = []string{"*"}
+		o.Interpolate.LookupValue = func(name string) (string, bool) {
+			vars[name] = true
+			return "", false
+		}
+	})
+	if err != nil {
+		t.Fatalf("docker compose would refuse %s: %v", composeFile, err)
 	}
-	if doc == nil {
-		t.Fatalf("%s is empty", composeFile)
-	}
-	return doc
+	return p, sortedKeys(vars)
 }
 
-var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)`)
-
-// composeVars lists the ${VAR} references in the compose file's values.
-func composeVars(t *testing.T, doc map[string]any) []string {
+// service returns the compose service name; the test fails without it.
+func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
 	t.Helper()
-	seen := map[string]bool{}
-	var walk func(any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for _, x := range v {
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(x)
-			}
-		case string:
-			for _, m := range composeVar.FindAllStringSubmatch(v, -1) {
-				seen[m[1]] = true
-			}
-		}
+	svc, ok := p.Services[name]
+	if !ok {
+		t.Fatalf("no compose service %s", name)
 	}
-	walk(doc)
-	return sortedKeys(seen)
+	return svc
 }
 
-func asMap(v any) map[string]any {
-	m, _ := v.(map[string]any)
-	return m
-}
-
-// asString reads a scalar as the text it was written as: YAML reads
-// replicas: 2 as a number and restart: "no" as a string.
-func asString(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case int, int64, uint64, float64, bool:
-		return fmt.Sprint(v)
-	}
-	return ""
-}
-
-// asStrings reads a list of strings, or a string split on blanks.
-func asStrings(v any) []string {
-	switch v := v.(type) {
-	case string:
-		return strings.Fields(v)
-	case []any:
-		out := make([]string, 0, len(v))
-		for _, x := range v {
-			out = append(out, asString(x))
-		}
-		return out
-	}
-	return nil
-}
-
-// envOf reads a service's environment in map or KEY=VALUE list form.
-func envOf(svc map[string]any) map[string]string {
+// envOf returns a service's environment.
+func envOf(svc types.ServiceConfig) map[string]string {
 	out := map[string]string{}
-	switch e := svc["environment"].(type) {
-	case map[string]any:
-		for k, v := range e {
-			out[k] = asString(v)
-		}
-	case []any:
-		for _, x := range e {
-			k, v, _ := strings.Cut(asString(x), "=")
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// dependsOn reads depends_on in list or map form: service → condition.
-func dependsOn(svc map[string]any) map[string]string {
-	out := map[string]string{}
-	switch d := svc["depends_on"].(type) {
-	case []any:
-		for _, x := range d {
-			out[asString(x)] = "service_started"
-		}
-	case map[string]any:
-		for name, v := range d {
-			cond := asString(asMap(v)["condition"])
-			if cond == "" {
-				cond = "service_started"
-			}
-			out[name] = cond
+	for k, v := range svc.Environment {
+		if v != nil {
+			out[k] = *v
 		}
 	}
 	return out
@@ -866,117 +805,91 @@ func flagValue(args []string, name string) (string, bool) {
 	return "", false
 }
 
-// singleVar returns NAME when s is exactly one ${NAME…} reference.
-func singleVar(s string) string {
-	m := regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)(?:[:?\-+][^}]*)?\}$`).FindStringSubmatch(s)
-	if m == nil {
-		return ""
-	}
-	return m[1]
+func isAgentreach(svc types.ServiceConfig) bool {
+	return strings.HasPrefix(svc.Image, "agentreach") || (svc.Build != nil && strings.HasSuffix(svc.Build.Dockerfile, "deploy/Dockerfile"))
 }
 
-func isAgentreach(svc map[string]any) bool {
-	return strings.HasPrefix(asString(svc["image"]), "agentreach") ||
-		strings.HasSuffix(asString(asMap(svc["build"])["dockerfile"]), "deploy/Dockerfile")
-}
+func isNATS(svc types.ServiceConfig) bool { return strings.HasPrefix(svc.Image, "nats:") }
 
-func isNATS(svc map[string]any) bool {
-	return strings.HasPrefix(asString(svc["image"]), "nats:")
+// isBind reports whether v is a bind mount of a deploy/ path.
+func isBind(v types.ServiceVolumeConfig) bool {
+	return v.Type == types.VolumeTypeBind && strings.HasPrefix(v.Source, ".")
 }
 
 func TestCompose(t *testing.T) {
 	g := setup(t)
-	doc := loadCompose(t)
-	if vars := composeVars(t, doc); len(vars) > 0 {
+	p, vars := loadCompose(t)
+	if len(vars) > 0 {
 		t.Errorf("%s reads %v from the environment: the stack needs no secrets there (identities are credentials files)", composeFile, vars)
 	}
-	services := asMap(doc["services"])
-	if len(services) == 0 {
-		t.Fatalf("%s has no services", composeFile)
-	}
 	for _, want := range append(slices.Clone(natsNodes), "dispatcher", "demo", "auth-sync") {
-		if services[want] == nil {
+		if _, ok := p.Services[want]; !ok {
 			t.Errorf("service %q is missing", want)
 		}
 	}
-	declaredVolumes := asMap(doc["volumes"])
 	usedVolumes := map[string]bool{}
 	hostPorts := map[string]string{}
 
-	for _, name := range sortedKeys(services) {
-		svc := asMap(services[name])
-		if svc == nil {
-			t.Errorf("service %s: not a mapping", name)
-			continue
-		}
-		profiled := svc["profiles"] != nil
-		if svc["image"] == nil && svc["build"] == nil {
+	for _, name := range sortedKeys(p.Services) {
+		svc := p.Services[name]
+		profiled := len(svc.Profiles) > 0
+		if svc.Image == "" && svc.Build == nil {
 			t.Errorf("service %s: needs image or build", name)
 		}
-		if b := asMap(svc["build"]); b != nil {
-			ctxDir := filepath.Join(".", asString(b["context"]))
+		if b := svc.Build; b != nil {
+			ctxDir := filepath.Join(".", b.Context)
 			if st, err := os.Stat(ctxDir); err != nil || !st.IsDir() {
-				t.Errorf("service %s: build context %q is not a directory (relative to deploy/)", name, b["context"])
+				t.Errorf("service %s: build context %q is not a directory (relative to deploy/)", name, b.Context)
 			}
-			if df := asString(b["dockerfile"]); df != "" {
-				if _, err := os.Stat(filepath.Join(ctxDir, df)); err != nil {
-					t.Errorf("service %s: dockerfile %q not found in context %q", name, df, b["context"])
+			if b.Dockerfile != "" {
+				if _, err := os.Stat(filepath.Join(ctxDir, b.Dockerfile)); err != nil {
+					t.Errorf("service %s: dockerfile %q not found in context %q", name, b.Dockerfile, b.Context)
 				}
 			}
 		}
-		if !profiled && svc["restart"] == nil {
+		if !profiled && svc.Restart == "" {
 			t.Errorf("service %s: set a restart policy", name)
 		}
 
-		for dep, cond := range dependsOn(svc) {
-			target := asMap(services[dep])
+		// compose-go has checked that every target exists.
+		for dep, d := range svc.DependsOn {
+			target := p.Services[dep]
 			switch {
-			case target == nil:
-				t.Errorf("service %s depends on %q, which is not a service", name, dep)
-			case !slices.Contains([]string{"service_started", "service_healthy", "service_completed_successfully"}, cond):
-				t.Errorf("service %s: depends_on %s has unknown condition %q", name, dep, cond)
-			case cond == "service_healthy" && target["healthcheck"] == nil:
+			case d.Condition == types.ServiceConditionHealthy && target.HealthCheck == nil:
 				t.Errorf("service %s waits for %s to be healthy, but %s has no healthcheck", name, dep, dep)
-			case !profiled && target["profiles"] != nil:
+			case !profiled && len(target.Profiles) > 0:
 				t.Errorf("service %s (always started) depends on %s, which only starts with a profile", name, dep)
 			}
 		}
 
-		for _, v := range asStrings(svc["volumes"]) {
-			parts := strings.Split(v, ":")
-			if len(parts) < 2 {
-				t.Errorf("service %s: volume %q has no target", name, v)
-				continue
-			}
-			src := parts[0]
-			if strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
-				if _, err := os.Stat(g.source(src)); err != nil {
-					t.Errorf("service %s: bind mount source %q does not exist (relative to deploy/) and %s does not make it", name, src, setupScript)
+		for _, v := range svc.Volumes {
+			switch {
+			case v.Type == types.VolumeTypeVolume:
+				usedVolumes[v.Source] = true // declared: compose-go checks
+			case !isBind(v):
+				t.Errorf("service %s: mount %s %q: bind deploy/ paths (./…) or named volumes only", name, v.Type, v.Source)
+			default:
+				if _, err := os.Stat(g.source(v.Source)); err != nil {
+					t.Errorf("service %s: bind mount source %q does not exist (relative to deploy/) and %s does not make it", name, v.Source, setupScript)
 				}
-				if ro := parts[len(parts)-1] == "ro"; !ro {
-					t.Errorf("service %s: bind mount %q is writable: mount configuration and credentials :ro", name, v)
+				if !v.ReadOnly {
+					t.Errorf("service %s: bind mount %s is writable: mount configuration and credentials :ro", name, v.Source)
 				}
-				continue
-			}
-			usedVolumes[src] = true
-			if _, ok := declaredVolumes[src]; !ok {
-				t.Errorf("service %s: named volume %q is not declared under top-level volumes", name, src)
 			}
 		}
 
-		for _, p := range asStrings(svc["ports"]) {
-			parts := strings.Split(p, ":")
-			if len(parts) < 2 {
-				continue
-			}
-			host := strings.Join(parts[:len(parts)-1], ":")
+		for _, port := range svc.Ports {
+			host := port.HostIP + ":" + port.Published
 			if other, dup := hostPorts[host]; dup {
 				t.Errorf("services %s and %s both publish %s", other, name, host)
 			}
 			hostPorts[host] = name
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("service %s publishes %s on %q: loopback only (127.0.0.1)", name, port.Published, port.HostIP)
+			}
 		}
 	}
-	for _, v := range sortedKeys(declaredVolumes) {
+	for _, v := range sortedKeys(p.Volumes) {
 		if !usedVolumes[v] {
 			t.Errorf("volume %q is declared but no service mounts it", v)
 		}
@@ -984,31 +897,28 @@ func TestCompose(t *testing.T) {
 }
 
 // hostPath maps a container path to the deploy/ path behind a bind mount.
-func hostPath(svc map[string]any, containerPath string) (string, bool) {
-	for _, v := range asStrings(svc["volumes"]) {
-		parts := strings.Split(v, ":")
-		if len(parts) < 2 || !strings.HasPrefix(parts[0], ".") {
+func hostPath(svc types.ServiceConfig, containerPath string) (string, bool) {
+	for _, v := range svc.Volumes {
+		if !isBind(v) {
 			continue
 		}
-		src, dst := parts[0], parts[1]
-		if containerPath == dst {
-			return filepath.Clean(src), true
+		if containerPath == v.Target {
+			return filepath.Clean(v.Source), true
 		}
-		if rest, ok := strings.CutPrefix(containerPath, dst+"/"); ok {
-			return filepath.Join(src, rest), true
+		if rest, ok := strings.CutPrefix(containerPath, v.Target+"/"); ok {
+			return filepath.Join(v.Source, rest), true
 		}
 	}
 	return "", false
 }
 
 // namedVolumeAt reports whether a named volume holds containerPath.
-func namedVolumeAt(svc map[string]any, containerPath string) bool {
-	for _, v := range asStrings(svc["volumes"]) {
-		parts := strings.Split(v, ":")
-		if len(parts) < 2 || strings.HasPrefix(parts[0], ".") || strings.HasPrefix(parts[0], "/") {
+func namedVolumeAt(svc types.ServiceConfig, containerPath string) bool {
+	for _, v := range svc.Volumes {
+		if v.Type != types.VolumeTypeVolume {
 			continue
 		}
-		if containerPath == parts[1] || strings.HasPrefix(containerPath, strings.TrimSuffix(parts[1], "/")+"/") {
+		if containerPath == v.Target || strings.HasPrefix(containerPath, strings.TrimSuffix(v.Target, "/")+"/") {
 			return true
 		}
 	}
@@ -1017,20 +927,20 @@ func namedVolumeAt(svc map[string]any, containerPath string) bool {
 
 func TestComposeNATSServices(t *testing.T) {
 	g := setup(t)
-	services := asMap(loadCompose(t)["services"])
+	p, _ := loadCompose(t)
 	minor := natsServerMinor(t)
 	var nodes []string
-	for _, name := range sortedKeys(services) {
-		svc := asMap(services[name])
+	for _, name := range sortedKeys(p.Services) {
+		svc := p.Services[name]
 		if !isNATS(svc) {
 			continue
 		}
 		nodes = append(nodes, name)
 		t.Run(name, func(t *testing.T) {
-			if img := asString(svc["image"]); !strings.HasPrefix(img, "nats:"+minor) {
+			if img := svc.Image; !strings.HasPrefix(img, "nats:"+minor) {
 				t.Errorf("image %q: use nats:%s-… to match the nats-server v%s the tests parse the configs with", img, minor, minor)
 			}
-			args := asStrings(svc["command"])
+			args := svc.Command
 			conf, ok := flagValue(args, "config")
 			if !ok {
 				t.Fatalf("command %q has no --config", args)
@@ -1053,7 +963,7 @@ func TestComposeNATSServices(t *testing.T) {
 				t.Errorf("%s sets server_name %q; name it after the service", host, opts.ServerName)
 			}
 			for _, r := range opts.Routes {
-				if services[r.Hostname()] == nil {
+				if _, ok := p.Services[r.Hostname()]; !ok {
 					t.Errorf("route %s: %s is not a compose service", r, r.Hostname())
 				}
 			}
@@ -1072,8 +982,10 @@ func TestComposeNATSServices(t *testing.T) {
 				t.Errorf("environment %v: a NATS node needs none (no passwords)", sortedKeys(envOf(svc)))
 			}
 
-			hc := asMap(svc["healthcheck"])
-			test := strings.Join(asStrings(hc["test"]), " ")
+			var test string
+			if svc.HealthCheck != nil {
+				test = strings.Join(svc.HealthCheck.Test, " ")
+			}
 			if !strings.Contains(test, healthzPathQuery) {
 				t.Errorf("healthcheck %q should query %s", test, healthzPathQuery)
 			}
@@ -1084,11 +996,11 @@ func TestComposeNATSServices(t *testing.T) {
 				}
 			}
 
-			var published []string
-			for _, p := range asStrings(svc["ports"]) {
-				published = append(published, p[strings.LastIndex(p, ":")+1:])
+			var published []int
+			for _, port := range svc.Ports {
+				published = append(published, int(port.Target))
 			}
-			if !slices.Contains(published, strconv.Itoa(opts.Port)) {
+			if !slices.Contains(published, opts.Port) {
 				t.Errorf("ports %v do not publish the client port %d", published, opts.Port)
 			}
 		})
@@ -1100,7 +1012,7 @@ func TestComposeNATSServices(t *testing.T) {
 
 // credsOf returns the identity whose credentials the container path file
 // of svc is, with the host file behind it.
-func credsOf(t *testing.T, g *generated, svc map[string]any, file string) (auth.Identity, string, bool) {
+func credsOf(t *testing.T, g *generated, svc types.ServiceConfig, file string) (auth.Identity, string, bool) {
 	t.Helper()
 	host, ok := hostPath(svc, file)
 	if !ok {
@@ -1112,7 +1024,7 @@ func credsOf(t *testing.T, g *generated, svc map[string]any, file string) (auth.
 
 func TestComposeAgentreachServices(t *testing.T) {
 	g := setup(t)
-	services := asMap(loadCompose(t)["services"])
+	p, _ := loadCompose(t)
 	heartbeats := map[string]string{}
 	demoAgents := map[string]bool{}
 	for _, id := range g.store.Identities() {
@@ -1121,14 +1033,14 @@ func TestComposeAgentreachServices(t *testing.T) {
 		}
 	}
 	seen := 0
-	for _, name := range sortedKeys(services) {
-		svc := asMap(services[name])
+	for _, name := range sortedKeys(p.Services) {
+		svc := p.Services[name]
 		if !isAgentreach(svc) {
 			continue
 		}
 		seen++
 		t.Run(name, func(t *testing.T) {
-			args := asStrings(svc["command"])
+			args := []string(svc.Command)
 			if len(args) == 0 {
 				t.Fatal("no command: say which agentreach subcommand runs")
 			}
@@ -1180,7 +1092,7 @@ func TestComposeAgentreachServices(t *testing.T) {
 				if u.User != nil {
 					t.Errorf("server URL %q carries credentials; pass --creds", s)
 				}
-				if !isNATS(asMap(services[u.Hostname()])) {
+				if !isNATS(p.Services[u.Hostname()]) {
 					t.Errorf("server URL %q: %s is not a NATS service", s, u.Hostname())
 				}
 				hosts = append(hosts, u.Hostname())
@@ -1235,15 +1147,16 @@ func TestComposeAgentreachServices(t *testing.T) {
 				} else if r != len(natsNodes) {
 					t.Errorf("dispatcher --replicas %d: use %d (R3 on a 3-node cluster)", r, len(natsNodes))
 				}
-				if n, _ := strconv.Atoi(asString(asMap(svc["deploy"])["replicas"])); n < 2 {
-					t.Errorf("dispatcher deploy.replicas = %v, want at least 2", asMap(svc["deploy"])["replicas"])
+				if svc.Deploy == nil || svc.Deploy.Replicas == nil || *svc.Deploy.Replicas < 2 {
+					t.Error("dispatcher deploy.replicas: want at least 2")
 				}
-				if svc["container_name"] != nil {
+				if svc.ContainerName != "" {
 					t.Error("container_name prevents `docker compose up --scale dispatcher=N`")
 				}
 				if v, ok := hostPath(svc, value("verifier")); !ok || filepath.Clean(g.source(v)) != filepath.Clean(g.store.VerifierFile()) {
 					t.Errorf("--verifier %q is not the store's verifier key: the dispatchers would not check Reach-Source or the ACL", value("verifier"))
 				}
+				checkGateway(t, g, svc, value)
 			case "auth":
 				dir, ok := hostPath(svc, value("dir"))
 				if !ok || filepath.Clean(g.source(dir)) != filepath.Clean(g.store.Dir()) {
@@ -1275,17 +1188,57 @@ func TestComposeAgentreachServices(t *testing.T) {
 
 	// nats-box authenticates like any other client: an identity, the CA, and
 	// its own inbox prefix.
-	if nb := asMap(services["nats-box"]); nb != nil {
+	if nb, ok := p.Services["nats-box"]; ok {
 		e := envOf(nb)
 		id, _, ok := credsOf(t, g, nb, e["NATS_CREDS"])
 		if !ok {
 			t.Errorf("nats-box NATS_CREDS %q is no identity's credentials", e["NATS_CREDS"])
-		} else if v, _ := flagValue(asStrings(nb["command"]), "inbox-prefix"); v != auth.InboxPrefix(id.Name) {
+		} else if v, _ := flagValue(nb.Command, "inbox-prefix"); v != auth.InboxPrefix(id.Name) {
 			t.Errorf("nats-box --inbox-prefix %q: %s may read replies only under %s", v, id.Name, auth.InboxPrefix(id.Name))
 		}
 		if ca, ok := hostPath(nb, e["NATS_CA"]); !ok || ca != "certs/ca.pem" {
 			t.Errorf("nats-box NATS_CA %q is not deploy/certs/ca.pem", e["NATS_CA"])
 		}
+	}
+}
+
+// checkGateway checks a dispatcher's HTTP gateway: on every interface of
+// its container, published on the host's loopback, over HTTPS with a
+// certificate setup.sh makes that the stack's CA signed for localhost (the
+// host's curl --cacert deploy/certs/ca.pem https://localhost:8080/healthz).
+func checkGateway(t *testing.T, g *generated, svc types.ServiceConfig, value func(string) string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(value("http"))
+	if err != nil || host != "0.0.0.0" {
+		t.Fatalf("--http %q: want 0.0.0.0:<port>, so the published port reaches it", value("http"))
+	}
+	published := false
+	for _, p := range svc.Ports {
+		published = published || strconv.Itoa(int(p.Target)) == port
+	}
+	if !published {
+		t.Errorf("the gateway's port %s is not published", port)
+	}
+	cert, certOK := hostPath(svc, value("http-cert"))
+	key, keyOK := hostPath(svc, value("http-key"))
+	if !certOK || !keyOK {
+		t.Fatalf("--http-cert %q and --http-key %q are not bind-mounted files: the stack runs TLS, the gateway too", value("http-cert"), value("http-key"))
+	}
+	pair, err := tls.LoadX509KeyPair(g.source(cert), g.source(key))
+	if err != nil {
+		t.Fatalf("--http-cert, --http-key: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, ok := hostPath(svc, value("tls-ca"))
+	roots := x509.NewCertPool()
+	if !ok || !roots.AppendCertsFromPEM([]byte(readFile(t, g.source(ca)))) {
+		t.Fatalf("--tls-ca %q: no CA certificate", value("tls-ca"))
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "localhost"}); err != nil {
+		t.Errorf("the gateway's certificate %s does not serve https://localhost with the stack's CA: %v", cert, err)
 	}
 }
 
@@ -1343,6 +1296,33 @@ func TestDockerfile(t *testing.T) {
 	var entry []string
 	if err := json.Unmarshal([]byte(strings.TrimSpace(strings.TrimPrefix(last, "ENTRYPOINT"))), &entry); err != nil || !slices.Equal(entry, []string{"/agentreach"}) {
 		t.Errorf("want ENTRYPOINT [\"/agentreach\"] (exec form), got %q", last)
+	}
+
+	// The runtime image runs up by default, its variables are flags of up,
+	// and it exposes the ports they listen on.
+	var cmd []string
+	if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "CMD ") }); i < 0 ||
+		json.Unmarshal([]byte(strings.TrimPrefix(lines[i], "CMD ")), &cmd) != nil || !slices.Equal(cmd, []string{"up"}) {
+		t.Errorf(`want CMD ["up"] (exec form): the image runs a whole stack by default`)
+	}
+	env := map[string]string{}
+	for _, m := range regexp.MustCompile(`(AGENTREACH_[A-Z_]+)=(\S+)`).FindAllStringSubmatch(strings.Join(lines[slices.Index(lines, final):], "\n"), -1) {
+		env[m[1]] = m[2]
+		if f := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(m[1], "AGENTREACH_"), "_", "-")); !slices.Contains(upFlags, f) {
+			t.Errorf("ENV %s matches no flag of agentreach up (--%s)", m[1], f)
+		}
+	}
+	exposed := regexp.MustCompile(`(?m)^EXPOSE (.+)$`).FindStringSubmatch(text)
+	for _, v := range []string{"AGENTREACH_NATS_LISTEN", "AGENTREACH_HTTP"} {
+		host, port, err := net.SplitHostPort(env[v])
+		if err != nil || host != "0.0.0.0" {
+			t.Errorf("ENV %s=%q: want 0.0.0.0:<port>, or a published port reaches nothing", v, env[v])
+		} else if exposed == nil || !slices.Contains(strings.Fields(exposed[1]), port) {
+			t.Errorf("ENV %s listens on %s, which EXPOSE does not list", v, port)
+		}
+	}
+	if !strings.Contains(text, "COPY --from="+builder[2]+" --chown=65532:65532 /out/data "+env["AGENTREACH_DATA_DIR"]+"\n") {
+		t.Errorf("the data dir %q is not made owned by the runtime user (65532): up could not write it", env["AGENTREACH_DATA_DIR"])
 	}
 
 	// What the build copies exists (the context is the repository root).

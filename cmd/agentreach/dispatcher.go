@@ -46,7 +46,7 @@ type dispatcherFlags struct {
 	relayResults  bool
 	handlers      int
 	dlqInterval   int
-	http          string // --http: the gateway's address, or "off"
+	http          httpFlags
 }
 
 func (f *dispatcherFlags) register(fs *flag.FlagSet) {
@@ -170,7 +170,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		registerHeartbeat(fs, &heartbeat)
 		fs.StringVar(&verifier, "verifier", "", "the verifier key `file` of the identity store (keys/verifier.nk, see agentreach auth):\n"+
 			"turns access control on: every task must prove its Reach-Source and be granted by the acl")
-		registerHTTP(fs, &df.http, httpOff)
+		df.http.register(fs, httpOff)
 	})
 	cl.group("Connection flags", func(fs *flag.FlagSet) {
 		conn.register(fs, 10*time.Second, "bound on connecting, provisioning and joining the queue group")
@@ -182,7 +182,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := topo.Validate(); err != nil {
 		return cl.usageError(stderr, "%v", err)
 	}
-	if err := checkHTTP(df.http); err != nil {
+	if err := df.http.check(false); err != nil {
 		return cl.usageError(stderr, "%v", err)
 	}
 	log := conn.logger(stderr)

@@ -25,10 +25,53 @@ func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// envAlias is another environment variable for a flag: a name the seeds'
+// deployments use (docs/operations.md lists them). It sets its flag on the
+// commands that have that flag; the flag on the command line and the
+// flag's own variable win over it.
+type envAlias struct {
+	name string // the variable
+	flag string // the flag it sets
+	// convert turns the variable's value into the flag's; nil: as it is.
+	convert func(string) (string, error)
+	unit    string // how the help names the variable's unit when it differs from the flag's
+}
+
+// envAliases are the aliases, in the order of docs/operations.md's table.
+// AGENTREACH_DATA_DIR needs none: it is --data-dir's own variable.
+var envAliases = []envAlias{
+	{name: "AGENTREACH_TLS_ENABLED", flag: "http-tls"},
+	{name: "AGENTREACH_CERT_FILE", flag: "http-cert"},
+	{name: "AGENTREACH_KEY_FILE", flag: "http-key"},
+	{name: "AGENTREACH_MAX_RESPONSE_MB", flag: "max-payload", convert: mebibytes, unit: " (in MiB)"},
+	{name: "AGENTREACH_MAX_WORKERS", flag: "max-in-flight"},
+}
+
+// unusedAliases are variables of the seeds' deployments that have no
+// equivalent here, with why; a command that has the flag named warns when
+// one is set instead of ignoring it silently.
+var unusedAliases = []struct{ name, flag, why string }{
+	{"AGENTREACH_BUFFER_QUEUE", "max-in-flight",
+		"nothing here is a queue of that size: a busy instance makes a task wait up to --queue-wait (a duration), " +
+			"and the durable tier (POST /v1/submit) buffers up to " + strconv.Itoa(streams.DefaultPendingPerCapability) +
+			" tasks per capability in " + streams.StreamTasks},
+}
+
+// mebibytes converts a whole number of MiB, up to the largest
+// --max-payload, into bytes.
+func mebibytes(v string) (string, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 || n > maxPayloadRead>>20 {
+		return "", fmt.Errorf("want a whole number of MiB from 1 to %d", maxPayloadRead>>20)
+	}
+	return strconv.Itoa(n << 20), nil
+}
+
 // bindEnv sets every flag of fs that was not given on the command line from
-// its environment variable, when that variable is set and not empty; flags
-// given explicitly win. A repeatable flag reads a comma-separated list. A
-// value the flag refuses is an error that names the variable.
+// its environment variable, or else from its alias (envAliases), when that
+// variable is set and not empty; flags given explicitly win. A repeatable
+// flag reads a comma-separated list. A value the flag refuses is an error
+// that names the variable.
 func bindEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 	given := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -39,6 +82,11 @@ func bindEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		}
 		name := envName(f.Name)
 		v, ok := lookup(name)
+		var convert func(string) (string, error)
+		if a, found := aliasFor(f.Name); found && (!ok || v == "") {
+			name, convert = a.name, a.convert
+			v, ok = lookup(name)
+		}
 		if !ok || v == "" {
 			return
 		}
@@ -47,13 +95,37 @@ func bindEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 			values = splitList(v)
 		}
 		for _, x := range values {
-			if err := fs.Set(f.Name, x); err != nil {
-				errs = append(errs, fmt.Errorf("environment variable %s=%q: invalid value for --%s: %w", name, v, f.Name, explain(f, err)))
+			if err := setFromEnv(fs, f, x, convert); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q: invalid value for --%s: %w", name, v, f.Name, err))
 				return
 			}
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// setFromEnv sets f to x, converted first when convert is not nil.
+func setFromEnv(fs *flag.FlagSet, f *flag.Flag, x string, convert func(string) (string, error)) error {
+	if convert != nil {
+		var err error
+		if x, err = convert(x); err != nil {
+			return err
+		}
+	}
+	if err := fs.Set(f.Name, x); err != nil {
+		return explain(f, err)
+	}
+	return nil
+}
+
+// warnUnusedAliases tells w about every variable of unusedAliases that is
+// set, when fs has its flag.
+func warnUnusedAliases(w io.Writer, fs *flag.FlagSet, lookup func(string) (string, bool)) {
+	for _, a := range unusedAliases {
+		if v, ok := lookup(a.name); ok && v != "" && fs.Lookup(a.flag) != nil {
+			fmt.Fprintf(w, "warning: environment variable %s is not used: %s\n", a.name, a.why)
+		}
+	}
 }
 
 // explain replaces the flag package's bare "parse error" with what the flag
@@ -179,6 +251,7 @@ func (c *cmdline) parse(args []string, stdout, stderr io.Writer) (pos []string, 
 	if err := bindEnv(c.fs, os.LookupEnv); err != nil {
 		return nil, c.usageError(stderr, "%v", err), false
 	}
+	warnUnusedAliases(stderr, c.fs, os.LookupEnv)
 	return pos, exitOK, true
 }
 
@@ -301,6 +374,16 @@ func (c *cmdline) usage(w io.Writer) {
 	fmt.Fprintf(w, "\nEvery flag can also be set from its environment variable; a flag on the command line wins.\n")
 }
 
+// aliasFor returns the alias of a flag.
+func aliasFor(flagName string) (envAlias, bool) {
+	for _, a := range envAliases {
+		if a.flag == flagName {
+			return a, true
+		}
+	}
+	return envAlias{}, false
+}
+
 func printFlag(w io.Writer, f *flag.Flag) {
 	typ, usage := flag.UnquoteUsage(f)
 	if typ != "" {
@@ -320,6 +403,9 @@ func printFlag(w io.Writer, f *flag.Flag) {
 	env := envName(f.Name)
 	if _, ok := f.Value.(repeatable); ok {
 		env += " (comma-separated)"
+	}
+	if a, ok := aliasFor(f.Name); ok {
+		env += " or " + a.name + a.unit
 	}
 	fmt.Fprintf(w, "      default %s; env %s\n", def, env)
 }

@@ -149,6 +149,100 @@ func TestCommandEnv(t *testing.T) {
 	}
 }
 
+// TestEnvAliases sets up's and dispatcher's flags from the seeds' variable
+// names: each alias sets its flag, the flag's own variable and the flag
+// win over it, and a bad value names the alias.
+func TestEnvAliases(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    func(*upFlags) any
+		value   any
+		wantErr string
+	}{
+		{name: "data dir is --data-dir's own variable", env: map[string]string{"AGENTREACH_DATA_DIR": "/data"},
+			want: func(f *upFlags) any { return f.dataDir }, value: "/data"},
+		{name: "TLS_ENABLED turns HTTPS on", env: map[string]string{"AGENTREACH_TLS_ENABLED": "true"},
+			want: func(f *upFlags) any { return f.dispatcher.http.https() }, value: true},
+		{name: "TLS_ENABLED=false leaves HTTP", env: map[string]string{"AGENTREACH_TLS_ENABLED": "false"},
+			want: func(f *upFlags) any { return f.dispatcher.http.https() }, value: false},
+		{name: "bad TLS_ENABLED names the alias", env: map[string]string{"AGENTREACH_TLS_ENABLED": "yes please"},
+			wantErr: `AGENTREACH_TLS_ENABLED="yes please": invalid value for --http-tls: want true or false`},
+		{name: "HTTP_TLS wins over TLS_ENABLED", env: map[string]string{"AGENTREACH_TLS_ENABLED": "true", "AGENTREACH_HTTP_TLS": "false"},
+			want: func(f *upFlags) any { return f.dispatcher.http.tls }, value: false},
+		{name: "CERT_FILE", env: map[string]string{"AGENTREACH_CERT_FILE": "/c.pem"},
+			want: func(f *upFlags) any { return f.dispatcher.http.cert }, value: "/c.pem"},
+		{name: "KEY_FILE", env: map[string]string{"AGENTREACH_KEY_FILE": "/k.pem"},
+			want: func(f *upFlags) any { return f.dispatcher.http.key }, value: "/k.pem"},
+		{name: "HTTP_CERT wins over CERT_FILE", env: map[string]string{"AGENTREACH_CERT_FILE": "/alias.pem", "AGENTREACH_HTTP_CERT": "/own.pem"},
+			want: func(f *upFlags) any { return f.dispatcher.http.cert }, value: "/own.pem"},
+		{name: "--http-key wins over KEY_FILE", args: []string{"--http-key", "/flag.pem"}, env: map[string]string{"AGENTREACH_KEY_FILE": "/alias.pem"},
+			want: func(f *upFlags) any { return f.dispatcher.http.key }, value: "/flag.pem"},
+		{name: "MAX_RESPONSE_MB is --max-payload in MiB", env: map[string]string{"AGENTREACH_MAX_RESPONSE_MB": "8"},
+			want: func(f *upFlags) any { return f.maxPayload }, value: 8 << 20},
+		{name: "MAX_PAYLOAD wins over MAX_RESPONSE_MB", env: map[string]string{"AGENTREACH_MAX_RESPONSE_MB": "8", "AGENTREACH_MAX_PAYLOAD": "4096"},
+			want: func(f *upFlags) any { return f.maxPayload }, value: 4096},
+		{name: "fractional MAX_RESPONSE_MB names the alias", env: map[string]string{"AGENTREACH_MAX_RESPONSE_MB": "0.5"},
+			wantErr: `AGENTREACH_MAX_RESPONSE_MB="0.5": invalid value for --max-payload: want a whole number of MiB from 1 to 64`},
+		{name: "MAX_RESPONSE_MB beyond --max-payload's bound names the alias", env: map[string]string{"AGENTREACH_MAX_RESPONSE_MB": "65"},
+			wantErr: `AGENTREACH_MAX_RESPONSE_MB="65": invalid value for --max-payload: want a whole number of MiB from 1 to 64`},
+		{name: "MAX_WORKERS is --max-in-flight", env: map[string]string{"AGENTREACH_MAX_WORKERS": "32"},
+			want: func(f *upFlags) any { return f.dispatcher.maxInFlight }, value: 32},
+		{name: "--max-in-flight wins over MAX_WORKERS", args: []string{"--max-in-flight", "7"}, env: map[string]string{"AGENTREACH_MAX_WORKERS": "32"},
+			want: func(f *upFlags) any { return f.dispatcher.maxInFlight }, value: 7},
+		{name: "bad MAX_WORKERS names the alias", env: map[string]string{"AGENTREACH_MAX_WORKERS": "many"},
+			wantErr: `AGENTREACH_MAX_WORKERS="many": invalid value for --max-in-flight: want an integer`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var f upFlags
+			fs := flag.NewFlagSet("up", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			f.register(fs)
+			f.dispatcher.register(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := bindEnv(fs, func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != "environment variable "+tt.wantErr {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tt.want(&f); got != tt.value {
+				t.Fatalf("got %v, want %v", got, tt.value)
+			}
+		})
+	}
+}
+
+// TestEnvAliasesOfDispatcher: the dispatcher takes the aliases of the flags
+// it has, refuses TLS_ENABLED without a certificate (it has no development
+// CA), and warns about a variable that has no equivalent.
+func TestEnvAliasesOfDispatcher(t *testing.T) {
+	t.Setenv("AGENTREACH_HTTP", "127.0.0.1:0")
+	t.Setenv("AGENTREACH_TLS_ENABLED", "true")
+	t.Setenv("AGENTREACH_BUFFER_QUEUE", "500")
+	r := runCmd(t, runDispatcher, "--timeout", "1s")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--http-tls needs --http-cert and --http-key here") ||
+		!strings.Contains(r.stderr, "warning: environment variable AGENTREACH_BUFFER_QUEUE is not used: ") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Setenv("AGENTREACH_CERT_FILE", "/c.pem")
+	if r := runCmd(t, runDispatcher, "--timeout", "1s"); r.code != exitUsage || !strings.Contains(r.stderr, "--http-cert and --http-key go together") {
+		t.Fatalf("CERT_FILE without KEY_FILE: exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Setenv("AGENTREACH_MAX_WORKERS", "-")
+	if r := runCmd(t, runDispatcher, "--timeout", "1s"); r.code != exitUsage || !strings.Contains(r.stderr, `AGENTREACH_MAX_WORKERS="-": invalid value for --max-in-flight`) {
+		t.Fatalf("bad MAX_WORKERS: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
 // TestHelp checks that every command's --help lists every flag with its
 // default and environment variable, and exits 0.
 func TestHelp(t *testing.T) {
@@ -165,7 +259,8 @@ func TestHelp(t *testing.T) {
 				if !strings.Contains(r.stdout, "  --"+f+"\n") && !strings.Contains(r.stdout, "  --"+f+" ") {
 					t.Errorf("help does not list --%s", f)
 				}
-				if !strings.Contains(r.stdout, "env "+envName(f)+"\n") && !strings.Contains(r.stdout, "env "+envName(f)+" (comma-separated)\n") {
+				if !strings.Contains(r.stdout, "env "+envName(f)+"\n") && !strings.Contains(r.stdout, "env "+envName(f)+" (comma-separated)\n") &&
+					!strings.Contains(r.stdout, "env "+envName(f)+" or AGENTREACH_") {
 					t.Errorf("help does not name %s", envName(f))
 				}
 			}
@@ -178,11 +273,11 @@ func commandFlags(t *testing.T, name string) []string {
 	conn := []string{"server", "user", "password", "token", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level", "timeout"}
 	switch name {
 	case "up":
-		return []string{"data-dir", "nats-listen", "max-payload", "sync-always", "demo", "auth", "tls", "tls-verify", "heartbeat", "instances", "slow-delay",
+		return []string{"data-dir", "nats-listen", "max-payload", "http", "http-tls", "http-cert", "http-key", "sync-always", "demo", "auth", "tls", "tls-verify", "heartbeat", "instances", "slow-delay",
 			"strategy", "capability-strategy", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "name", "prefix", "log-level",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval"}
 	case "dispatcher":
-		return append(conn, "replicas", "heartbeat", "provision", "verifier", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "strategy", "capability-strategy", "name",
+		return append(conn, "replicas", "heartbeat", "provision", "verifier", "http", "http-tls", "http-cert", "http-key", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "strategy", "capability-strategy", "name",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval")
 	case "demo":
 		return append(conn, "instances", "slow-delay", "heartbeat", "creds-dir")

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+
+	"github.com/agent-reach/agentreach/auth"
 )
 
 // The --http values: where `up` serves HTTP by default, and the word that
@@ -14,38 +19,103 @@ const (
 	httpOff     = "off"
 )
 
-// registerHTTP defines --http with its default.
-func registerHTTP(fs *flag.FlagSet, p *string, def string) {
-	fs.StringVar(p, "http", def, "`host:port` of the HTTP gateway: the API, /healthz, /metrics and the dashboard at /\n"+
-		"(port 0: any free port; off: no HTTP)")
+// httpFlags are the HTTP gateway's flags; up and dispatcher share them.
+type httpFlags struct {
+	addr      string // --http: host:port, or "off"
+	tls       bool   // --http-tls
+	cert, key string // --http-cert, --http-key
+	// devCA is where up keeps its development CA (<data-dir>/tls), which
+	// signs the gateway's certificate for --http-tls without --http-cert;
+	// "" for dispatcher, which has none. devHosts are the names that
+	// certificate covers.
+	devCA    string
+	devHosts []string
 }
 
-// checkHTTP validates a --http value.
-func checkHTTP(v string) error {
-	if v == httpOff {
-		return nil
-	}
-	_, p, err := net.SplitHostPort(v)
-	if err == nil {
-		var port int
-		if port, err = strconv.Atoi(p); err == nil && (port < 0 || port > 65535) {
-			err = fmt.Errorf("port %d out of range", port)
+// register defines --http with its default, and the HTTPS flags.
+func (h *httpFlags) register(fs *flag.FlagSet, def string) {
+	fs.StringVar(&h.addr, "http", def, "`host:port` of the HTTP gateway: the API, /healthz, /metrics and the dashboard at /\n"+
+		"(port 0: any free port; off: no HTTP)")
+	fs.BoolVar(&h.tls, "http-tls", false, "serve the gateway over HTTPS: with --http-cert and --http-key, or (up only) with a\n"+
+		"certificate of the development CA in <data-dir>/tls, the one --tls makes")
+	fs.StringVar(&h.cert, "http-cert", "", "certificate `file` (PEM, with its chain) the gateway serves HTTPS with (turns HTTPS on)")
+	fs.StringVar(&h.key, "http-key", "", "private key `file` (PEM) of --http-cert")
+}
+
+// https reports whether the gateway serves HTTPS.
+func (h *httpFlags) https() bool { return h.tls || h.cert != "" }
+
+// check validates the flags; devCA says whether the command has a
+// development CA to fall back on.
+func (h *httpFlags) check(devCA bool) error {
+	if h.addr != httpOff {
+		_, p, err := net.SplitHostPort(h.addr)
+		if err == nil {
+			var port int
+			if port, err = strconv.Atoi(p); err == nil && (port < 0 || port > 65535) {
+				err = fmt.Errorf("port %d out of range", port)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("--http %q: want host:port such as %s, or %s", h.addr, defaultHTTP, httpOff)
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("--http %q: want host:port such as %s, or %s", v, defaultHTTP, httpOff)
+	switch {
+	case (h.cert == "") != (h.key == ""):
+		return errors.New("--http-cert and --http-key go together")
+	case h.https() && h.addr == httpOff:
+		return errors.New("--http-tls and --http-cert need the gateway on: give --http host:port")
+	case h.tls && h.cert == "" && !devCA:
+		return errors.New("--http-tls needs --http-cert and --http-key here (only up has a development CA to make one)")
 	}
 	return nil
 }
 
-// freeHTTP fails when --http's port is taken, before anything starts.
-func freeHTTP(v string) error {
-	if v == httpOff {
+// serverTLS returns the gateway's TLS configuration, nil for plain HTTP:
+// the certificate of --http-cert and --http-key, else one of the
+// development CA (made or renewed as up --tls does).
+func (h *httpFlags) serverTLS() (*tls.Config, error) {
+	if !h.https() {
+		return nil, nil
+	}
+	cert, key := h.cert, h.key
+	if cert == "" {
+		files, err := auth.EnsureTLS(h.devCA, h.devHosts)
+		if err != nil {
+			return nil, fmt.Errorf("--http-tls: %w", err)
+		}
+		cert, key = files.ServerCert, files.ServerKey
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("--http-cert %s, --http-key %s: %w", cert, key, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// devCertHosts returns the names a development certificate covers: the
+// loopback names and the host of every host:port in addrs that clients
+// can dial (not an unspecified address such as 0.0.0.0).
+func devCertHosts(addrs ...string) []string {
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if ip := net.ParseIP(host); err != nil || host == "" || (ip != nil && ip.IsUnspecified()) || slices.Contains(hosts, host) {
+			continue
+		}
+		hosts = append(hosts, host)
+	}
+	return hosts
+}
+
+// free fails when --http's port is taken, before anything starts.
+func (h *httpFlags) free() error {
+	if h.addr == httpOff {
 		return nil
 	}
-	l, err := net.Listen("tcp", v)
+	l, err := net.Listen("tcp", h.addr)
 	if err != nil {
-		return httpTaken(v, err)
+		return httpTaken(h.addr, err)
 	}
 	return l.Close()
 }

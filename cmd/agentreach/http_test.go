@@ -1,11 +1,21 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -33,4 +43,99 @@ func TestHTTPFlag(t *testing.T) {
 			}
 		}
 	}
+}
+
+// httpsClient trusts the CA certificate in caFile.
+func httpsClient(t *testing.T, caFile string) *http.Client {
+	t.Helper()
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("no certificate in %s", caFile)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+}
+
+// checkHTTPS asks base's /healthz over HTTPS with client, then over plain
+// HTTP, which the gateway refuses with a 400 that says why.
+func checkHTTPS(t *testing.T, client *http.Client, base string) {
+	t.Helper()
+	res, err := client.Get(base + "healthz")
+	if err != nil {
+		t.Fatalf("GET %shealthz: %v", base, err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.TLS == nil || !strings.Contains(string(body), `"status":"ok"`) {
+		t.Fatalf("GET %shealthz: %d %q", base, res.StatusCode, body)
+	}
+	plain := &http.Transport{}
+	defer plain.CloseIdleConnections()
+	res, err = (&http.Client{Transport: plain, Timeout: 20 * time.Second}).Get("http://" + strings.TrimPrefix(base, "https://") + "healthz")
+	if err != nil {
+		t.Fatalf("plain http: %v", err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "HTTP request to an HTTPS server") {
+		t.Errorf("plain http to the HTTPS gateway: %d %q", res.StatusCode, body)
+	}
+}
+
+// TestUpHTTPS runs up as the container image does with
+// AGENTREACH_TLS_ENABLED=true: the gateway serves HTTPS with a certificate
+// of the development CA in <data-dir>/tls, the banner says https, and
+// /healthz answers a client that trusts that CA.
+func TestUpHTTPS(t *testing.T) {
+	before := goroutines()
+	dir := t.TempDir()
+	t.Setenv("AGENTREACH_TLS_ENABLED", "true")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runUp(ctx, []string{"--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--http", "127.0.0.1:0", "--log-level", "warn"}, &stdout, &stderr)
+	}()
+	waitOutput(t, &stdout, "Agent-Reach is up")
+	m := regexp.MustCompile(`dashboard\s+(https://127\.0\.0\.1:\d+/)`).FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no https dashboard in the banner:\n%s", stdout.String())
+	}
+	checkHTTPS(t, httpsClient(t, filepath.Join(dir, "tls", "ca.pem")), m[1])
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("runUp exited %d; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("runUp did not stop within 30s")
+	}
+	checkNoLeaks(t, before)
+}
+
+// TestDispatcherHTTPS gives a dispatcher its certificate through
+// AGENTREACH_CERT_FILE and AGENTREACH_KEY_FILE: its gateway serves HTTPS
+// with it.
+func TestDispatcherHTTPS(t *testing.T) {
+	s := natstest.RunServer(t)
+	files, err := auth.EnsureTLS(t.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AGENTREACH_CERT_FILE", files.ServerCert)
+	t.Setenv("AGENTREACH_KEY_FILE", files.ServerKey)
+	stderr := background(t, "dispatcher", runDispatcher, "--server", s.ClientURL(), "--http", "127.0.0.1:0", "--log-level", "info")
+	waitOutput(t, stderr, "dispatcher running")
+	m := regexp.MustCompile(`"http":"(https://127\.0\.0\.1:\d+/)"`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("the dispatcher logs no https gateway:\n%s", stderr.String())
+	}
+	checkHTTPS(t, httpsClient(t, files.CA), m[1])
 }

@@ -22,7 +22,8 @@ import (
 // node is one dispatcher replica with the services that run beside it:
 // broadcast and fan-out, workflows, its metrics, the aggregate of
 // REACH_EVENTS (followed from the stream, answered on reach.api.summary)
-// and, with --http, the HTTP gateway.
+// and, with --http, the HTTP gateway (HTTPS with --http-tls or
+// --http-cert).
 type node struct {
 	*dispatcher.Dispatcher
 	fanout    *fanout.Service
@@ -98,8 +99,12 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 	if n.api, err = eventstats.ServeAPI(nc, subjects, n.stats); err != nil {
 		return nil, err
 	}
-	if f.http == httpOff || f.http == "" {
+	if f.http.addr == httpOff || f.http.addr == "" {
 		return n, nil
+	}
+	tlsConfig, err := f.http.serverTLS()
+	if err != nil {
+		return nil, err
 	}
 	gopts := []gateway.Option{gateway.WithLogger(log), gateway.WithMetrics(n.metrics), gateway.WithStats(n.stats)}
 	if az != nil {
@@ -107,14 +112,14 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 			return az.Vouch(r.Header.Get("Authorization"), task)
 		})))
 	}
-	if n.gateway, err = gateway.New(nc, d, gateway.Config{}, gopts...); err != nil {
+	if n.gateway, err = gateway.New(nc, d, gateway.Config{TLS: tlsConfig}, gopts...); err != nil {
 		return nil, err
 	}
-	if err := n.gateway.Listen(f.http); err != nil {
+	if err := n.gateway.Listen(f.http.addr); err != nil {
 		n.gateway = nil
-		return nil, httpTaken(f.http, err)
+		return nil, httpTaken(f.http.addr, err)
 	}
-	n.url = "http://" + n.gateway.Addr().String() + "/"
+	n.url = n.gateway.URL()
 	return n, nil
 }
 

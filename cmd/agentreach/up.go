@@ -82,7 +82,7 @@ func (f *upFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS with a development CA and certificates made in <data-dir>/tls")
 	fs.BoolVar(&f.tlsVerify, "tls-verify", false, "with --tls: require client certificates signed by that CA (mutual TLS)")
 	registerHeartbeat(fs, &f.heartbeat)
-	registerHTTP(fs, &f.dispatcher.http, defaultHTTP)
+	f.dispatcher.http.register(fs, defaultHTTP)
 }
 
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -110,7 +110,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.tlsVerify && !f.tls {
 		return cl.usageError(stderr, "--tls-verify needs --tls")
 	}
-	if err := checkHTTP(f.dispatcher.http); err != nil {
+	if err := f.dispatcher.http.check(true); err != nil {
 		return cl.usageError(stderr, "%v", err)
 	}
 	if err := up(ctx, &f, stdout, f.global.logger(stderr)); err != nil {
@@ -148,9 +148,10 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	if err != nil {
 		return err
 	}
-	if err := freeHTTP(f.dispatcher.http); err != nil { // found out before anything starts
+	if err := f.dispatcher.http.free(); err != nil { // found out before anything starts
 		return err
 	}
+	f.dispatcher.http.devCA, f.dispatcher.http.devHosts = filepath.Join(dataDir, "tls"), devCertHosts(f.listen, f.dispatcher.http.addr)
 	srv, err := startServer(f, dataDir, sec, log)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -49,6 +50,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's header block; default 64 KiB.
 	MaxHeaderBytes int
+	// TLS, when set, makes Listen serve HTTPS (HTTP/1.1 and HTTP/2) with
+	// its certificates (Certificates or GetCertificate); nil serves plain
+	// HTTP. A plain HTTP request to an HTTPS gateway gets 400.
+	TLS *tls.Config
 }
 
 // Option configures a Gateway.
@@ -118,6 +123,8 @@ func New(nc *nats.Conn, d *dispatcher.Dispatcher, cfg Config, opts ...Option) (*
 		return nil, fmt.Errorf("%w: WriteTimeout must be more than %v, got %v", ErrInvalidConfig, writeSlack, cfg.WriteTimeout)
 	case cfg.MaxHeaderBytes < 1024:
 		return nil, fmt.Errorf("%w: MaxHeaderBytes must be at least 1024, got %d", ErrInvalidConfig, cfg.MaxHeaderBytes)
+	case cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil:
+		return nil, fmt.Errorf("%w: TLS has no certificate", ErrInvalidConfig)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -147,8 +154,9 @@ func setDefault[T comparable](field *T, def T) {
 // Handler returns the gateway's routes, for a server of the caller's own.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Listen binds addr (host:port; port 0 picks a free one) and serves on it
-// until Shutdown. A taken port is an error at once.
+// Listen binds addr (host:port; port 0 picks a free one) and serves on it,
+// HTTPS when Config.TLS is set, until Shutdown. A taken port is an error
+// at once.
 func (g *Gateway) Listen(addr string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -168,15 +176,21 @@ func (g *Gateway) Listen(addr string) error {
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
 		ErrorLog:          nil,
+		TLSConfig:         g.cfg.TLS.Clone(),
 	}
+	srv, https := g.srv, g.cfg.TLS != nil
 	g.served = make(chan struct{})
 	go func() {
 		defer close(g.served)
-		if err := g.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if https {
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			g.log.Error().Err(err).Msg("http server stopped")
 		}
 	}()
-	g.log.Info().Str("addr", ln.Addr().String()).Msg("http gateway listening")
+	g.log.Info().Str("addr", ln.Addr().String()).Bool("https", https).Msg("http gateway listening")
 	return nil
 }
 
@@ -188,6 +202,19 @@ func (g *Gateway) Addr() net.Addr {
 		return nil
 	}
 	return g.ln.Addr()
+}
+
+// URL returns the base URL of the address Listen bound, "https://…/" with
+// TLS and "http://…/" without; "" before.
+func (g *Gateway) URL() string {
+	addr := g.Addr()
+	if addr == nil {
+		return ""
+	}
+	if g.cfg.TLS != nil {
+		return "https://" + addr.String() + "/"
+	}
+	return "http://" + addr.String() + "/"
 }
 
 // Shutdown stops taking connections, lets the requests in progress finish

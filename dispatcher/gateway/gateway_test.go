@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
@@ -106,7 +110,7 @@ func startGateway(t *testing.T, cfg Config, opts ...Option) *testGateway {
 	t.Cleanup(func() { _ = g.Shutdown(context.Background()) })
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &testGateway{g: g, d: d, base: "http://" + g.Addr().String(), http: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
+	return &testGateway{g: g, d: d, base: strings.TrimSuffix(g.URL(), "/"), http: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
 }
 
 // response is what a request got.
@@ -168,6 +172,16 @@ func TestEndpoints(t *testing.T) {
 		r := tg.do(t, "POST", "/route", `{"capability":"echo","payload":{"n":7}}`, jsonCT...)
 		if r.status != 200 || string(r.body) != `{"n":7}` {
 			t.Fatalf("%d %q", r.status, r.body)
+		}
+		// The seeds' names beside the Reach-* ones: the orchestration id
+		// (the request id on a first hop) and the instance that answered.
+		if id := r.header.Get("Reach-Request-Id"); id == "" || r.header.Get("X-Orchestration-ID") != id ||
+			r.header.Get("Reach-Orchestration-Id") != id || r.header.Get("X-Agent-Reachable-Node") != "echo-1" {
+			t.Fatalf("seed headers: %v", r.header)
+		}
+		r = tg.do(t, "POST", "/route", `{"capability":"echo","payload":{}}`, append(jsonCT, "Reach-Orchestration-Id", "seed-run-1")...)
+		if r.status != 200 || r.header.Get("X-Orchestration-ID") != "seed-run-1" || r.header.Get("X-Agent-Reachable-Node") != "echo-1" {
+			t.Fatalf("%d %q %v", r.status, r.body, r.header)
 		}
 	})
 	t.Run("submit and result", func(t *testing.T) {
@@ -420,10 +434,66 @@ func TestShutdownDrains(t *testing.T) {
 	}
 }
 
+// TestHTTPS serves the gateway with a certificate of a development CA: a
+// client that trusts the CA calls it over HTTPS, one that does not is
+// refused by its own TLS check, and plain HTTP gets a 400 that says why.
+func TestHTTPS(t *testing.T) {
+	files, err := auth.EnsureTLS(t.TempDir(), []string{"localhost", "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(files.ServerCert, files.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := startGateway(t, Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	if !strings.HasPrefix(tg.base, "https://127.0.0.1:") {
+		t.Fatalf("URL %q: want https://127.0.0.1:port/", tg.g.URL())
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(must(os.ReadFile(files.CA))) {
+		t.Fatal("no CA certificate in " + files.CA)
+	}
+	tg.http.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+
+	res, err := tg.http.Get(tg.base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != 200 || res.TLS == nil || !strings.Contains(string(body), `"status":"ok"`) {
+		t.Fatalf("GET /healthz over https: %d %q (tls %v)", res.StatusCode, body, res.TLS != nil)
+	}
+	if r := tg.do(t, "POST", "/route", `{"capability":"echo","payload":{"n":1}}`, "Content-Type", "application/json"); r.status != 200 ||
+		string(r.body) != `{"n":1}` || r.header.Get("X-Agent-Reachable-Node") != "echo-1" {
+		t.Fatalf("POST /route over https: %d %q %v", r.status, r.body, r.header)
+	}
+
+	untrusting := &http.Transport{}
+	defer untrusting.CloseIdleConnections()
+	if _, err := (&http.Client{Transport: untrusting, Timeout: 20 * time.Second}).Get(tg.base + "/healthz"); err == nil ||
+		!strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Errorf("a client without the CA: %v, want an unknown authority", err)
+	}
+
+	plain := &http.Transport{}
+	defer plain.CloseIdleConnections()
+	res, err = (&http.Client{Transport: plain, Timeout: 20 * time.Second}).Get("http://" + tg.g.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatalf("plain http: %v", err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "HTTP request to an HTTPS server") {
+		t.Errorf("plain http to the HTTPS gateway: %d %q", res.StatusCode, body)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	tg := startGateway(t, Config{})
 	nc := natstest.Connect(t, natstest.RunServer(t))
-	for _, cfg := range []Config{{MaxBody: -1}, {ReadTimeout: -1}, {WriteTimeout: time.Second}, {MaxHeaderBytes: 10}} {
+	for _, cfg := range []Config{{MaxBody: -1}, {ReadTimeout: -1}, {WriteTimeout: time.Second}, {MaxHeaderBytes: 10}, {TLS: &tls.Config{}}} {
 		if _, err := New(nc, tg.d, cfg); err == nil {
 			t.Errorf("New accepted %+v", cfg)
 		}

@@ -103,7 +103,9 @@ func (g *Gateway) call(w http.ResponseWriter, r *http.Request) {
 	g.routeTask(w, r, capability, m)
 }
 
-// route is POST /route: {"capability", "payload"}.
+// route is POST /route: {"capability", "payload"}; the answer's
+// Reach-Orchestration-Id and Reach-Node also come as X-Orchestration-ID and
+// X-Agent-Reachable-Node.
 func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 	if ct, f := contentType(r.Header.Get("Content-Type")); f != nil || ct == streams.ContentTypeMsgpack {
 		if f == nil {
@@ -122,8 +124,34 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 		g.answer(w, r, &failure{e: e})
 		return
 	}
-	g.routeTask(w, r, req.Capability, taskMsg(r.Header, streams.ContentTypeJSON, req.Payload))
+	g.routeTask(seedNames{w}, r, req.Capability, taskMsg(r.Header, streams.ContentTypeJSON, req.Payload))
 }
+
+// The headers POST /route answers beside their Reach-* names: what the
+// readers of the seeds' /route look for.
+const (
+	// HeaderSeedOrchestrationID is Reach-Orchestration-Id.
+	HeaderSeedOrchestrationID = "X-Orchestration-ID"
+	// HeaderSeedNode is Reach-Node: the instance that answered.
+	HeaderSeedNode = "X-Agent-Reachable-Node"
+)
+
+// seedNames copies, as its answer's headers are written, the Reach-*
+// headers that have a seed name to that name too.
+type seedNames struct{ http.ResponseWriter }
+
+func (s seedNames) WriteHeader(status int) {
+	h := s.Header()
+	for reach, seed := range map[string]string{streams.HeaderOrchestrationID: HeaderSeedOrchestrationID, streams.HeaderNode: HeaderSeedNode} {
+		if v := h.Get(reach); v != "" {
+			h.Set(seed, v)
+		}
+	}
+	s.ResponseWriter.WriteHeader(status)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (s seedNames) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // routeTask routes m through the dispatcher and answers its reply.
 func (g *Gateway) routeTask(w http.ResponseWriter, r *http.Request, capability string, m *nats.Msg) {
