@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
@@ -47,7 +48,7 @@ func (r *run) addAgents(e *env, set *agentSet, capabilities []string, prefix str
 		a, err := agentkit.New(nc, agentkit.Config{
 			Type: "bench", ID: fmt.Sprintf("%s-%d", prefix, i), MaxConcurrent: maxConc,
 			Heartbeat: e.topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond,
-		}, agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb))
+		}, agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb), agentkit.WithLogger(zerolog.Nop()))
 		for _, c := range capabilities {
 			if err == nil {
 				err = a.Handle(c, handler(i))
