@@ -212,12 +212,12 @@ func TestCommands(t *testing.T) {
 			}
 		}
 		r := runCmd(t, runBreakers, srv...)
-		if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !strings.HasSuffix(header, "LATENCY (GEO AVG)") {
+		if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !strings.HasSuffix(header, "LATENCY (MOVING AVG)") {
 			t.Fatalf("breakers: exit %d, header %q", r.code, header)
 		}
 		r = runCmd(t, runBreakers, "--help")
-		for _, want := range []string{"LATENCY (GEO AVG) is the replica's moving geometric average", "weighs\n0.05",
-			"by a factor of e\nevery 5 s", "reads 0 until the\ninstance has 5 samples"} {
+		for _, want := range []string{"LATENCY (MOVING AVG) is the replica's moving geometric average", "weighs 0.05",
+			"by a factor\nof e every 5 s", "reads - (with\n--json latency_ms 0) until the instance has 5 samples"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("breakers --help lacks %q", want)
 			}
