@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -236,7 +237,7 @@ func printResult(stdout, stderr io.Writer, res *agentkit.Result, callErr error, 
 		} else {
 			printMeta(stderr, meta)
 		}
-		fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
+		printWireError(stderr, e)
 		for _, x := range e.Excluded { // why each instance offering it was passed over
 			fmt.Fprintf(stderr, "  excluded %s: %s\n", x.Node, x.Reason)
 		}
@@ -252,14 +253,21 @@ func printResult(stdout, stderr io.Writer, res *agentkit.Result, callErr error, 
 	return exitOK
 }
 
-// printBody prints a JSON body indented, followed by a newline.
+// printWireError prints "error: <CODE>: <message>" on one line, whatever
+// whitespace the message ends with.
+func printWireError(w io.Writer, e *streams.Error) {
+	fmt.Fprintf(w, "error: %s: %s\n", e.Code, strings.TrimRight(e.Message, " \t\r\n"))
+}
+
+// printBody prints a JSON body indented, followed by one newline: the
+// whitespace an agent wrote after its JSON would print blank lines.
 func printBody(w io.Writer, body json.RawMessage) {
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, body, "", "  "); err != nil {
 		pretty.Reset()
 		pretty.Write(body)
 	}
-	fmt.Fprintf(w, "%s\n", pretty.Bytes())
+	fmt.Fprintf(w, "%s\n", bytes.TrimRight(pretty.Bytes(), " \t\r\n"))
 }
 
 // bodyJSON returns a message body of contentType as JSON: JSON as is,

@@ -159,8 +159,7 @@ func printGathered(cl *cmdline, stdout, stderr io.Writer, g *agentkit.Gathered, 
 			g.Expected, g.Answered, g.Succeeded, g.Complete, orDash(g.RequestID))
 	}
 	if err != nil {
-		e := streams.AsError(err)
-		fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
+		printWireError(stderr, streams.AsError(err))
 		return exitFail
 	}
 	return exitOK
