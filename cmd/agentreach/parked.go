@@ -360,7 +360,7 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 		err := dispatcher.Replay(rctx, p.js, p.subjects, e, newDeadline)
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("seq %d: %w", e.Seq, err))
+			errs = append(errs, fmt.Errorf("%s seq %d: %w", p.kind.stream, e.Seq, err))
 			if ctx.Err() != nil {
 				break
 			}
