@@ -246,8 +246,8 @@ func startServer(f *upFlags, dataDir string, sec *security, log zerolog.Logger) 
 		// The server only logs a taken port; find out first and say so.
 		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return nil, fmt.Errorf("cannot listen on %s: %w (is another `agentreach up` or nats-server running? "+
-				"choose another address with --nats-listen; a second stack also needs its own --data-dir)", f.listen, err)
+			return nil, fmt.Errorf("%s is in use: move NATS with %s (%w; is another `agentreach up` or nats-server running? "+
+				"a second stack also needs its own --data-dir)", f.listen, moveListener("nats-listen", host, port), err)
 		}
 		_ = l.Close()
 	}
@@ -278,6 +278,14 @@ func startServer(f *upFlags, dataDir string, sec *security, log zerolog.Logger) 
 		return nil, err
 	}
 	return srv, nil
+}
+
+// moveListener says how to move a listener on host:port that is taken: its
+// flag, or its environment variable, which also reaches `make run`, set to
+// the next port.
+func moveListener(flagName, host string, port int) string {
+	next := net.JoinHostPort(host, strconv.Itoa(port%65535+1))
+	return fmt.Sprintf("--%s or %s=%s make run", flagName, envName(flagName), next)
 }
 
 // waitReady waits until srv takes connections with JetStream on, the server
