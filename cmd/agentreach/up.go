@@ -318,17 +318,17 @@ type banner struct {
 	sec          *security
 }
 
-// printBanner tells the user where the stack is and what to try.
+// printBanner tells the user where the stack is and what to try. Every
+// command it shows names the server (an AGENTREACH_SERVER or NATS_URL in
+// the user's environment would otherwise win) and, with --tls and --auth,
+// the CA, client certificate and credentials it needs.
 func printBanner(w io.Writer, b banner) {
-	var cliArgs, natsArgs string
-	if b.url != defaultServer {
-		cliArgs += " --server " + b.url
-		natsArgs += " -s " + b.url
-	}
+	cliArgs, natsArgs := " --server "+b.url, " -s "+b.url
 	if p := b.subjects.Prefix; p != "" && p != streams.DefaultPrefix {
 		cliArgs += " --prefix " + p
 	}
-	sec := b.sec.banner()
+	self := selfCommand()
+	sec := b.sec.banner(self, cliArgs)
 	agents := "none (add --demo, or run `agentreach demo`)"
 	if b.demo {
 		agents = strings.Join(b.agentIDs, ", ")
@@ -342,7 +342,6 @@ func printBanner(w io.Writer, b banner) {
 	for _, l := range sec.lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
-	self := selfCommand()
 	fmt.Fprintf(w, "\nTry:\n  %s call%s echo '{\"text\":\"hi\"}'\n", self, cliArgs+sec.caller)
 	if b.http != "" {
 		bearer := ""
@@ -351,8 +350,8 @@ func printBanner(w io.Writer, b banner) {
 		}
 		fmt.Fprintf(w, "  curl %s-d '{\"text\":\"hi\"}' %sv1/call/echo\n", bearer, b.http)
 	}
-	if sec.caller == "" { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
-		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs, b.subjects.Task("echo"))
+	if b.sec.auth == nil { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
+		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs+sec.natsAdmin, b.subjects.Task("echo"))
 	}
 	fmt.Fprintf(w, "  nats%s kv ls %s\n  %s agents%s\n\nCtrl-C stops everything.\n",
 		natsArgs+sec.natsAdmin, streams.BucketAgents, self, cliArgs+sec.admin)
