@@ -79,6 +79,11 @@ func listAgents(ctx context.Context, conn *connFlags) ([]registry.Entry, error) 
 	if err != nil {
 		return nil, err
 	}
+	return readAgents(ctx, js)
+}
+
+// readAgents reads every live record of the registry on js, as listAgents.
+func readAgents(ctx context.Context, js jetstream.JetStream) ([]registry.Entry, error) {
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -101,7 +103,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer s.close()
 	res, err := s.client.Call(s.ctx, capability, p.data, opts...)
-	return printResult(stdout, stderr, res, s.tooLarge(err, p), requestID, asJSON)
+	return printResult(stdout, stderr, res, s.suggestCapability(s.tooLarge(err, p), capability), requestID, asJSON)
 }
 
 // taskArgs checks the positional arguments of a command that sends a task,
@@ -194,6 +196,38 @@ func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Wri
 	}
 	s.ctx, s.cancel = context.WithTimeout(ctx, conn.timeout)
 	return s, nil
+}
+
+// suggestCapability adds to a NO_AGENT error that names no instance at
+// all (none offers capability, so likely a typo) the nearest capability a
+// live instance offers, read from the registry as `agents` reads it. Other
+// errors, and a registry this identity may not read (a caller's), leave
+// err as it is.
+func (s *session) suggestCapability(err error, capability string) error {
+	var we *streams.Error
+	if !errors.As(err, &we) || we.Code != streams.CodeNoAgent || len(we.Excluded) > 0 {
+		return err
+	}
+	if s.conn.creds != "" {
+		if _, role, rerr := auth.CredentialsName(s.conn.creds); rerr == nil && role == auth.RoleCaller {
+			return err // the acl does not let callers read REACH_AGENTS
+		}
+	}
+	entries, rerr := readAgents(s.ctx, s.js)
+	if rerr != nil && !errors.Is(rerr, registry.ErrInvalidRecord) {
+		return err
+	}
+	var offered []string
+	for _, e := range entries {
+		offered = append(offered, e.Capabilities...)
+	}
+	hint := didYouMean(capability, offered)
+	if hint == "" {
+		return err
+	}
+	withHint := *we
+	withHint.Message += hint
+	return &withHint
 }
 
 func (s *session) close() {

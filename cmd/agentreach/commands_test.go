@@ -140,6 +140,25 @@ func TestCommands(t *testing.T) {
 		})
 	}
 
+	t.Run("a mistyped capability gets the nearest one offered", func(t *testing.T) {
+		hint := `(did you mean "echo"?)`
+		r := call(t, "ecoh", `{}`)
+		if r.code != exitFail || !strings.Contains(r.stderr, "error: NO_AGENT: ") || !strings.HasSuffix(r.stderr, hint+"\n") {
+			t.Fatalf("call: exit %d, stderr %q", r.code, r.stderr)
+		}
+		r = runCmd(t, runBroadcast, append(append([]string{}, srv...), "--json", "ecoh", `{}`)...)
+		if r.code != exitFail || !strings.Contains(r.stderr, hint) || !strings.Contains(r.stdout, `did you mean \"echo\"?`) {
+			t.Fatalf("broadcast: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		// Nothing near: no guess; an unknown instance of a known capability
+		// is no typo of the capability.
+		for _, args := range [][]string{{"zzzzzz", `{}`}, {"--agent", "ghost-1", "echo", `{}`}} {
+			if r := call(t, args...); r.code != exitFail || strings.Contains(r.stderr, "did you mean") {
+				t.Fatalf("call %v: exit %d, stderr %q", args, r.code, r.stderr)
+			}
+		}
+	})
+
 	t.Run("payload from a file and from stdin", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "task.json")
 		if err := os.WriteFile(file, []byte(`{"text":"from a file"}`), 0o600); err != nil {

@@ -84,7 +84,7 @@ func runBroadcast(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer s.close()
 	g, err := s.client.Broadcast(s.ctx, capability, p.data, opts...)
-	return printGathered(cl, stdout, stderr, g, s.tooLarge(err, p), asJSON)
+	return printGathered(cl, stdout, stderr, g, s.suggestCapability(s.tooLarge(err, p), capability), asJSON)
 }
 
 func runFanOut(ctx context.Context, args []string, stdout, stderr io.Writer) int {
