@@ -73,7 +73,7 @@ func listAgents(ctx context.Context, conn *connFlags) ([]registry.Entry, error) 
 		return nil, err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {

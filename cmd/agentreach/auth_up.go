@@ -128,7 +128,7 @@ func seedPolicy(ctx context.Context, nc *nats.Conn, acl []byte, log zerolog.Logg
 	}
 	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
-		return fmt.Errorf("open %s (run provisioning first): %w", streams.BucketPolicy, err)
+		return fmt.Errorf("open %s, provisioned a moment ago: %w", streams.BucketPolicy, err)
 	}
 	if _, err := registry.UpdatePolicy(ctx, kv, registry.PolicyACL, acl, 0); err == nil {
 		log.Warn().Str("acl", string(acl)).Msg("REACH_POLICY had no acl: wrote this one; change it with `agentreach policy set acl FILE`")

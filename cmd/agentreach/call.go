@@ -103,7 +103,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer s.close()
 	res, err := s.client.Call(s.ctx, capability, p.data, opts...)
-	return printResult(stdout, stderr, res, s.suggestCapability(s.tooLarge(err, p), capability), requestID, asJSON)
+	return printResult(stdout, stderr, res, s.explain(err, p, capability), requestID, asJSON)
 }
 
 // taskArgs checks the positional arguments of a command that sends a task,
@@ -194,8 +194,22 @@ func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Wri
 		nc.Close()
 		return nil, err
 	}
-	s.ctx, s.cancel = context.WithTimeout(ctx, conn.timeout)
+	s.ctx, s.cancel = conn.bounded(ctx)
 	return s, nil
+}
+
+// explain returns the error of sending payload p to capability ("" for a
+// fan-out) as the user needs it: a refusal by the server as UNAUTHORIZED,
+// PAYLOAD_TOO_LARGE with the sizes, NO_AGENT with the nearest capability.
+func (s *session) explain(err error, p payload, capability string) error {
+	if denied := s.conn.permissionDenied(err); denied != nil {
+		return denied
+	}
+	err = s.tooLarge(err, p)
+	if capability != "" {
+		err = s.suggestCapability(err, capability)
+	}
+	return err
 }
 
 // suggestCapability adds to a NO_AGENT error that names no instance at

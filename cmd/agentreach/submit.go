@@ -191,7 +191,7 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	// The wait ran out. A task parked between the look above and the start
 	// of the wait was not seen: look once more.
-	lctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	lctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	if p, found, lerr := s.findParked(lctx, id); lerr == nil && found {
 		return out.parked(p)
