@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,4 +43,27 @@ func TestBoundedEndsOnRefusal(t *testing.T) {
 	late, cancelLate := c.bounded(context.Background())
 	defer cancelLate()
 	<-late.Done()
+}
+
+// TestNotProvisionedTellsCausesApart: the four causes of a failed JetStream
+// request get four answers, and a timeout is not taken for a missing
+// resource because the error it came wrapped in guessed so.
+func TestNotProvisionedTellsCausesApart(t *testing.T) {
+	c := &connFlags{servers: "nats://127.0.0.1:4222", timeout: 10 * time.Second}
+	guess := func(err error) error {
+		return fmt.Errorf("registry: open REACH_AGENTS (run provisioning first): %w", err)
+	}
+	timeout := c.notProvisioned(guess(context.DeadlineExceeded), "bucket REACH_AGENTS")
+	if o := errorObject(timeout); o.Code != streams.CodeDeadlineExceeded || o.Message != "JetStream on nats://127.0.0.1:4222 did not answer "+
+		"about bucket REACH_AGENTS within --timeout 10s: is the server or its cluster overloaded, or without a JetStream leader? "+
+		"a longer --timeout waits more" {
+		t.Errorf("timeout: %+v", o)
+	}
+	if _, err := c.options("test"); err != nil {
+		t.Fatal(err)
+	}
+	c.denied.record("nats: permissions violation: Permissions Violation for Publish to \"$JS.API.STREAM.INFO.KV_REACH_AGENTS\"")
+	if o := errorObject(c.notProvisioned(guess(context.Canceled), "bucket REACH_AGENTS")); o.Code != streams.CodeUnauthorized {
+		t.Errorf("refusal: %+v", o)
+	}
 }

@@ -77,9 +77,9 @@ func (c *connFlags) permissionDenied(err error) error {
 // REACH_DLQ") on the server: when the server refused this connection's
 // identity something, an UNAUTHORIZED error naming what
 // (permissionDenied); when the resource, or JetStream, is missing a
-// NOT_PROVISIONED error that says what creates it. Other errors — a
-// timeout with no refusal — pass unchanged, as does an error that has a
-// failure code already.
+// NOT_PROVISIONED error that says what creates it; when JetStream did not
+// answer in time, a DEADLINE_EXCEEDED error that says only that. Other
+// errors pass unchanged, as does an error that has a failure code already.
 func (c *connFlags) notProvisioned(err error, resource string) error {
 	var ce *codedError
 	server := c.serverList()
@@ -102,6 +102,11 @@ func (c *connFlags) notProvisioned(err error, resource string) error {
 		errors.Is(err, nats.ErrNoResponders):
 		return withCode(codeNotProvisioned, fmt.Errorf("JetStream is not enabled on %s, so %s cannot exist: "+
 			"run nats-server with JetStream (-js) or 'agentreach up'; is --server right? (%w)", server, resource, err))
+	case errors.Is(err, context.DeadlineExceeded):
+		// Whatever err guesses (a missing resource, say), JetStream only
+		// did not answer in time.
+		return withCode(streams.CodeDeadlineExceeded, fmt.Errorf("JetStream on %s did not answer about %s within --timeout %v: "+
+			"is the server or its cluster overloaded, or without a JetStream leader? a longer --timeout waits more", server, resource, c.timeout))
 	}
 	return err
 }
