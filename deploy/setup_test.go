@@ -6,7 +6,9 @@ package deploy
 // check the stack against that.
 
 import (
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -147,7 +149,7 @@ func TestSetupScript(t *testing.T) {
 	if st, err := os.Stat(setupScript); err != nil || st.Mode()&0o111 == 0 {
 		t.Errorf("%s is not executable (%v)", setupScript, err)
 	}
-	for _, want := range []string{"#!/bin/sh", "set -eu", `cd "$(dirname "$0")"`, "AR=${AGENTREACH:-go run ../cmd/agentreach}", "chmod -R a+rX auth certs"} {
+	for _, want := range []string{"#!/bin/sh", "set -eu", `cd "$(dirname "$0")"`, "AR=${AGENTREACH:-go run ../cmd/agentreach}", "chown -R 65532:65532 auth"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("%s lacks %q", setupScript, want)
 		}
@@ -175,5 +177,95 @@ func TestSetupScript(t *testing.T) {
 		if !g.acl.Allows(names[auth.RoleCaller][0], c) {
 			t.Errorf("%s does not let %s call %s", aclFile, names[auth.RoleCaller][0], c)
 		}
+	}
+}
+
+// TestSetupScriptRuns runs setup.sh itself, with a freshly built agentreach,
+// in a copy of deploy/: it leaves every private key (nkey seed, credentials,
+// TLS key) mode 0600 and the rest readable; run again it refuses, naming
+// --force and changing nothing; with --force it starts over.
+func TestSetupScriptRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds agentreach")
+	}
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "agentreach")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/agentreach").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := filepath.Join(tmp, "deploy")
+	if err := os.MkdirAll(filepath.Join(dir, "nats"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, setupScript), []byte(readFile(t, setupScript)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(dir, setupScript), args...)
+		cmd.Env = append(os.Environ(), "AGENTREACH="+bin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, out)
+	}
+	modes := func() map[string]fs.FileMode {
+		m := map[string]fs.FileMode{}
+		for _, top := range generatedDirs {
+			err := filepath.WalkDir(filepath.Join(dir, top), func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				info, err := d.Info()
+				if err == nil {
+					rel, _ := filepath.Rel(dir, path)
+					m[rel] = info.Mode().Perm()
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return m
+	}
+	before := modes()
+	private := 0
+	for rel, mode := range before {
+		switch name := filepath.Base(rel); {
+		case strings.HasSuffix(name, ".nk"), strings.HasSuffix(name, ".creds"), strings.HasSuffix(name, "-key.pem"):
+			private++
+			if mode != 0o600 {
+				t.Errorf("%s is a private key of mode %o, want 600", rel, mode)
+			}
+		case mode&0o044 != 0o044:
+			t.Errorf("%s (public) is mode %o: want it readable", rel, mode)
+		}
+	}
+	if private < 9 || before["certs/ca-key.pem"] == 0 || before["auth/creds/cli.creds"] == 0 {
+		t.Fatalf("%d private keys among %v", private, before)
+	}
+
+	ca := readFile(t, filepath.Join(dir, "certs", "ca.pem"))
+	out, err := run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
+		strings.TrimSpace(out) != "setup.sh: deploy/certs exists: this stack is set up already; "+
+			"'deploy/setup.sh --force' deletes certs auth nats/auth.conf and makes them anew" {
+		t.Fatalf("second run: %v, output %q", err, out)
+	}
+	if readFile(t, filepath.Join(dir, "certs", "ca.pem")) != ca {
+		t.Fatal("the refused second run changed the CA")
+	}
+	if out, err := run("--frobnicate"); err == nil || !strings.Contains(out, "usage: deploy/setup.sh [--force]") {
+		t.Fatalf("unknown argument: %v, output %q", err, out)
+	}
+	if out, err := run("--force"); err != nil {
+		t.Fatalf("--force: %v\n%s", err, out)
+	}
+	if readFile(t, filepath.Join(dir, "certs", "ca.pem")) == ca {
+		t.Fatal("--force kept the old CA")
+	}
+	if after := modes(); len(after) != len(before) || after["auth/creds/cli.creds"] != 0o600 {
+		t.Fatalf("--force made %v, the first run %v", after, before)
 	}
 }

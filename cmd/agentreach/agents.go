@@ -73,12 +73,17 @@ func listAgents(ctx context.Context, conn *connFlags) ([]registry.Entry, error) 
 		return nil, err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
+	return readAgents(ctx, js)
+}
+
+// readAgents reads every live record of the registry on js, as listAgents.
+func readAgents(ctx context.Context, js jetstream.JetStream) ([]registry.Entry, error) {
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return nil, err

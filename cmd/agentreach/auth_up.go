@@ -128,7 +128,7 @@ func seedPolicy(ctx context.Context, nc *nats.Conn, acl []byte, log zerolog.Logg
 	}
 	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
-		return fmt.Errorf("open %s (run provisioning first): %w", streams.BucketPolicy, err)
+		return fmt.Errorf("open %s, provisioned a moment ago: %w", streams.BucketPolicy, err)
 	}
 	if _, err := registry.UpdatePolicy(ctx, kv, registry.PolicyACL, acl, 0); err == nil {
 		log.Warn().Str("acl", string(acl)).Msg("REACH_POLICY had no acl: wrote this one; change it with `agentreach policy set acl FILE`")
@@ -167,7 +167,9 @@ type securityBanner struct {
 	caller, admin, natsAdmin string
 }
 
-func (s *security) banner() securityBanner {
+// banner returns what --auth and --tls add to the banner; self runs this
+// binary, cliArgs are the flags that reach the server.
+func (s *security) banner(self, cliArgs string) securityBanner {
 	var b securityBanner
 	var tlsCLI, tlsNATS string
 	if s.tls != nil {
@@ -183,8 +185,8 @@ func (s *security) banner() securityBanner {
 	}
 	if s.auth != nil {
 		dir := s.auth.store.Dir()
-		b.lines = append(b.lines, fmt.Sprintf("auth        identities in %s (agentreach auth ls --dir %s)", dir, dir),
-			"            who may call what: agentreach policy get acl"+b.admin+" --creds "+s.auth.store.CredsFile(s.auth.dispatcher))
+		b.lines = append(b.lines, fmt.Sprintf("auth        identities in %s (%s auth ls --dir %s)", dir, self, dir),
+			"            who may call what: "+self+" policy get acl"+cliArgs+b.admin+" --creds "+s.auth.store.CredsFile(s.auth.dispatcher))
 		b.caller += " --creds " + s.auth.store.CredsFile(s.auth.cli)
 		b.admin += " --creds " + s.auth.store.CredsFile(s.auth.dispatcher)
 		b.natsAdmin += " --creds " + s.auth.store.CredsFile(s.auth.dispatcher) + " --inbox-prefix " + auth.InboxPrefix(s.auth.dispatcher)

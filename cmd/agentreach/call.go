@@ -8,12 +8,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -100,7 +103,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer s.close()
 	res, err := s.client.Call(s.ctx, capability, p.data, opts...)
-	return printResult(stdout, stderr, res, s.tooLarge(err, p), requestID, asJSON)
+	return printResult(stdout, stderr, res, s.explain(err, p, capability), requestID, asJSON)
 }
 
 // taskArgs checks the positional arguments of a command that sends a task,
@@ -191,8 +194,54 @@ func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Wri
 		nc.Close()
 		return nil, err
 	}
-	s.ctx, s.cancel = context.WithTimeout(ctx, conn.timeout)
+	s.ctx, s.cancel = conn.bounded(ctx)
 	return s, nil
+}
+
+// explain returns the error of sending payload p to capability ("" for a
+// fan-out) as the user needs it: a refusal by the server as UNAUTHORIZED,
+// PAYLOAD_TOO_LARGE with the sizes, NO_AGENT with the nearest capability.
+func (s *session) explain(err error, p payload, capability string) error {
+	if denied := s.conn.permissionDenied(err); denied != nil {
+		return denied
+	}
+	err = s.tooLarge(err, p)
+	if capability != "" {
+		err = s.suggestCapability(err, capability)
+	}
+	return err
+}
+
+// suggestCapability adds to a NO_AGENT error that names no instance at
+// all (none offers capability, so likely a typo) the nearest capability a
+// live instance offers, read from the registry as `agents` reads it. Other
+// errors, and a registry this identity may not read (a caller's), leave
+// err as it is.
+func (s *session) suggestCapability(err error, capability string) error {
+	var we *streams.Error
+	if !errors.As(err, &we) || we.Code != streams.CodeNoAgent || len(we.Excluded) > 0 {
+		return err
+	}
+	if s.conn.creds != "" {
+		if _, role, rerr := auth.CredentialsName(s.conn.creds); rerr == nil && role == auth.RoleCaller {
+			return err // the acl does not let callers read REACH_AGENTS
+		}
+	}
+	entries, rerr := readAgents(s.ctx, s.js)
+	if rerr != nil && !errors.Is(rerr, registry.ErrInvalidRecord) {
+		return err
+	}
+	var offered []string
+	for _, e := range entries {
+		offered = append(offered, e.Capabilities...)
+	}
+	hint := didYouMean(capability, offered)
+	if hint == "" {
+		return err
+	}
+	withHint := *we
+	withHint.Message += hint
+	return &withHint
 }
 
 func (s *session) close() {
@@ -236,7 +285,7 @@ func printResult(stdout, stderr io.Writer, res *agentkit.Result, callErr error, 
 		} else {
 			printMeta(stderr, meta)
 		}
-		fmt.Fprintf(stderr, "error: %s: %s\n", e.Code, e.Message)
+		printWireError(stderr, e)
 		for _, x := range e.Excluded { // why each instance offering it was passed over
 			fmt.Fprintf(stderr, "  excluded %s: %s\n", x.Node, x.Reason)
 		}
@@ -252,14 +301,21 @@ func printResult(stdout, stderr io.Writer, res *agentkit.Result, callErr error, 
 	return exitOK
 }
 
-// printBody prints a JSON body indented, followed by a newline.
+// printWireError prints "error: <CODE>: <message>" on one line, whatever
+// whitespace the message ends with.
+func printWireError(w io.Writer, e *streams.Error) {
+	fmt.Fprintf(w, "error: %s: %s\n", e.Code, strings.TrimRight(e.Message, " \t\r\n"))
+}
+
+// printBody prints a JSON body indented, followed by one newline: the
+// whitespace an agent wrote after its JSON would print blank lines.
 func printBody(w io.Writer, body json.RawMessage) {
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, body, "", "  "); err != nil {
 		pretty.Reset()
 		pretty.Write(body)
 	}
-	fmt.Fprintf(w, "%s\n", pretty.Bytes())
+	fmt.Fprintf(w, "%s\n", bytes.TrimRight(pretty.Bytes(), " \t\r\n"))
 }
 
 // bodyJSON returns a message body of contentType as JSON: JSON as is,

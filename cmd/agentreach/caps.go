@@ -106,7 +106,7 @@ func runCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cl.fail(stderr, err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	switch sub {
 	case "put":
@@ -206,7 +206,7 @@ func openBucket(ctx context.Context, conn *connFlags, name, bucket string) (*nat
 		nc.Close()
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {

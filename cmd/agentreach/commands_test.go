@@ -140,6 +140,25 @@ func TestCommands(t *testing.T) {
 		})
 	}
 
+	t.Run("a mistyped capability gets the nearest one offered", func(t *testing.T) {
+		hint := `(did you mean "echo"?)`
+		r := call(t, "ecoh", `{}`)
+		if r.code != exitFail || !strings.Contains(r.stderr, "error: NO_AGENT: ") || !strings.HasSuffix(r.stderr, hint+"\n") {
+			t.Fatalf("call: exit %d, stderr %q", r.code, r.stderr)
+		}
+		r = runCmd(t, runBroadcast, append(append([]string{}, srv...), "--json", "ecoh", `{}`)...)
+		if r.code != exitFail || !strings.Contains(r.stderr, hint) || !strings.Contains(r.stdout, `did you mean \"echo\"?`) {
+			t.Fatalf("broadcast: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		// Nothing near: no guess; an unknown instance of a known capability
+		// is no typo of the capability.
+		for _, args := range [][]string{{"zzzzzz", `{}`}, {"--agent", "ghost-1", "echo", `{}`}} {
+			if r := call(t, args...); r.code != exitFail || strings.Contains(r.stderr, "did you mean") {
+				t.Fatalf("call %v: exit %d, stderr %q", args, r.code, r.stderr)
+			}
+		}
+	})
+
 	t.Run("payload from a file and from stdin", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "task.json")
 		if err := os.WriteFile(file, []byte(`{"text":"from a file"}`), 0o600); err != nil {
@@ -212,12 +231,12 @@ func TestCommands(t *testing.T) {
 			}
 		}
 		r := runCmd(t, runBreakers, srv...)
-		if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !strings.HasSuffix(header, "LATENCY (GEO AVG)") {
+		if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !strings.HasSuffix(header, "LATENCY (MOVING AVG)") {
 			t.Fatalf("breakers: exit %d, header %q", r.code, header)
 		}
 		r = runCmd(t, runBreakers, "--help")
-		for _, want := range []string{"LATENCY (GEO AVG) is the replica's moving geometric average", "weighs\n0.05",
-			"by a factor of e\nevery 5 s", "reads 0 until the\ninstance has 5 samples"} {
+		for _, want := range []string{"LATENCY (MOVING AVG) is the replica's moving geometric average", "weighs 0.05",
+			"by a factor\nof e every 5 s", "reads - (with\n--json latency_ms 0) until the instance has 5 samples"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("breakers --help lacks %q", want)
 			}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,21 +40,58 @@ type connFlags struct {
 
 	log zerolog.Logger // connection events; set by the command before connect
 
-	// denied holds the last permissions violation the server reported on a
-	// connection made with options; shared by copies, set up by options.
-	denied *atomic.Pointer[string]
+	// denied records the first permissions violation the server reported
+	// on a connection made with options; shared by copies, set up by
+	// options.
+	denied *denial
 }
 
-// refused returns the last permissions violation the server reported on
+// denial is the first permissions violation reported on the command's
+// connections: msg is set before ch is closed.
+type denial struct {
+	once sync.Once
+	msg  string
+	ch   chan struct{}
+}
+
+func (d *denial) record(msg string) {
+	d.once.Do(func() {
+		d.msg = msg
+		close(d.ch)
+	})
+}
+
+// refused returns the first permissions violation the server reported on
 // the command's connections ("" when none).
 func (c *connFlags) refused() string {
 	if c.denied == nil {
 		return ""
 	}
-	if v := c.denied.Load(); v != nil {
-		return *v
+	select {
+	case <-c.denied.ch:
+		return c.denied.msg
+	default:
+		return ""
 	}
-	return ""
+}
+
+// bounded returns ctx bounded by --timeout, and ended as soon as the server
+// refuses the command's identity something: a JetStream request the server
+// drops would otherwise wait out the whole timeout before failing.
+func (c *connFlags) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	if c.denied == nil { // no connection made: nothing to be refused
+		return ctx, cancel
+	}
+	refused := c.denied.ch
+	go func() { // ends with ctx, which the caller cancels
+		select {
+		case <-refused:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // register defines the connection flags; --timeout gets the command's own
@@ -100,7 +137,7 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 	}
 	log := c.log
 	if c.denied == nil {
-		c.denied = new(atomic.Pointer[string])
+		c.denied = &denial{ch: make(chan struct{})}
 	}
 	denied := c.denied
 	opts := []nats.Option{
@@ -118,8 +155,7 @@ func (c *connFlags) options(name string) ([]nats.Option, error) {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
-				msg := err.Error()
-				denied.Store(&msg)
+				denied.record(err.Error())
 			}
 			ev := log.Warn().Err(err)
 			if sub != nil {

@@ -59,21 +59,36 @@ func errorObject(err error) *streams.Error {
 	return streams.AsError(err)
 }
 
+// permissionDenied returns, when the server refused the command's identity
+// something, an UNAUTHORIZED error naming what, in place of err: the server
+// drops a request it refuses, so err is only the timeout or cancellation
+// that followed (bounded), and whatever err says about why is a guess.
+// Otherwise it returns nil.
+func (c *connFlags) permissionDenied(err error) error {
+	refused := c.refused()
+	if err == nil || refused == "" {
+		return nil
+	}
+	return withCode(streams.CodeUnauthorized, fmt.Errorf("permission denied: %s; an identity's role and the "+
+		"acl decide what it may do (docs/security.md)", strings.TrimPrefix(refused, "nats: permissions violation: ")))
+}
+
 // notProvisioned explains the error of using resource (e.g. "stream
 // REACH_DLQ") on the server: when the server refused this connection's
-// identity something (a JetStream request it drops, so err is a timeout)
-// an UNAUTHORIZED error naming what; when the resource, or JetStream, is
-// missing a NOT_PROVISIONED error that says what creates it. Other errors
-// pass unchanged, as does an error that has a failure code already.
+// identity something, an UNAUTHORIZED error naming what
+// (permissionDenied); when the resource, or JetStream, is missing a
+// NOT_PROVISIONED error that says what creates it; when JetStream did not
+// answer in time, a DEADLINE_EXCEEDED error that says only that. Other
+// errors pass unchanged, as does an error that has a failure code already.
 func (c *connFlags) notProvisioned(err error, resource string) error {
 	var ce *codedError
 	server := c.serverList()
+	denied := c.permissionDenied(err)
 	switch {
 	case errors.As(err, &ce):
 		return err
-	case c.refused() != "":
-		return withCode(streams.CodeUnauthorized, fmt.Errorf("permission denied: %s; an identity's role and the "+
-			"acl decide what it may do (docs/security.md) (%w)", strings.TrimPrefix(c.refused(), "nats: permissions violation: "), err))
+	case denied != nil:
+		return denied
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound),
 		errors.Is(err, jetstream.ErrNoStreamResponse):
 		check := "--server"
@@ -87,6 +102,11 @@ func (c *connFlags) notProvisioned(err error, resource string) error {
 		errors.Is(err, nats.ErrNoResponders):
 		return withCode(codeNotProvisioned, fmt.Errorf("JetStream is not enabled on %s, so %s cannot exist: "+
 			"run nats-server with JetStream (-js) or 'agentreach up'; is --server right? (%w)", server, resource, err))
+	case errors.Is(err, context.DeadlineExceeded):
+		// Whatever err guesses (a missing resource, say), JetStream only
+		// did not answer in time.
+		return withCode(streams.CodeDeadlineExceeded, fmt.Errorf("JetStream on %s did not answer about %s within --timeout %v: "+
+			"is the server or its cluster overloaded, or without a JetStream leader? a longer --timeout waits more", server, resource, c.timeout))
 	}
 	return err
 }

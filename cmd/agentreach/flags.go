@@ -335,7 +335,7 @@ func (c *cmdline) fail(stderr io.Writer, err error) int {
 
 // failWith is fail with more fields in the JSON object.
 func (c *cmdline) failWith(stderr io.Writer, err error, out failureOutput) int {
-	fmt.Fprintf(stderr, "error: %v\n", err)
+	fmt.Fprintf(stderr, "error: %s\n", strings.TrimRight(err.Error(), " \t\r\n"))
 	out.Error = errorObject(err)
 	c.printFailure(out)
 	return exitFail

@@ -23,12 +23,12 @@ outcomes in the last window, the share of traffic admitted while ramping up
 after a close, the failure penalty and the latency average. Replicas share
 OPEN and CLOSED transitions through the REACH_BREAKERS bucket.
 
-LATENCY (GEO AVG) is the replica's moving geometric average of the instance's
-task latency, the figure least-load routing compares: each new task weighs
-0.05 (the first five count equally), so one stray spike moves it little. While
-the instance gets no task from the replica the average fades, by a factor of e
-every 5 s, so an instance once found slow is tried again. It reads 0 until the
-instance has 5 samples.
+LATENCY (MOVING AVG) is the replica's moving geometric average of the
+instance's task latency, the figure least-load routing compares: each new task
+weighs 0.05 (the first five count equally), so one stray spike moves it little.
+While the instance gets no task from the replica the average fades, by a factor
+of e every 5 s, so an instance once found slow is tried again. It reads - (with
+--json latency_ms 0) until the instance has 5 samples.
 
 When no dispatcher answers within --gather it fails with "no dispatcher
 answered on <subject> within <gather>" and exit status 1.`
@@ -121,11 +121,11 @@ func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {
 		return writeJSON(w, all)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISPATCHER\tINSTANCE\tSTATE\tCONSECUTIVE\tFAILED/TOTAL (1m)\tSHARE\tPENALTY\tLATENCY (GEO AVG)")
+	fmt.Fprintln(tw, "DISPATCHER\tINSTANCE\tSTATE\tCONSECUTIVE\tFAILED/TOTAL (1m)\tSHARE\tPENALTY\tLATENCY (MOVING AVG)")
 	for _, br := range all {
 		for _, b := range br.Breakers {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d/%d\t%.0f%%\t%.2f\t%.1fms\n", br.Dispatcher, b.Instance, b.State,
-				b.ConsecutiveFailures, b.WindowFailures, b.WindowTotal, 100*b.Share, b.Penalty, b.LatencyMS)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d/%d\t%.0f%%\t%.2f\t%s\n", br.Dispatcher, b.Instance, b.State,
+				b.ConsecutiveFailures, b.WindowFailures, b.WindowTotal, 100*b.Share, b.Penalty, msText(b.LatencyMS))
 		}
 	}
 	return tw.Flush()

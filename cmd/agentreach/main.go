@@ -86,7 +86,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "agentreach: unknown command %q\n\n", args[0])
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	fmt.Fprintf(stderr, "agentreach: unknown command %q%s\n\n", args[0], didYouMean(args[0], names))
 	usage(stderr)
 	return exitUsage
 }

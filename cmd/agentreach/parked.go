@@ -129,8 +129,7 @@ type parkedCmd struct {
 	kind     parkedKind
 	js       jetstream.JetStream
 	subjects streams.Subjects
-	conn     *connFlags    // the connection flags, for messages
-	timeout  time.Duration // bound on each read or change
+	conn     *connFlags // the connection flags: bounds and messages
 	asJSON   bool
 	stdout   io.Writer
 	stderr   io.Writer
@@ -240,7 +239,7 @@ func runParked(ctx context.Context, k parkedKind, args []string, stdout, stderr 
 	if err != nil {
 		return cl.fail(stderr, err)
 	}
-	p := &parkedCmd{kind: k, js: js, subjects: conn.subjects(), conn: &conn, timeout: conn.timeout,
+	p := &parkedCmd{kind: k, js: js, subjects: conn.subjects(), conn: &conn,
 		asJSON: asJSON, stdout: stdout, stderr: stderr}
 	switch sub {
 	case "ls":
@@ -286,7 +285,7 @@ func currentUser() string {
 
 // bounded returns ctx bounded by --timeout.
 func (p *parkedCmd) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, p.timeout)
+	return p.conn.bounded(ctx)
 }
 
 func (p *parkedCmd) list(ctx context.Context) error {
@@ -360,7 +359,7 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 		err := dispatcher.Replay(rctx, p.js, p.subjects, e, newDeadline)
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("seq %d: %w", e.Seq, err))
+			errs = append(errs, fmt.Errorf("%s seq %d: %w", p.kind.stream, e.Seq, err))
 			if ctx.Err() != nil {
 				break
 			}

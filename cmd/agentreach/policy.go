@@ -63,12 +63,12 @@ type policyEntryJSON struct {
 
 // policyCmd runs the sub-commands of policy that talk to NATS.
 type policyCmd struct {
-	cl      *cmdline
-	kv      jetstream.KeyValue
-	timeout time.Duration // bound on each read or write
-	asJSON  bool
-	stdout  io.Writer
-	stderr  io.Writer
+	cl     *cmdline
+	kv     jetstream.KeyValue
+	conn   *connFlags // bounds each read or write (bounded)
+	asJSON bool
+	stdout io.Writer
+	stderr io.Writer
 }
 
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -133,7 +133,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return cl.fail(stderr, err)
 	}
 	defer nc.Close()
-	p := &policyCmd{cl: cl, kv: kv, timeout: conn.timeout, asJSON: asJSON, stdout: stdout, stderr: stderr}
+	p := &policyCmd{cl: cl, kv: kv, conn: &conn, asJSON: asJSON, stdout: stdout, stderr: stderr}
 	switch sub {
 	case "get":
 		err = p.get(ctx, key)
@@ -152,7 +152,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 // bounded returns ctx bounded by --timeout.
 func (p *policyCmd) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, p.timeout)
+	return p.conn.bounded(ctx)
 }
 
 // read returns the entry under key; an absent key is a NOT_FOUND error.

@@ -99,7 +99,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cl.fail(stderr, err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	if pos[0] == "show" {
 		r, err := workflow.GetRun(ctx, kv, pos[1])

@@ -114,7 +114,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// Watching from before the submission: an outcome recorded at
 		// once (a poison task parked in milliseconds) is not missed.
 		res, err := s.client.SubmitAndWait(s.ctx, capability, p.data, opts...)
-		err = s.submitError(s.tooLarge(err, p), capability)
+		err = s.suggestCapability(s.submitError(s.tooLarge(err, p), capability), capability)
 		if res == nil && s.ctx.Err() != nil {
 			code := out.print(res, err, requestID)
 			fmt.Fprintf(stderr, "The task stays accepted: 'agentreach result %s' fetches its outcome later.\n", requestID)
@@ -191,7 +191,7 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	// The wait ran out. A task parked between the look above and the start
 	// of the wait was not seen: look once more.
-	lctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	lctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	if p, found, lerr := s.findParked(lctx, id); lerr == nil && found {
 		return out.parked(p)
@@ -260,7 +260,8 @@ func (o *durableOutput) parked(p dispatcher.Parked) int {
 	if code == "" {
 		code = streams.CodeInternal
 	}
-	err := fmt.Errorf("parked in %s (seq %d, reason %s): %w", p.Stream, p.Seq, orDash(p.Reason), streams.NewError(code, "%s", p.LastError))
+	cause := o.s.suggestCapability(streams.NewError(code, "%s", p.LastError), p.Capability)
+	err := fmt.Errorf("parked in %s (seq %d, reason %s): %w", p.Stream, p.Seq, orDash(p.Reason), cause)
 	entry := jsonOfParked(p)
 	exit := o.cl.failWith(o.stderr, err, failureOutput{Parked: &entry, Meta: &callMeta{
 		Status: string(streams.StatusFailed), Node: p.Header.Get(streams.HeaderNode), Attempt: p.Attempts, RequestID: p.RequestID,

@@ -247,8 +247,8 @@ func startServer(f *upFlags, dataDir string, sec *security, log zerolog.Logger) 
 		// The server only logs a taken port; find out first and say so.
 		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
-			return nil, fmt.Errorf("cannot listen on %s: %w (is another `agentreach up` or nats-server running? "+
-				"choose another address with --nats-listen; a second stack also needs its own --data-dir)", f.listen, err)
+			return nil, fmt.Errorf("%s is in use: move NATS with %s (%w; is another `agentreach up` or nats-server running? "+
+				"a second stack also needs its own --data-dir)", f.listen, moveListener("nats-listen", host, port), err)
 		}
 		_ = l.Close()
 	}
@@ -281,6 +281,14 @@ func startServer(f *upFlags, dataDir string, sec *security, log zerolog.Logger) 
 	return srv, nil
 }
 
+// moveListener says how to move a listener on host:port that is taken: its
+// flag, or its environment variable, which also reaches `make run`, set to
+// the next port.
+func moveListener(flagName, host string, port int) string {
+	next := net.JoinHostPort(host, strconv.Itoa(port%65535+1))
+	return fmt.Sprintf("--%s or %s=%s make run", flagName, envName(flagName), next)
+}
+
 // waitReady waits until srv takes connections with JetStream on, the server
 // reports a fatal error, or timeout passes.
 func waitReady(srv *server.Server, fatal <-chan string, timeout time.Duration) error {
@@ -311,17 +319,17 @@ type banner struct {
 	sec          *security
 }
 
-// printBanner tells the user where the stack is and what to try.
+// printBanner tells the user where the stack is and what to try. Every
+// command it shows names the server (an AGENTREACH_SERVER or NATS_URL in
+// the user's environment would otherwise win) and, with --tls and --auth,
+// the CA, client certificate and credentials it needs.
 func printBanner(w io.Writer, b banner) {
-	var cliArgs, natsArgs string
-	if b.url != defaultServer {
-		cliArgs += " --server " + b.url
-		natsArgs += " -s " + b.url
-	}
+	cliArgs, natsArgs := " --server "+b.url, " -s "+b.url
 	if p := b.subjects.Prefix; p != "" && p != streams.DefaultPrefix {
 		cliArgs += " --prefix " + p
 	}
-	sec := b.sec.banner()
+	self := selfCommand()
+	sec := b.sec.banner(self, cliArgs)
 	agents := "none (add --demo, or run `agentreach demo`)"
 	if b.demo {
 		agents = strings.Join(b.agentIDs, ", ")
@@ -335,7 +343,6 @@ func printBanner(w io.Writer, b banner) {
 	for _, l := range sec.lines {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
-	self := selfCommand()
 	fmt.Fprintf(w, "\nTry:\n  %s call%s echo '{\"text\":\"hi\"}'\n", self, cliArgs+sec.caller)
 	if b.http != "" {
 		bearer := ""
@@ -344,8 +351,8 @@ func printBanner(w io.Writer, b banner) {
 		}
 		fmt.Fprintf(w, "  curl %s-d '{\"text\":\"hi\"}' %sv1/call/echo\n", bearer, b.http)
 	}
-	if sec.caller == "" { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
-		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs, b.subjects.Task("echo"))
+	if b.sec.auth == nil { // with --auth a task needs a Reach-Signature, which the nats CLI cannot make
+		fmt.Fprintf(w, "  nats%s req %s '{\"text\":\"hi\"}'\n", natsArgs+sec.natsAdmin, b.subjects.Task("echo"))
 	}
 	fmt.Fprintf(w, "  nats%s kv ls %s\n  %s agents%s\n\nCtrl-C stops everything.\n",
 		natsArgs+sec.natsAdmin, streams.BucketAgents, self, cliArgs+sec.admin)

@@ -112,10 +112,22 @@ func TestUpPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	r := runCmd(t, runUp, "--nats-listen", l.Addr().String(), "--data-dir", t.TempDir(), "--http", "off")
-	if r.code != exitFail || !strings.Contains(r.stderr, "cannot listen on "+l.Addr().String()) ||
-		!strings.Contains(r.stderr, "a second stack also needs its own --data-dir") {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	port := l.Addr().(*net.TCPAddr).Port
+	next := fmt.Sprintf("127.0.0.1:%d", port%65535+1)
+	// The error names the flag and the environment variable, which also
+	// reaches `make run`; the taken port also comes from that variable.
+	for _, env := range []bool{false, true} {
+		args := []string{"--data-dir", t.TempDir(), "--http", "off"}
+		if env {
+			t.Setenv("AGENTREACH_NATS_LISTEN", l.Addr().String())
+		} else {
+			args = append(args, "--nats-listen", l.Addr().String())
+		}
+		r := runCmd(t, runUp, args...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "error: "+l.Addr().String()+" is in use: move NATS with --nats-listen or "+
+			"AGENTREACH_NATS_LISTEN="+next+" make run (") || !strings.Contains(r.stderr, "a second stack also needs its own --data-dir") {
+			t.Fatalf("from the environment %t: exit %d, stderr %q", env, r.code, r.stderr)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3"; when
@@ -14,38 +15,60 @@ var version string
 
 // shortVersion returns the version alone, as agents report it.
 func shortVersion() string {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(bi)
+}
+
+// versionOf returns -X main.version, else the main module's version in bi
+// (nil: none), else "dev".
+func versionOf(bi *debug.BuildInfo) string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	if bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
 	return "dev"
 }
 
-// longVersion adds the VCS revision and the Go version.
+// longVersion adds what the build recorded of its source and toolchain.
 func longVersion() string {
-	rev, dirty := "unknown", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return describeBuild(bi)
+}
+
+// describeBuild says which version bi (nil: none) is, the commit it was
+// built from (its full revision, "+modified" when the work tree had
+// uncommitted changes, and the commit's time), the main module's path and
+// version, and the Go version and platform.
+func describeBuild(bi *debug.BuildInfo) string {
+	rev, modified, at := "unknown", "", ""
+	module := "unknown module"
+	if bi != nil {
+		module = bi.Main.Path
+		if v := bi.Main.Version; v != "" {
+			module += " " + v
+		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
 				rev = s.Value
-				if len(rev) > 12 {
-					rev = rev[:12]
-				}
 			case "vcs.modified":
 				if s.Value == "true" {
-					dirty = "+dirty"
+					modified = "+modified"
 				}
+			case "vcs.time":
+				at = ", " + s.Value
 			}
 		}
 	}
-	return fmt.Sprintf("agentreach %s (commit %s%s, %s, %s/%s)", shortVersion(), rev, dirty, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("agentreach %s (commit %s%s%s; module %s; %s, %s/%s)", versionOf(bi), rev, modified, at,
+		strings.TrimSpace(module), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	cl := newCmdline("version", "agentreach version", "Prints the version, the commit it was built from and the Go version.")
+	cl := newCmdline("version", "agentreach version", "Prints the version, the commit it was built from (revision, +modified when\n"+
+		"the work tree had uncommitted changes, commit time), the module and the Go version.")
 	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
 	}

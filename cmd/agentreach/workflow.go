@@ -106,7 +106,7 @@ func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return cl.fail(stderr, err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	switch sub {
 	case "put":
