@@ -19,9 +19,11 @@ bench: build
 run: build
 	exec $(BIN)/agentreach up --demo
 
-## build: the agentreach binary in ./bin.
+## build: the agentreach binary in ./bin, stamped with the VCS revision that
+## `agentreach version` prints (-buildvcs=auto overrides a GOFLAGS that turns
+## it off).
 build:
-	$(GO) build -o $(BIN)/agentreach ./cmd/agentreach
+	$(GO) build -buildvcs=auto -o $(BIN)/agentreach ./cmd/agentreach
 
 ## test: every part of the check, in this order: vet, the format check,
 ## every Go test with the race detector, every fuzz target for

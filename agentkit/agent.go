@@ -315,7 +315,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	ikv, err := wjs.KeyValue(ctx, streams.BucketIdempotency)
 	if err != nil {
-		return fmt.Errorf("agentkit: open %s (run provisioning first): %w", streams.BucketIdempotency, err)
+		return streams.OpenError("agentkit", streams.BucketIdempotency, err)
 	}
 	a.idem = &idempotency{kv: ikv, reg: reg, owner: a.id, check: a.cfg.Heartbeat}
 	a.ctx, a.stop = context.WithCancel(context.Background())

@@ -65,7 +65,7 @@ func (a *Agent) declare(ctx context.Context, js jetstream.JetStream) error {
 	}
 	kv, err := js.KeyValue(ctx, streams.BucketCaps)
 	if err != nil {
-		return fmt.Errorf("agentkit: open %s (run provisioning first): %w", streams.BucketCaps, err)
+		return streams.OpenError("agentkit", streams.BucketCaps, err)
 	}
 	want, err := json.Marshal(d)
 	if err != nil {

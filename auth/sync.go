@@ -98,7 +98,7 @@ func NewSyncer(ctx context.Context, store *Store, sys, app *nats.Conn, cfg SyncC
 	}
 	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
-		return nil, fmt.Errorf("auth: open %s (run provisioning first): %w", streams.BucketPolicy, err)
+		return nil, streams.OpenError("auth", streams.BucketPolicy, err)
 	}
 	s := &Syncer{store: store, sys: sys, kv: kv, cfg: cfg, log: zerolog.Nop(), written: map[string]string{}}
 	for _, o := range opts {

@@ -168,7 +168,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	if d.breakerKV, err = js.KeyValue(ctx, streams.BucketBreakers); err != nil {
-		return fmt.Errorf("dispatcher: open %s (run provisioning first): %w", streams.BucketBreakers, err)
+		return streams.OpenError("dispatcher", streams.BucketBreakers, err)
 	}
 	var cleanup []func()
 	defer func() {

@@ -45,7 +45,7 @@ const (
 func (d *Dispatcher) startDurable(ctx context.Context, js jetstream.JetStream) error {
 	var err error
 	if d.results, err = js.Stream(ctx, streams.StreamResults); err != nil {
-		return fmt.Errorf("dispatcher: open %s (run provisioning first): %w", streams.StreamResults, err)
+		return streams.OpenError("dispatcher", streams.StreamResults, err)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamTasks, jetstream.ConsumerConfig{
 		Durable:       d.cfg.DurableConsumer,

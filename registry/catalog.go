@@ -38,7 +38,7 @@ type catalogSnapshot struct {
 func NewCatalog(ctx context.Context, js jetstream.JetStream, opts ...WatchOption) (*Catalog, error) {
 	kv, err := js.KeyValue(ctx, streams.BucketCaps)
 	if err != nil {
-		return nil, fmt.Errorf("registry: open %s (run provisioning first, e.g. `agentreach up` or a dispatcher): %w", streams.BucketCaps, err)
+		return nil, streams.OpenError("registry", streams.BucketCaps, err)
 	}
 	c := &Catalog{}
 	c.snap.Store(&catalogSnapshot{byType: map[string]*CompiledDeclaration{}})

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,7 +29,7 @@ type PolicyWatcher struct {
 func NewPolicyWatcher(ctx context.Context, js jetstream.JetStream, opts ...WatchOption) (*PolicyWatcher, error) {
 	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
-		return nil, fmt.Errorf("registry: open %s (run provisioning first, e.g. `agentreach up` or a dispatcher): %w", streams.BucketPolicy, err)
+		return nil, streams.OpenError("registry", streams.BucketPolicy, err)
 	}
 	w := &PolicyWatcher{}
 	w.set.Store(newPolicySet(nil, 0))

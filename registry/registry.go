@@ -24,7 +24,7 @@ type Registry struct {
 func Open(ctx context.Context, js jetstream.JetStream) (*Registry, error) {
 	kv, err := js.KeyValue(ctx, streams.BucketAgents)
 	if err != nil {
-		return nil, fmt.Errorf("registry: open %s (run provisioning first, e.g. `agentreach up` or a dispatcher): %w", streams.BucketAgents, err)
+		return nil, streams.OpenError("registry", streams.BucketAgents, err)
 	}
 	return &Registry{nc: js.Conn(), kv: kv}, nil
 }

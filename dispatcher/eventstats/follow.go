@@ -106,7 +106,7 @@ func consumer(ctx context.Context, js jetstream.JetStream, subjects streams.Subj
 		OptStartTime:   &start,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("eventstats: follow %s (run provisioning first): %w", streams.StreamEvents, err)
+		return nil, streams.OpenError("eventstats", streams.StreamEvents, err)
 	}
 	return cons, nil
 }

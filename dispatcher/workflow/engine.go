@@ -133,14 +133,14 @@ func (e *Engine) Start(ctx context.Context, d *dispatcher.Dispatcher) error {
 		return err
 	}
 	if e.runs, err = js.KeyValue(ctx, streams.BucketRuns); err != nil {
-		return fmt.Errorf("workflow: open %s (run provisioning first): %w", streams.BucketRuns, err)
+		return streams.OpenError("workflow", streams.BucketRuns, err)
 	}
 	if e.results, err = js.Stream(ctx, streams.StreamResults); err != nil {
-		return fmt.Errorf("workflow: open %s (run provisioning first): %w", streams.StreamResults, err)
+		return streams.OpenError("workflow", streams.StreamResults, err)
 	}
 	policy, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
-		return fmt.Errorf("workflow: open %s (run provisioning first): %w", streams.BucketPolicy, err)
+		return streams.OpenError("workflow", streams.BucketPolicy, err)
 	}
 	e.js, e.d, e.subjects = js, d, d.Config().Subjects
 	e.log = e.log.With().Str("dispatcher", d.Name()).Logger()
