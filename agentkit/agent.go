@@ -600,9 +600,13 @@ func (a *Agent) resultMsg(req *Request, out any) *nats.Msg {
 		}
 		m.Data = b
 	}
-	// publish adds the load report: its widest value counts already.
+	// publish adds the load report to a reply through the dispatcher: its
+	// widest value counts here, and is removed again, since a direct
+	// answer to the caller must not carry it.
 	m.Header.Set(streams.HeaderActive, strconv.Itoa(a.cfg.MaxConcurrent))
-	if err := streams.CheckSize(m, a.nc.MaxPayload()); err != nil {
+	err := streams.CheckSize(m, a.nc.MaxPayload())
+	m.Header.Del(streams.HeaderActive)
+	if err != nil {
 		return a.errorMsg(req, classify(fmt.Errorf("result: %w", err)))
 	}
 	return m
