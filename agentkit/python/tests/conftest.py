@@ -17,19 +17,20 @@ import tempfile
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, TypeVar
 
 import nats
 import pytest
 import pytest_asyncio
 
-from agentreach import Agent, Client
+from agentreach import Agent, Client, NoAgent
 
 REPO = Path(__file__).resolve().parents[3]
 MAX_PAYLOAD = 128 * 1024
 HEARTBEAT = 1.0  # seconds: REACH_AGENTS has a TTL of 3 s
 WAIT = 10.0  # seconds: the safety bound of every poll
 BINARY = Path(os.environ.get("AGENTREACH_BIN", REPO / "bin" / "agentreach"))
+T = TypeVar("T")
 
 
 def _free_port() -> int:
@@ -147,6 +148,21 @@ async def poll(cond: Callable[[], Awaitable[Any]], what: str, timeout: float = W
             return got
         if time.monotonic() > end:
             pytest.fail(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+async def routed(call: Callable[[], Awaitable[T]], timeout: float = WAIT) -> T:
+    """Returns what call returns once a dispatcher routes it. A dispatcher
+    learns of an agent by its watch of REACH_AGENTS, a moment after the
+    agent's start (longer on a loaded machine); until then the call fails
+    with NO_AGENT and nothing ran, so it is made again."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return await call()
+        except NoAgent:
+            if time.monotonic() > end:
+                raise
         await asyncio.sleep(0.02)
 
 

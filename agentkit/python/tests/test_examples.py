@@ -14,7 +14,7 @@ import nats
 import pytest
 
 from agentreach import Client, Reject
-from conftest import poll, python
+from conftest import poll, python, routed
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -32,6 +32,7 @@ async def test_tool_agent(stack, nc):
     await agent.start()
     try:
         client = Client(nc, content_type="application/json")
+        await routed(lambda: client.call("tools.add", {"a": 1, "b": 2}, timeout=10))
         tools = await tool_agent.tool_list(nc, "tools")
         assert [t["name"] for t in tools] == ["tools.weather", "tools.convert", "tools.add"]
         trace: list[str] = []
@@ -59,7 +60,7 @@ async def test_inventory_example_serves_and_drains_on_sigterm(stack, nc):
 
         [agent_id] = await poll(registered, "the inventory agent registered")
         client = Client(nc)
-        res = await client.call("inventory.query", {"sku": "iphone-15-pro-max-256"}, timeout=10)
+        res = await routed(lambda: client.call("inventory.query", {"sku": "iphone-15-pro-max-256"}, timeout=10))
         assert res.value == {"sku": "iphone-15-pro-max-256", "stock": 12, "currency": "CNY"}
         with pytest.raises(Reject, match="unknown sku"):
             await client.call("inventory.query", {"sku": "nope"}, timeout=10)

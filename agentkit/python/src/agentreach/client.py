@@ -306,7 +306,9 @@ class Client:
     async def result(self, request_id: str) -> Result:
         """Returns a durable task's recorded outcome; NoResult while there is none.
 
-        A stored business rejection is raised as BizReject.
+        A stored business rejection is raised as BizReject. REACH_RESULTS
+        stores an outcome a moment after wait() hears it published, so right
+        after wait() this may still raise NoResult.
         """
         try:
             raw = await self._js.get_last_msg(w.STREAM_RESULTS, f"{self.prefix}.result.{request_id}")
