@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -43,6 +44,18 @@ async def test_tool_agent(stack, nc):
         assert got == "It is 4.0°C in Oslo."
     finally:
         await agent.drain()
+
+
+async def test_examples_without_a_server_say_so_in_one_line():
+    with socket.socket() as s:  # bound, not listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        env = {**os.environ, "AGENTREACH_SERVER": f"nats://127.0.0.1:{s.getsockname()[1]}"}
+        outs = await asyncio.gather(*(asyncio.to_thread(subprocess.run, [python(), str(EXAMPLES / f"{name}.py")],
+                                                        env=env, capture_output=True, text=True, timeout=60)
+                                      for name in ("inventory", "tool_agent")))
+    for name, out in zip(("inventory", "tool_agent"), outs):
+        assert out.returncode == 1 and out.stderr.startswith(f"{name}: connect to {env['AGENTREACH_SERVER']}: ")
+        assert out.stderr.count("\n") == 1, out.stderr
 
 
 async def test_inventory_example_serves_and_drains_on_sigterm(stack, nc):
