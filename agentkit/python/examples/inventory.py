@@ -4,7 +4,8 @@
     .venv/bin/python agentkit/python/examples/inventory.py
     .venv/bin/python -m agentreach call inventory.query '{"sku": "iphone-15-pro-max-256"}'
 
-AGENTREACH_SERVER names the NATS server (default nats://127.0.0.1:4222).
+AGENTREACH_SERVER names the NATS server (default nats://127.0.0.1:4222);
+without one it exits 1 with one line, the ConnectError.
 Ctrl-C drains it: running tasks finish, then the agent deregisters.
 """
 
@@ -13,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from dataclasses import dataclass
 
-from agentreach import Agent, BadRequest, Context, Reject
+from agentreach import Agent, BadRequest, ConnectError, Context, Reject
 
 STOCK = {"iphone-15-pro-max-256": 12, "pixel-9": 0}
 
@@ -62,4 +64,7 @@ async def handle_reserve(ctx: Context, r: Reservation) -> dict:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(agent.run())
+    try:
+        asyncio.run(agent.run())
+    except ConnectError as e:
+        sys.exit(f"inventory: {e}")

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import nats
 
-from agentreach import Agent, Client, Reject
+from agentreach import Agent, Client, ConnectError, Reject
 
 TOOLS = [
     {"name": "tools.weather", "description": "Current temperature of a city in celsius", "mode": "read",
@@ -118,18 +118,20 @@ async def main(question: str) -> None:
     server = os.environ.get("AGENTREACH_SERVER", "nats://127.0.0.1:4222")
     tools_agent = serve_tools(server)
     await tools_agent.start()
-    nc = await nats.connect(server)
+    client = await Client.connect(server, content_type="application/json", source="tool-agent")
     try:
-        client = Client(nc, content_type="application/json", source="tool-agent")
         trace: list[str] = []
-        final = await answer(client, await tool_list(nc, "tools"), question, trace=trace)
+        final = await answer(client, await tool_list(client.nc, "tools"), question, trace=trace)
         for line in trace:
             print("  tool:", line)
         print(final)
     finally:
-        await nc.close()
+        await client.close()
         await tools_agent.drain()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(" ".join(sys.argv[1:]) or "What is the weather in Paris, in fahrenheit?"))
+    try:
+        asyncio.run(main(" ".join(sys.argv[1:]) or "What is the weather in Paris, in fahrenheit?"))
+    except ConnectError as e:
+        sys.exit(f"tool_agent: {e}")

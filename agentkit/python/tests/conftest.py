@@ -17,19 +17,20 @@ import tempfile
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, TypeVar
 
 import nats
 import pytest
 import pytest_asyncio
 
-from agentreach import Agent, Client
+from agentreach import Agent, Client, NoAgent
 
 REPO = Path(__file__).resolve().parents[3]
 MAX_PAYLOAD = 128 * 1024
 HEARTBEAT = 1.0  # seconds: REACH_AGENTS has a TTL of 3 s
 WAIT = 10.0  # seconds: the safety bound of every poll
 BINARY = Path(os.environ.get("AGENTREACH_BIN", REPO / "bin" / "agentreach"))
+T = TypeVar("T")
 
 
 def _free_port() -> int:
@@ -39,29 +40,35 @@ def _free_port() -> int:
 
 
 class Stack:
-    """Stack is one ``agentreach up`` process: its URL and how to stop it."""
+    """Stack is one ``agentreach up`` process: its URL and how to stop it.
+    halt and start stop and start it again on the same port and data dir."""
 
     def __init__(self, *extra: str) -> None:
-        binary = BINARY
-        if not binary.exists():
-            pytest.fail(f"{binary} is missing: run `make build` first (or set AGENTREACH_BIN)")
+        if not BINARY.exists():
+            pytest.fail(f"{BINARY} is missing: run `make build` first (or set AGENTREACH_BIN)")
         self._dir = tempfile.TemporaryDirectory(prefix="agentreach-py-")
-        port = _free_port()
-        self.url = f"nats://127.0.0.1:{port}"
+        self.port = _free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
         self.log = open(Path(self._dir.name) / "up.log", "w+")
         self.data = Path(self._dir.name) / "data"
+        self._extra = extra
+        self.proc: Optional[subprocess.Popen[str]] = None
+        self.start()
+
+    def start(self) -> None:
+        """Starts up and returns once its dispatcher runs."""
         self.proc = subprocess.Popen(
-            [str(binary), "up", "--nats-listen", f"127.0.0.1:{port}", "--data-dir", str(self.data),
-             "--heartbeat", f"{int(HEARTBEAT * 1000)}ms", "--max-payload", str(MAX_PAYLOAD), "--http", "off", *extra],
+            [str(BINARY), "up", "--nats-listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data),
+             "--heartbeat", f"{int(HEARTBEAT * 1000)}ms", "--max-payload", str(MAX_PAYLOAD), "--http", "off",
+             *self._extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
-        assert self.proc.stdout is not None
         if not self._wait_banner(30.0):
             self.stop()
             pytest.fail(f"agentreach up was not up within 30s: {self.logs()}")
 
     def _wait_banner(self, timeout: float) -> bool:
         """Waits for the banner up prints once its dispatcher runs."""
-        assert self.proc.stdout is not None
+        assert self.proc is not None and self.proc.stdout is not None
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             end = time.monotonic() + timeout
@@ -80,7 +87,10 @@ class Stack:
         self.log.seek(0)
         return self.log.read()[-4000:]
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stops up (SIGTERM, then SIGKILL after 20 s), keeping its data dir."""
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -90,6 +100,10 @@ class Stack:
                 self.proc.wait()
         if self.proc.stdout:
             self.proc.stdout.close()
+        self.proc = None
+
+    def stop(self) -> None:
+        self.halt()
         self.log.close()
         self._dir.cleanup()
 
@@ -147,6 +161,21 @@ async def poll(cond: Callable[[], Awaitable[Any]], what: str, timeout: float = W
             return got
         if time.monotonic() > end:
             pytest.fail(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+async def routed(call: Callable[[], Awaitable[T]], timeout: float = WAIT) -> T:
+    """Returns what call returns once a dispatcher routes it. A dispatcher
+    learns of an agent by its watch of REACH_AGENTS, a moment after the
+    agent's start (longer on a loaded machine); until then the call fails
+    with NO_AGENT and nothing ran, so it is made again."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return await call()
+        except NoAgent:
+            if time.monotonic() > end:
+                raise
         await asyncio.sleep(0.02)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from agentreach import (Agent, BadRequest, BizReject, Busy, Context, Internal, InvalidConfig, PayloadTooLarge, Reject,
                         TargetBusy)
-from conftest import BINARY, HEARTBEAT, MAX_PAYLOAD, Direct, poll, running, unique
+from conftest import BINARY, HEARTBEAT, MAX_PAYLOAD, Direct, poll, routed, running, unique
 
 
 async def record_of(nc, agent_id):
@@ -67,7 +67,7 @@ async def test_call_json_and_msgpack(client, json_client, stack):
 
     async with running(agent):
         for c, ct in ((client, "application/msgpack"), (json_client, "application/json")):
-            res = await c.call(cap, {"text": "hi", "n": [1, 2.5, None]}, timeout=10)
+            res = await routed(lambda: c.call(cap, {"text": "hi", "n": [1, 2.5, None]}, timeout=10))
             assert res.content_type == ct
             assert res.value == {"got": {"text": "hi", "n": [1, 2.5, None]}, "ct": ct, "attempt": 1}
             assert (res.status, res.node, res.attempt) == ("FINISHED", agent.id, 1)
@@ -106,7 +106,7 @@ async def test_typed_payloads(json_client, client, stack):
         return Quote(sku=q.sku, price=q.price * 2)
 
     async with running(agent):
-        res = await json_client.call(f"{cap}.order", {"sku": "a-1", "qty": 3}, timeout=10)
+        res = await routed(lambda: json_client.call(f"{cap}.order", {"sku": "a-1", "qty": 3}, timeout=10))
         assert res.decode(Stock) == Stock(sku="a-1", stock=7)
         res = await client.call(f"{cap}.quote", {"sku": "b", "price": 1.25}, timeout=10)
         assert res.decode(Quote) == Quote(sku="b", price=2.5)
@@ -147,7 +147,7 @@ async def test_errors_from_handlers(client, json_client, stack):
     async with running(agent):
         for c in (client, json_client):
             with pytest.raises(BizReject, match="out of stock") as e:
-                await c.call(f"{cap}.reject", {}, timeout=10)
+                await routed(lambda: c.call(f"{cap}.reject", {}, timeout=10))
             assert e.value.result.attempt == 1 and e.value.result.node == agent.id  # never retried
             with pytest.raises(BadRequest, match="sku is malformed") as e:
                 await c.call(f"{cap}.bad", {}, timeout=10)
@@ -201,7 +201,7 @@ async def test_payload_too_large(client, stack):
 
     async with running(agent):
         with pytest.raises(PayloadTooLarge, match=f"max_payload of {MAX_PAYLOAD}") as e:
-            await client.call(cap, MAX_PAYLOAD, timeout=10)
+            await routed(lambda: client.call(cap, MAX_PAYLOAD, timeout=10))
         assert e.value.result.node == agent.id
         # Just below the limit, with the headers counted, it goes through.
         assert len((await client.call(cap, MAX_PAYLOAD - 1024, timeout=10)).data) == MAX_PAYLOAD - 1024
@@ -224,6 +224,9 @@ async def test_max_concurrent(nc, stack):
         d = Direct(nc, agent.id)
         first = [await d.deliver(cap, b"{}") for _ in range(2)]
         await poll(lambda: asyncio.sleep(0, started == 2), "both slots taken")
+        # A result ready within ACK_DELAY replaces the ACKED (docs/protocol.md):
+        # these two hold their slots, so each is ACKED once ACK_DELAY is over.
+        await poll(lambda: asyncio.sleep(0, all(r.msgs for r in first)), "both deliveries ACKED")
         third = await (await d.deliver(cap, b"{}")).final(timeout=1)
         assert (third.headers["Reach-Status"], third.headers["Reach-Error"]) == ("FAILED", "TARGET_BUSY")
         assert agent.active == 2
@@ -231,7 +234,7 @@ async def test_max_concurrent(nc, stack):
         for r in first:
             m = await r.final()
             assert m.headers["Reach-Status"] == "FINISHED"
-            assert r.statuses()[0] == "ACKED" and r.msgs[0].headers["Reach-Active"] in ("1", "2")
+            assert r.statuses() == ["ACKED", "FINISHED"] and r.msgs[0].headers["Reach-Active"] in ("1", "2")
         assert agent.active == 0
 
 
@@ -245,7 +248,7 @@ async def test_sync_handler_runs_on_a_thread(json_client, stack):
         return sum(range(n))
 
     async with running(agent):
-        assert (await json_client.call(cap, 1000, timeout=10)).value == sum(range(1000))
+        assert (await routed(lambda: json_client.call(cap, 1000, timeout=10))).value == sum(range(1000))
 
 
 async def test_drain_loses_no_result(json_client, nc, stack):
@@ -263,7 +266,7 @@ async def test_drain_loses_no_result(json_client, nc, stack):
     await agent.start()
     kv = await nc.jetstream().key_value("REACH_AGENTS")
     watcher = await kv.watch(agent.id)
-    calls = [asyncio.ensure_future(json_client.call(cap, i, timeout=10)) for i in range(3)]
+    calls = [asyncio.ensure_future(routed(lambda i=i: json_client.call(cap, i, timeout=10))) for i in range(3)]
     await poll(lambda: asyncio.sleep(0, inside == 3), "three tasks running")
     await agent.drain()
     assert sorted(r.value["done"] for r in await asyncio.gather(*calls)) == [0, 1, 2]
@@ -376,7 +379,8 @@ async def test_cpu_bound_async_handlers_keep_heartbeats(nc, stack, json_client):
     async with running(agent):
         kv = await nc.jetstream().key_value("REACH_AGENTS")
         before = agent._hb.puts
-        calls = [asyncio.ensure_future(json_client.call(cap, 1.5 * HEARTBEAT, timeout=20)) for _ in range(2)]
+        calls = [asyncio.ensure_future(routed(lambda: json_client.call(cap, 1.5 * HEARTBEAT, timeout=20)))
+                 for _ in range(2)]
         done, _ = await asyncio.wait(calls, timeout=15)
         assert all(c.result().value == "spun" for c in done) and len(done) == 2
         # Two slots of 1.5 heartbeats each held the loop for about 3 heartbeats.

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 import nats
 import pytest
 import pytest_asyncio
-from conftest import BINARY, WAIT, Stack, poll
+from conftest import BINARY, WAIT, Stack, poll, routed
 
 from agentreach import JSON, Agent, Client, InvalidConfig, Unauthorized
 from agentreach.auth import Credentials, InvalidCredentials
@@ -63,7 +63,7 @@ async def caller(secure: Stack) -> AsyncIterator[Client]:
 
 
 async def test_a_signed_caller_is_accepted_and_an_unsigned_task_refused(secure: Stack, caller: Client) -> None:
-    res = await poll(lambda: caller.call("echo", {"text": "hi"}, timeout=5), "a call to the demo echo")
+    res = await routed(lambda: caller.call("echo", {"text": "hi"}, timeout=5))
     assert res.decode() == {"text": "hi"}
     unsigned = Client(caller.nc, content_type=JSON)
     with pytest.raises(Unauthorized, match="Reach-Signature"):
@@ -82,7 +82,7 @@ async def test_a_python_agent_serves_as_its_identity(secure: Stack, caller: Clie
     await synced(secure, "py-echo-1")
     await agent.start()
     try:
-        res = await poll(lambda: caller.call("pyecho", {"n": 1}, timeout=5), "a call to the Python agent")
+        res = await routed(lambda: caller.call("pyecho", {"n": 1}, timeout=5))
         assert res.node == "py-echo-1"
         assert res.decode() == {"echoed": {"n": 1}, "source": "py-caller"}
     finally:
@@ -125,7 +125,8 @@ async def test_a_cancel_is_signed_and_another_identitys_stops_nothing(secure: St
     await synced(secure, "py-echo-1")
     await agent.start()
     try:
-        calls = {rid: asyncio.ensure_future(caller.call("pyecho", {}, timeout=WAIT, request_id=rid))
+        calls = {rid: asyncio.ensure_future(routed(lambda rid=rid: caller.call("pyecho", {}, timeout=WAIT,
+                                                                               request_id=rid)))
                  for rid in ("py-hold-a", "py-hold-b")}
         await asyncio.wait_for(both.wait(), WAIT)
         await synced(secure, "py-other")

@@ -14,7 +14,7 @@ import pytest
 
 from agentreach import (ERRORS, Agent, Branch, Cancelled, Context, DeadlineExceeded, Incomplete, Internal,
                         NoAgent, NoResult, Reject, idempotency_bucket_key)
-from conftest import REPO, Direct, python, running, unique
+from conftest import REPO, Direct, poll, python, routed, running, unique
 
 
 def test_error_classes_match_the_wire_codes():
@@ -55,7 +55,7 @@ async def test_idempotent_execution(nc, client, stack):
         return {"n": executions[ctx.idempotency_key]}
 
     async with running(agent):
-        first = await client.call(cap, "x", idempotency_key="k-1", timeout=10)
+        first = await routed(lambda: client.call(cap, "x", idempotency_key="k-1", timeout=10))
         again = await client.call(cap, "x", idempotency_key="k-1", timeout=10)
         assert first.value == again.value == {"n": 1}
         assert not first.replayed and again.replayed and again.cost == 0.25
@@ -95,7 +95,7 @@ async def test_cancellation_reaches_ctx(client, stack):
         raise Cancelled("stopped on request")
 
     async with running(agent):
-        call = asyncio.ensure_future(client.call(cap, {}, timeout=30))
+        call = asyncio.ensure_future(routed(lambda: client.call(cap, {}, timeout=30)))
         await asyncio.wait_for(started.wait(), 10)
         call.cancel()  # the client publishes on reach.cancel; the dispatcher sends a CANCEL
         with pytest.raises(asyncio.CancelledError):
@@ -125,7 +125,7 @@ async def test_chain_carries_ids_and_deadline(json_client, stack):
 
     async with running(agent):
         trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-        res = await json_client.call(f"{cap}.outer", {}, timeout=20, headers={"traceparent": trace})
+        res = await routed(lambda: json_client.call(f"{cap}.outer", {}, timeout=20, headers={"traceparent": trace}))
         out = res.value
         assert out["inner"]["orch"] == out["orch"] == res.orchestration_id
         assert out["inner"]["hops"] > out["hops"] >= 1
@@ -145,6 +145,8 @@ async def test_broadcast_and_fanout(client, json_client, stack):
 
         a.handle(f"{cap}.reject", reject)
     async with running(agents[0]), running(agents[1]):
+        for a in agents:  # a broadcast goes to the instances routable when it arrives
+            await routed(lambda: client.call(f"{cap}.echo", 0, agent=a.id, timeout=10))
         for c in (client, json_client):
             g = await c.broadcast(f"{cap}.echo", {"x": 1}, timeout=10)
             assert (g.expected, g.answered, g.succeeded, g.complete) == (2, 2, 2, True)
@@ -177,7 +179,9 @@ async def test_submit_result_wait(client, stack):
         rid = await client.submit(cap, 21)
         res = await client.wait(rid, timeout=20)
         assert res.value == 42 and res.request_id == rid
-        assert (await client.result(rid)).value == 42
+        # wait hears the outcome as it is published; result reads it from
+        # REACH_RESULTS, which stores it a moment later.
+        assert (await poll(lambda: recorded(client, rid), "the outcome recorded")).value == 42
         with pytest.raises(NoResult):
             await client.result("no-such-request")
         # Watching from before the outcome is recorded finds it too.
@@ -185,11 +189,19 @@ async def test_submit_result_wait(client, stack):
         assert (await client.wait(rid, timeout=20)).value == 2
 
 
+async def recorded(client, rid):
+    try:
+        return await client.result(rid)
+    except NoResult:
+        return None
+
+
 async def test_cli_call(stack, json_client):
     cap = unique("cli.echo")
     agent = Agent(stack.url, type="clitest")
     agent.handle(cap, lambda ctx, p: {"echo": p})
     async with running(agent):
+        await routed(lambda: json_client.call(cap, {}, timeout=10))
         out = await asyncio.to_thread(subprocess.run, [python(), "-m", "agentreach", "call", cap, '{"a": 1}',
                                                        "--server", stack.url], capture_output=True, text=True,
                                       timeout=60)

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import nats
 import pytest
 
 from agentreach import Client, Reject
-from conftest import poll, python
+from conftest import poll, python, routed
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -32,6 +33,7 @@ async def test_tool_agent(stack, nc):
     await agent.start()
     try:
         client = Client(nc, content_type="application/json")
+        await routed(lambda: client.call("tools.add", {"a": 1, "b": 2}, timeout=10))
         tools = await tool_agent.tool_list(nc, "tools")
         assert [t["name"] for t in tools] == ["tools.weather", "tools.convert", "tools.add"]
         trace: list[str] = []
@@ -42,6 +44,18 @@ async def test_tool_agent(stack, nc):
         assert got == "It is 4.0°C in Oslo."
     finally:
         await agent.drain()
+
+
+async def test_examples_without_a_server_say_so_in_one_line():
+    with socket.socket() as s:  # bound, not listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        env = {**os.environ, "AGENTREACH_SERVER": f"nats://127.0.0.1:{s.getsockname()[1]}"}
+        outs = await asyncio.gather(*(asyncio.to_thread(subprocess.run, [python(), str(EXAMPLES / f"{name}.py")],
+                                                        env=env, capture_output=True, text=True, timeout=60)
+                                      for name in ("inventory", "tool_agent")))
+    for name, out in zip(("inventory", "tool_agent"), outs):
+        assert out.returncode == 1 and out.stderr.startswith(f"{name}: connect to {env['AGENTREACH_SERVER']}: ")
+        assert out.stderr.count("\n") == 1, out.stderr
 
 
 async def test_inventory_example_serves_and_drains_on_sigterm(stack, nc):
@@ -59,7 +73,7 @@ async def test_inventory_example_serves_and_drains_on_sigterm(stack, nc):
 
         [agent_id] = await poll(registered, "the inventory agent registered")
         client = Client(nc)
-        res = await client.call("inventory.query", {"sku": "iphone-15-pro-max-256"}, timeout=10)
+        res = await routed(lambda: client.call("inventory.query", {"sku": "iphone-15-pro-max-256"}, timeout=10))
         assert res.value == {"sku": "iphone-15-pro-max-256", "stock": 12, "currency": "CNY"}
         with pytest.raises(Reject, match="unknown sku"):
             await client.call("inventory.query", {"sku": "nope"}, timeout=10)

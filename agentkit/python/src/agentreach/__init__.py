@@ -19,16 +19,17 @@ is the agent the conformance suite holds to it.
 from ._wire import JSON, MSGPACK, idempotency_bucket_key
 from .agent import ACK_DELAY, Agent, Context
 from .client import Branch, BranchResult, Client, Gathered, Result
-from .errors import (ERRORS, AgentReachError, BadRequest, BizReject, Busy, Cancelled, CircuitOpen, DeadlineExceeded,
-                     Incomplete, Internal, InvalidConfig, LoopDetected, NoAgent, NoResult, Overloaded, Parked,
-                     PayloadTooLarge, ReachError, Reject, TargetBusy, Timeout, Unauthorized, UnknownCode, from_code)
+from .errors import (ERRORS, AgentReachError, BadRequest, BizReject, Busy, Cancelled, CircuitOpen, ConnectError,
+                     DeadlineExceeded, Incomplete, Internal, InvalidConfig, LoopDetected, NoAgent, NoResult,
+                     Overloaded, Parked, PayloadTooLarge, ReachError, Reject, TargetBusy, Timeout, Unauthorized,
+                     UnknownCode, from_code)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACK_DELAY", "ERRORS", "JSON", "MSGPACK", "Agent", "AgentReachError", "BadRequest", "BizReject", "Branch",
-    "BranchResult", "Busy", "Cancelled", "CircuitOpen", "Client", "Context", "DeadlineExceeded", "Gathered",
-    "Incomplete", "Internal", "InvalidConfig", "LoopDetected", "NoAgent", "NoResult", "Overloaded", "Parked",
-    "PayloadTooLarge", "ReachError", "Reject", "Result", "TargetBusy", "Timeout", "Unauthorized", "UnknownCode",
-    "from_code", "idempotency_bucket_key",
+    "BranchResult", "Busy", "Cancelled", "CircuitOpen", "Client", "ConnectError", "Context", "DeadlineExceeded",
+    "Gathered", "Incomplete", "Internal", "InvalidConfig", "LoopDetected", "NoAgent", "NoResult", "Overloaded",
+    "Parked", "PayloadTooLarge", "ReachError", "Reject", "Result", "TargetBusy", "Timeout", "Unauthorized",
+    "UnknownCode", "from_code", "idempotency_bucket_key",
 ]

@@ -1,7 +1,9 @@
 """``python -m agentreach call <capability> '<json>'``: a quick call from the shell.
 
-The result is printed as JSON on stdout (exit 0); an error as
-``{"code","message"}`` on stderr (exit 1); a usage error exits 2.
+The result is printed as JSON on stdout (exit 0); an error as one line
+``{"code","message"}`` on stderr (exit 1): a wire code, or ``CONNECT`` when
+no server took the connection within the connect timeout (5 s), as with
+``agentreach call``; a usage error exits 2.
 """
 
 from __future__ import annotations
@@ -13,11 +15,9 @@ import os
 import sys
 from typing import Any, Optional
 
-import nats
-
 from ._wire import JSON
 from .client import Client
-from .errors import ReachError
+from .errors import ConnectError, ReachError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,17 +36,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _call(args: argparse.Namespace, payload: Any) -> Any:
+    client = await Client.connect(args.server, content_type=JSON, prefix=args.prefix)
     try:
-        nc = await nats.connect(args.server, name="agentreach call", allow_reconnect=False, connect_timeout=5)
-    except Exception as e:
-        raise ConnectionError(f"connect to {args.server} (--server): {e}") from e
-    try:
-        client = Client(nc, content_type=JSON, prefix=args.prefix)
         res = await client.call(args.capability, payload, timeout=args.timeout, agent=args.agent,
                                 idempotency_key=args.idempotency_key)
         return res.value
     finally:
-        await nc.close()
+        await client.close()
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -63,8 +59,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ReachError as e:
         print(json.dumps({"code": e.code, "message": e.message}), file=sys.stderr)
         return 1
-    except ConnectionError as e:
-        print(json.dumps({"code": "NO_AGENT", "message": str(e)}), file=sys.stderr)
+    except ConnectError as e:
+        print(json.dumps({"code": e.code, "message": str(e)}), file=sys.stderr)
         return 1
     print(json.dumps(out))
     return 0

@@ -17,6 +17,7 @@ from typing import Any, Callable, Coroutine, Optional, TypeVar
 import nats
 from nats.aio.client import Client as NATS
 
+from ._connection import dial
 from ._wire import BUCKET_AGENTS
 
 log = logging.getLogger("agentreach")
@@ -62,7 +63,7 @@ class Heartbeat:
 
     async def _open(self) -> int:
         self._lock = asyncio.Lock()
-        self._nc = await nats.connect(self._servers, **self._connect)
+        self._nc = await dial(self._servers, **self._connect)
         js = self._nc.jetstream()
         try:
             self._kv = await js.key_value(BUCKET_AGENTS)
@@ -102,13 +103,17 @@ class Heartbeat:
         due = self._loop.time() + interval
         while True:
             await asyncio.sleep(max(0.0, due - self._loop.time()))
-            try:
-                await asyncio.wait_for(self._put(), interval)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # the next beat tries again
+            assert self._nc is not None
+            if not self._nc.is_connected:  # reconnecting: the connection logs each attempt
                 self.failures += 1
-                log.warning("heartbeat failed agent=%s error=%r", self._id, e)
+            else:
+                try:
+                    await asyncio.wait_for(self._put(), interval)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the next beat tries again
+                    self.failures += 1
+                    log.warning("heartbeat failed agent=%s error=%r", self._id, e)
             due += interval
             now = self._loop.time()
             if due < now:  # stalled past a beat: put again at once, then on the interval

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from . import _wire as w
+from ._connection import dial
 from ._heartbeat import Heartbeat
 from ._idempotency import ClaimFailed, Idempotency, InDoubt, Outcome
 from ._typed import convert, payload_type, to_wire
@@ -336,7 +337,7 @@ class Agent:
         if isinstance(self._target, NATS):
             self._nc = self._target
         else:
-            self._nc = await nats.connect(servers, **connect)
+            self._nc = await dial(servers, **connect)
             self._own_nc = True
         self.max_payload = self._nc.max_payload
         self._hb = Heartbeat(self.id, servers, {**connect, "name": f"agentreach {self.id} heartbeat"}, self.record)

@@ -11,6 +11,7 @@ import nats
 from nats.aio.client import Client as NATS
 
 from . import _wire as w
+from ._connection import DEFAULT_CONNECT_TIMEOUT, dial
 from ._typed import decode_as, to_wire
 from .errors import (BadRequest, DeadlineExceeded, Incomplete, NoAgent, NoResult, Parked, PayloadTooLarge, ReachError,
                      from_code)
@@ -159,11 +160,15 @@ class Client:
         self._js = nc.jetstream()
 
     @classmethod
-    async def connect(cls, url: str = "nats://127.0.0.1:4222", *, credentials: Optional[str] = None,
+    async def connect(cls, url: Union[str, list[str]] = "nats://127.0.0.1:4222", *,
+                      credentials: Optional[str] = None, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                       **kw: Any) -> "Client":
-        """Connects to url and returns a client on that connection; with
-        credentials (an ``agentreach auth`` identity's file) it connects as
-        that identity and signs every task."""
+        """Connects to url (a URL, a comma-separated list or a list) and
+        returns a client on that connection; with credentials (an
+        ``agentreach auth`` identity's file) it connects as that identity
+        and signs every task. The first dial tries each server once within
+        connect_timeout seconds (default 5) and raises ConnectError when
+        none takes it; once connected it reconnects forever."""
         opts: dict[str, Any] = {}
         if credentials is not None:
             from .auth import Credentials
@@ -171,7 +176,7 @@ class Client:
             creds = Credentials.load(credentials)
             opts = creds.connect_options()
             kw.setdefault("signer", creds.signer())
-        return cls(await nats.connect(url, name="agentreach client", **opts), **kw)
+        return cls(await dial(url, name="agentreach client", timeout=connect_timeout, **opts), **kw)
 
     def _sign(self, subject: str, headers: dict[str, str], body: bytes) -> None:
         if self.signer is not None:
@@ -306,7 +311,9 @@ class Client:
     async def result(self, request_id: str) -> Result:
         """Returns a durable task's recorded outcome; NoResult while there is none.
 
-        A stored business rejection is raised as BizReject.
+        A stored business rejection is raised as BizReject. REACH_RESULTS
+        stores an outcome a moment after wait() hears it published, so right
+        after wait() this may still raise NoResult.
         """
         try:
             raw = await self._js.get_last_msg(w.STREAM_RESULTS, f"{self.prefix}.result.{request_id}")

@@ -197,5 +197,16 @@ class Parked(AgentReachError):
         self.reason = reason
 
 
+class ConnectError(AgentReachError, ConnectionError):
+    """ConnectError: no connection to NATS — every server refused the first
+    dial or none answered within the connect timeout, or the URL or a
+    connection option is wrong. ``code`` is ``CONNECT``, the code the
+    command lines report it by. Once connected, a connection reconnects on
+    its own and raises no ConnectError.
+    """
+
+    code = "CONNECT"
+
+
 class InvalidConfig(AgentReachError, ValueError):
     """InvalidConfig: an agent's configuration, declaration or capability is refused."""
