@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
-	"slices"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -36,12 +34,9 @@ type security struct {
 func (f *upFlags) security(dataDir string, log zerolog.Logger) (*security, error) {
 	sec := &security{verify: f.tlsVerify, dataDir: dataDir}
 	if f.tls {
-		host, _, _ := splitListen(f.listen)
-		hosts := []string{"localhost", "127.0.0.1", "::1"}
-		if ip := net.ParseIP(host); host != "" && !(ip != nil && ip.IsUnspecified()) && !slices.Contains(hosts, host) {
-			hosts = append(hosts, host) // the address clients dial, unless it is 0.0.0.0
-		}
-		files, err := auth.EnsureTLS(filepath.Join(dataDir, "tls"), hosts)
+		// The same names as the gateway's certificate (--http-tls), which
+		// the same CA makes in the same directory.
+		files, err := auth.EnsureTLS(filepath.Join(dataDir, "tls"), devCertHosts(f.listen, f.dispatcher.http.addr))
 		if err != nil {
 			return nil, fmt.Errorf("--tls: %w", err)
 		}

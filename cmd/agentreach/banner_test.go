@@ -30,9 +30,13 @@ func TestBannerCommands(t *testing.T) {
 			if c.tls {
 				url = "tls://127.0.0.1:4222"
 			}
+			httpCA := ""
+			if c.tls { // and the gateway on HTTPS with the development CA
+				http, httpCA = "https://127.0.0.1:8080/", dir+"/tls/ca.pem"
+			}
 			var out bytes.Buffer
 			printBanner(&out, banner{url: url, dataDir: dir, subjects: streams.Subjects{}, dispatcher: "d1", http: http,
-				demo: true, agentIDs: []string{"echo-1"}, sec: sec})
+				httpCA: httpCA, demo: true, agentIDs: []string{"echo-1"}, sec: sec})
 			var seen []string
 			for _, line := range strings.Split(out.String(), "\n") {
 				for _, at := range command.FindAllStringIndex(line, -1) {
@@ -51,6 +55,9 @@ func TestBannerCommands(t *testing.T) {
 						continue
 					case "curl":
 						want = []string{http}
+						if httpCA != "" {
+							want = append(want, "--cacert "+httpCA+" ")
+						}
 						if c.auth {
 							want = append(want, "Authorization: Bearer $(agentreach auth token --dir "+dir+"/auth cli")
 						}

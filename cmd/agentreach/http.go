@@ -45,6 +45,15 @@ func (h *httpFlags) register(fs *flag.FlagSet, def string) {
 // https reports whether the gateway serves HTTPS.
 func (h *httpFlags) https() bool { return h.tls || h.cert != "" }
 
+// devCAFile returns the CA certificate a client needs to trust the
+// gateway when it serves a certificate of the development CA, else "".
+func (h *httpFlags) devCAFile() string {
+	if !h.https() || h.cert != "" || h.devCA == "" {
+		return ""
+	}
+	return auth.TLSFilesIn(h.devCA).CA
+}
+
 // check validates the flags; devCA says whether the command has a
 // development CA to fall back on.
 func (h *httpFlags) check(devCA bool) error {
@@ -120,6 +129,14 @@ func (h *httpFlags) free() error {
 	return l.Close()
 }
 
+// httpTaken explains a --http address that cannot be listened on, naming
+// the flag and the variable that move it (as up's NATS port error does).
 func httpTaken(v string, err error) error {
-	return fmt.Errorf("--http %s: cannot listen: %w (is another agentreach or service on that port? choose another with --http, or --http off)", v, err)
+	move := "--http or " + envName("http")
+	if host, p, serr := net.SplitHostPort(v); serr == nil {
+		if port, perr := strconv.Atoi(p); perr == nil {
+			move = moveListener("http", host, port)
+		}
+	}
+	return fmt.Errorf("--http %s: cannot listen: %w (is another agentreach or service on that port? move it with %s, or turn it off with --http off)", v, err, move)
 }

@@ -30,7 +30,7 @@ func TestHTTPFlag(t *testing.T) {
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	r := runCmd(t, runUp, "--nats-listen", listen, "--data-dir", t.TempDir(), "--http", l.Addr().String())
 	if r.code != exitFail || !strings.Contains(r.stderr, "--http "+l.Addr().String()+": cannot listen") ||
-		!strings.Contains(r.stderr, "choose another with --http, or --http off") {
+		!strings.Contains(r.stderr, "move it with --http or AGENTREACH_HTTP=") || !strings.Contains(r.stderr, "--http off") {
 		t.Fatalf("taken port: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if strings.Contains(r.stdout, "Agent-Reach is up") {

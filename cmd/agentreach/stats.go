@@ -107,7 +107,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return exitOK
 	}
-	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ctx, cancel := conn.bounded(ctx)
 	defer cancel()
 	s, err := readRecord(ctx, nc, &conn, dim, since)
 	if err == nil {

@@ -211,7 +211,7 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 		agentIDs = agents.IDs()
 	}
 	printBanner(stdout, banner{url: url, dataDir: dataDir, subjects: subjects, dispatcher: d.Name(), http: d.URL(), demo: f.demo,
-		agentIDs: agentIDs, sec: sec})
+		httpCA: f.dispatcher.http.devCAFile(), agentIDs: agentIDs, sec: sec})
 	log.Info().Str("url", url).Str("data_dir", dataDir).Str("dispatcher", d.Name()).Str("http", d.URL()).Strs("agents", agentIDs).
 		Msg("agentreach up")
 	<-ctx.Done()
@@ -314,6 +314,7 @@ type banner struct {
 	subjects     streams.Subjects
 	dispatcher   string
 	http         string // the dashboard's URL, "" with --http off
+	httpCA       string // the CA file curl needs to trust an HTTPS gateway, if the banner knows it
 	demo         bool
 	agentIDs     []string
 	sec          *security
@@ -348,6 +349,9 @@ func printBanner(w io.Writer, b banner) {
 		bearer := ""
 		if b.sec.auth != nil { // the gateway's calls name their identity by bearer token
 			bearer = fmt.Sprintf(`-H "Authorization: Bearer $(%s auth token --dir %s %s)" `, self, b.sec.auth.store.Dir(), upCallerIdentity)
+		}
+		if b.httpCA != "" {
+			bearer = "--cacert " + b.httpCA + " " + bearer
 		}
 		fmt.Fprintf(w, "  curl %s-d '{\"text\":\"hi\"}' %sv1/call/echo\n", bearer, b.http)
 	}
