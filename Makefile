@@ -8,7 +8,7 @@ NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
 .PHONY: run test go-test fuzz fuzz-quick build vet fmt-check bench tools chromium clean \
-	sdk-test pytest conformance-python conformance-node
+	sdk-test mypy pytest conformance-python conformance-node
 
 ## bench: every benchmark scenario (about 12 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
@@ -27,11 +27,11 @@ build:
 
 ## test: every part of the check, in this order: vet, the format check,
 ## every Go test with the race detector, every fuzz target for
-## $(TEST_FUZZTIME), then the Python SDK's pytest suite and the conformance
+## $(TEST_FUZZTIME), then mypy --strict and the pytest suite of the Python SDK, and the conformance
 ## suite against the Python and the Node.js agents. Each part runs even when
 ## an earlier one failed; the run fails at the end, listing every part that
 ## failed (.ci/parts).
-TEST_PARTS := vet fmt-check go-test fuzz-quick pytest conformance-python conformance-node
+TEST_PARTS := vet fmt-check go-test fuzz-quick mypy pytest conformance-python conformance-node
 test:
 	@MAKE="$(MAKE)" .ci/parts $(TEST_PARTS)
 
@@ -58,13 +58,17 @@ fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) .ci/fuzz
 
 ## sdk-test: the Python SDK (agentkit/python) in ./.venv with pinned packages,
-## its pytest suite, then the conformance suite against the Python agent and
+## mypy --strict over it and its pytest suite, then the conformance suite against the Python agent and
 ## the Node.js agent (examples/node, after npm ci); each runs even when
 ## another failed.
 VENV   := $(CURDIR)/.venv
 PYPKG  := agentkit/python
 sdk-test:
-	@MAKE="$(MAKE)" .ci/parts pytest conformance-python conformance-node
+	@MAKE="$(MAKE)" .ci/parts mypy pytest conformance-python conformance-node
+
+## mypy: the Python SDK's sources type-check under mypy --strict (pyproject.toml).
+mypy: $(VENV)/.installed
+	cd $(PYPKG) && $(VENV)/bin/python -m mypy src
 
 pytest: build $(VENV)/.installed
 	cd $(PYPKG) && AGENTREACH_BIN=$(BIN)/agentreach $(VENV)/bin/python -m pytest -q
