@@ -140,43 +140,59 @@ func (d *Dispatcher) tasksWithID(id string) []*task {
 }
 
 // CallOption adjusts one task started with Call.
-type CallOption func(*task)
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	noRetry    bool // WithoutRetries
+	capability bool // ToCapability
+}
 
 // WithoutRetries delivers the task once: a broadcast asks each instance,
 // and another delivery would be a second question.
-func WithoutRetries() CallOption { return func(t *task) { t.noRetry = true } }
+func WithoutRetries() CallOption { return func(o *callOptions) { o.noRetry = true } }
+
+// ToCapability routes the task to the instances of the capability even
+// when a workflow of that name shadows it: a workflow's steps call
+// capabilities, not workflows (docs/workflows.md).
+func ToCapability() CallOption { return func(o *callOptions) { o.capability = true } }
 
 // Call routes one task in this process, as if req had arrived on
 // reach.task.<capability> (its headers and body; a reply subject is
 // ignored), and returns the reply a caller would receive: the result with
 // the Reach-* headers, or an error reply. It is the way in for code that
 // runs beside a dispatcher (the HTTP gateway, fan-out, workflows): the same
-// admission, routing, retries, events and stats as a task from NATS, minus
-// one message hop. When ctx ends first the task is cancelled — its
-// instance gets a CANCEL — and Call returns CANCELLED, or
-// DEADLINE_EXCEEDED when ctx's deadline passed; ctx's deadline also bounds
-// the task's overall deadline. Call must be used between Start and Drain
-// or Close; req is the task's from then on.
+// admission, resolution (a workflow's name runs the workflow), routing,
+// retries, events and stats as a task from NATS, minus one message hop.
+// When ctx ends first the task is cancelled — its instance gets a CANCEL —
+// and Call returns CANCELLED, or DEADLINE_EXCEEDED when ctx's deadline
+// passed; ctx's deadline also bounds the task's overall deadline (a
+// workflow's run, like one called on NATS, is not cancelled: it ends by
+// that deadline). Call must be used between Start and Drain or Close; req
+// is the task's from then on.
 func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg, opts ...CallOption) *nats.Msg {
 	start := time.Now()
-	ct, _ := streams.PayloadType(req.Header, req.Data)
+	if req.Header == nil {
+		req.Header = nats.Header{}
+	}
 	if d.Table() == nil {
-		id, orch := taskIDs(req.Header)
-		return errorMsg(ct, id, orch, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name),
-			streams.HeaderAttempt, "0")
+		return refusal(req, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name))
 	}
 	if e := d.admit(); e != nil {
-		id, orch := taskIDs(req.Header)
-		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+		return refusal(req, e)
 	}
 	req.Reply = "" // the answer comes back here: nothing to offer an agent directly
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.capability && d.Resolves(capability) {
+		return d.callResolved(ctx, capability, req)
+	}
 	t, e := d.newTask(req, capability, start, false)
 	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
 		t.deadline = dl
 	}
-	for _, o := range opts {
-		o(t)
-	}
+	t.noRetry = o.noRetry
 	out := make(chan *nats.Msg, 1)
 	t.start = start
 	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
@@ -193,11 +209,43 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 	case reply := <-out:
 		return reply
 	case <-ctx.Done():
-		code := streams.CodeCancelled
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			code = streams.CodeDeadlineExceeded
-		}
-		d.cancel(t, streams.NewError(code, "the caller stopped waiting: %v", ctx.Err()))
+		d.cancel(t, callerGone(ctx))
 		return <-out // cancel ends the task at once, wherever it is
 	}
+}
+
+// callResolved is Call of a name the resolver serves: the resolver runs it
+// on a goroutine that holds the in-flight slot Call took, as a task from
+// reach.task (resolved). ctx's deadline becomes the request's
+// Reach-Deadline when it is earlier; when ctx ends first the caller gets
+// CANCELLED or DEADLINE_EXCEEDED, and the run goes on to its own end.
+func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Msg) *nats.Msg {
+	id, orch := taskIDs(req.Header)
+	req.Header.Set(streams.HeaderRequestID, id) // the run's id, which an early answer names too
+	if dl, ok := ctx.Deadline(); ok {
+		if cur, e := streams.ParseDeadline(req.Header); e == nil && (cur.IsZero() || dl.Before(cur)) {
+			req.Header.Set(streams.HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
+		}
+	}
+	out := make(chan *nats.Msg, 1)
+	go func() {
+		defer d.release()
+		out <- d.direct(req, name)
+	}()
+	select {
+	case reply := <-out:
+		return reply
+	case <-ctx.Done():
+		ct, _ := streams.PayloadType(req.Header, req.Data)
+		return errorMsg(ct, id, orch, callerGone(ctx))
+	}
+}
+
+// callerGone is the error a Call ends with when its ctx ended first.
+func callerGone(ctx context.Context) *streams.Error {
+	code := streams.CodeCancelled
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = streams.CodeDeadlineExceeded
+	}
+	return streams.NewError(code, "the caller stopped waiting: %v", ctx.Err())
 }

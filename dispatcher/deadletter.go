@@ -280,7 +280,7 @@ func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
 // healthy reports whether capability has a routable instance whose breaker
 // is closed.
 func (d *Dispatcher) healthy(capability string) bool {
-	if d.resolver != nil && d.resolver.Serves(capability) {
+	if d.Resolves(capability) {
 		return true // a workflow's run: its steps find their own instances
 	}
 	rs := d.table.Candidates(capability)

@@ -387,15 +387,21 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 	d.handle(m) // answer releases the in-flight slot
 }
 
-// refuse answers a request that starts no task (Reach-Attempt 0) with e.
+// refuse answers a request that starts no task with e (refusal).
 func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
-	ct, _ := streams.PayloadType(m.Header, m.Data)
-	id, orch := taskIDs(m.Header)
-	out := errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+	out := refusal(m, e)
 	out.Subject = m.Reply
 	if err := d.nc.PublishMsg(out); err != nil {
-		d.log.Warn().Err(err).Str("request_id", id).Msg("error reply failed")
+		d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
 	}
+}
+
+// refusal is the error reply, e, to a request that starts no task
+// (Reach-Attempt 0).
+func refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
+	ct, _ := streams.PayloadType(m.Header, m.Data)
+	id, orch := taskIDs(m.Header)
+	return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
 }
 
 // admit takes one of the replica's MaxInFlight slots for a task, or

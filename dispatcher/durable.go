@@ -110,7 +110,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		h.Set(streams.HeaderRequestID, id)
 	}
 	m := &nats.Msg{Subject: msg.Subject(), Header: h, Data: msg.Data()}
-	if name := d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()); d.resolver != nil && d.resolver.Serves(name) &&
+	if name := d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()); d.Resolves(name) &&
 		(d.authorizer == nil || d.authorizer.Authorize(name, m, true) == nil) { // refused: parked below like any task
 		d.resolver.Durable(msg, name) // a workflow's run; it acknowledges once its outcome is recorded
 		return

@@ -31,16 +31,21 @@ type Authorizer interface {
 }
 
 // Resolver takes over the tasks addressed to names it serves — workflows,
-// which shadow a capability of the same name — on both tiers.
+// which shadow a capability of the same name — on both tiers and from
+// every way in: reach.task, reach.submit and Call (so the HTTP gateway and
+// fan-out branches too).
 //
-// Serves is asked for every task (it must be cheap). Direct gets a
-// direct-tier request, whose reply it owes m.Reply once; Durable a durable
-// one, which it must acknowledge only once its outcome is recorded (or
-// leave to be redelivered). Both run on a goroutine of their own, and the
-// task holds one of the replica's MaxInFlight slots until they return.
+// Serves is asked for every task (it must be cheap); Names lists the names
+// served (for a "did you mean" when a name is unknown). Direct runs a
+// direct-tier request and returns its reply, which the dispatcher sends to
+// whoever asked (m.Reply, or Call's caller); Durable gets a durable one,
+// which it must acknowledge only once its outcome is recorded (or leave to
+// be redelivered). Both run on a goroutine of their own, and the task
+// holds one of the replica's MaxInFlight slots until they return.
 type Resolver interface {
 	Serves(name string) bool
-	Direct(m *nats.Msg, name string)
+	Names() []string
+	Direct(m *nats.Msg, name string) *nats.Msg
 	Durable(msg jetstream.Msg, name string)
 }
 
@@ -63,23 +68,48 @@ func (d *Dispatcher) observe(ev *Event) {
 	}
 }
 
-// resolved hands a direct-tier task to the resolver when it serves the
-// name, on a goroutine that holds an in-flight slot; it reports whether it
-// did.
+// Resolves reports whether the tasks addressed to name go to the resolver
+// (name is a workflow's) rather than to the instances of a capability.
+func (d *Dispatcher) Resolves(name string) bool {
+	return d.resolver != nil && d.resolver.Serves(name)
+}
+
+// resolved hands a task from reach.task to the resolver when it serves the
+// name, on a goroutine that holds an in-flight slot and sends the reply to
+// m.Reply; it reports whether it did.
 func (d *Dispatcher) resolved(m *nats.Msg, name string) bool {
-	if d.resolver == nil || !d.resolver.Serves(name) {
+	if !d.Resolves(name) {
 		return false
-	}
-	if d.authorizer != nil {
-		if e := d.authorizer.Authorize(name, m, false); e != nil {
-			d.refuse(m, e)
-			d.release()
-			return true
-		}
 	}
 	go func() {
 		defer d.release()
-		d.resolver.Direct(m, name)
+		out := d.direct(m, name)
+		out.Subject = m.Reply
+		if err := d.nc.PublishMsg(out); err != nil {
+			d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("reply failed")
+		}
 	}()
 	return true
+}
+
+// direct runs a direct-tier task of a name the resolver serves, once the
+// authorizer lets its caller call that name, and returns its reply. Every
+// way in (resolved, Call) comes here; the caller holds an in-flight slot.
+func (d *Dispatcher) direct(m *nats.Msg, name string) *nats.Msg {
+	if d.authorizer != nil {
+		if e := d.authorizer.Authorize(name, m, false); e != nil {
+			return refusal(m, e)
+		}
+	}
+	return d.resolver.Direct(m, name)
+}
+
+// knownNames is every name a task can address: the capabilities offered
+// and the names the resolver serves, for a "did you mean" suggestion.
+func (d *Dispatcher) knownNames() []string {
+	names := d.table.Capabilities()
+	if d.resolver != nil {
+		names = append(names, d.resolver.Names()...)
+	}
+	return names
 }

@@ -442,7 +442,7 @@ func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
 		return d.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
 	}
 	if len(d.table.Offering(t.capability)) == 0 { // no instance at all: perhaps a typo
-		if near := registry.NearestName(t.capability, d.table.Capabilities()); near != "" {
+		if near := registry.NearestName(t.capability, d.knownNames()); near != "" {
 			return d.noAgent(t, "no routable instance offers %s; did you mean %s?", t.capability, near)
 		}
 	}

@@ -35,14 +35,15 @@ func (onlyAlice) Authorize(capability string, m *nats.Msg, _ bool) *streams.Erro
 	return nil
 }
 
-type greeter struct{ nc *nats.Conn }
+type greeter struct{}
 
 func (greeter) Serves(name string) bool { return name == "hello.flow" }
-func (g greeter) Direct(m *nats.Msg, _ string) {
-	out := nats.NewMsg(m.Reply)
+func (greeter) Names() []string         { return []string{"hello.flow"} }
+func (greeter) Direct(*nats.Msg, string) *nats.Msg {
+	out := nats.NewMsg("")
 	out.Header.Set(streams.HeaderStatus, string(streams.StatusFinished))
 	out.Data = []byte(`"hello from the resolver"`)
-	_ = g.nc.PublishMsg(out)
+	return out
 }
 func (greeter) Durable(msg jetstream.Msg, _ string) { _ = msg.Term() }
 
@@ -51,7 +52,7 @@ func TestTheDispatchersExtensionPoints(t *testing.T) {
 	var seen seenEvents
 	nc := st.Conn()
 	d, err := dispatcher.New(st.Conn(), dispatcher.Config{NoEvents: true},
-		dispatcher.WithObserver(&seen), dispatcher.WithAuthorizer(onlyAlice{}), dispatcher.WithResolver(greeter{nc}))
+		dispatcher.WithObserver(&seen), dispatcher.WithAuthorizer(onlyAlice{}), dispatcher.WithResolver(greeter{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
@@ -295,6 +299,123 @@ func condSteps() map[string]stepFunc {
 	}
 }
 
+// A workflow is called like a capability from every way in — reach.task,
+// HTTP /v1/call and /route (Dispatcher.Call), a fan-out branch — and each
+// answers its output and leaves the same record and counts. A broadcast
+// naming a workflow is refused, and a name close to a workflow's is
+// suggested.
+func TestAWorkflowIsCalledLikeACapabilityFromEveryWayIn(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	fx := newEffects()
+	stepAgent(t, st.Conn(), "seq-1", fx, seqSteps())
+	WaitRoutable(t, "seq.ship", 1, d)
+	nc := st.Conn()
+	PutWorkflow(t, nc, seqWorkflow, e)
+	st.FanOut(d)
+	g, err := gateway.New(nc, d, gateway.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	post := func(path, body, requestID string) (*http.Response, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if requestID != "" {
+			req.Header.Set(streams.HeaderRequestID, requestID)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("POST %s: body %q: %v", path, raw, err)
+		}
+		return res, out
+	}
+	want := fmt.Sprint(map[string]any{"hold": "H-7", "receipt": "R-7-H-7", "tracking": "T-R-7-H-7"})
+	// counted is what one call adds to the dispatcher's counts.
+	counted := func(call func()) dispatcher.Counts {
+		before := d.Stats().Counts
+		call()
+		c := d.Stats().Counts
+		c.Tasks, c.Finished, c.Rejected, c.Failed = c.Tasks-before.Tasks, c.Finished-before.Finished, c.Rejected-before.Rejected, c.Failed-before.Failed
+		c.Retries, c.Broadcasts, c.FanOuts, c.Branches = c.Retries-before.Retries, c.Broadcasts-before.Broadcasts, c.FanOuts-before.FanOuts, c.Branches-before.Branches
+		return c
+	}
+
+	overNATS := counted(func() {
+		res := callWorkflow(t, nc, "wf.seq", `{"order": 7}`, streams.HeaderRequestID, "wf-nats")
+		if got := decodeBody(t, res); res.Header.Get(streams.HeaderStatus) != "FINISHED" || fmt.Sprint(got) != want {
+			t.Fatalf("over NATS: %v %s", res.Header, res.Data)
+		}
+	})
+	for _, c := range []struct{ path, body, id string }{
+		{"/v1/call/wf.seq", `{"order": 7}`, "wf-http"},
+		{"/route", `{"capability": "wf.seq", "payload": {"order": 7}}`, "wf-route"},
+	} {
+		overHTTP := counted(func() {
+			res, got := post(c.path, c.body, c.id)
+			if res.StatusCode != http.StatusOK || fmt.Sprint(got) != want || res.Header.Get(streams.HeaderRunID) != c.id {
+				t.Fatalf("POST %s: %d %v %v, want 200 with %s", c.path, res.StatusCode, res.Header, got, want)
+			}
+		})
+		if overHTTP != overNATS {
+			t.Errorf("POST %s counted %+v, over NATS %+v", c.path, overHTTP, overNATS)
+		}
+	}
+	if overNATS.Tasks != 3 || overNATS.Finished != 3 { // its three steps; a run's record counts no task
+		t.Errorf("a run counted %+v, want 3 finished tasks", overNATS)
+	}
+
+	res, agg := fanoutReq(t, nc, streams.Subjects{}.FanOut(), []byte(`{"branches": [{"name": "wf", "capability": "wf.seq", "payload": {"order": 7}}]}`),
+		streams.HeaderRequestID, "fan-wf")
+	if res.Header.Get(streams.HeaderStatus) != "FINISHED" || agg.Succeeded != 1 || len(agg.Replies) != 1 ||
+		!strings.Contains(string(agg.Replies[0].Result), `"tracking":"T-R-7-H-7"`) {
+		t.Fatalf("fan-out with a workflow branch: %v %s", res.Header, res.Data)
+	}
+
+	// Every run's record is the same, whichever way it came in.
+	js := jsOf(t, nc)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		runs := map[string]dispatcher.Event{}
+		for _, ev := range events(t, js) {
+			if ev.Kind == workflow.KindRun && (ev.RequestID == "wf-nats" || ev.RequestID == "wf-http" || ev.RequestID == "wf-route" || ev.ParentID == "fan-wf") {
+				runs[ev.RequestID] = ev
+			}
+		}
+		if len(runs) != 4 {
+			return fmt.Errorf("run records %v, want 4", runs)
+		}
+		for id, ev := range runs {
+			if ev.Capability != "wf.seq" || ev.Tier != "direct" || ev.Status != "FINISHED" || ev.Outcome != dispatcher.OutcomeReply || ev.Attempts != 3 {
+				t.Fatalf("run %s's record %+v", id, ev)
+			}
+		}
+		return nil
+	})
+
+	res, _ = fanoutReq(t, nc, streams.Subjects{}.Broadcast("wf.seq"), []byte(`{"order": 7}`))
+	if res.Header.Get(streams.HeaderError) != string(streams.CodeBadRequest) || !strings.Contains(string(res.Data), "is a workflow") {
+		t.Errorf("a broadcast to a workflow: %v %s, want BAD_REQUEST", res.Header, res.Data)
+	}
+	if r, got := post("/v1/call/wf.seg", `{}`, ""); r.StatusCode != http.StatusNotFound || got["code"] != string(streams.CodeNoAgent) ||
+		!strings.Contains(fmt.Sprint(got["message"]), "did you mean wf.seq?") {
+		t.Errorf("a call of a near name: %d %v, want NO_AGENT suggesting wf.seq", r.StatusCode, got)
+	}
+}
+
 func TestAConditionalStepRunsOrIsSkippedByItsCondition(t *testing.T) {
 	st := NewStack(t, time.Second)
 	d, e := st.WorkflowDispatcher(dispatcher.Config{})
@@ -531,5 +652,30 @@ func TestACriticalFailureCompensatesTheStepsDoneInReverseOrder(t *testing.T) {
 	abortID := res.Header.Get(streams.HeaderRunID)
 	if fx.count(abortID+".charge.compensate")+fx.count(abortID+".reserve.compensate") != 0 {
 		t.Fatalf("a non-critical step's abort compensated: executed %v", fx.executed())
+	}
+}
+
+// A step calls capabilities, not workflows: a step naming a workflow's
+// name goes to the instances of the capability it shadows, while a call of
+// that name runs the workflow.
+func TestAStepNamingAWorkflowCallsTheCapability(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	fx := newEffects()
+	steps := seqSteps()
+	steps["wf.seq"] = func(map[string]any) (any, *streams.Error) { return map[string]any{"from": "the capability"}, nil }
+	stepAgent(t, st.Conn(), "seq-1", fx, steps)
+	WaitRoutable(t, "wf.seq", 1, d)
+	nc := st.Conn()
+	PutWorkflow(t, nc, seqWorkflow, e)
+	PutWorkflow(t, nc, "name: wf.outer\nsteps:\n  - name: inner\n    call: wf.seq\n    input: {order: 7}\noutput: $steps.inner.result\n", e)
+
+	res := callWorkflow(t, nc, "wf.outer", `{}`)
+	if got := decodeBody(t, res); res.Header.Get(streams.HeaderStatus) != "FINISHED" || got["from"] != "the capability" {
+		t.Fatalf("wf.outer: %v %s, want the capability's result", res.Header, res.Data)
+	}
+	res = callWorkflow(t, nc, "wf.seq", `{"order": 7}`)
+	if got := decodeBody(t, res); res.Header.Get(streams.HeaderStatus) != "FINISHED" || got["tracking"] != "T-R-7-H-7" {
+		t.Fatalf("wf.seq: %v %s, want the workflow's output", res.Header, res.Data)
 	}
 }

@@ -296,6 +296,11 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 		s.fail(m, p, e)
 		return
 	}
+	if s.d.Resolves(capability) { // a workflow has no instances to ask
+		s.fail(m, p, streams.NewError(streams.CodeBadRequest,
+			"%s is a workflow: a broadcast asks every instance of a capability; call or submit the workflow instead", capability))
+		return
+	}
 	if e := s.authorize(capability, m); e != nil {
 		s.fail(m, p, e)
 		return

@@ -5,9 +5,11 @@
 //
 // A workflow is defined in REACH_POLICY under workflow.<name> (YAML or
 // JSON, read by Parse; docs/workflows.md has the schema) and called like a
-// capability: reach.task.<name> on the direct tier, reach.submit.<name> on
-// the durable tier. A workflow shadows a capability of the same name. The
-// Engine is the dispatcher's Resolver for those names:
+// capability: reach.task.<name> (or Dispatcher.Call: the HTTP gateway, a
+// fan-out branch) on the direct tier, reach.submit.<name> on the durable
+// tier. A workflow shadows a capability of the same name; its own steps
+// call capabilities (dispatcher.ToCapability). The Engine is the
+// dispatcher's Resolver for those names:
 //
 //	eng, _ := workflow.New(nc, workflow.Config{})
 //	d, _ := dispatcher.New(nc, cfg, dispatcher.WithResolver(eng))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -164,6 +166,11 @@ func (e *Engine) Start(ctx context.Context, d *dispatcher.Dispatcher) error {
 	return nil
 }
 
+// Names lists the names workflows are defined under.
+func (e *Engine) Names() []string {
+	return slices.Collect(maps.Keys(*e.defs.Load()))
+}
+
 // Serves reports whether a workflow is defined under name: the dispatcher
 // then hands its tasks to Direct and Durable. A workflow shadows a
 // capability of the same name. It takes no lock and does not allocate.
@@ -234,14 +241,13 @@ func (e *Engine) enter() bool {
 	return true
 }
 
-// Direct runs a direct-tier task of workflow name and answers m.Reply once.
-// The run lives in this process only: if it dies, the caller sees a
-// timeout.
-func (e *Engine) Direct(m *nats.Msg, name string) {
+// Direct runs a direct-tier task of workflow name and returns its reply,
+// which the dispatcher sends to the caller. The run lives in this process
+// only: if it dies, the caller sees a timeout.
+func (e *Engine) Direct(m *nats.Msg, name string) *nats.Msg {
 	if !e.enter() {
-		e.answer(m, streams.ErrorReply("", streams.ContentType(m.Header, m.Data), m.Header.Get(streams.HeaderRequestID),
-			streams.NewError(streams.CodeCancelled, "the dispatcher %s is stopping", e.d.Name())))
-		return
+		return streams.ErrorReply("", streams.ContentType(m.Header, m.Data), m.Header.Get(streams.HeaderRequestID),
+			streams.NewError(streams.CodeCancelled, "the dispatcher %s is stopping", e.d.Name()))
 	}
 	defer e.running.Done()
 	r, fail := e.newRun(m.Header, m.Data, name, time.Now(), "direct")
@@ -259,19 +265,11 @@ func (e *Engine) Direct(m *nats.Msg, name string) {
 		r.fail(streams.NewError(streams.CodeCancelled, "the dispatcher %s stopped during the run", e.d.Name()))
 	}
 	r.Outcome, r.Owner = dispatcher.OutcomeReply, ""
-	e.answer(m, r.reply(e.nc.MaxPayload()))
 	e.runEvent(r)
 	if e.cfg.DirectRecords {
 		e.recordDirect(r)
 	}
-}
-
-// answer sends a run's reply to the caller.
-func (e *Engine) answer(m *nats.Msg, out *nats.Msg) {
-	out.Subject = m.Reply
-	if err := e.nc.PublishMsg(out); err != nil {
-		e.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("workflow reply failed")
-	}
+	return r.reply(e.nc.MaxPayload())
 }
 
 // Durable runs a durable-tier task of workflow name: a new run, or one

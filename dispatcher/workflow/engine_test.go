@@ -65,15 +65,7 @@ func TestTheEngineStartsOnceAndAnswersAfterClose(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	sub, err := nc.SubscribeSync(nats.NewInbox())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Direct(&nats.Msg{Subject: "reach.task.wf.x", Reply: sub.Subject, Header: nats.Header{streams.HeaderRequestID: []string{"r-1"}}}, "wf.x")
-	m, err := sub.NextMsg(5 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := e.Direct(&nats.Msg{Subject: "reach.task.wf.x", Header: nats.Header{streams.HeaderRequestID: []string{"r-1"}}}, "wf.x")
 	if m.Header.Get(streams.HeaderError) != string(streams.CodeCancelled) || m.Header.Get(streams.HeaderRequestID) != "r-1" {
 		t.Fatalf("answer after Close: %v %s", m.Header, m.Data)
 	}

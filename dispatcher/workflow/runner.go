@@ -555,7 +555,7 @@ func (x *runner) call(capability string, payload any, key string, timeout time.D
 		defer cancel()
 	}
 	start := time.Now()
-	reply := x.e.d.Call(ctx, capability, x.taskMsg(payload, key, timeout, deadline))
+	reply := x.e.d.Call(ctx, capability, x.taskMsg(payload, key, timeout, deadline), dispatcher.ToCapability())
 	c.Ended = time.Now()
 	c.LatencyMS = float64(c.Ended.Sub(start).Microseconds()) / 1000
 	c.Node = reply.Header.Get(streams.HeaderNode)
@@ -602,7 +602,7 @@ func (x *runner) parallel(st *Step, in any, sr *StepRun) (any, *streams.Error) {
 		maxWait = left
 	}
 	start := time.Now()
-	rep := fanout.Gather(x.ctx, x.e.d, jobs, p.Mode, p.quorum, maxWait, streams.ContentTypeJSON)
+	rep := fanout.Gather(x.ctx, x.e.d, jobs, p.Mode, p.quorum, maxWait, streams.ContentTypeJSON, dispatcher.ToCapability())
 	sr.Ended = time.Now()
 	sr.LatencyMS = float64(sr.Ended.Sub(start).Microseconds()) / 1000
 	results := map[string]any{}
