@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import selectors
 import socket
 import subprocess
@@ -23,7 +24,7 @@ import nats
 import pytest
 import pytest_asyncio
 
-from agentreach import Agent, Client, NoAgent
+from agentreach import Agent, Client, NoAgent, PayloadTooLarge
 
 REPO = Path(__file__).resolve().parents[3]
 MAX_PAYLOAD = 128 * 1024
@@ -133,6 +134,21 @@ async def json_client(nc: nats.NATS) -> Client:
 
 
 _counter = 0
+
+
+SIZE_ERROR = re.compile(r"message of (\d+) bytes \((\d+) of headers \+ (\d+) of body\) exceeds the server's "
+                        rf"max_payload of {MAX_PAYLOAD} bytes, which counts headers and body")
+
+
+def header_bytes(e: PayloadTooLarge, body: int, prefix: str = "") -> int:
+    """Returns the header bytes e's message names, after checking that it
+    is prefix and the size error naming MAX_PAYLOAD, adding up for a body
+    of body bytes."""
+    m = SIZE_ERROR.fullmatch(e.message.removeprefix(prefix))
+    assert m and e.message.startswith(prefix), e.message
+    size, hdr, n = map(int, m.groups())
+    assert (n, size) == (body, hdr + n)
+    return hdr
 
 
 def unique(base: str) -> str:

@@ -12,9 +12,9 @@ import time
 import msgpack
 import pytest
 
-from agentreach import (ERRORS, Agent, Branch, Cancelled, Context, DeadlineExceeded, Incomplete, Internal,
-                        NoAgent, NoResult, Reject, idempotency_bucket_key)
-from conftest import REPO, Direct, poll, python, routed, running, unique
+from agentreach import (ERRORS, Agent, Branch, Cancelled, Client, Context, DeadlineExceeded, Incomplete, Internal,
+                        NoAgent, NoResult, PayloadTooLarge, Reject, idempotency_bucket_key)
+from conftest import MAX_PAYLOAD, REPO, WAIT, Direct, header_bytes, poll, python, routed, running, unique
 
 
 def test_error_classes_match_the_wire_codes():
@@ -228,3 +228,40 @@ async def test_direct_delivery_with_cancel_for_unknown(nc, stack):
                                                                   "Reach-Request-Id": "r-x"})
         m = await (await Direct(nc, agent.id).deliver(cap, b'"still here"')).final()
         assert m.headers["Reach-Status"] == "FINISHED" and m.data == b'"still here"'
+
+
+async def test_headers_count_against_max_payload_where_sent(stack):
+    """A body that fits but not with the headers the client adds on its way
+    (Reach-Deadline on a call without timeout, Nats-Msg-Id on submit) is
+    PAYLOAD_TOO_LARGE before anything is sent; one that fills max_payload
+    exactly, headers counted as sent, is sent."""
+    c = await Client.connect(stack.url)
+    try:
+        cap = unique("sized")
+
+        def body(n: int) -> bytes:
+            """Returns one msgpack value of n bytes (a bin 32: 5 bytes, then the data)."""
+            b = msgpack.packb(b"x" * (n - 5))
+            assert len(b) == n
+            return b
+
+        for send, sent in ((lambda n: c.submit(cap, body(n)), str),
+                           (lambda n: asyncio.wait_for(c.call(cap, body(n)), WAIT), NoAgent)):
+            before = c.nc.stats["out_msgs"]
+            with pytest.raises(PayloadTooLarge) as e:
+                await send(MAX_PAYLOAD - 8)
+            assert c.nc.stats["out_msgs"] == before
+            hdr = header_bytes(e.value, MAX_PAYLOAD - 8)
+            with pytest.raises(PayloadTooLarge) as e:
+                await send(MAX_PAYLOAD - hdr + 1)
+            assert header_bytes(e.value, MAX_PAYLOAD - hdr + 1) == hdr and c.nc.stats["out_msgs"] == before
+            # Exactly at the limit the server takes it: the store acks a
+            # submit, the dispatcher answers a call for a capability nobody serves.
+            if sent is str:
+                assert await send(MAX_PAYLOAD - hdr)
+            else:
+                with pytest.raises(NoAgent):
+                    await send(MAX_PAYLOAD - hdr)
+            assert c.nc.is_connected
+    finally:
+        await c.close()
