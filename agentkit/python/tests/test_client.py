@@ -13,8 +13,8 @@ import msgpack
 import pytest
 
 from agentreach import (ERRORS, Agent, Branch, Cancelled, Client, Context, DeadlineExceeded, Incomplete, Internal,
-                        NoAgent, NoResult, PayloadTooLarge, Reject, idempotency_bucket_key)
-from conftest import MAX_PAYLOAD, REPO, WAIT, Direct, header_bytes, poll, python, routed, running, unique
+                        NoAgent, NoResult, Reject, idempotency_bucket_key)
+from conftest import REPO, WAIT, Direct, fills_max_payload, poll, python, routed, running, unique
 
 
 def test_error_classes_match_the_wire_codes():
@@ -239,29 +239,14 @@ async def test_headers_count_against_max_payload_where_sent(stack):
     try:
         cap = unique("sized")
 
-        def body(n: int) -> bytes:
-            """Returns one msgpack value of n bytes (a bin 32: 5 bytes, then the data)."""
-            b = msgpack.packb(b"x" * (n - 5))
-            assert len(b) == n
-            return b
+        async def submit(body: bytes) -> None:
+            assert await c.submit(cap, body)  # stored
 
-        for send, sent in ((lambda n: c.submit(cap, body(n)), str),
-                           (lambda n: asyncio.wait_for(c.call(cap, body(n)), WAIT), NoAgent)):
-            before = c.nc.stats["out_msgs"]
-            with pytest.raises(PayloadTooLarge) as e:
-                await send(MAX_PAYLOAD - 8)
-            assert c.nc.stats["out_msgs"] == before
-            hdr = header_bytes(e.value, MAX_PAYLOAD - 8)
-            with pytest.raises(PayloadTooLarge) as e:
-                await send(MAX_PAYLOAD - hdr + 1)
-            assert header_bytes(e.value, MAX_PAYLOAD - hdr + 1) == hdr and c.nc.stats["out_msgs"] == before
-            # Exactly at the limit the server takes it: the store acks a
-            # submit, the dispatcher answers a call for a capability nobody serves.
-            if sent is str:
-                assert await send(MAX_PAYLOAD - hdr)
-            else:
-                with pytest.raises(NoAgent):
-                    await send(MAX_PAYLOAD - hdr)
-            assert c.nc.is_connected
+        async def call(body: bytes) -> None:
+            with pytest.raises(NoAgent):  # the dispatcher answers: nobody serves cap
+                await asyncio.wait_for(c.call(cap, body), WAIT)
+
+        await fills_max_payload(c, submit)
+        await fills_max_payload(c, call)
     finally:
         await c.close()
