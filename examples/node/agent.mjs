@@ -143,7 +143,8 @@ class Task {
     const hdrs = { "Content-Type": ct, "Reach-Active": String(active), ...extra };
     const size = messageSize({ "Reach-Status": "FINISHED", "Reach-Request-Id": this.requestId, ...hdrs }, body);
     if (size > maxPayload) {
-      return this.fail("PAYLOAD_TOO_LARGE", `the result of ${size} bytes with its headers exceeds the server's max_payload of ${maxPayload}`);
+      return this.fail("PAYLOAD_TOO_LARGE", `result: message of ${size} bytes (${size - body.length} of headers + ${body.length} of body) ` +
+        `exceeds the server's max_payload of ${maxPayload} bytes, which counts headers and body`);
     }
     this.answered = true;
     this.send("FINISHED", hdrs, body);

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import selectors
 import socket
 import subprocess
@@ -19,11 +20,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, TypeVar
 
+import msgpack
 import nats
 import pytest
 import pytest_asyncio
 
-from agentreach import Agent, Client, NoAgent
+from agentreach import Agent, Client, NoAgent, PayloadTooLarge
 
 REPO = Path(__file__).resolve().parents[3]
 MAX_PAYLOAD = 128 * 1024
@@ -133,6 +135,43 @@ async def json_client(nc: nats.NATS) -> Client:
 
 
 _counter = 0
+
+
+SIZE_ERROR = re.compile(r"message of (\d+) bytes \((\d+) of headers \+ (\d+) of body\) exceeds the server's "
+                        rf"max_payload of {MAX_PAYLOAD} bytes, which counts headers and body")
+
+
+def header_bytes(e: PayloadTooLarge, body: int, prefix: str = "") -> int:
+    """Returns the header bytes e's message names, after checking that it
+    is prefix and the size error naming MAX_PAYLOAD, adding up for a body
+    of body bytes."""
+    m = SIZE_ERROR.fullmatch(e.message.removeprefix(prefix))
+    assert m and e.message.startswith(prefix), e.message
+    size, hdr, n = map(int, m.groups())
+    assert (n, size) == (body, hdr + n)
+    return hdr
+
+
+async def fills_max_payload(c: Client, send: Callable[[bytes], Awaitable[Any]]) -> None:
+    """Checks that send (a call or submit on c, of a body) refuses before
+    anything is sent a body that fits max_payload only without the headers,
+    and one a byte past it with them, naming the same header bytes; and that
+    a body filling max_payload exactly with them leaves (send decides what
+    the answer must be), c still connected."""
+    def body(n: int) -> bytes:  # one msgpack value of n bytes: bin 32, 5 bytes, then the data
+        b = msgpack.packb(b"x" * (n - 5))
+        assert len(b) == n
+        return b
+
+    before = c.nc.stats["out_msgs"]
+    with pytest.raises(PayloadTooLarge) as e:
+        await send(body(MAX_PAYLOAD - 8))
+    hdr = header_bytes(e.value, MAX_PAYLOAD - 8)
+    with pytest.raises(PayloadTooLarge) as e:
+        await send(body(MAX_PAYLOAD - hdr + 1))
+    assert header_bytes(e.value, MAX_PAYLOAD - hdr + 1) == hdr and c.nc.stats["out_msgs"] == before
+    await send(body(MAX_PAYLOAD - hdr))
+    assert c.nc.stats["out_msgs"] > before and c.nc.is_connected
 
 
 def unique(base: str) -> str:

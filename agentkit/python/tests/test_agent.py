@@ -15,7 +15,7 @@ import pytest
 
 from agentreach import (Agent, BadRequest, BizReject, Busy, Context, Internal, InvalidConfig, PayloadTooLarge, Reject,
                         TargetBusy)
-from conftest import BINARY, HEARTBEAT, MAX_PAYLOAD, Direct, poll, routed, running, unique
+from conftest import BINARY, HEARTBEAT, MAX_PAYLOAD, WAIT, Direct, header_bytes, poll, routed, running, unique
 
 
 async def record_of(nc, agent_id):
@@ -205,6 +205,50 @@ async def test_payload_too_large(client, stack):
         assert e.value.result.node == agent.id
         # Just below the limit, with the headers counted, it goes through.
         assert len((await client.call(cap, MAX_PAYLOAD - 1024, timeout=10)).data) == MAX_PAYLOAD - 1024
+
+
+async def test_result_that_fits_only_without_the_load_report(client, stack):
+    """The result's check counts the load report (Reach-Active) the reply
+    carries: a result that fits only without it is PAYLOAD_TOO_LARGE naming
+    the limit, at once, not a reply lost until the caller's timeout."""
+    cap = unique("edge")
+    agent = Agent(stack.url, type="edgetest")
+
+    @agent.handler(cap)
+    async def sized(ctx, n: int) -> bytes:
+        return b"x" * n
+
+    async with running(agent):
+        with pytest.raises(PayloadTooLarge) as e:
+            await routed(lambda: client.call(cap, MAX_PAYLOAD - 8, timeout=WAIT))
+        hdr = header_bytes(e.value, MAX_PAYLOAD - 8, "result: ")
+        assert hdr > len("Reach-Active: 8\r\n")
+        with pytest.raises(PayloadTooLarge) as e:
+            await client.call(cap, MAX_PAYLOAD - hdr + 1, timeout=WAIT)
+        assert header_bytes(e.value, MAX_PAYLOAD - hdr + 1, "result: ") == hdr and e.value.result.node == agent.id
+
+
+async def test_long_rejection_is_payload_too_large(client, stack):
+    """An error reply is checked where it is sent too: a rejection whose
+    message makes the reply exceed max_payload, by its body or by its
+    headers, is PAYLOAD_TOO_LARGE from the agent rather than an answer lost
+    (the server closes the connection of a publish it refuses) and the agent
+    stays connected."""
+    cap = unique("longreject")
+    agent = Agent(stack.url, type="longrejecttest")
+
+    @agent.handler(cap)
+    async def reject(ctx, n: int):
+        raise Reject("x" * n)
+
+    async with running(agent):
+        for n in (MAX_PAYLOAD, MAX_PAYLOAD - 64):
+            with pytest.raises(PayloadTooLarge) as e:
+                await routed(lambda: client.call(cap, n, timeout=WAIT))
+            assert e.value.result.node == agent.id
+            header_bytes(e.value, len(msgpack.packb({"code": "BIZ_REJECT", "message": "x" * n})), "reply: ")
+        with pytest.raises(BizReject, match="^BIZ_REJECT: x$"):
+            await client.call(cap, 1, timeout=WAIT)
 
 
 async def test_max_concurrent(nc, stack):

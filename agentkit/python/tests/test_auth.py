@@ -14,9 +14,9 @@ from typing import Any, AsyncIterator
 import nats
 import pytest
 import pytest_asyncio
-from conftest import BINARY, WAIT, Stack, poll, routed
+from conftest import BINARY, WAIT, Stack, fills_max_payload, poll, routed, unique
 
-from agentreach import JSON, Agent, Client, InvalidConfig, Unauthorized
+from agentreach import JSON, Agent, Client, InvalidConfig, NoAgent, Unauthorized
 from agentreach.auth import Credentials, InvalidCredentials
 
 
@@ -68,6 +68,20 @@ async def test_a_signed_caller_is_accepted_and_an_unsigned_task_refused(secure: 
     unsigned = Client(caller.nc, content_type=JSON)
     with pytest.raises(Unauthorized, match="Reach-Signature"):
         await unsigned.call("echo", {"text": "hi"}, timeout=5)
+
+
+async def test_the_signature_counts_against_max_payload(secure: Stack, caller: Client) -> None:
+    """A signed task's size counts Reach-Source and Reach-Signature, which
+    signing adds last: one that fits only unsigned is PAYLOAD_TOO_LARGE
+    before it is sent."""
+    signed = Client(caller.nc, source=caller.source, signer=caller.signer)  # msgpack, for fills_max_payload
+    cap = unique("signed.sized")
+
+    async def call(body: bytes) -> None:
+        with pytest.raises(NoAgent):  # the dispatcher answers: nobody serves cap
+            await signed.call(cap, body, timeout=WAIT)
+
+    await fills_max_payload(signed, call)
 
 
 async def test_a_python_agent_serves_as_its_identity(secure: Stack, caller: Client) -> None:

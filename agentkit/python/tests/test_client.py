@@ -12,9 +12,9 @@ import time
 import msgpack
 import pytest
 
-from agentreach import (ERRORS, Agent, Branch, Cancelled, Context, DeadlineExceeded, Incomplete, Internal,
+from agentreach import (ERRORS, Agent, Branch, Cancelled, Client, Context, DeadlineExceeded, Incomplete, Internal,
                         NoAgent, NoResult, Reject, idempotency_bucket_key)
-from conftest import REPO, Direct, poll, python, routed, running, unique
+from conftest import REPO, WAIT, Direct, fills_max_payload, poll, python, routed, running, unique
 
 
 def test_error_classes_match_the_wire_codes():
@@ -228,3 +228,25 @@ async def test_direct_delivery_with_cancel_for_unknown(nc, stack):
                                                                   "Reach-Request-Id": "r-x"})
         m = await (await Direct(nc, agent.id).deliver(cap, b'"still here"')).final()
         assert m.headers["Reach-Status"] == "FINISHED" and m.data == b'"still here"'
+
+
+async def test_headers_count_against_max_payload_where_sent(stack):
+    """A body that fits but not with the headers the client adds on its way
+    (Reach-Deadline on a call without timeout, Nats-Msg-Id on submit) is
+    PAYLOAD_TOO_LARGE before anything is sent; one that fills max_payload
+    exactly, headers counted as sent, is sent."""
+    c = await Client.connect(stack.url)
+    try:
+        cap = unique("sized")
+
+        async def submit(body: bytes) -> None:
+            assert await c.submit(cap, body)  # stored
+
+        async def call(body: bytes) -> None:
+            with pytest.raises(NoAgent):  # the dispatcher answers: nobody serves cap
+                await asyncio.wait_for(c.call(cap, body), WAIT)
+
+        await fills_max_payload(c, submit)
+        await fills_max_payload(c, call)
+    finally:
+        await c.close()

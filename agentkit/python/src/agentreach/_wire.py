@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional, Union, cast
 
 import msgpack
 
-from .errors import BadRequest, Internal
+from .errors import BadRequest, Internal, PayloadTooLarge
 
 # Subjects, buckets and streams.
 DEFAULT_PREFIX = "reach"
@@ -218,8 +218,20 @@ def message_size(headers: Mapping[str, str], body: Union[bytes, bytearray]) -> i
     if headers:
         n += len("NATS/1.0\r\n\r\n")
         for k, v in headers.items():
-            n += len(k.encode()) + len(str(v).encode()) + 4
+            if k.strip():  # the client library strips both and skips an empty name
+                n += len(k.strip().encode()) + len(str(v).strip().encode()) + 4
     return n
+
+
+def check_size(headers: Mapping[str, str], body: Union[bytes, bytearray], max_payload: int) -> None:
+    """Raises PayloadTooLarge when the message, headers and body, exceeds
+    max_payload (0 checks nothing). Check where the message is sent, with
+    every header it carries: the client library counts only the body, and
+    the server closes the connection of a publish it refuses."""
+    size = message_size(headers, body)
+    if max_payload > 0 and size > max_payload:
+        raise PayloadTooLarge(f"message of {size} bytes ({size - len(body)} of headers + {len(body)} of body) exceeds "
+                              f"the server's max_payload of {max_payload} bytes, which counts headers and body")
 
 
 def unix_ms(t: float) -> str:

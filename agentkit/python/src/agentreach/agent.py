@@ -594,10 +594,12 @@ class Agent:
         except ReachError as e:
             return (*self._error(ctx, e), None)
         headers = self._result_headers(ctx, ctx.content_type, ctx._cost_header())
-        size = w.message_size({**headers, w.H_ACTIVE: str(self.max_concurrent)}, body)
-        if self.max_payload and size > self.max_payload:
-            return (*self._error(ctx, PayloadTooLarge(
-                f"the result of {size} bytes with its headers exceeds the server's max_payload of {self.max_payload}")), None)
+        try:
+            # Checked before an idempotent outcome is stored, with the load
+            # report at its widest; _answer checks again what it sends.
+            w.check_size({**headers, w.H_ACTIVE: str(self.max_concurrent)}, body, self.max_payload)
+        except PayloadTooLarge as e:
+            return (*self._error(ctx, PayloadTooLarge(f"result: {e.message}")), None)
         return headers, bytes(body), None
 
     def _result_headers(self, ctx: Context, ct: str, cost: str) -> dict[str, str]:
@@ -666,7 +668,13 @@ class Agent:
                 await self._publish(ctx._reply_to, direct, body)
                 await self._publish(ctx._reply, notice, b"")
                 return
-        await self._publish(ctx._reply, {**headers, w.H_ACTIVE: active}, body)
+        reply = {**headers, w.H_ACTIVE: active}
+        try:
+            w.check_size(reply, body, self.max_payload)
+        except PayloadTooLarge as e:  # a long rejection, say: an error rather than a lost answer
+            reply, body = self._error(ctx, PayloadTooLarge(f"reply: {e.message}"))
+            reply[w.H_ACTIVE] = active
+        await self._publish(ctx._reply, reply, body)
 
     def _free(self, ctx: Context) -> None:
         """Gives back the slot of ctx, once."""

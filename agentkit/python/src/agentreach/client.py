@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from . import _wire as w
 from ._connection import DEFAULT_CONNECT_TIMEOUT, dial
 from ._typed import decode_as, to_wire
-from .errors import (BadRequest, DeadlineExceeded, Incomplete, NoAgent, NoResult, Parked, PayloadTooLarge, ReachError,
+from .errors import (BadRequest, DeadlineExceeded, Incomplete, NoAgent, NoResult, Parked, ReachError,
                      from_code)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -231,10 +231,6 @@ class Client:
             h.update(headers)
         if durable:
             h[w.H_MSG_ID] = h[w.H_REQUEST_ID]
-        max_payload = self.nc.max_payload
-        size = w.message_size(h, body)
-        if max_payload and size > max_payload:
-            raise PayloadTooLarge(f"message of {size} bytes exceeds the server's max_payload of {max_payload}")
         return h, bytes(body)
 
     async def _request(self, subject: str, headers: dict[str, str], body: bytes, timeout: Optional[float],
@@ -247,6 +243,7 @@ class Client:
         if w.H_DEADLINE not in headers:
             headers[w.H_DEADLINE] = w.unix_ms(time.time() + timeout)
         self._sign(subject, headers, body)
+        w.check_size(headers, body, self.nc.max_payload)
         rid = headers[w.H_REQUEST_ID]
         try:
             msg = await self.nc.request(subject, body, timeout=max(timeout, 0.001), headers=headers)
@@ -297,6 +294,7 @@ class Client:
         """
         h, body = self._message(capability, payload, parent, durable=True, **opts)
         self._sign(f"{self.prefix}.submit.{capability}", h, body)
+        w.check_size(h, body, self.nc.max_payload)
         try:
             await self._js.publish(f"{self.prefix}.submit.{capability}", body, headers=h)
         except nats.js.errors.APIError as e:
