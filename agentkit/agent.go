@@ -653,6 +653,13 @@ func (a *Agent) publish(req *Request, m *nats.Msg) {
 		return
 	}
 	m.Header.Set(streams.HeaderActive, active)
+	if err := streams.CheckSize(m, a.nc.MaxPayload()); err != nil {
+		// A replayed outcome or a long rejection can outgrow the limit
+		// that resultMsg checked: the caller hears why instead of waiting
+		// for a reply the client library would refuse.
+		m = a.errorMsg(req, classify(fmt.Errorf("reply: %w", err)))
+		m.Header.Set(streams.HeaderActive, active)
+	}
 	if err := a.nc.PublishMsg(m); err != nil {
 		a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("reply failed")
 	}

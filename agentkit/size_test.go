@@ -88,3 +88,23 @@ func TestResultCountsTheLoadReport(t *testing.T) {
 		t.Fatalf("want PAYLOAD_TOO_LARGE naming the limit, got %+v", e)
 	}
 }
+
+// A rejection whose message alone outgrows max_payload reaches its caller
+// as PAYLOAD_TOO_LARGE: the reply is checked as it is sent, after the
+// check of results, since no result was built for it.
+func TestALongRejectionIsPayloadTooLarge(t *testing.T) {
+	opts := natstest.Options(t.TempDir())
+	opts.MaxPayload = smallMaxPayload
+	s := natstest.RunServerWith(t, opts)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
+	long := strings.Repeat("no ", smallMaxPayload)
+	startAgent(t, natstest.Connect(t, s), agentkit.Config{Type: "work", ID: "w8"}, map[string]agentkit.Handler{
+		"refuse": func(context.Context, *agentkit.Request) (any, error) { return nil, agentkit.Reject(long) },
+	})
+	replies := deliverer{t: t, nc: nc}.deliver("w8", "refuse", []byte(`1`))
+	e := streams.ErrorFromMessage(replies[len(replies)-1])
+	if e == nil || e.Code != streams.CodePayloadTooLarge || !strings.Contains(e.Message, "max_payload of "+strconv.Itoa(smallMaxPayload)) {
+		t.Fatalf("want PAYLOAD_TOO_LARGE for the reply, got %+v", e)
+	}
+}
