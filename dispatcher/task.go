@@ -186,6 +186,11 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 			return t, e
 		}
 		t.source = h.Get(streams.HeaderSource)
+	} else {
+		// Unproven without auth, Reach-Source still reaches the agent once,
+		// as Get reads it: no other spelling or value for a reader that
+		// folds case or takes the last one (the authorizer refuses those).
+		streams.KeepOne(h, streams.HeaderSource)
 	}
 	if t.pol.write && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -734,5 +736,123 @@ func TestACancelStopsOnlyItsOwnCallersTask(t *testing.T) {
 	close(release)
 	if err := <-errA; err != nil {
 		t.Fatalf("task-a, which only other identities tried to cancel: %v, want its result", err)
+	}
+}
+
+// spellingsOf returns the keys of h that spell header name in any case.
+func spellingsOf(h nats.Header, name string) []string {
+	var keys []string
+	for k := range h {
+		if strings.EqualFold(k, name) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// headersAgent starts an echo agent that hands every delivery's headers
+// to the channel it returns.
+func headersAgent(t *testing.T, st harness, id string) chan nats.Header {
+	seen := make(chan nats.Header, 16)
+	st.Agent(agentkit.Config{ID: id, Type: "echo"}, map[string]agentkit.Handler{"echo": func(_ context.Context, r *agentkit.Request) (any, error) {
+		seen <- maps.Clone(r.Header)
+		return r.Data, nil
+	}})
+	return seen
+}
+
+// A NATS header's name is case-sensitive: a task signed by its caller can
+// carry beside its proven Reach-Source another spelling of it, or a
+// second value, which an agent that folds case or takes the last value
+// reads as its caller. With auth on, such a task — or one with a second
+// Reach-Signature — is refused, naming the rule, and reaches no agent;
+// the same task without the extra header passes, and its delivery carries
+// Reach-Source once, as proven, and no signature.
+func TestSecurityHeadersInAnotherCaseOrTwiceAreRefused(t *testing.T) {
+	st := NewSecureStack(t, time.Second, securityACL)
+	d := st.Dispatcher(dispatcher.Config{})
+	seen := headersAgent(t, st, "echo-1")
+	WaitRoutable(t, "echo", 1, d)
+	signer, err := auth.LoadSigner(st.Store.CredsFile(SecureCaller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := st.ConnAs(SecureCaller)
+	send := func(id string, tamper func(nats.Header)) *nats.Msg {
+		t.Helper()
+		m := nats.NewMsg(streams.Subjects{}.Task("echo"))
+		m.Header.Set(streams.HeaderRequestID, id)
+		m.Data = []byte(`{"text":"hi"}`)
+		signer.Sign(m, time.Now())
+		tamper(m.Header)
+		reply, err := nc.RequestMsg(m, 20*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return reply
+	}
+	for _, c := range []struct {
+		id     string
+		tamper func(nats.Header)
+		rule   string
+	}{
+		{"lower-source", func(h nats.Header) { h["reach-source"] = []string{SecureAdmin} }, `"reach-source" spells Reach-Source in another case`},
+		{"upper-source", func(h nats.Header) { h["REACH-SOURCE"] = []string{SecureAdmin} }, `"REACH-SOURCE" spells Reach-Source in another case`},
+		{"second-source", func(h nats.Header) { h.Add(streams.HeaderSource, SecureAdmin) }, "Reach-Source appears 2 times"},
+		{"lower-signature", func(h nats.Header) { h["reach-signature"] = h.Values(auth.HeaderSignature) }, `"reach-signature" spells Reach-Signature`},
+		{"second-signature", func(h nats.Header) { h.Add(auth.HeaderSignature, "v1.1.x") }, "Reach-Signature appears 2 times"},
+	} {
+		reply := send(c.id, c.tamper)
+		e := streams.ErrorFromMessage(reply)
+		if e == nil || e.Code != streams.CodeUnauthorized || !strings.Contains(e.Message, c.rule) {
+			t.Errorf("%s: answered %v (%s), want UNAUTHORIZED naming %q", c.id, e, reply.Data, c.rule)
+		}
+	}
+	reply := send("control", func(nats.Header) {})
+	if e := streams.ErrorFromMessage(reply); e != nil {
+		t.Fatalf("the same task without a second spelling: %v, want its result", e)
+	}
+	// Deliveries arrive in order: the control's is the first and only one.
+	select {
+	case h := <-seen:
+		if id := h.Get(streams.HeaderRequestID); id != "control" {
+			t.Fatalf("the agent got %s, a refused task", id)
+		}
+		if keys := spellingsOf(h, streams.HeaderSource); len(keys) != 1 || keys[0] != streams.HeaderSource || len(h.Values(streams.HeaderSource)) != 1 ||
+			h.Get(streams.HeaderSource) != SecureCaller {
+			t.Errorf("the delivery's Reach-Source: %q under %q, want [%s] once", h.Values(streams.HeaderSource), keys, SecureCaller)
+		}
+		if keys := spellingsOf(h, auth.HeaderSignature); len(keys) > 0 {
+			t.Errorf("the delivery carries %q", keys)
+		}
+	default:
+		t.Fatal("the control task was answered but its delivery not seen")
+	}
+}
+
+// Without auth Reach-Source proves nothing, but an agent still sees it
+// once, spelt so, with the value the dispatcher read: a second value and
+// other spellings are removed from the delivery.
+func TestSecurityHeaderReachesAnAgentOnceWithoutAuth(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	seen := headersAgent(t, st, "echo-1")
+	WaitRoutable(t, "echo", 1, d)
+	m := nats.NewMsg(streams.Subjects{}.Task("echo"))
+	m.Header.Set(streams.HeaderRequestID, "spelt")
+	m.Header[streams.HeaderSource] = []string{"alice", "mallory"}
+	m.Header["reach-source"] = []string{"mallory"}
+	m.Header["REACH-SOURCE"] = []string{"mallory"}
+	m.Data = []byte(`{"text":"hi"}`)
+	reply, err := st.Conn().RequestMsg(m, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := streams.ErrorFromMessage(reply); e != nil {
+		t.Fatal(e)
+	}
+	h := <-seen
+	if keys := spellingsOf(h, streams.HeaderSource); len(keys) != 1 || !slices.Equal(h.Values(streams.HeaderSource), []string{"alice"}) {
+		t.Errorf("the delivery's Reach-Source: %q under %q, want [alice] under Reach-Source alone", h.Values(streams.HeaderSource), keys)
 	}
 }
