@@ -267,6 +267,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		out, e = d.resultMsg(t, res)
 	}
 	if e == nil {
+		d.rememberCaller(t)
 		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
 	} else {
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
@@ -283,6 +284,9 @@ func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
 	done := make(chan struct{})
 	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
 		t.finish()
+		if err == nil {
+			d.rememberCaller(t)
+		}
 		EndSpan(t.span, err)
 		res, e = r, err
 		close(done)

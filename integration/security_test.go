@@ -856,3 +856,122 @@ func TestSecurityHeaderReachesAnAgentOnceWithoutAuth(t *testing.T) {
 		t.Errorf("the delivery's Reach-Source: %q under %q, want [alice] under Reach-Source alone", h.Values(streams.HeaderSource), keys)
 	}
 }
+
+// Feedback steers Reach-Prefer: quality, so with auth on a score counts
+// only when signed by the task's caller, for the instance that answered
+// it, once. Before the caller scores its tasks (good-1 0.9, poor-1 0.1),
+// another identity scores them the other way round (its own signature,
+// and unsigned claiming the caller), and the caller names the wrong
+// instance; were any of those counted, poor-1 would rank first. The
+// caller's own scores, sent last, still count: calls preferring quality go
+// to good-1.
+func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
+	st := NewSecureStack(t, time.Second, `{"rules": [{"caller": "caller", "may_call": ["draft"]}]}`)
+	d := st.Dispatcher(dispatcher.Config{})
+	var good atomic.Int64
+	for _, id := range []string{"good-1", "poor-1"} {
+		st.Agent(agentkit.Config{ID: id, Type: "writer"}, map[string]agentkit.Handler{"draft": func(context.Context, *agentkit.Request) (any, error) {
+			if id == "good-1" {
+				good.Add(1)
+			}
+			return map[string]string{"from": id}, nil
+		}})
+	}
+	WaitRoutable(t, "draft", 2, d)
+	st.Identity(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := st.Client(agentkit.WithJSON())
+	nodes := map[string]string{} // request id → the instance that answered: five each
+	for n := map[string]int{}; n["good-1"] < 5 || n["poor-1"] < 5; {
+		res, err := c.Call(ctx, "draft", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[res.Node] < 5 {
+			nodes[res.RequestID] = res.Node
+			n[res.Node]++
+		}
+	}
+	other := map[string]string{"good-1": "poor-1", "poor-1": "good-1"}
+	flipped := func(node string) float64 { // the attacker's score
+		if node == "good-1" {
+			return 0
+		}
+		return 1
+	}
+	feedback := func(id, node string, score float64, sign func(*nats.Msg)) *nats.Msg {
+		var b strings.Builder
+		for range 10 {
+			fmt.Fprintf(&b, `{"request_id":%q,"kind":"feedback","node":%q,"score":%v}`+"\n", id, node, score)
+		}
+		m := nats.NewMsg(streams.Subjects{}.Feedback())
+		m.Header.Set(streams.HeaderEvents, "10")
+		m.Header.Set(streams.HeaderRequestID, id)
+		m.Data = []byte(b.String())
+		sign(m)
+		return m
+	}
+	billing, err := auth.LoadSigner(st.Store.CredsFile("billing-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := auth.LoadSigner(st.Store.CredsFile(SecureCaller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := func(nc *nats.Conn) jetstream.JetStream {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	billingJS, callerJS := js(st.ConnAs("billing-1")), js(st.ConnAs(SecureCaller))
+	for id, node := range nodes {
+		for _, a := range []struct {
+			js jetstream.JetStream
+			m  *nats.Msg
+		}{
+			{billingJS, feedback(id, node, flipped(node), func(m *nats.Msg) { billing.Sign(m, time.Now()) })},
+			{billingJS, feedback(id, node, flipped(node), func(m *nats.Msg) { m.Header.Set(streams.HeaderSource, SecureCaller) })},
+			{callerJS, feedback(id, other[node], flipped(other[node]), func(m *nats.Msg) { caller.Sign(m, time.Now()) })},
+		} {
+			// Stored means the server has passed it on: the dispatcher
+			// reads it before the caller's own scores below.
+			if _, err := a.js.PublishMsg(ctx, a.m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for id, node := range nodes {
+		score := 0.1
+		if node == "good-1" {
+			score = 0.9
+		}
+		if err := c.Feedback(ctx, id, score); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc := st.ConnAs(SecureCaller)
+	natstest.WaitFor(t, 10*time.Second, func() error { // the caller's records reach the dispatcher asynchronously
+		before := good.Load()
+		for range 20 {
+			m := nats.NewMsg(streams.Subjects{}.Task("draft"))
+			m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+			m.Header.Set(streams.HeaderPrefer, dispatcher.PreferQuality)
+			caller.Sign(m, time.Now())
+			reply, err := nc.RequestMsg(m, 5*time.Second)
+			if err != nil {
+				return err
+			}
+			if e := streams.ErrorFromMessage(reply); e != nil {
+				return e
+			}
+		}
+		if got := good.Load() - before; got < 19 {
+			return fmt.Errorf("%d of 20 calls preferring quality went to good-1, the caller's better-scored instance", got)
+		}
+		return nil
+	})
+}
