@@ -379,7 +379,7 @@ func TestSlowClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slowHeaders.Close()
-	if _, err := io.WriteString(slowHeaders, "POST /v1/call/echo HTTP/1.1\r\nHost: x\r\n"); err != nil {
+	if _, err := io.WriteString(slowHeaders, "POST /v1/call/echo HTTP/1.1\r\nHost: localhost\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	slowBody, err := net.Dial("tcp", addr)
@@ -387,7 +387,7 @@ func TestSlowClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slowBody.Close()
-	if _, err := io.WriteString(slowBody, "POST /v1/call/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"a\":"); err != nil {
+	if _, err := io.WriteString(slowBody, "POST /v1/call/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"a\":"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -17,7 +17,9 @@ const AnyHost = "*"
 // name as Host. So the gateway answers only a Host that names it: a
 // loopback name or IP, the address the request arrived on, the host Listen
 // was given, or one of Config.Hosts. An IP address the request did not
-// arrive on is refused like any other name.
+// arrive on is refused like any other name. A request without Host
+// (HTTP/1.0, or handed to Handler in process) comes from no browser and
+// passes.
 
 // hostSet is the names a gateway answers to besides the loopback ones and
 // the address a request arrives on; nil answers every Host.
@@ -69,7 +71,7 @@ func (g *Gateway) allowsHost(r *http.Request) bool {
 		return true
 	}
 	host := hostOf(r.Host)
-	if host == "localhost" {
+	if host == "" || host == "localhost" { // no Host: HTTP/1.0 or in process, never a browser
 		return true
 	}
 	if _, ok := g.hosts[host]; ok {
