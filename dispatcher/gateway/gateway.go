@@ -57,7 +57,7 @@ type Config struct {
 	// Hosts are the names (host names or IP addresses, without a port)
 	// that a request's Host header may name besides those always
 	// accepted: localhost, a loopback IP, the address the request arrived
-	// on and the host given to Listen. Any other Host is answered 421
+	// on and the host given to Listen (the host of URL). Any other Host is answered 421
 	// Misdirected Request, so that a web page whose name its owner makes
 	// resolve to this gateway (DNS rebinding) cannot use it. Give here the
 	// names clients dial when they are none of those (a gateway behind a
@@ -186,9 +186,13 @@ func (g *Gateway) Listen(addr string) error {
 		return err
 	}
 	g.ln = ln
-	if host := hostOf(addr); host != "" && !net.ParseIP(host).IsUnspecified() { // a name, or an IP as given
-		g.listenHost.Store(&host)
+	// The host as given, or as the listener names every interface (the
+	// host of URL: a browser that opens http://0.0.0.0:8080/ sends it).
+	host := hostOf(addr)
+	if host == "" {
+		host = hostOf(ln.Addr().String())
 	}
+	g.listenHost.Store(&host)
 	g.srv = &http.Server{
 		Handler:           g.handler,
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,

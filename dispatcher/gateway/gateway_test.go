@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -537,6 +538,16 @@ func TestGatewayAnswersOnlyItsOwnHost(t *testing.T) {
 	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST.", "[::1]:" + port, "127.0.0.2", "reach.example", "REACH.example:" + port} {
 		if r := get(tg, host, "/v1/agents"); r.status != http.StatusOK || !strings.Contains(string(r.body), "echo-1") {
 			t.Errorf("GET /v1/agents with Host %s: %d %s, want 200 and the agents", host, r.status, r.body)
+		}
+	}
+	// Listening on every interface (not done here: tests keep to
+	// loopback), it answers to the host of its URL too.
+	everywhere := &Gateway{hosts: hostSet{}}
+	all := "0.0.0.0"
+	everywhere.listenHost.Store(&all)
+	for host, want := range map[string]bool{"0.0.0.0:8080": true, "evil.example": false} {
+		if got := everywhere.allowsHost(httptest.NewRequest("GET", "http://"+host+"/healthz", nil)); got != want {
+			t.Errorf("listening on 0.0.0.0: Host %s allowed %v, want %v", host, got, want)
 		}
 	}
 	anyHost := startGateway(t, Config{Hosts: []string{AnyHost}})
