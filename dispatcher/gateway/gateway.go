@@ -57,13 +57,13 @@ type Config struct {
 	// Hosts are the names (host names or IP addresses, without a port)
 	// that a request's Host header may name besides those always
 	// accepted: localhost, a loopback IP, the address the request arrived
-	// on and the host given to Listen (the host of URL). Any other Host is answered 421
-	// Misdirected Request, so that a web page whose name its owner makes
-	// resolve to this gateway (DNS rebinding) cannot use it. Give here the
-	// names clients dial when they are none of those (a gateway behind a
-	// proxy or in a container, reached by a service or DNS name). Hosts
-	// {"*"} (AnyHost) turns the check off: unsafe wherever a browser can
-	// reach the gateway. Default none.
+	// on and the host given to Listen (the host of URL). Any other Host
+	// is answered 421 Misdirected Request, so that a web page whose name
+	// its owner makes resolve to this gateway (DNS rebinding) cannot use
+	// it. Give here the names clients dial when they are none of those (a
+	// gateway behind a proxy or in a container, reached by a service or
+	// DNS name). Hosts {"*"} (AnyHost) turns the check off: unsafe
+	// wherever a browser can reach the gateway. Default none.
 	Hosts []string
 }
 
