@@ -71,7 +71,8 @@ type feedbackRecord struct {
 // score from 0 (useless) to 1 (perfect). The record goes to REACH_EVENTS
 // (reach.event._feedback), where dispatchers fold it into the instance's
 // quality average, which `Reach-Prefer: quality` ranks by. It returns once
-// the stream has stored it.
+// the stream has stored it. Where auth is on (WithCredentials) the record
+// is signed, and counts only when this client's identity called the task.
 func (c *Client) Feedback(ctx context.Context, requestID string, score float64) error {
 	node, ok := c.recent.node(requestID)
 	if !ok {
@@ -97,7 +98,9 @@ func (c *Client) FeedbackFor(ctx context.Context, requestID, node string, score 
 	}
 	m := nats.NewMsg(c.subjects.Feedback())
 	m.Header.Set(streams.HeaderEvents, "1")
+	m.Header.Set(streams.HeaderRequestID, requestID)
 	m.Data = append(b, '\n')
+	c.sign(m) // where auth is on, dispatchers count only the task's caller's feedback
 	if _, err := c.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("agentkit: feedback for %s: %w", requestID, err)
 	}

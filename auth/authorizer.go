@@ -69,6 +69,10 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 //   - Either way the ACL must grant the caller the task's capability. A
 //     fan-out's request is authorized with the capability "" (its caller
 //     only: its branches are tasks of their own, each checked).
+//   - Either way Reach-Source and Reach-Signature must come at most once,
+//     spelt so: a second value, or another case of either name
+//     ("reach-source"), is refused, so that no reader can see another
+//     caller than the one proven (streams.CheckOnce).
 //
 // A refusal is UNAUTHORIZED with the reason; a Reach-Signature that does
 // not parse is BAD_REQUEST. Create it with NewAuthorizer, Start it before
@@ -162,6 +166,11 @@ func (v *policyView) entry(name string) *knownIdentity {
 	return e.(*knownIdentity)
 }
 
+// securityHeaders are the headers that name and prove a task's caller:
+// each must come once, spelt as here, or the task is refused (a reader
+// that folds case or takes another value would see another caller).
+var securityHeaders = []string{streams.HeaderSource, HeaderSignature}
+
 // Authorize implements dispatcher.Authorizer.
 func (a *Authorizer) Authorize(capability string, m *nats.Msg, durable bool) *streams.Error {
 	e := a.authorize(capability, m, durable)
@@ -173,6 +182,11 @@ func (a *Authorizer) Authorize(capability string, m *nats.Msg, durable bool) *st
 }
 
 func (a *Authorizer) authorize(capability string, m *nats.Msg, durable bool) *streams.Error {
+	for _, name := range securityHeaders {
+		if err := streams.CheckOnce(m.Header, name); err != nil {
+			return streams.NewError(streams.CodeUnauthorized, "%v", err)
+		}
+	}
 	v := a.current()
 	source := m.Header.Get(streams.HeaderSource)
 	inProcess := !durable && m.Sub == nil

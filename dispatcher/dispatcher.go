@@ -64,7 +64,8 @@ type Dispatcher struct {
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
 
-	events eventLog
+	events  eventLog
+	callers recentCallers // with an authorizer, who called the latest tasks (feedback.go)
 	// Extension points (hooks.go).
 	observers  []Observer
 	authorizer Authorizer

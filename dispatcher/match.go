@@ -311,8 +311,19 @@ func (d *Dispatcher) declaredCost(inst *registry.Instance, capability string) (f
 
 // onFeedback folds a caller's score of a result into the quality average
 // of the instance that produced it. A record that is not a valid feedback
-// for an instance in the table is ignored.
+// for an instance in the table is ignored. With an authorizer the message
+// must prove its Reach-Source, and a record counts only for a task that
+// identity called, that this replica finished and that node answered,
+// once (feedback.go); any other is dropped and logged.
 func (d *Dispatcher) onFeedback(m *nats.Msg) {
+	source := ""
+	if d.authorizer != nil {
+		if e := d.authorizer.Authorize("", m, false); e != nil {
+			d.dropFeedback("", m.Header.Get(streams.HeaderRequestID), e.Message)
+			return
+		}
+		source = m.Header.Get(streams.HeaderSource)
+	}
 	evs, err := DecodeEvents(m.Data)
 	if err != nil {
 		d.log.Debug().Err(err).Msg("unreadable feedback ignored")
@@ -320,6 +331,11 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 	}
 	for _, ev := range evs {
 		if ev.Kind != KindFeedback || ev.Score == nil || !(*ev.Score >= 0 && *ev.Score <= 1) {
+			continue
+		}
+		if d.authorizer != nil && !d.callers.claim(ev.RequestID, taskCaller{source: source, node: ev.Node}) {
+			d.dropFeedback(source, ev.RequestID, "not a task of "+source+" that this replica finished on instance "+ev.Node+
+				" (or already scored)")
 			continue
 		}
 		if _, ok := d.table.Lookup(ev.Node); ok {

@@ -186,6 +186,11 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 			return t, e
 		}
 		t.source = h.Get(streams.HeaderSource)
+	} else {
+		// Unproven without auth, Reach-Source still reaches the agent once,
+		// as Get reads it: no other spelling or value for a reader that
+		// folds case or takes the last one (the authorizer refuses those).
+		streams.KeepOne(h, streams.HeaderSource)
 	}
 	if t.pol.write && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
@@ -262,6 +267,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		out, e = d.resultMsg(t, res)
 	}
 	if e == nil {
+		d.rememberCaller(t)
 		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
 	} else {
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
@@ -278,6 +284,9 @@ func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
 	done := make(chan struct{})
 	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
 		t.finish()
+		if err == nil {
+			d.rememberCaller(t)
+		}
 		EndSpan(t.span, err)
 		res, e = r, err
 		close(done)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -735,4 +737,241 @@ func TestACancelStopsOnlyItsOwnCallersTask(t *testing.T) {
 	if err := <-errA; err != nil {
 		t.Fatalf("task-a, which only other identities tried to cancel: %v, want its result", err)
 	}
+}
+
+// spellingsOf returns the keys of h that spell header name in any case.
+func spellingsOf(h nats.Header, name string) []string {
+	var keys []string
+	for k := range h {
+		if strings.EqualFold(k, name) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// headersAgent starts an echo agent that hands every delivery's headers
+// to the channel it returns.
+func headersAgent(t *testing.T, st harness, id string) chan nats.Header {
+	seen := make(chan nats.Header, 16)
+	st.Agent(agentkit.Config{ID: id, Type: "echo"}, map[string]agentkit.Handler{"echo": func(_ context.Context, r *agentkit.Request) (any, error) {
+		seen <- maps.Clone(r.Header)
+		return r.Data, nil
+	}})
+	return seen
+}
+
+// A NATS header's name is case-sensitive: a task signed by its caller can
+// carry beside its proven Reach-Source another spelling of it, or a
+// second value, which an agent that folds case or takes the last value
+// reads as its caller. With auth on, such a task — or one with a second
+// Reach-Signature — is refused, naming the rule, and reaches no agent;
+// the same task without the extra header passes, and its delivery carries
+// Reach-Source once, as proven, and no signature.
+func TestSecurityHeadersInAnotherCaseOrTwiceAreRefused(t *testing.T) {
+	st := NewSecureStack(t, time.Second, securityACL)
+	d := st.Dispatcher(dispatcher.Config{})
+	seen := headersAgent(t, st, "echo-1")
+	WaitRoutable(t, "echo", 1, d)
+	signer, err := auth.LoadSigner(st.Store.CredsFile(SecureCaller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := st.ConnAs(SecureCaller)
+	send := func(id string, tamper func(nats.Header)) *nats.Msg {
+		t.Helper()
+		m := nats.NewMsg(streams.Subjects{}.Task("echo"))
+		m.Header.Set(streams.HeaderRequestID, id)
+		m.Data = []byte(`{"text":"hi"}`)
+		signer.Sign(m, time.Now())
+		tamper(m.Header)
+		reply, err := nc.RequestMsg(m, 20*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return reply
+	}
+	for _, c := range []struct {
+		id     string
+		tamper func(nats.Header)
+		rule   string
+	}{
+		{"lower-source", func(h nats.Header) { h["reach-source"] = []string{SecureAdmin} }, `"reach-source" spells Reach-Source in another case`},
+		{"upper-source", func(h nats.Header) { h["REACH-SOURCE"] = []string{SecureAdmin} }, `"REACH-SOURCE" spells Reach-Source in another case`},
+		{"second-source", func(h nats.Header) { h.Add(streams.HeaderSource, SecureAdmin) }, "Reach-Source appears 2 times"},
+		{"lower-signature", func(h nats.Header) { h["reach-signature"] = h.Values(auth.HeaderSignature) }, `"reach-signature" spells Reach-Signature`},
+		{"second-signature", func(h nats.Header) { h.Add(auth.HeaderSignature, "v1.1.x") }, "Reach-Signature appears 2 times"},
+	} {
+		reply := send(c.id, c.tamper)
+		e := streams.ErrorFromMessage(reply)
+		if e == nil || e.Code != streams.CodeUnauthorized || !strings.Contains(e.Message, c.rule) {
+			t.Errorf("%s: answered %v (%s), want UNAUTHORIZED naming %q", c.id, e, reply.Data, c.rule)
+		}
+	}
+	reply := send("control", func(nats.Header) {})
+	if e := streams.ErrorFromMessage(reply); e != nil {
+		t.Fatalf("the same task without a second spelling: %v, want its result", e)
+	}
+	// Deliveries arrive in order: the control's is the first and only one.
+	select {
+	case h := <-seen:
+		if id := h.Get(streams.HeaderRequestID); id != "control" {
+			t.Fatalf("the agent got %s, a refused task", id)
+		}
+		if keys := spellingsOf(h, streams.HeaderSource); len(keys) != 1 || keys[0] != streams.HeaderSource || len(h.Values(streams.HeaderSource)) != 1 ||
+			h.Get(streams.HeaderSource) != SecureCaller {
+			t.Errorf("the delivery's Reach-Source: %q under %q, want [%s] once", h.Values(streams.HeaderSource), keys, SecureCaller)
+		}
+		if keys := spellingsOf(h, auth.HeaderSignature); len(keys) > 0 {
+			t.Errorf("the delivery carries %q", keys)
+		}
+	default:
+		t.Fatal("the control task was answered but its delivery not seen")
+	}
+}
+
+// Without auth Reach-Source proves nothing, but an agent still sees it
+// once, spelt so, with the value the dispatcher read: a second value and
+// other spellings are removed from the delivery.
+func TestSecurityHeaderReachesAnAgentOnceWithoutAuth(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	seen := headersAgent(t, st, "echo-1")
+	WaitRoutable(t, "echo", 1, d)
+	m := nats.NewMsg(streams.Subjects{}.Task("echo"))
+	m.Header.Set(streams.HeaderRequestID, "spelt")
+	m.Header[streams.HeaderSource] = []string{"alice", "mallory"}
+	m.Header["reach-source"] = []string{"mallory"}
+	m.Header["REACH-SOURCE"] = []string{"mallory"}
+	m.Data = []byte(`{"text":"hi"}`)
+	reply, err := st.Conn().RequestMsg(m, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := streams.ErrorFromMessage(reply); e != nil {
+		t.Fatal(e)
+	}
+	h := <-seen
+	if keys := spellingsOf(h, streams.HeaderSource); len(keys) != 1 || !slices.Equal(h.Values(streams.HeaderSource), []string{"alice"}) {
+		t.Errorf("the delivery's Reach-Source: %q under %q, want [alice] under Reach-Source alone", h.Values(streams.HeaderSource), keys)
+	}
+}
+
+// Feedback steers Reach-Prefer: quality, so with auth on a score counts
+// only when signed by the task's caller, for the instance that answered
+// it, once. Before the caller scores its tasks (good-1 0.9, poor-1 0.1),
+// another identity scores them the other way round (its own signature,
+// and unsigned claiming the caller), and the caller names the wrong
+// instance; were any of those counted, poor-1 would rank first. The
+// caller's own scores, sent last, still count: calls preferring quality go
+// to good-1.
+func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
+	st := NewSecureStack(t, time.Second, `{"rules": [{"caller": "caller", "may_call": ["draft"]}]}`)
+	d := st.Dispatcher(dispatcher.Config{})
+	var good atomic.Int64
+	for _, id := range []string{"good-1", "poor-1"} {
+		st.Agent(agentkit.Config{ID: id, Type: "writer"}, map[string]agentkit.Handler{"draft": func(context.Context, *agentkit.Request) (any, error) {
+			if id == "good-1" {
+				good.Add(1)
+			}
+			return map[string]string{"from": id}, nil
+		}})
+	}
+	WaitRoutable(t, "draft", 2, d)
+	st.Identity(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := st.Client(agentkit.WithJSON())
+	nodes := map[string]string{} // request id → the instance that answered: five each
+	for n := map[string]int{}; n["good-1"] < 5 || n["poor-1"] < 5; {
+		res, err := c.Call(ctx, "draft", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[res.Node] < 5 {
+			nodes[res.RequestID] = res.Node
+			n[res.Node]++
+		}
+	}
+	other := map[string]string{"good-1": "poor-1", "poor-1": "good-1"}
+	flipped := func(node string) float64 { // the attacker's score
+		if node == "good-1" {
+			return 0
+		}
+		return 1
+	}
+	feedback := func(id, node string, score float64, sign func(*nats.Msg)) *nats.Msg {
+		var b strings.Builder
+		for range 10 {
+			fmt.Fprintf(&b, `{"request_id":%q,"kind":"feedback","node":%q,"score":%v}`+"\n", id, node, score)
+		}
+		m := nats.NewMsg(streams.Subjects{}.Feedback())
+		m.Header.Set(streams.HeaderEvents, "10")
+		m.Header.Set(streams.HeaderRequestID, id)
+		m.Data = []byte(b.String())
+		sign(m)
+		return m
+	}
+	billing, err := auth.LoadSigner(st.Store.CredsFile("billing-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller, err := auth.LoadSigner(st.Store.CredsFile(SecureCaller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := func(nc *nats.Conn) jetstream.JetStream {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	billingJS, callerJS := js(st.ConnAs("billing-1")), js(st.ConnAs(SecureCaller))
+	for id, node := range nodes {
+		for _, a := range []struct {
+			js jetstream.JetStream
+			m  *nats.Msg
+		}{
+			{billingJS, feedback(id, node, flipped(node), func(m *nats.Msg) { billing.Sign(m, time.Now()) })},
+			{billingJS, feedback(id, node, flipped(node), func(m *nats.Msg) { m.Header.Set(streams.HeaderSource, SecureCaller) })},
+			{callerJS, feedback(id, other[node], flipped(other[node]), func(m *nats.Msg) { caller.Sign(m, time.Now()) })},
+		} {
+			// Stored means the server has passed it on: the dispatcher
+			// reads it before the caller's own scores below.
+			if _, err := a.js.PublishMsg(ctx, a.m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for id, node := range nodes {
+		score := 0.1
+		if node == "good-1" {
+			score = 0.9
+		}
+		if err := c.Feedback(ctx, id, score); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc := st.ConnAs(SecureCaller)
+	natstest.WaitFor(t, 10*time.Second, func() error { // the caller's records reach the dispatcher asynchronously
+		before := good.Load()
+		for range 20 {
+			m := nats.NewMsg(streams.Subjects{}.Task("draft"))
+			m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+			m.Header.Set(streams.HeaderPrefer, dispatcher.PreferQuality)
+			caller.Sign(m, time.Now())
+			reply, err := nc.RequestMsg(m, 5*time.Second)
+			if err != nil {
+				return err
+			}
+			if e := streams.ErrorFromMessage(reply); e != nil {
+				return e
+			}
+		}
+		if got := good.Load() - before; got < 19 {
+			return fmt.Errorf("%d of 20 calls preferring quality went to good-1, the caller's better-scored instance", got)
+		}
+		return nil
+	})
 }

@@ -8,8 +8,10 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/dispatcher/gateway"
 )
 
 // The --http values: where `up` serves HTTP by default, and the word that
@@ -30,6 +32,7 @@ type httpFlags struct {
 	// certificate covers.
 	devCA    string
 	devHosts []string
+	hosts    string // --http-hosts: comma-separated, or "*"
 }
 
 // register defines --http with its default, and the HTTPS flags.
@@ -40,6 +43,20 @@ func (h *httpFlags) register(fs *flag.FlagSet, def string) {
 		"certificate of the development CA in <data-dir>/tls, the one --tls makes")
 	fs.StringVar(&h.cert, "http-cert", "", "certificate `file` (PEM, with its chain) the gateway serves HTTPS with (turns HTTPS on)")
 	fs.StringVar(&h.key, "http-key", "", "private key `file` (PEM) of --http-cert")
+	fs.StringVar(&h.hosts, "http-hosts", "", "comma-separated `names` the gateway answers as Host besides localhost, loopback IPs and\n"+
+		"the address a request arrives on (any other Host: 421, against DNS rebinding); give the names\n"+
+		"clients dial behind a proxy or in a container; * turns the check off (unsafe)")
+}
+
+// hostList is --http-hosts as gateway.Config.Hosts.
+func (h *httpFlags) hostList() []string {
+	var hosts []string
+	for _, name := range strings.Split(h.hosts, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			hosts = append(hosts, name)
+		}
+	}
+	return hosts
 }
 
 // https reports whether the gateway serves HTTPS.
@@ -69,6 +86,9 @@ func (h *httpFlags) check(devCA bool) error {
 			return fmt.Errorf("--http %q: want host:port such as %s, or %s", h.addr, defaultHTTP, httpOff)
 		}
 	}
+	if err := gateway.ValidateHosts(h.hostList()); err != nil {
+		return fmt.Errorf("--http-hosts %q: %w", h.hosts, err)
+	}
 	switch {
 	case (h.cert == "") != (h.key == ""):
 		return errors.New("--http-cert and --http-key go together")
@@ -78,6 +98,13 @@ func (h *httpFlags) check(devCA bool) error {
 		return errors.New("--http-tls needs --http-cert and --http-key here (only up has a development CA to make one)")
 	}
 	return nil
+}
+
+// gatewayConfig returns the gateway's configuration: its Host names, and
+// its TLS (serverTLS).
+func (h *httpFlags) gatewayConfig() (gateway.Config, error) {
+	tlsConfig, err := h.serverTLS()
+	return gateway.Config{TLS: tlsConfig, Hosts: h.hostList()}, err
 }
 
 // serverTLS returns the gateway's TLS configuration, nil for plain HTTP:

@@ -20,7 +20,8 @@ import (
 )
 
 // TestHTTPFlag: a taken --http port stops up before anything starts,
-// naming the flag; a malformed one is a usage error, for up and dispatcher.
+// naming the flag; a malformed one, or a --http-hosts name with a port, is
+// a usage error, for up and dispatcher.
 func TestHTTPFlag(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,6 +42,10 @@ func TestHTTPFlag(t *testing.T) {
 			if r := runCmd(t, run, "--http", bad); r.code != exitUsage || !strings.Contains(r.stderr, "--http") {
 				t.Errorf("--http %s: exit %d, stderr %q", bad, r.code, r.stderr)
 			}
+		}
+		if r := runCmd(t, run, "--http", "127.0.0.1:0", "--http-hosts", "reach.example:8080"); r.code != exitUsage ||
+			!strings.Contains(r.stderr, "--http-hosts") || !strings.Contains(r.stderr, "without a port") {
+			t.Errorf("--http-hosts with a port: exit %d, stderr %q", r.code, r.stderr)
 		}
 	}
 }

@@ -102,7 +102,7 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 	if f.http.addr == httpOff || f.http.addr == "" {
 		return n, nil
 	}
-	tlsConfig, err := f.http.serverTLS()
+	gcfg, err := f.http.gatewayConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 			return az.Vouch(r.Header.Get("Authorization"), task)
 		})))
 	}
-	if n.gateway, err = gateway.New(nc, d, gateway.Config{TLS: tlsConfig}, gopts...); err != nil {
+	if n.gateway, err = gateway.New(nc, d, gcfg, gopts...); err != nil {
 		return nil, err
 	}
 	if err := n.gateway.Listen(f.http.addr); err != nil {

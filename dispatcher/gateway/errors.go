@@ -14,4 +14,7 @@ const (
 	CodeNotFound = "NOT_FOUND"
 	// CodeMethodNotAllowed: the path exists, not with this method.
 	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// CodeMisdirected: the request's Host does not name the gateway
+	// (Config.Hosts); answered with 421 Misdirected Request.
+	CodeMisdirected = "MISDIRECTED_REQUEST"
 )

@@ -54,6 +54,17 @@ type Config struct {
 	// its certificates (Certificates or GetCertificate); nil serves plain
 	// HTTP. A plain HTTP request to an HTTPS gateway gets 400.
 	TLS *tls.Config
+	// Hosts are the names (host names or IP addresses, without a port)
+	// that a request's Host header may name besides those always
+	// accepted: localhost, a loopback IP, the address the request arrived
+	// on and the host given to Listen (the host of URL). Any other Host
+	// is answered 421 Misdirected Request, so that a web page whose name
+	// its owner makes resolve to this gateway (DNS rebinding) cannot use
+	// it. Give here the names clients dial when they are none of those (a
+	// gateway behind a proxy or in a container, reached by a service or
+	// DNS name). Hosts {"*"} (AnyHost) turns the check off: unsafe
+	// wherever a browser can reach the gateway. Default none.
+	Hosts []string
 }
 
 // Option configures a Gateway.
@@ -90,6 +101,8 @@ type Gateway struct {
 	stats      *eventstats.Aggregator
 	counter    *metrics.StreamCounter
 	handler    http.Handler
+	hosts      hostSet                // Config.Hosts; nil: any Host (host.go)
+	listenHost atomic.Pointer[string] // the host given to Listen
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -126,11 +139,15 @@ func New(nc *nats.Conn, d *dispatcher.Dispatcher, cfg Config, opts ...Option) (*
 	case cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil:
 		return nil, fmt.Errorf("%w: TLS has no certificate", ErrInvalidConfig)
 	}
+	hosts, err := newHostSet(cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{nc: nc, d: d, js: js, cfg: cfg, log: zerolog.Nop()}
+	g := &Gateway{nc: nc, d: d, js: js, cfg: cfg, log: zerolog.Nop(), hosts: hosts}
 	for _, o := range opts {
 		o(g)
 	}
@@ -140,7 +157,7 @@ func New(nc *nats.Conn, d *dispatcher.Dispatcher, cfg Config, opts ...Option) (*
 	if g.counter == nil {
 		g.counter = metrics.NewStreamCounter(js, d.Config().Subjects, metrics.DefaultStreamsEvery)
 	}
-	g.handler = g.routes()
+	g.handler = g.checkHost(g.routes())
 	return g, nil
 }
 
@@ -151,7 +168,8 @@ func setDefault[T comparable](field *T, def T) {
 	}
 }
 
-// Handler returns the gateway's routes, for a server of the caller's own.
+// Handler returns the gateway's routes, for a server of the caller's own
+// (with the Host check of Config.Hosts).
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Listen binds addr (host:port; port 0 picks a free one) and serves on it,
@@ -168,6 +186,13 @@ func (g *Gateway) Listen(addr string) error {
 		return err
 	}
 	g.ln = ln
+	// The host as given, or as the listener names every interface (the
+	// host of URL: a browser that opens http://0.0.0.0:8080/ sends it).
+	host := hostOf(addr)
+	if host == "" {
+		host = hostOf(ln.Addr().String())
+	}
+	g.listenHost.Store(&host)
 	g.srv = &http.Server{
 		Handler:           g.handler,
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -379,7 +380,7 @@ func TestSlowClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slowHeaders.Close()
-	if _, err := io.WriteString(slowHeaders, "POST /v1/call/echo HTTP/1.1\r\nHost: x\r\n"); err != nil {
+	if _, err := io.WriteString(slowHeaders, "POST /v1/call/echo HTTP/1.1\r\nHost: localhost\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	slowBody, err := net.Dial("tcp", addr)
@@ -387,7 +388,7 @@ func TestSlowClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slowBody.Close()
-	if _, err := io.WriteString(slowBody, "POST /v1/call/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"a\":"); err != nil {
+	if _, err := io.WriteString(slowBody, "POST /v1/call/echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"a\":"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -493,13 +494,65 @@ func TestHTTPS(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	tg := startGateway(t, Config{})
 	nc := natstest.Connect(t, natstest.RunServer(t))
-	for _, cfg := range []Config{{MaxBody: -1}, {ReadTimeout: -1}, {WriteTimeout: time.Second}, {MaxHeaderBytes: 10}, {TLS: &tls.Config{}}} {
+	for _, cfg := range []Config{{MaxBody: -1}, {ReadTimeout: -1}, {WriteTimeout: time.Second}, {MaxHeaderBytes: 10}, {TLS: &tls.Config{}},
+		{Hosts: []string{"reach.example:8080"}}, {Hosts: []string{""}}, {Hosts: []string{AnyHost, "reach.example"}}, {Hosts: []string{"http://reach.example"}}} {
 		if _, err := New(nc, tg.d, cfg); err == nil {
 			t.Errorf("New accepted %+v", cfg)
 		}
 	}
 	if _, err := New(nil, tg.d, Config{}); err == nil {
 		t.Error("New accepted a nil connection")
+	}
+}
+
+// A web page can make a name of its own resolve to a gateway on this
+// machine (DNS rebinding), and its browser then sends that name as Host:
+// the gateway answers 421 to a Host that does not name it, with a real
+// client on a real connection, and serves the names that do.
+func TestGatewayAnswersOnlyItsOwnHost(t *testing.T) {
+	tg := startGateway(t, Config{Hosts: []string{"Reach.Example"}})
+	_, port, _ := net.SplitHostPort(tg.g.Addr().String())
+	get := func(tg *testGateway, host, path string) response {
+		t.Helper()
+		req, err := http.NewRequest("GET", tg.base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		res, err := tg.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return response{status: res.StatusCode, header: res.Header, body: b}
+	}
+	for _, host := range []string{"evil.example", "evil.example:" + port, "reach.example.evil.example", "10.11.12.13:" + port, "0.0.0.0:" + port} {
+		for _, path := range []string{"/v1/agents", "/", "/healthz"} {
+			r := get(tg, host, path)
+			if r.status != http.StatusMisdirectedRequest || r.code() != CodeMisdirected || !strings.Contains(string(r.body), "DNS rebinding") {
+				t.Errorf("GET %s with Host %s: %d %s, want 421 %s naming the rule", path, host, r.status, r.body, CodeMisdirected)
+			}
+		}
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST.", "[::1]:" + port, "127.0.0.2", "reach.example", "REACH.example:" + port} {
+		if r := get(tg, host, "/v1/agents"); r.status != http.StatusOK || !strings.Contains(string(r.body), "echo-1") {
+			t.Errorf("GET /v1/agents with Host %s: %d %s, want 200 and the agents", host, r.status, r.body)
+		}
+	}
+	// Listening on every interface (not done here: tests keep to
+	// loopback), it answers to the host of its URL too.
+	everywhere := &Gateway{hosts: hostSet{}}
+	all := "0.0.0.0"
+	everywhere.listenHost.Store(&all)
+	for host, want := range map[string]bool{"0.0.0.0:8080": true, "evil.example": false} {
+		if got := everywhere.allowsHost(httptest.NewRequest("GET", "http://"+host+"/healthz", nil)); got != want {
+			t.Errorf("listening on 0.0.0.0: Host %s allowed %v, want %v", host, got, want)
+		}
+	}
+	anyHost := startGateway(t, Config{Hosts: []string{AnyHost}})
+	if r := get(anyHost, "evil.example", "/healthz"); r.status != http.StatusOK {
+		t.Errorf("Hosts {%q}: GET /healthz with Host evil.example: %d %s, want 200", AnyHost, r.status, r.body)
 	}
 }
 
