@@ -3,6 +3,7 @@ package agentkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -346,5 +347,65 @@ func TestHeartbeatFromBucket(t *testing.T) {
 	}
 	if _, err := reg.Get(context.Background(), "hb2"); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("a refused agent registered: %v", err)
+	}
+}
+
+// A drain that begins while tasks are delivered, which the caller of Drain
+// knows nothing of, counts every task the agent took before it waits: when
+// Drain returns each has ended (here cancelled, as the handlers wait for
+// that), and no task starts after. The others are answered TARGET_BUSY.
+func TestDrainEndsEveryTaskItTook(t *testing.T) {
+	nc, d, _ := setup(t)
+	var started, ended atomic.Int64
+	a := startAgent(t, nc, agentkit.Config{Type: "hold", ID: "h1", Heartbeat: 200 * time.Millisecond, MaxConcurrent: 64,
+		DrainTimeout: 50 * time.Millisecond}, map[string]agentkit.Handler{
+		"hold": func(ctx context.Context, _ *agentkit.Request) (any, error) {
+			started.Add(1)
+			<-ctx.Done()
+			ended.Add(1)
+			return nil, ctx.Err()
+		},
+	})
+	const sent = 32
+	var finals atomic.Int64
+	inbox := nats.NewInbox()
+	sub, err := d.nc.Subscribe(inbox, func(m *nats.Msg) {
+		switch streams.Status(m.Header.Get(streams.HeaderStatus)) {
+		case streams.StatusAcked, streams.StatusProcessing:
+		default:
+			if code := streams.ErrorFromMessage(m).Code; code != streams.CodeCancelled && code != streams.CodeTargetBusy {
+				t.Errorf("final answer %s", code)
+			}
+			finals.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for range sent {
+		m := nats.NewMsg(streams.Subjects{}.Agent("h1"))
+		m.Reply = inbox
+		m.Header.Set(streams.HeaderCapability, "hold")
+		m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+		if err := nc.PublishMsg(m); err != nil { // nc is the agent's: these come before its unsubscribe
+			t.Fatal(err)
+		}
+	}
+	if err := a.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s, e := started.Load(), ended.Load()
+	if s != e {
+		t.Fatalf("Drain returned with %d of %d started tasks running", s-e, s)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := finals.Load(); n != sent {
+			return fmt.Errorf("%d of %d tasks answered", n, sent)
+		}
+		return nil
+	})
+	if s2 := started.Load(); s2 != s {
+		t.Fatalf("%d tasks started after Drain returned", s2-s)
 	}
 }
