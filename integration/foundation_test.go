@@ -219,7 +219,10 @@ func TestDeadAgentLeavesRoutingAndTasksGoElsewhere(t *testing.T) {
 // (d) an agent with every slot busy for 3 heartbeat intervals is never
 // declared dead.
 func TestBusyAgentKeepsHeartbeating(t *testing.T) {
-	const hb = 200 * time.Millisecond
+	// A record lives 3 intervals: at 500ms a loaded machine can stall a
+	// heartbeat (each put is bounded by the interval) and the next one
+	// still comes in time.
+	const hb = 500 * time.Millisecond
 	st := NewStack(t, hb)
 	d := st.Dispatcher(dispatcher.Config{})
 	release := make(chan struct{})
