@@ -111,6 +111,7 @@ type Agent struct {
 	mu       sync.Mutex
 	handlers map[string]Handler
 	started  bool
+	drained  bool // set by Drain once the subscription is done: deliver refuses
 	sub      *nats.Subscription
 	hb       *registry.Heartbeat
 	idem     *idempotency
@@ -372,9 +373,10 @@ func (a *Agent) closeHBConn() {
 }
 
 // Drain stops taking tasks and deregisters: it marks the record "draining",
-// stops the subscription, waits (up to DrainTimeout or ctx) for in-flight
-// tasks, cancels any still running, and deletes the record. Calling it again
-// returns the first result.
+// stops the subscription (taking the deliveries it still holds), waits (up
+// to DrainTimeout or ctx, for both) for in-flight tasks, cancels any still
+// running, and deletes the record. A delivery that comes later is answered
+// TARGET_BUSY. Calling it again returns the first result.
 func (a *Agent) Drain(ctx context.Context) error {
 	a.mu.Lock()
 	started := a.started
@@ -387,21 +389,35 @@ func (a *Agent) Drain(ctx context.Context) error {
 		if err := a.hb.MarkDraining(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("mark draining: %w", err))
 		}
-		if err := a.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			errs = append(errs, fmt.Errorf("drain subscription: %w", err))
+		wctx, cancel := context.WithTimeout(ctx, a.cfg.DrainTimeout)
+		defer cancel()
+		// The subscription closes once it has handed over every delivery
+		// it holds: those run like the others.
+		closed := a.sub.StatusChanged(nats.SubscriptionClosed)
+		if err := a.sub.Drain(); err != nil {
+			if !errors.Is(err, nats.ErrConnectionClosed) {
+				errs = append(errs, fmt.Errorf("drain subscription: %w", err))
+			}
+		} else {
+			select {
+			case <-closed:
+			case <-wctx.Done():
+			}
 		}
+		// From here on deliver refuses; every task it took was counted
+		// under a.mu before, so the wait below sees it.
+		a.mu.Lock()
+		a.drained = true
+		a.mu.Unlock()
 		done := make(chan struct{})
 		go func() {
 			a.inflight.Wait()
 			close(done)
 		}()
-		timer := time.NewTimer(a.cfg.DrainTimeout)
 		select {
 		case <-done:
-		case <-ctx.Done():
-		case <-timer.C:
+		case <-wctx.Done():
 		}
-		timer.Stop()
 		a.stop() // cancel whatever is still running
 		<-done
 		if err := a.hb.Stop(ctx, true); err != nil {
@@ -427,23 +443,34 @@ func (a *Agent) deliver(m *nats.Msg) {
 	}
 	req := newRequest(a, m)
 	a.mu.Lock()
-	h := a.handlers[req.Capability]
+	h, drained := a.handlers[req.Capability], a.drained
+	if !drained {
+		// Counted under a.mu, where Drain marks the agent drained before
+		// it waits: the wait sees every task taken (sync.WaitGroup's
+		// rule: an Add from zero happens before the Wait).
+		a.inflight.Add(1)
+	}
 	a.mu.Unlock()
+	if drained {
+		a.fail(req, streams.NewError(streams.CodeTargetBusy, "agent %s has drained", a.id))
+		return
+	}
 	if h == nil {
 		a.fail(req, streams.NewError(streams.CodeNoAgent, "agent %s does not serve capability %q", a.id, req.Capability))
+		a.inflight.Done()
 		return
 	}
 	select {
 	case a.slots <- struct{}{}:
 	default:
 		a.fail(req, streams.NewError(streams.CodeTargetBusy, "agent %s has all %d slots busy", a.id, a.cfg.MaxConcurrent))
+		a.inflight.Done()
 		return
 	}
 	req.holdsSlot = true
 	a.running.Store(req, struct{}{})
 	a.hb.SetActive(len(a.slots))
 	req.ackTimer = time.AfterFunc(AckDelay, func() { a.ack(req) })
-	a.inflight.Add(1)
 	a.workers.push(job{h, req})
 }
 

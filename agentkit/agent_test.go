@@ -3,6 +3,7 @@ package agentkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -83,10 +84,16 @@ func startAgent(t *testing.T, nc *nats.Conn, cfg agentkit.Config, handlers map[s
 	return a
 }
 
+// heartbeat is the agents' interval in these tests. A record lives 3 of
+// them: at 500ms, heartbeats that a loaded machine stalls (each put is
+// bounded by the interval) cannot make a live agent look dead to an
+// idempotency waiter.
+const heartbeat = 500 * time.Millisecond
+
 func setup(t *testing.T) (*nats.Conn, deliverer, *registry.Registry) {
 	s := natstest.RunServer(t)
 	nc := natstest.Connect(t, s)
-	natstest.Provision(t, nc, streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
+	natstest.Provision(t, nc, streams.Topology{Heartbeat: heartbeat, Memory: true})
 	js, _ := jetstream.New(nc)
 	reg, err := registry.Open(context.Background(), js)
 	if err != nil {
@@ -97,7 +104,7 @@ func setup(t *testing.T) (*nats.Conn, deliverer, *registry.Registry) {
 
 func TestProtocolAckProgressFinish(t *testing.T) {
 	nc, d, _ := setup(t)
-	startAgent(t, nc, agentkit.Config{Type: "work", ID: "w1", Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{
+	startAgent(t, nc, agentkit.Config{Type: "work", ID: "w1", Heartbeat: heartbeat}, map[string]agentkit.Handler{
 		"work": func(_ context.Context, r *agentkit.Request) (any, error) {
 			if err := r.Progress(); err != nil {
 				return nil, err
@@ -121,7 +128,7 @@ func TestProtocolAckProgressFinish(t *testing.T) {
 // one is acknowledged first.
 func TestFastResultNeedsNoSeparateAck(t *testing.T) {
 	nc, d, _ := setup(t)
-	startAgent(t, nc, agentkit.Config{Type: "work", ID: "w2", Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{
+	startAgent(t, nc, agentkit.Config{Type: "work", ID: "w2", Heartbeat: heartbeat}, map[string]agentkit.Handler{
 		"fast": func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil },
 		"slow": func(_ context.Context, r *agentkit.Request) (any, error) {
 			time.Sleep(20 * agentkit.AckDelay) // the work itself, not synchronisation
@@ -148,7 +155,7 @@ func TestFastResultNeedsNoSeparateAck(t *testing.T) {
 
 func TestErrorsAreClassified(t *testing.T) {
 	nc, d, _ := setup(t)
-	startAgent(t, nc, agentkit.Config{Type: "err", ID: "e1", Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{
+	startAgent(t, nc, agentkit.Config{Type: "err", ID: "e1", Heartbeat: heartbeat}, map[string]agentkit.Handler{
 		"reject": func(context.Context, *agentkit.Request) (any, error) { return nil, agentkit.Reject("out of stock") },
 		"busy":   func(context.Context, *agentkit.Request) (any, error) { return nil, agentkit.Busy("quota") },
 		"fail":   func(context.Context, *agentkit.Request) (any, error) { return nil, errors.New("disk full") },
@@ -187,7 +194,7 @@ func TestFullSlotsAnswerTargetBusy(t *testing.T) {
 	nc, d, _ := setup(t)
 	release := make(chan struct{})
 	var running atomic.Int64
-	startAgent(t, nc, agentkit.Config{Type: "slow", ID: "s1", MaxConcurrent: 1, Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{
+	startAgent(t, nc, agentkit.Config{Type: "slow", ID: "s1", MaxConcurrent: 1, Heartbeat: heartbeat}, map[string]agentkit.Handler{
 		"slow": func(ctx context.Context, _ *agentkit.Request) (any, error) {
 			running.Add(1)
 			<-release
@@ -216,7 +223,7 @@ func TestDrainFinishesInFlightWorkAndDeregisters(t *testing.T) {
 	nc, d, reg := setup(t)
 	release := make(chan struct{})
 	var running atomic.Int64
-	a := startAgent(t, nc, agentkit.Config{Type: "slow", ID: "s2", Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{
+	a := startAgent(t, nc, agentkit.Config{Type: "slow", ID: "s2", Heartbeat: heartbeat}, map[string]agentkit.Handler{
 		"slow": func(ctx context.Context, _ *agentkit.Request) (any, error) {
 			running.Add(1)
 			<-release
@@ -260,7 +267,7 @@ func TestDrainFinishesInFlightWorkAndDeregisters(t *testing.T) {
 
 func TestRunDrainsOnContextCancel(t *testing.T) {
 	nc, _, reg := setup(t)
-	a, err := agentkit.New(nc, agentkit.Config{Type: "echo", ID: "r1", Heartbeat: 200 * time.Millisecond}, agentkit.WithoutSignals())
+	a, err := agentkit.New(nc, agentkit.Config{Type: "echo", ID: "r1", Heartbeat: heartbeat}, agentkit.WithoutSignals())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +302,7 @@ func TestClientPropagatesFromHandlerContext(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	c, _ := agentkit.NewClient(nc, agentkit.WithJSON())
-	startAgent(t, nc, agentkit.Config{Type: "outer", ID: "o1", Heartbeat: 200 * time.Millisecond}, map[string]agentkit.Handler{
+	startAgent(t, nc, agentkit.Config{Type: "outer", ID: "o1", Heartbeat: heartbeat}, map[string]agentkit.Handler{
 		"outer": func(ctx context.Context, _ *agentkit.Request) (any, error) {
 			res, err := c.Call(ctx, "inner", map[string]int{"x": 1})
 			if err != nil {
@@ -323,7 +330,7 @@ func TestClientPropagatesFromHandlerContext(t *testing.T) {
 // An agent without Config.Heartbeat takes the bucket's (TTL / 3), and one
 // whose Heartbeat differs from it is refused at Start.
 func TestHeartbeatFromBucket(t *testing.T) {
-	nc, _, reg := setup(t) // provisioned with a 200 ms heartbeat
+	nc, _, reg := setup(t) // provisioned with heartbeat
 	startAgent(t, nc, agentkit.Config{Type: "echo", ID: "hb1"}, map[string]agentkit.Handler{
 		"echo": func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil },
 	})
@@ -331,8 +338,8 @@ func TestHeartbeatFromBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.HeartbeatMS != 200 {
-		t.Fatalf("heartbeat_ms %d, want the bucket's 200", e.HeartbeatMS)
+	if e.HeartbeatMS != heartbeat.Milliseconds() {
+		t.Fatalf("heartbeat_ms %d, want the bucket's %d", e.HeartbeatMS, heartbeat.Milliseconds())
 	}
 
 	a, err := agentkit.New(nc, agentkit.Config{Type: "echo", ID: "hb2", Heartbeat: 5 * time.Second}, agentkit.WithoutSignals())
@@ -341,10 +348,70 @@ func TestHeartbeatFromBucket(t *testing.T) {
 	}
 	_ = a.Handle("echo", func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil })
 	err = a.Start(context.Background())
-	if !errors.Is(err, agentkit.ErrHeartbeatMismatch) || !strings.Contains(err.Error(), "TTL 600ms") {
-		t.Fatalf("Start with a 5s heartbeat on a 200ms bucket: %v, want ErrHeartbeatMismatch naming the TTL", err)
+	if !errors.Is(err, agentkit.ErrHeartbeatMismatch) || !strings.Contains(err.Error(), "TTL "+(3*heartbeat).String()) {
+		t.Fatalf("Start with a 5s heartbeat on a %v bucket: %v, want ErrHeartbeatMismatch naming the TTL", heartbeat, err)
 	}
 	if _, err := reg.Get(context.Background(), "hb2"); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("a refused agent registered: %v", err)
+	}
+}
+
+// A drain that begins while tasks are delivered, which the caller of Drain
+// knows nothing of, counts every task the agent took before it waits: when
+// Drain returns each has ended (here cancelled, as the handlers wait for
+// that), and no task starts after. The others are answered TARGET_BUSY.
+func TestDrainEndsEveryTaskItTook(t *testing.T) {
+	nc, d, _ := setup(t)
+	var started, ended atomic.Int64
+	a := startAgent(t, nc, agentkit.Config{Type: "hold", ID: "h1", Heartbeat: heartbeat, MaxConcurrent: 64,
+		DrainTimeout: 50 * time.Millisecond}, map[string]agentkit.Handler{
+		"hold": func(ctx context.Context, _ *agentkit.Request) (any, error) {
+			started.Add(1)
+			<-ctx.Done()
+			ended.Add(1)
+			return nil, ctx.Err()
+		},
+	})
+	const sent = 32
+	var finals atomic.Int64
+	inbox := nats.NewInbox()
+	sub, err := d.nc.Subscribe(inbox, func(m *nats.Msg) {
+		switch streams.Status(m.Header.Get(streams.HeaderStatus)) {
+		case streams.StatusAcked, streams.StatusProcessing:
+		default:
+			if code := streams.ErrorFromMessage(m).Code; code != streams.CodeCancelled && code != streams.CodeTargetBusy {
+				t.Errorf("final answer %s", code)
+			}
+			finals.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for range sent {
+		m := nats.NewMsg(streams.Subjects{}.Agent("h1"))
+		m.Reply = inbox
+		m.Header.Set(streams.HeaderCapability, "hold")
+		m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+		if err := nc.PublishMsg(m); err != nil { // nc is the agent's: these come before its unsubscribe
+			t.Fatal(err)
+		}
+	}
+	if err := a.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s, e := started.Load(), ended.Load()
+	if s != e {
+		t.Fatalf("Drain returned with %d of %d started tasks running", s-e, s)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := finals.Load(); n != sent {
+			return fmt.Errorf("%d of %d tasks answered", n, sent)
+		}
+		return nil
+	})
+	if s2 := started.Load(); s2 != s {
+		t.Fatalf("%d tasks started after Drain returned", s2-s)
 	}
 }

@@ -33,7 +33,7 @@ func TestIdempotentKeyRunsOnceAcrossInstances(t *testing.T) {
 	var effects atomic.Int64
 	release := make(chan struct{})
 	for _, id := range []string{"w1", "w2"} {
-		startAgent(t, nc, agentkit.Config{Type: "pay", ID: id, Heartbeat: 200 * time.Millisecond},
+		startAgent(t, nc, agentkit.Config{Type: "pay", ID: id, Heartbeat: heartbeat},
 			map[string]agentkit.Handler{"pay.charge": writer(&effects, release)})
 	}
 	// Two identical requests race on two instances.
@@ -85,7 +85,7 @@ func TestIdempotentKeyRunsOnceAcrossInstances(t *testing.T) {
 func TestIdempotentKeyOfDeadOwnerIsInDoubt(t *testing.T) {
 	nc, d, _ := setup(t)
 	var effects atomic.Int64
-	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: 200 * time.Millisecond},
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: heartbeat},
 		map[string]agentkit.Handler{"pay.charge": writer(&effects, nil)})
 	// A claim left by an instance that died after its side effect.
 	js, _ := jetstream.New(nc)
@@ -111,7 +111,7 @@ func TestIdempotentKeyOfDeadOwnerIsInDoubt(t *testing.T) {
 func TestAnOwnClaimWithoutExecutionIsInDoubt(t *testing.T) {
 	nc, d, _ := setup(t)
 	var effects atomic.Int64
-	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: 200 * time.Millisecond},
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: heartbeat},
 		map[string]agentkit.Handler{"pay.charge": writer(&effects, nil)})
 	js, _ := jetstream.New(nc)
 	kv, err := js.KeyValue(context.Background(), streams.BucketIdempotency)
@@ -132,7 +132,7 @@ func TestAnOwnClaimWithoutExecutionIsInDoubt(t *testing.T) {
 func TestBusyOutcomeReleasesTheKey(t *testing.T) {
 	nc, d, _ := setup(t)
 	var calls atomic.Int64
-	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: 200 * time.Millisecond},
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: heartbeat},
 		map[string]agentkit.Handler{"pay.charge": func(context.Context, *agentkit.Request) (any, error) {
 			if calls.Add(1) == 1 {
 				return nil, agentkit.Busy("rate limited")

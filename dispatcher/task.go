@@ -767,13 +767,16 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	defer d.freed(dl.inst)
 	t.mu.Lock()
 	t.open = slices.DeleteFunc(t.open, func(o *delivery) bool { return o == dl })
+	if t.ended { // a hedged task's other delivery decided it: this one is moot
+		// Its cost is not added: the task's record, written without
+		// t.mu once it ended, has been or is being written.
+		t.mu.Unlock()
+		return
+	}
 	if last != nil {
 		t.spent += costOf(last)
 	}
 	switch {
-	case t.ended: // a hedged task's other delivery decided it: this one is moot
-		t.mu.Unlock()
-		return
 	case kind.retryable() && len(t.open) > 0: // the task's other delivery may still answer
 		t.triedIDs = append(t.triedIDs, dl.inst.ID)
 		t.mu.Unlock()

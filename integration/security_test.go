@@ -617,8 +617,8 @@ func TestANewACLIsInForceWithoutARestart(t *testing.T) {
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	c := st.Client()
-	call := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	call := func() error { // a refused call is told so at once: the deadline is only a bound
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := c.Call(ctx, "echo", echoIn{Text: "hi"})
 		return err

@@ -198,7 +198,9 @@ func breakerOf(d *dispatcher.Dispatcher, id string) dispatcher.BreakerStatus {
 // after its probes and ramps back; replicas agree; the penalty decays.
 func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 	st := NewStack(t, time.Second)
-	bc := dispatcher.BreakerConfig{ConsecutiveFailures: 3, Cooldown: 500 * time.Millisecond, Probes: 2, RampStep: 400 * time.Millisecond}
+	// The states are read by sampling: the open one (Cooldown) and each
+	// ramp stage last long enough for a poll on a loaded machine to see it.
+	bc := dispatcher.BreakerConfig{ConsecutiveFailures: 3, Cooldown: 2 * time.Second, Probes: 2, RampStep: 1500 * time.Millisecond}
 	d1 := st.Dispatcher(dispatcher.Config{Name: "d1", Breaker: bc, PenaltyDecay: 2 * time.Second})
 	// d2 serves another prefix so that every call goes through d1; it shares
 	// the registry and the breaker transitions.
@@ -221,7 +223,7 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 		t.Fatalf("after 3 failures: %+v", s)
 	}
 	firstPenalty := breakerOf(d1, "flappy").Penalty
-	natstest.WaitFor(t, 2*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if s := breakerOf(d2, "flappy"); s.State != dispatcher.BreakerOpen {
 			return fmt.Errorf("replica d2 sees %q", s.State)
 		}
@@ -232,7 +234,7 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 	}
 
 	broken.Store(false)
-	natstest.WaitFor(t, 3*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if s := breakerOf(d1, "flappy"); s.State != dispatcher.BreakerHalfOpen {
 			return fmt.Errorf("state %s", s.State)
 		}
@@ -245,20 +247,20 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 	}
 	// The probes' results reach the caller first; the dispatcher learns of
 	// them a moment later.
-	natstest.WaitFor(t, time.Second, func() error {
+	natstest.WaitFor(t, bc.RampStep, func() error { // 0.25 lasts one step
 		if s := breakerOf(d1, "flappy"); s.State != dispatcher.BreakerClosed || s.Share != 0.25 {
 			return fmt.Errorf("after the probes: %+v", s)
 		}
 		return nil
 	})
-	natstest.WaitFor(t, 2*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if s := breakerOf(d2, "flappy"); s.State != dispatcher.BreakerClosed {
 			return fmt.Errorf("replica d2 sees %q", s.State)
 		}
 		return nil
 	})
 	var shares []float64
-	natstest.WaitFor(t, 3*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		s := breakerOf(d1, "flappy").Share
 		if len(shares) == 0 || shares[len(shares)-1] != s {
 			shares = append(shares, s)
@@ -271,7 +273,7 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 	if fmt.Sprint(shares) != "[0.25 0.5 1]" {
 		t.Fatalf("ramp went %v, want [0.25 0.5 1]", shares)
 	}
-	natstest.WaitFor(t, 3*time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if p := breakerOf(d1, "flappy").Penalty; p != 0 {
 			return fmt.Errorf("penalty %v (was %v)", p, firstPenalty)
 		}

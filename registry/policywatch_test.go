@@ -100,11 +100,12 @@ func TestPolicyWatcherKeepsTheLastGoodValue(t *testing.T) {
 		t.Fatalf("an empty bucket resolves to %q at revision %d", strategy(w, "echo"), w.Current().Revision())
 	}
 
-	// A put is in force within a second (in practice: milliseconds).
+	// A put comes into force (in practice within milliseconds; the bound is
+	// wide, as a loaded machine can stall the watcher).
 	changed := w.Changed()
 	start := time.Now()
 	rev := putPolicy(t, kv, "capability.echo", "strategy: round_robin\n")
-	natstest.WaitFor(t, time.Second, func() error {
+	natstest.WaitFor(t, 10*time.Second, func() error {
 		if got := strategy(w, "echo"); got != "round_robin" {
 			return fmt.Errorf("strategy %q", got)
 		}

@@ -147,7 +147,7 @@ func runWorkflow(r *run) error {
 	r.note("Durable tier: tasks submitted to reach.submit.%s and runs to reach.submit.%s (at most %d unfinished at a time), "+
 		"counted when their result reached reach.result.<id> (REACH_RESULTS), %v each. A run writes its REACH_RUNS record "+
 		"when it starts, before each later step and when it ends (four writes for three steps), then its result.",
-		echoCapability, def.Name, durableWindow, e2eDur)
+		echoCapability, def.Name, r.e2eWindow(), e2eDur)
 	r.goal("workflow_p50_ratio", fmt.Sprintf("3-step workflow p50 ≤ 3.5 × one routed call's p50: %.2f", r.rep.Figures["workflow_p50_ratio"]),
 		r.rep.Figures["workflow_p50_ratio"] <= 3.5)
 	r.goal("durable_run_ratio", fmt.Sprintf("durable 3-step runs/s ≥ 0.25 × durable single tasks/s: %.2f", r.rep.Figures["durable_run_ratio"]),
