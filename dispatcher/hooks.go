@@ -4,6 +4,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -106,6 +107,17 @@ func (d *Dispatcher) direct(m *nats.Msg, name string) *nats.Msg {
 
 // knownNames is every name a task can address: the capabilities offered
 // and the names the resolver serves, for a "did you mean" suggestion.
+// Suggest returns, for a name no instance offers at all (likely a typo),
+// the nearest capability or workflow name this dispatcher knows, for a
+// "did you mean" hint (registry.NearestName); "" when an instance offers
+// name or nothing known is close.
+func (d *Dispatcher) Suggest(name string) string {
+	if len(d.table.Offering(name)) > 0 {
+		return ""
+	}
+	return registry.NearestName(name, d.knownNames())
+}
+
 func (d *Dispatcher) knownNames() []string {
 	names := d.table.Capabilities()
 	if d.resolver != nil {

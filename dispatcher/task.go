@@ -450,10 +450,8 @@ func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
 	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
 		return d.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
 	}
-	if len(d.table.Offering(t.capability)) == 0 { // no instance at all: perhaps a typo
-		if near := registry.NearestName(t.capability, d.knownNames()); near != "" {
-			return d.noAgent(t, "no routable instance offers %s; did you mean %s?", t.capability, near)
-		}
+	if near := d.Suggest(t.capability); near != "" { // no instance at all: perhaps a typo
+		return d.noAgent(t, "no routable instance offers %s; did you mean %s?", t.capability, near)
 	}
 	return d.noAgent(t, "no routable instance offers %s", t.capability)
 }

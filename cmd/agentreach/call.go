@@ -15,8 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/auth"
-	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -103,7 +101,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer s.close()
 	res, err := s.client.Call(s.ctx, capability, p.data, opts...)
-	return printResult(stdout, stderr, res, s.explain(err, p, capability), requestID, asJSON)
+	return printResult(stdout, stderr, res, s.explain(err, p), requestID, asJSON)
 }
 
 // taskArgs checks the positional arguments of a command that sends a task,
@@ -200,48 +198,14 @@ func openClient(ctx context.Context, conn *connFlags, name string, stderr io.Wri
 
 // explain returns the error of sending payload p to capability ("" for a
 // fan-out) as the user needs it: a refusal by the server as UNAUTHORIZED,
-// PAYLOAD_TOO_LARGE with the sizes, NO_AGENT with the nearest capability.
-func (s *session) explain(err error, p payload, capability string) error {
+// PAYLOAD_TOO_LARGE with the sizes.
+func (s *session) explain(err error, p payload) error {
 	if denied := s.conn.permissionDenied(err); denied != nil {
 		return denied
 	}
-	err = s.tooLarge(err, p)
-	if capability != "" {
-		err = s.suggestCapability(err, capability)
-	}
-	return err
-}
-
-// suggestCapability adds to a NO_AGENT error that names no instance at
-// all (none offers capability, so likely a typo) the nearest capability a
-// live instance offers, read from the registry as `agents` reads it. Other
-// errors, and a registry this identity may not read (a caller's), leave
-// err as it is.
-func (s *session) suggestCapability(err error, capability string) error {
-	var we *streams.Error
-	if !errors.As(err, &we) || we.Code != streams.CodeNoAgent || len(we.Excluded) > 0 {
-		return err
-	}
-	if s.conn.creds != "" {
-		if _, role, rerr := auth.CredentialsName(s.conn.creds); rerr == nil && role == auth.RoleCaller {
-			return err // the acl does not let callers read REACH_AGENTS
-		}
-	}
-	entries, rerr := readAgents(s.ctx, s.js)
-	if rerr != nil && !errors.Is(rerr, registry.ErrInvalidRecord) {
-		return err
-	}
-	var offered []string
-	for _, e := range entries {
-		offered = append(offered, e.Capabilities...)
-	}
-	hint := didYouMean(capability, offered)
-	if hint == "" {
-		return err
-	}
-	withHint := *we
-	withHint.Message += hint
-	return &withHint
+	// A NO_AGENT for a mistyped capability names the nearest one already:
+	// the dispatcher suggests it (Dispatcher.Suggest).
+	return s.tooLarge(err, p)
 }
 
 func (s *session) close() {

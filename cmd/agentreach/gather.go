@@ -84,7 +84,7 @@ func runBroadcast(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer s.close()
 	g, err := s.client.Broadcast(s.ctx, capability, p.data, opts...)
-	return printGathered(cl, stdout, stderr, g, s.explain(err, p, capability), asJSON)
+	return printGathered(cl, stdout, stderr, g, s.explain(err, p), asJSON)
 }
 
 func runFanOut(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -132,7 +132,7 @@ func runFanOut(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// The request goes as it was written (the dispatcher checks it and
 	// names what is wrong), with the client's headers.
 	g, err := s.client.FanOutRaw(s.ctx, p.data, headerOptions(headers)...)
-	return printGathered(cl, stdout, stderr, g, s.explain(err, p, ""), asJSON)
+	return printGathered(cl, stdout, stderr, g, s.explain(err, p), asJSON)
 }
 
 // printGathered prints a broadcast's or fan-out's outcome and returns the

@@ -114,7 +114,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// Watching from before the submission: an outcome recorded at
 		// once (a poison task parked in milliseconds) is not missed.
 		res, err := s.client.SubmitAndWait(s.ctx, capability, p.data, opts...)
-		err = s.suggestCapability(s.submitError(s.tooLarge(err, p), capability), capability)
+		err = s.submitError(s.tooLarge(err, p), capability)
 		if res == nil && s.ctx.Err() != nil {
 			code := out.print(res, err, requestID)
 			fmt.Fprintf(stderr, "The task stays accepted: 'agentreach result %s' fetches its outcome later.\n", requestID)
@@ -260,7 +260,7 @@ func (o *durableOutput) parked(p dispatcher.Parked) int {
 	if code == "" {
 		code = streams.CodeInternal
 	}
-	cause := o.s.suggestCapability(streams.NewError(code, "%s", p.LastError), p.Capability)
+	cause := streams.NewError(code, "%s", p.LastError)
 	err := fmt.Errorf("parked in %s (seq %d, reason %s): %w", p.Stream, p.Seq, orDash(p.Reason), cause)
 	entry := jsonOfParked(p)
 	exit := o.cl.failWith(o.stderr, err, failureOutput{Parked: &entry, Meta: &callMeta{

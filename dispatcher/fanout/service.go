@@ -319,7 +319,11 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 	}
 	ids := s.d.Routable(capability)
 	if len(ids) == 0 {
-		s.fail(m, p, streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", capability))
+		e := streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", capability)
+		if near := s.d.Suggest(capability); near != "" {
+			e.Message += "; did you mean " + near + "?"
+		}
+		s.fail(m, p, e)
 		return
 	}
 	jobs := make([]Job, len(ids))
