@@ -91,15 +91,8 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var page string
-	natstest.WaitFor(t, 5*time.Second, func() error { // the durable record follows its result
-		page = scrape(t, m.Handler())
-		if !strings.Contains(page, `agentreach_durable_outcomes_total{capability="echo",outcome="result"} 1`) {
-			return fmt.Errorf("no durable outcome yet")
-		}
-		return nil
-	})
-	for _, want := range []string{
+	wants := []string{
+		`agentreach_durable_outcomes_total{capability="echo",outcome="result"} 1`,
 		`agentreach_tasks_total{capability="echo",outcome="finished"} 6`,
 		`agentreach_tasks_total{capability="refuse",outcome="biz_reject"} 2`,
 		`agentreach_tasks_total{capability="other",outcome="no_agent"} 1`,
@@ -114,10 +107,21 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		`agentreach_stream_messages{stream="REACH_TASKS"} 0`,
 		`agentreach_policy_revision 0`,
 		`go_goroutines `,
-	} {
-		if !strings.Contains(page, want) {
-			t.Errorf("no %q in the metrics:\n%s", want, grepAgentReach(page))
+	}
+	// The durable task's record, its acknowledgement (REACH_TASKS empties)
+	// and its release follow its result: poll until the page shows them all.
+	var page string
+	err = natstest.Poll(10*time.Second, func() error {
+		page = scrape(t, m.Handler())
+		for _, want := range wants {
+			if !strings.Contains(page, want) {
+				return fmt.Errorf("no %q", want)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v in the metrics:\n%s", err, grepAgentReach(page))
 	}
 	// The replica's own counters count the same records the same way.
 	want := dispatcher.Counts{Tasks: 9, Finished: 6, Rejected: 2, Failed: 1}
