@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -170,18 +171,70 @@ func TestFairShareAtIsValidated(t *testing.T) {
 	}
 }
 
+// Admissions and releases from many goroutines at once keep the counts
+// exact: never more than the cap, and nothing left once all is released.
+func TestFairShareConcurrent(t *testing.T) {
+	d := fairReplica(t, 64, 48)
+	var wg sync.WaitGroup
+	var over atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var held []string
+			for i := range 2000 {
+				caller := fmt.Sprintf("c%d", (g+i)%5)
+				if i%3 == 2 && len(held) > 0 {
+					d.release(held[0])
+					held = held[1:]
+					continue
+				}
+				if d.admit(caller) == nil {
+					held = append(held, caller)
+				}
+				if d.inflight.Load() > 64 {
+					over.Add(1)
+				}
+			}
+			for _, c := range held {
+				d.release(c)
+			}
+		}()
+	}
+	wg.Wait()
+	if over.Load() != 0 {
+		t.Fatalf("above the cap %d times", over.Load())
+	}
+	if n, a := d.inflight.Load(), d.fair.active.Load(); n != 0 || a != 0 {
+		t.Fatalf("after every release: %d in flight, %d callers counted", n, a)
+	}
+}
+
 // The cost of admit and release on the hot path: many callers (each
 // goroutine its own), in parallel, all admitted.
+// "first" is a caller's only task (its count created and removed each
+// time), "more" one more task of a caller holding others.
 func BenchmarkAdmitRelease(b *testing.B) {
-	d := fairReplica(b, 1<<30, 1<<30-1)
-	var id atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		caller := fmt.Sprintf("caller-%d", id.Add(1))
-		for pb.Next() {
-			if e := d.admit(caller); e != nil {
-				b.Fatal(e)
-			}
-			d.release(caller)
-		}
-	})
+	for _, holding := range []bool{false, true} {
+		name := map[bool]string{false: "first", true: "more"}[holding]
+		b.Run(name, func(b *testing.B) {
+			d := fairReplica(b, 1<<30, 1<<30-1)
+			var id atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				caller := fmt.Sprintf("caller-%d", id.Add(1))
+				if holding {
+					if e := d.admit(caller); e != nil {
+						b.Fatal(e)
+					}
+					defer d.release(caller)
+				}
+				for pb.Next() {
+					if e := d.admit(caller); e != nil {
+						b.Fatal(e)
+					}
+					d.release(caller)
+				}
+			})
+		})
+	}
 }
