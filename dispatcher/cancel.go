@@ -177,7 +177,8 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 	if d.Table() == nil {
 		return refusal(req, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name))
 	}
-	if e := d.admit(); e != nil {
+	caller := callerOf(req.Header)
+	if e := d.admit(caller); e != nil {
 		return refusal(req, e)
 	}
 	req.Reply = "" // the answer comes back here: nothing to offer an agent directly
@@ -186,7 +187,7 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 		opt(&o)
 	}
 	if !o.capability && d.Resolves(capability) {
-		return d.callResolved(ctx, capability, req)
+		return d.callResolved(ctx, capability, req, caller)
 	}
 	t, e := d.newTask(req, capability, start, false)
 	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
@@ -196,7 +197,7 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 	out := make(chan *nats.Msg, 1)
 	t.start = start
 	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
-		defer d.release()
+		defer d.release(caller)
 		reply, _ := d.conclude(t, res, e)
 		out <- reply
 	}
@@ -215,11 +216,11 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 }
 
 // callResolved is Call of a name the resolver serves: the resolver runs it
-// on a goroutine that holds the in-flight slot Call took, as a task from
-// reach.task (resolved). ctx's deadline becomes the request's
+// on a goroutine that holds the in-flight slot Call took for caller, as a
+// task from reach.task (resolved). ctx's deadline becomes the request's
 // Reach-Deadline when it is earlier; when ctx ends first the caller gets
 // CANCELLED or DEADLINE_EXCEEDED, and the run goes on to its own end.
-func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Msg) *nats.Msg {
+func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Msg, caller string) *nats.Msg {
 	id, orch := taskIDs(req.Header)
 	req.Header.Set(streams.HeaderRequestID, id) // the run's id, which an early answer names too
 	if dl, ok := ctx.Deadline(); ok {
@@ -229,7 +230,7 @@ func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Ms
 	}
 	out := make(chan *nats.Msg, 1)
 	go func() {
-		defer d.release()
+		defer d.release(caller)
 		out <- d.direct(req, name)
 	}()
 	select {

@@ -58,6 +58,13 @@ type Config struct {
 	// MaxInFlight caps the tasks this replica handles at once; beyond it
 	// callers get OVERLOADED at once. Default 5000.
 	MaxInFlight int
+	// FairShareAt is how many tasks the replica holds before it shares
+	// them out: above it, a caller (Reach-Source; none is one "anonymous"
+	// caller) holding FairShareAt / (callers holding tasks) or more gets
+	// OVERLOADED, so a caller alone fills the replica up to FairShareAt and
+	// the slots above it stay free for the others. Default 80% of
+	// MaxInFlight (at least 1); MaxInFlight turns fair share off.
+	FairShareAt int
 	// Retries is how many times a task is delivered again after TIMEOUT,
 	// TARGET_BUSY, no ACK or a transport failure (never after BIZ_REJECT,
 	// BAD_REQUEST or other errors); default 2, NoRetries for none.
@@ -152,6 +159,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.AckTimeout, DefaultAckTimeout)
 	setDefault(&c.Deadline, DefaultDeadline)
 	setDefault(&c.MaxInFlight, DefaultMaxInFlight)
+	setDefault(&c.FairShareAt, max(1, c.MaxInFlight*4/5))
 	setDefault(&c.MinCallTimeout, DefaultMinCallTimeout)
 	setDefault(&c.MaxCallTimeout, DefaultMaxCallTimeout)
 	setDefault(&c.Retries, DefaultRetries)
@@ -192,6 +200,8 @@ func (c *Config) validate() error {
 		return bad("MaxCallTimeout (%v) must be at least MinCallTimeout (%v)", c.MaxCallTimeout, c.MinCallTimeout)
 	case c.MaxInFlight < 1:
 		return bad("MaxInFlight must be at least 1, got %d", c.MaxInFlight)
+	case c.FairShareAt < 1 || c.FairShareAt > c.MaxInFlight:
+		return bad("FairShareAt must be from 1 to MaxInFlight (%d), got %d", c.MaxInFlight, c.FairShareAt)
 	case c.Handlers < 1:
 		return bad("Handlers must be at least 1, got %d", c.Handlers)
 	case c.Retries < NoRetries || c.WriteRetries < NoRetries:

@@ -71,6 +71,7 @@ type Dispatcher struct {
 	authorizer Authorizer
 	resolver   Resolver
 	inflight   atomic.Int64
+	fair       *fairShare // the callers' shares of inflight (fairshare.go)
 	tasks      sync.WaitGroup
 	stats      stats
 	counts     tally // events.go
@@ -93,7 +94,8 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64),
 		events:       eventLog{pending: make(map[string]*eventBatch)},
-		requirements: boundedMap{limit: maxRequirements}, views: boundedMap{limit: maxViews}}
+		requirements: boundedMap{limit: maxRequirements}, views: boundedMap{limit: maxViews},
+		fair: newFairShare(cfg.FairShareAt)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -378,14 +380,15 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
 		return
 	}
-	if e := d.admit(); e != nil {
+	caller := callerOf(m.Header)
+	if e := d.admit(caller); e != nil {
 		d.refuse(m, e)
 		return
 	}
-	if d.resolved(m, d.cfg.Subjects.CapabilityFromTask(m.Subject)) {
+	if d.resolved(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), caller) {
 		return // a workflow's: the resolver answers and releases the slot
 	}
-	d.handle(m) // answer releases the in-flight slot
+	d.handle(m, caller) // answer releases the in-flight slot
 }
 
 // refuse answers a request that starts no task with e (refusal).
@@ -398,26 +401,43 @@ func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
 }
 
 // refusal is the error reply, e, to a request that starts no task
-// (Reach-Attempt 0).
+// (Reach-Attempt 0); OVERLOADED has a Retry-After.
 func refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
 	ct, _ := streams.PayloadType(m.Header, m.Data)
 	id, orch := taskIDs(m.Header)
+	if e.Code == streams.CodeOverloaded {
+		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0", headerRetryAfter, retryAfterSecs)
+	}
 	return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
 }
 
-// admit takes one of the replica's MaxInFlight slots for a task, or
-// returns OVERLOADED. release gives it back when the task has ended.
-func (d *Dispatcher) admit() *streams.Error {
-	if n := d.inflight.Add(1); n > int64(d.cfg.MaxInFlight) {
+// admit takes one of the replica's MaxInFlight slots for a task of
+// caller (callerOf), or returns OVERLOADED: when the replica holds
+// MaxInFlight tasks, or more than Config.FairShareAt and caller holds its
+// fair share (fairShare). release(caller) gives it back when the task has
+// ended.
+func (d *Dispatcher) admit(caller string) *streams.Error {
+	n := d.inflight.Add(1)
+	if n > int64(d.cfg.MaxInFlight) {
 		d.inflight.Add(-1)
 		d.stats.overloaded.Add(1)
 		return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight)
+	}
+	if ok, held, share := d.fair.take(caller, n); !ok {
+		d.inflight.Add(-1)
+		d.stats.overloaded.Add(1)
+		if caller == "" {
+			caller = anonymous
+		}
+		return streams.NewError(streams.CodeOverloaded, "dispatcher %s: caller %s holds %d of the %d tasks in flight, its share (above %d tasks in flight, shared by the callers holding tasks) is %d",
+			d.cfg.Name, caller, held, n-1, d.cfg.FairShareAt, share)
 	}
 	d.tasks.Add(1)
 	return nil
 }
 
-func (d *Dispatcher) release() {
+func (d *Dispatcher) release(caller string) {
+	d.fair.give(caller)
 	d.inflight.Add(-1)
 	d.tasks.Done()
 }

@@ -76,14 +76,14 @@ func (d *Dispatcher) Resolves(name string) bool {
 }
 
 // resolved hands a task from reach.task to the resolver when it serves the
-// name, on a goroutine that holds an in-flight slot and sends the reply to
-// m.Reply; it reports whether it did.
-func (d *Dispatcher) resolved(m *nats.Msg, name string) bool {
+// name, on a goroutine that holds caller's in-flight slot and sends the
+// reply to m.Reply; it reports whether it did.
+func (d *Dispatcher) resolved(m *nats.Msg, name, caller string) bool {
 	if !d.Resolves(name) {
 		return false
 	}
 	go func() {
-		defer d.release()
+		defer d.release(caller)
 		out := d.direct(m, name)
 		out.Subject = m.Reply
 		if err := d.nc.PublishMsg(out); err != nil {

@@ -26,6 +26,7 @@ type task struct {
 	requestID   string
 	orchID      string
 	source      string // Reach-Source: with an authorizer, the identity proven (cancel.go)
+	caller      string // whose in-flight slot it holds (admit); answer gives it back
 	affinity    string
 	unicast     string
 	contentType string
@@ -229,11 +230,12 @@ func taskIDs(h nats.Header) (requestID, orchID string) {
 // with its outcome. Each delivery ends exactly once — by its result, an
 // error reply, its timer or its instance leaving — whichever claims it first.
 
-// handle starts one direct-tier task; answer replies to the caller.
-func (d *Dispatcher) handle(m *nats.Msg) {
+// handle starts one direct-tier task, which holds caller's in-flight slot;
+// answer replies to the caller.
+func (d *Dispatcher) handle(m *nats.Msg, caller string) {
 	start := time.Now()
 	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), start, false)
-	t.start, t.done = start, d.answer
+	t.start, t.done, t.caller = start, d.answer, caller
 	if e != nil {
 		d.answer(t, nil, e)
 		return
@@ -244,7 +246,7 @@ func (d *Dispatcher) handle(m *nats.Msg) {
 // answer ends a direct-tier task: the result or the error to the caller,
 // and its feedback record.
 func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
-	defer d.release()
+	defer d.release(t.caller)
 	out, e := d.conclude(t, res, e)
 	if out != nil {
 		out.Subject = t.req.Reply
