@@ -36,6 +36,7 @@ type dispatcherFlags struct {
 	strategy      string
 	ackTimeout    time.Duration
 	maxInFlight   int
+	fairShareAt   int
 	capStrategies pairList
 	retries       int
 	writeRetries  int
@@ -67,6 +68,9 @@ func (f *dispatcherFlags) register(fs *flag.FlagSet) {
 		"how long an instance has to answer ACKED before the task goes elsewhere")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatcher.DefaultMaxInFlight,
 		"tasks this replica handles at once; beyond it callers get OVERLOADED")
+	fs.IntVar(&f.fairShareAt, "fair-share-at", 0,
+		"tasks in flight above which the rest is shared fairly between callers (Reach-Source): one holding its share gets\n"+
+			"OVERLOADED first (0: 80% of --max-in-flight; --max-in-flight turns fair share off)")
 	fs.DurationVar(&f.queueWait, "queue-wait", dispatcher.DefaultQueueWait,
 		"how long a task waits, in arrival order, for a free slot when every instance is busy; then TARGET_BUSY (negative: no waiting)")
 	fs.IntVar(&f.handlers, "handlers", runtime.GOMAXPROCS(0),
@@ -107,6 +111,7 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 		Name:                    f.name,
 		AckTimeout:              f.ackTimeout,
 		MaxInFlight:             f.maxInFlight,
+		FairShareAt:             f.fairShareAt,
 		QueueWait:               f.queueWait,
 		RelayResults:            f.relayResults,
 		Handlers:                f.handlers,

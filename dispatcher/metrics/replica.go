@@ -17,7 +17,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	descDurable    = desc("durable_received_total", "Deliveries of durable tasks taken from REACH_TASKS by this replica.")
-	descOverloaded = desc("overloaded_total", "Requests answered OVERLOADED at admission (MaxInFlight reached); not tasks.")
+	descOverloaded = desc("overloaded_total", "Requests answered OVERLOADED at admission (MaxInFlight reached, or the caller above its fair share); not tasks.")
 	descDropped    = desc("dropped_total", "Requests dropped because they had no reply subject; not tasks.")
 	descRedirects  = desc("redirects_total", "Tasks sent on after a failed delivery or a wait for capacity.")
 	descQueued     = desc("queued_total", "Tasks that waited in the replica for a free slot.")
