@@ -211,7 +211,7 @@ func (a *Authorizer) authorize(capability string, m *nats.Msg, durable bool) *st
 			return e
 		}
 		if !durable {
-			if e := a.checkReply(v, source, m); e != nil {
+			if e := a.checkReply(v, source, m, true); e != nil {
 				return e
 			}
 			m.Header.Del(HeaderSignature)
@@ -269,47 +269,71 @@ func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable b
 }
 
 // CheckReply implements dispatcher.ReplyChecker: it runs before a task
-// received on reach.task is admitted, so that no answer — not even
-// OVERLOADED or BAD_REQUEST — goes to a reply subject outside the inbox of
-// the caller the task names (Authorize then proves that name, and checks
-// again). A refusal clears m.Reply.
+// received on reach.task, reach.broadcast or reach.fanout is admitted, so
+// that no answer — not even OVERLOADED or BAD_REQUEST — goes to a reply
+// subject outside the inbox of the caller the task names (Authorize then
+// proves that name, and checks again). A task that names no caller may be
+// answered in any identity's inbox: it is refused (no Reach-Source) where
+// its sender reads. A refusal clears m.Reply.
 func (a *Authorizer) CheckReply(m *nats.Msg) *streams.Error {
-	return a.checkReply(a.current(), m.Header.Get(streams.HeaderSource), m)
+	return a.checkReply(a.current(), m.Header.Get(streams.HeaderSource), m, false)
 }
 
-// checkReply refuses a reply subject of m outside its proven caller's own
-// inbox and every dispatcher identity's (the gateway's, whose requests
-// name a bearer token's identity): the dispatcher would publish its answer
-// there, on anyone's behalf (a confused deputy). It clears m.Reply then,
-// so that nothing, the refusal included, is published there.
-func (a *Authorizer) checkReply(v *policyView, source string, m *nats.Msg) *streams.Error {
-	if m.Reply == "" || strings.HasPrefix(m.Reply, InboxPrefix(source)+".") {
+// checkReply refuses a reply subject of m outside source's own inbox and
+// every dispatcher identity's (the gateway's, whose requests name a bearer
+// token's identity): the dispatcher would publish its answer there, on
+// anyone's behalf (a confused deputy). It clears m.Reply then, so that
+// nothing, the refusal included, is published there. proven says whether
+// m's signature has proven source.
+func (a *Authorizer) checkReply(v *policyView, source string, m *nats.Msg, proven bool) *streams.Error {
+	if m.Reply == "" || (source != "" && strings.HasPrefix(m.Reply, InboxPrefix(source)+".")) {
 		return nil
 	}
-	rest, inbox := strings.CutPrefix(m.Reply, InboxPrefix(""))
-	if name, _, ok := strings.Cut(rest, "."); inbox && ok {
-		// Read, not cached: the name is the sender's choice.
-		if pv, ok := v.set.Value(PolicyIdentityPrefix + name); ok {
-			if e, ok := pv.Decoded.(*DirectoryEntry); ok && e.Role == RoleDispatcher && e.Revoked.IsZero() {
-				return nil
-			}
+	if rest, ok := strings.CutPrefix(m.Reply, InboxPrefix("")); ok {
+		name, _, _ := strings.Cut(rest, ".")
+		if e := v.lookup(name); e != nil && e.Revoked.IsZero() && (e.Role == RoleDispatcher || (source == "" && !proven)) {
+			return nil
 		}
 	}
 	reply := m.Reply
 	m.Reply = ""
-	e := streams.NewError(streams.CodeUnauthorized, "reply subject %q lies outside %s's inbox (%s.>): a task is answered only there, and nothing was published",
+	a.logRefusedReply(v, source, m, reply)
+	if source == "" {
+		return streams.NewError(streams.CodeUnauthorized, "reply subject %q outside every identity's inbox, and no %s: nothing was published",
+			reply, streams.HeaderSource)
+	}
+	return streams.NewError(streams.CodeUnauthorized, "reply subject %q lies outside %s's inbox (%s.>): a task is answered only there, and nothing was published",
 		reply, source, InboxPrefix(source))
+}
+
+// logRefusedReply logs a refused reply subject once a minute per identity
+// (names that are none share one entry: the sender chose them).
+func (a *Authorizer) logRefusedReply(v *policyView, source string, m *nats.Msg, reply string) {
+	key := source
+	if v.lookup(source) == nil {
+		key = ""
+	}
 	now := a.now()
 	a.loggedMu.Lock()
-	last, seen := a.logged[source]
+	last, seen := a.logged[key]
 	due := !seen || now.Sub(last) >= replyLogEvery
 	if due {
-		a.logged[source] = now
+		a.logged[key] = now
 	}
 	a.loggedMu.Unlock()
 	if due {
 		a.log.Warn().Str("request_id", m.Header.Get(streams.HeaderRequestID)).Str("source", source).Str("subject", m.Subject).
 			Str("reply", reply).Msg("task with a reply subject outside its caller's inbox dropped unanswered (logged once a minute per identity)")
 	}
-	return e
+}
+
+// lookup returns identity name's directory entry, or nil, without caching
+// it (entry caches): for names a sender chose.
+func (v *policyView) lookup(name string) *DirectoryEntry {
+	if pv, ok := v.set.Value(PolicyIdentityPrefix + name); ok {
+		if e, ok := pv.Decoded.(*DirectoryEntry); ok {
+			return e
+		}
+	}
+	return nil
 }
