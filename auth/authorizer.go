@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,13 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 //   - Either way the ACL must grant the caller the task's capability. A
 //     fan-out's request is authorized with the capability "" (its caller
 //     only: its branches are tasks of their own, each checked).
+//   - A task that arrived over NATS with a reply subject is answered only
+//     inside its proven caller's own inbox (InboxPrefix: _INBOX.<source>.),
+//     or a dispatcher identity's (the HTTP gateway's requests of a bearer
+//     token's identity): a reply subject elsewhere is refused, and the
+//     authorizer clears m.Reply so that not even the refusal is published
+//     there; the refusal is logged at warn level once a minute per
+//     identity. Durable tasks have no reply subject of theirs.
 //   - Either way Reach-Source and Reach-Signature must come at most once,
 //     spelt so: a second value, or another case of either name
 //     ("reach-source"), is refused, so that no reader can see another
@@ -86,7 +94,15 @@ type Authorizer struct {
 	now      func() time.Time
 
 	view atomic.Pointer[policyView]
+
+	// logged is when a refused reply subject of each identity was last
+	// logged (replyLogEvery): a flood of them logs once a minute.
+	loggedMu sync.Mutex
+	logged   map[string]time.Time
 }
+
+// replyLogEvery is how often a refused reply subject is logged per identity.
+const replyLogEvery = time.Minute
 
 // policyView is what one REACH_POLICY snapshot says to the authorizer.
 type policyView struct {
@@ -119,7 +135,7 @@ func NewAuthorizer(ctx context.Context, js jetstream.JetStream, verifier *Verifi
 	if cfg.MaxAge < 0 || cfg.DurableMaxAge < 0 {
 		return nil, fmt.Errorf("auth: AuthorizerConfig: MaxAge %v and DurableMaxAge %v must be positive", cfg.MaxAge, cfg.DurableMaxAge)
 	}
-	a := &Authorizer{verifier: verifier, cfg: cfg, log: zerolog.Nop(), now: time.Now}
+	a := &Authorizer{verifier: verifier, cfg: cfg, log: zerolog.Nop(), now: time.Now, logged: map[string]time.Time{}}
 	for _, o := range opts {
 		o(a)
 	}
@@ -195,6 +211,9 @@ func (a *Authorizer) authorize(capability string, m *nats.Msg, durable bool) *st
 			return e
 		}
 		if !durable {
+			if e := a.checkReply(v, source, m, true); e != nil {
+				return e
+			}
 			m.Header.Del(HeaderSignature)
 		}
 	} else if source == "" {
@@ -245,6 +264,76 @@ func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable b
 	if age := now.Sub(made); age > maxAge || age < -a.cfg.MaxAge {
 		return streams.NewError(streams.CodeUnauthorized, "%s of %s was made at %s, %v from this dispatcher's clock (at most %v allowed)",
 			HeaderSignature, source, made.UTC().Format(time.RFC3339Nano), age.Round(time.Millisecond), maxAge)
+	}
+	return nil
+}
+
+// CheckReply implements dispatcher.ReplyChecker: it runs before a task
+// received on reach.task, reach.broadcast or reach.fanout is admitted, so
+// that no answer — not even OVERLOADED or BAD_REQUEST — goes to a reply
+// subject outside the inbox of the caller the task names (Authorize then
+// proves that name, and checks again). A task that names no caller may be
+// answered in any identity's inbox: it is refused (no Reach-Source) where
+// its sender reads. A refusal clears m.Reply.
+func (a *Authorizer) CheckReply(m *nats.Msg) *streams.Error {
+	return a.checkReply(a.current(), m.Header.Get(streams.HeaderSource), m, false)
+}
+
+// checkReply refuses a reply subject of m outside source's own inbox and
+// every dispatcher identity's (the gateway's, whose requests name a bearer
+// token's identity): the dispatcher would publish its answer there, on
+// anyone's behalf (a confused deputy). It clears m.Reply then, so that
+// nothing, the refusal included, is published there. proven says whether
+// m's signature has proven source.
+func (a *Authorizer) checkReply(v *policyView, source string, m *nats.Msg, proven bool) *streams.Error {
+	if m.Reply == "" || (source != "" && strings.HasPrefix(m.Reply, InboxPrefix(source)+".")) {
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(m.Reply, InboxPrefix("")); ok {
+		name, _, _ := strings.Cut(rest, ".")
+		if e := v.lookup(name); e != nil && e.Revoked.IsZero() && (e.Role == RoleDispatcher || (source == "" && !proven)) {
+			return nil
+		}
+	}
+	reply := m.Reply
+	m.Reply = ""
+	a.logRefusedReply(v, source, m, reply)
+	if source == "" {
+		return streams.NewError(streams.CodeUnauthorized, "reply subject %q outside every identity's inbox, and no %s: nothing was published",
+			reply, streams.HeaderSource)
+	}
+	return streams.NewError(streams.CodeUnauthorized, "reply subject %q lies outside %s's inbox (%s.>): a task is answered only there, and nothing was published",
+		reply, source, InboxPrefix(source))
+}
+
+// logRefusedReply logs a refused reply subject once a minute per identity
+// (names that are none share one entry: the sender chose them).
+func (a *Authorizer) logRefusedReply(v *policyView, source string, m *nats.Msg, reply string) {
+	key := source
+	if v.lookup(source) == nil {
+		key = ""
+	}
+	now := a.now()
+	a.loggedMu.Lock()
+	last, seen := a.logged[key]
+	due := !seen || now.Sub(last) >= replyLogEvery
+	if due {
+		a.logged[key] = now
+	}
+	a.loggedMu.Unlock()
+	if due {
+		a.log.Warn().Str("request_id", m.Header.Get(streams.HeaderRequestID)).Str("source", source).Str("subject", m.Subject).
+			Str("reply", reply).Msg("task with a reply subject outside its caller's inbox dropped unanswered (logged once a minute per identity)")
+	}
+}
+
+// lookup returns identity name's directory entry, or nil, without caching
+// it (entry caches): for names a sender chose.
+func (v *policyView) lookup(name string) *DirectoryEntry {
+	if pv, ok := v.set.Value(PolicyIdentityPrefix + name); ok {
+		if e, ok := pv.Decoded.(*DirectoryEntry); ok {
+			return e
+		}
 	}
 	return nil
 }

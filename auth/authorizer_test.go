@@ -1,15 +1,19 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
@@ -165,4 +169,99 @@ func policyAuthorizer(t *testing.T, v *Verifier, policy map[string]any, opts ...
 		return nil
 	})
 	return a
+}
+
+// TestAuthorizerAnswersOnlyInTheCallersInbox checks the reply gate: a task
+// from NATS is answered only inside its proven caller's inbox or a
+// dispatcher identity's (the gateway's); any other reply subject is
+// refused, cleared so that nothing is published there, and logged once a
+// minute per identity.
+func TestAuthorizerAnswersOnlyInTheCallersInbox(t *testing.T) {
+	v := newVerifier(t)
+	seed, pub := newUser(t)
+	_, otherPub := newUser(t)
+	var now atomic.Pointer[time.Time]
+	start := time.Now()
+	now.Store(&start)
+	var logs bytes.Buffer
+	var logsMu sync.Mutex
+	a := policyAuthorizer(t, v, map[string]any{
+		PolicyIdentityPrefix + "billing-1":  DirectoryEntry{Role: RoleCaller, PublicKey: pub},
+		PolicyIdentityPrefix + "billing-10": DirectoryEntry{Role: RoleCaller, PublicKey: otherPub},
+		PolicyIdentityPrefix + "gw":         DirectoryEntry{Role: RoleDispatcher, PublicKey: otherPub},
+		registry.PolicyACL:                  registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+	}, withClock(func() time.Time { return *now.Load() }),
+		WithAuthorizerLogger(zerolog.New(lockedWriter{&logsMu, &logs})))
+	signer, err := NewSigner("billing-1", seed, v.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := func(reply string) *nats.Msg {
+		m := nats.NewMsg("reach.task.payment.execute")
+		m.Sub, m.Reply = &nats.Subscription{}, reply
+		m.Header.Set(streams.HeaderRequestID, "r1")
+		signer.Sign(m, *now.Load())
+		return m
+	}
+	for _, reply := range []string{"", "_INBOX.billing-1.mux.1", "_INBOX.gw.mux.7"} {
+		m := task(reply)
+		if e := a.CheckReply(m); e != nil {
+			t.Errorf("reply %q: CheckReply refused: %v", reply, e)
+		}
+		if e := a.Authorize("payment.execute", m, false); e != nil || m.Reply != reply {
+			t.Errorf("reply %q: refused (%v), reply now %q", reply, e, m.Reply)
+		}
+	}
+	refusals := func() int {
+		logsMu.Lock()
+		defer logsMu.Unlock()
+		return strings.Count(logs.String(), "reply subject outside")
+	}
+	for i, reply := range []string{"$KV.REACH_POLICY.acl", "_INBOX.billing-10.mux.1", "_INBOX.billing-1", "reach.agent.pay-1", "_INBOX.nobody.x"} {
+		for _, gate := range []func(*nats.Msg) *streams.Error{
+			a.CheckReply,
+			func(m *nats.Msg) *streams.Error { return a.Authorize("payment.execute", m, false) },
+		} {
+			m := task(reply)
+			e := gate(m)
+			if e == nil || e.Code != streams.CodeUnauthorized || !strings.Contains(e.Message, "outside billing-1's inbox") || m.Reply != "" {
+				t.Errorf("reply %q: got %v, reply now %q; want UNAUTHORIZED naming the rule, and the reply cleared", reply, e, m.Reply)
+			}
+		}
+		if i == 0 && refusals() != 1 {
+			t.Fatalf("a first refusal logged %d times, want once", refusals())
+		}
+	}
+	if n := refusals(); n != 1 {
+		t.Errorf("refusals of one identity within a minute logged %d times, want once", n)
+	}
+	// A task naming no caller is answered (refused) in any identity's
+	// inbox, its sender's; nowhere else.
+	for reply, ok := range map[string]bool{"_INBOX.billing-10.mux.1": true, "$KV.REACH_POLICY.acl": false, "_INBOX.nobody.x": false} {
+		m := task(reply)
+		m.Header.Del(streams.HeaderSource)
+		if e := a.CheckReply(m); (e == nil) != ok || (m.Reply == reply) != ok {
+			t.Errorf("reply %q with no Reach-Source: got %v, reply now %q; want answerable %v", reply, e, m.Reply, ok)
+		}
+	}
+	logsMu.Lock()
+	logs.Reset()
+	logsMu.Unlock()
+	later := start.Add(replyLogEvery)
+	now.Store(&later)
+	if e := a.CheckReply(task("$KV.REACH_POLICY.acl")); e == nil || refusals() != 1 {
+		t.Errorf("a refusal a minute later: %v, logged %d times, want once", e, refusals())
+	}
+}
+
+// lockedWriter serialises writes to a buffer that the test reads.
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

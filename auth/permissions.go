@@ -26,7 +26,9 @@ const (
 // ACL is a new template.
 //
 //   - Every identity receives replies only under its own inbox prefix
-//     (InboxPrefix), so none can read another's.
+//     (InboxPrefix), so none can read another's; an agent or a caller may
+//     not publish there (nor to reach.agent.<its name>), so it can send
+//     itself no message whose reply subject it chose.
 //   - An agent subscribes to its own reach.agent.<name> only, writes its own
 //     key in REACH_AGENTS and its type's in REACH_CAPS, uses
 //     REACH_IDEMPOTENCY, and answers only what it received (allow_responses:
@@ -57,9 +59,6 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 		p.Sub.Allow.Add(subjects.Agent(id.Name))
 		kv := func(bucket string) string { return "KV_" + bucket }
 		p.Pub.Allow.Add(
-			// Its own inbox only: agentkit checks at start whether it may
-			// answer callers directly, and it may not.
-			InboxPrefix(id.Name)+".>",
 			"$KV."+streams.BucketAgents+"."+id.Name,
 			"$KV."+streams.BucketCaps+"."+id.Type,
 			"$KV."+streams.BucketIdempotency+".>",
@@ -77,8 +76,17 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 	case RoleCaller:
 		callerPermissions(&p, id, acl, subjects)
 	}
+	if id.Role != RoleDispatcher {
+		// Nothing it sends lands where it reads: a message it sent itself,
+		// with a reply subject of its choosing, would let it "answer"
+		// anywhere under allow_responses (or be answered by a dispatcher
+		// there). Its delivery subject it may not publish to either: only
+		// a dispatcher may.
+		p.Pub.Deny.Add(inbox, subjects.Agent(id.Name))
+	}
 	slices.Sort(p.Pub.Allow)
 	slices.Sort(p.Sub.Allow)
+	slices.Sort(p.Pub.Deny)
 	return p
 }
 

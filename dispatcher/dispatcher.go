@@ -375,9 +375,7 @@ func unsubscribeAll(subs []*nats.Subscription) error {
 // receive runs on the subscription's goroutine: it admits the task and
 // sends it on its way, or answers OVERLOADED.
 func (d *Dispatcher) receive(m *nats.Msg) {
-	if m.Reply == "" {
-		d.stats.dropped.Add(1)
-		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
+	if !d.answerable(m) {
 		return
 	}
 	caller := callerOf(m.Header)

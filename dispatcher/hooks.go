@@ -31,6 +31,31 @@ type Authorizer interface {
 	Authorize(capability string, m *nats.Msg, durable bool) *streams.Error
 }
 
+// ReplyChecker is an Authorizer that also says, before a task received on
+// reach.task is admitted or anything is answered, whether its reply
+// subject may be answered at all (auth.Authorizer: only inside its
+// caller's own inbox). A task it refuses is dropped unanswered — even the
+// refusal, published there, would act for whoever chose the subject — and
+// the checker logs it.
+type ReplyChecker interface {
+	CheckReply(m *nats.Msg) *streams.Error
+}
+
+// answerable reports whether the task m, received on reach.task, may be
+// answered on its reply subject; one that may not is dropped and counted.
+func (d *Dispatcher) answerable(m *nats.Msg) bool {
+	if m.Reply == "" {
+		d.stats.dropped.Add(1)
+		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
+		return false
+	}
+	if rc, ok := d.authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
+		d.stats.dropped.Add(1)
+		return false
+	}
+	return true
+}
+
 // Resolver takes over the tasks addressed to names it serves — workflows,
 // which shadow a capability of the same name — on both tiers and from
 // every way in: reach.task, reach.submit and Call (so the HTTP gateway and

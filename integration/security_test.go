@@ -355,11 +355,8 @@ func TestSecurityLedger(t *testing.T) {
 			s.Sign(m, time.Now())
 		}
 		m.Header.Set(streams.HeaderSource, "billing-2")
-		res, err := outside.nc.RequestMsg(m, 5*time.Second)
-		if err != nil {
-			return false, err.Error()
-		}
-		return refusedCall(streams.ErrorFromMessage(res))
+		// Its reply subject lies in billing-1's inbox, not billing-2's.
+		return droppedUnanswered(t, d, outside.nc, m)
 	}
 	{
 		ok, ev := lie(false)
@@ -439,12 +436,11 @@ func TestSecurityLedger(t *testing.T) {
 	_, err = victim.Call(cctx, "payment.execute", map[string]int{})
 	cancel()
 	l.add(attempt{name: "a revoked identity's next call", refused: err != nil, leaked: payments.Load() != afterRevoke, evidence: fmt.Sprint(err)})
-	res, err := outside.nc.RequestMsg(signedBefore, 5*time.Second)
-	if err == nil {
-		ok, ev := refusedCall(streams.ErrorFromMessage(res))
+	{
+		// Its reply subject lies in the relaying identity's inbox, not
+		// billing-2's.
+		ok, ev := droppedUnanswered(t, d, outside.nc, signedBefore)
 		l.add(attempt{name: "a revoked identity's signed task relayed by another identity", refused: ok, leaked: payments.Load() != afterRevoke, evidence: ev})
-	} else {
-		t.Fatal(err)
 	}
 	if _, err := billing.Call(ctx, "payment.execute", map[string]int{}); err != nil {
 		t.Errorf("another identity stopped working after the revocation: %v", err)
@@ -454,6 +450,33 @@ func TestSecurityLedger(t *testing.T) {
 	}
 	_ = basePayments
 	l.check(t)
+}
+
+// droppedUnanswered sends m on nc with a reply subject in nc's own inbox
+// and reports whether d dropped it unanswered: so it drops a task whose
+// reply subject lies outside the inbox of the caller it names.
+func droppedUnanswered(t *testing.T, d *dispatcher.Dispatcher, nc *nats.Conn, m *nats.Msg) (bool, string) {
+	t.Helper()
+	dropped := d.Stats().Dropped
+	m.Reply = nc.NewInbox()
+	answers, err := nc.SubscribeSync(m.Reply)
+	if err == nil {
+		err = nc.PublishMsg(m)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = answers.Unsubscribe() }()
+	err = natstest.Poll(10*time.Second, func() error {
+		if d.Stats().Dropped == dropped {
+			return errors.New("neither answered nor dropped")
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err.Error()
+	}
+	return quiet(t, nc, answers), "dropped unanswered: its reply subject lies outside " + m.Header.Get(streams.HeaderSource) + "'s inbox"
 }
 
 // forgedCreds writes a credentials file with file's user JWT and a seed of
@@ -974,4 +997,203 @@ func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// forgedACL is what the reply-subject attacks try to make the ACL: every
+// capability for the attacker.
+const forgedACL = `{"rules": [{"caller": "caller", "may_call": ["*"]}]}`
+
+// replyTargets are where a hostile caller points a task's reply subject:
+// the ACL, another caller's inbox, an agent's delivery subject.
+var replyTargets = []struct{ name, subject string }{
+	{"the ACL", "$KV." + streams.BucketPolicy + "." + registry.PolicyACL},
+	{"another caller's inbox", "_INBOX.billing-1.mux.1"},
+	{"an agent's delivery subject", "reach.agent.pay-1"},
+}
+
+// replyWitness watches the targets of replyTargets.
+type replyWitness struct {
+	t          *testing.T
+	policy     jetstream.KeyValue
+	aclRev     uint64
+	victim     *nats.Conn
+	inbox      *nats.Subscription
+	agent      *nats.Conn
+	deliveries *nats.Subscription
+}
+
+func witnessReplies(t *testing.T, st *SecureStack) *replyWitness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st.Identity(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
+	st.Identity(auth.Identity{Name: "pay-1", Role: auth.RoleAgent, Type: "payment"})
+	js, err := jetstream.New(st.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &replyWitness{t: t, victim: st.ConnAs("billing-1"), agent: st.ConnAs("pay-1")}
+	if w.policy, err = js.KeyValue(ctx, streams.BucketPolicy); err != nil {
+		t.Fatal(err)
+	}
+	acl, err := w.policy.Get(ctx, registry.PolicyACL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.aclRev = acl.Revision()
+	if w.inbox, err = w.victim.SubscribeSync("_INBOX.billing-1.>"); err == nil {
+		w.deliveries, err = w.agent.SubscribeSync("reach.agent.pay-1")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{w.victim, w.agent} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// untouched fails the test when anything reached a target.
+func (w *replyWitness) untouched() {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	acl, err := w.policy.Get(ctx, registry.PolicyACL)
+	if err != nil || acl.Revision() != w.aclRev {
+		w.t.Errorf("the ACL was written: %v (revision %d, was %d)", err, acl.Revision(), w.aclRev)
+	}
+	if !quiet(w.t, w.victim, w.inbox) {
+		m, _ := w.inbox.NextMsg(time.Second)
+		w.t.Errorf("another caller's inbox got a message: %v", m)
+	}
+	if !quiet(w.t, w.agent, w.deliveries) {
+		m, _ := w.deliveries.NextMsg(time.Second)
+		w.t.Errorf("an agent's delivery subject got a message: %v", m)
+	}
+}
+
+// TestSecurityRepliesOnlyInTheCallersInbox: a caller allowed only echo
+// sends echo tasks and broadcasts, properly signed, whose reply subject is
+// the ACL, another caller's inbox or an agent's delivery subject — the
+// dispatcher would publish the echoed payload there. Each is dropped
+// before anything runs or is answered (not even its refusal is published
+// there), and the same caller's tasks answered in its own inbox still
+// work.
+func TestSecurityRepliesOnlyInTheCallersInbox(t *testing.T) {
+	st := NewSecureStack(t, time.Second, securityACL)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	seen := make(chan string, 64) // the payloads the echo agent ran
+	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": func(_ context.Context, r *agentkit.Request) (any, error) {
+		seen <- string(r.Data)
+		return r.Data, nil
+	}})
+	WaitRoutable(t, "echo", 1, d)
+	w := witnessReplies(t, st)
+
+	signer, err := auth.LoadSigner(st.Store.CredsFile(SecureCaller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := st.ConnAs(SecureCaller)
+	send := func(subject, id, reply string) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Reply = reply
+		m.Header.Set(streams.HeaderRequestID, id)
+		m.Data = []byte(forgedACL)
+		signer.Sign(m, time.Now())
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, target := range replyTargets {
+		dropped := d.Stats().Dropped
+		send(streams.Subjects{}.Task("echo"), fmt.Sprintf("task-%d", i), target.subject)
+		natstest.WaitFor(t, 10*time.Second, func() error {
+			if d.Stats().Dropped == dropped {
+				return fmt.Errorf("an echo task answered on %s (%s) is not dropped", target.name, target.subject)
+			}
+			return nil
+		})
+		send(streams.Subjects{}.Broadcast("echo"), fmt.Sprintf("broadcast-%d", i), target.subject)
+	}
+	// Controls on the same connection, so after the attacks: the fan-out
+	// service and the dispatcher take their requests in order.
+	c, err := agentkit.NewClient(nc, agentkit.WithCredentials(st.Store.CredsFile(SecureCaller)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if g, err := c.Broadcast(ctx, "echo", echoIn{Text: "all"}); err != nil || g.Succeeded != 1 {
+		t.Fatalf("a broadcast answered in the caller's inbox: %+v, %v", g, err)
+	}
+	if _, err := c.Call(ctx, "echo", echoIn{Text: "hi"}); err != nil {
+		t.Fatalf("a call answered in the caller's inbox: %v", err)
+	}
+	for ran := len(seen); ran > 0; ran-- {
+		if data := <-seen; data == forgedACL {
+			t.Errorf("the echo agent ran %s, a task whose reply subject lies outside its caller's inbox", data)
+		}
+	}
+	w.untouched()
+}
+
+// TestSecurityNoIdentityAnswersItself: an agent subscribes to its own
+// inbox and publishes there a message whose reply subject is the ACL,
+// meaning to "answer" it under allow_responses. The server refuses the
+// publish, nothing arrives and the ACL is unchanged; the agent still
+// answers its deliveries and calls onward from a handler.
+func TestSecurityNoIdentityAnswersItself(t *testing.T) {
+	st := NewSecureStack(t, time.Second, securityACL)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	var relayClient atomic.Pointer[agentkit.Client]
+	st.Agent(agentkit.Config{ID: "relay-1", Type: "relay"}, map[string]agentkit.Handler{"relay": func(ctx context.Context, r *agentkit.Request) (any, error) {
+		res, err := relayClient.Load().Call(ctx, "echo", r.Data)
+		if err != nil {
+			return nil, err
+		}
+		return res.Data, nil
+	}})
+	relayClient.Store(st.ClientAs("relay-1"))
+	WaitRoutable(t, "echo", 1, d)
+	WaitRoutable(t, "relay", 1, d)
+	w := witnessReplies(t, st)
+
+	for _, id := range []string{"echo-1", SecureCaller} {
+		self := watch(t, func(o ...nats.Option) *nats.Conn { return st.ConnAs(id, o...) })
+		inbox := auth.InboxPrefix(id) + ".self"
+		sub, err := self.nc.Subscribe(inbox, func(m *nats.Msg) { _ = m.Respond([]byte(forgedACL)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, ev := self.violated(inbox, func(nc *nats.Conn) error {
+			return nc.PublishMsg(&nats.Msg{Subject: inbox, Reply: replyTargets[0].subject, Data: []byte("answer me")})
+		})
+		if !ok {
+			t.Errorf("%s published to its own inbox (%s): %s", id, inbox, ev)
+		}
+		if n, err := sub.Delivered(); err != nil || n != 0 {
+			t.Errorf("%s's inbox got %d messages it sent itself (%v)", id, n, err)
+		}
+	}
+	// Nor may an agent publish to its own delivery subject.
+	agent := watch(t, func(o ...nats.Option) *nats.Conn { return st.ConnAs("echo-1", o...) })
+	if ok, ev := agent.violated("reach.agent.echo-1", func(nc *nats.Conn) error {
+		return nc.PublishMsg(&nats.Msg{Subject: "reach.agent.echo-1", Reply: replyTargets[0].subject, Data: []byte("answer me")})
+	}); !ok {
+		t.Errorf("an agent published to its own delivery subject: %s", ev)
+	}
+	w.untouched()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out echoIn
+	if res, err := st.Client().Call(ctx, "relay", echoIn{Text: "via"}); err != nil || res.Decode(&out) != nil || out.Text != "via" {
+		t.Fatalf("an agent answering its delivery after calling onward: %+v, %v", out, err)
+	}
 }

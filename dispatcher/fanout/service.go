@@ -158,12 +158,17 @@ func (s *Service) shutdown(ctx context.Context, graceful bool) error {
 }
 
 // admit runs h for a request on a goroutine of its own (it waits for its
-// branches), or answers OVERLOADED when MaxConcurrent are gathering.
+// branches), or answers OVERLOADED when MaxConcurrent are gathering. A
+// request whose reply subject the authorizer refuses (ReplyChecker) is
+// dropped unanswered.
 func (s *Service) admit(h nats.MsgHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		if m.Reply == "" {
 			s.log.Warn().Str("subject", m.Subject).Msg("request without reply subject dropped (use request/reply)")
 			return
+		}
+		if rc, ok := s.authorizer.(dispatcher.ReplyChecker); ok && rc.CheckReply(m) != nil {
+			return // a reply subject outside its caller's inbox: nothing is published there
 		}
 		select {
 		case s.slots <- struct{}{}:
