@@ -719,7 +719,16 @@ const replyProbeWait = 100 * time.Millisecond
 // an inbox of its own and checks that it arrives. Agents answer a caller
 // directly only under this prefix: a result published where the server
 // refuses it would be lost.
+//
+// A connection with a user JWT (an identity's credentials, made by
+// `agentreach auth`) skips the probe and answers through the dispatcher:
+// such an identity may publish to no inbox, its own included (the probe
+// would only earn a permissions violation in the server's and the agent's
+// logs).
 func replyPrefix(ctx context.Context, nc *nats.Conn) string {
+	if nc.Opts.UserJWT != nil {
+		return ""
+	}
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {

@@ -388,8 +388,14 @@ class Agent:
         raise InvalidConfig(f"nc_or_url: want a nats-py client or a server URL, got {t.__class__.__name__}")
 
     async def _probe(self) -> str:
-        """Returns the inbox prefix this connection may publish to, "" when it may not."""
+        """Returns the inbox prefix this connection may publish to, "" when it may not.
+
+        An agent with an identity's credentials skips the probe and answers
+        through the dispatcher: such an identity may publish to no inbox, its
+        own included (the probe would only earn a permissions violation)."""
         assert self._nc is not None
+        if self._creds is not None:
+            return ""
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox)
         try:
