@@ -449,7 +449,7 @@ type Stats struct {
 	Name string `json:"name"`
 	Counts
 	Overloaded int64 `json:"overloaded"` // requests answered OVERLOADED at admission (no record)
-	Dropped    int64 `json:"dropped"`    // requests without a reply subject (no record)
+	Dropped    int64 `json:"dropped"`    // requests without a reply subject, or whose reply subject the authorizer refused (no record)
 	Redirected int64 `json:"redirected"` // tasks sent on after a failed delivery or a wait for capacity
 	Queued     int64 `json:"queued"`     // tasks that waited for a free slot
 	Durable    int64 `json:"durable"`    // deliveries taken from REACH_TASKS (a task buffered is delivered again)
