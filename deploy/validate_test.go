@@ -242,6 +242,11 @@ func TestNATSConfigs(t *testing.T) {
 			if opts.Cluster.Name == "" || opts.Cluster.Port == 0 {
 				t.Errorf("cluster name/port missing: %+v", opts.Cluster)
 			}
+			// Dead routes found in seconds, not after TCP gives up.
+			if opts.Cluster.PingInterval <= 0 || opts.Cluster.PingInterval > 5*time.Second || opts.Cluster.MaxPingsOut < 1 {
+				t.Errorf("cluster ping_interval %v, ping_max %d: a dead route must be dropped within seconds",
+					opts.Cluster.PingInterval, opts.Cluster.MaxPingsOut)
+			}
 			var hosts []string
 			for _, r := range opts.Routes {
 				if r.Port() != strconv.Itoa(opts.Cluster.Port) {
