@@ -19,13 +19,7 @@ import (
 // step by step, ended in exactly one outcome, resumed after a crash.
 
 func TestADurableRunRecordsEachStepAndItsOutcome(t *testing.T) {
-	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
-	fx := newEffects()
-	stepAgent(t, st.Conn(), "seq-1", fx, seqSteps())
-	WaitRoutable(t, "seq.ship", 1, d)
-	nc := st.Conn()
-	PutWorkflow(t, nc, seqWorkflow, e)
+	st, _, fx, nc := seqWorkflowStack(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -223,7 +223,10 @@ func seqSteps() map[string]stepFunc {
 	}
 }
 
-func TestASequentialWorkflowPassesEachStepsResultOn(t *testing.T) {
+// seqWorkflowStack starts a stack with a workflow dispatcher, wf.seq put
+// and its step agent seq-1 routable; it returns the stack, the dispatcher,
+// the step agent's effects and a connection of the test's own.
+func seqWorkflowStack(t *testing.T) (*Stack, *dispatcher.Dispatcher, *effects, *nats.Conn) {
 	st := NewStack(t, time.Second)
 	d, e := st.WorkflowDispatcher(dispatcher.Config{})
 	fx := newEffects()
@@ -231,6 +234,11 @@ func TestASequentialWorkflowPassesEachStepsResultOn(t *testing.T) {
 	WaitRoutable(t, "seq.ship", 1, d)
 	nc := st.Conn()
 	PutWorkflow(t, nc, seqWorkflow, e)
+	return st, d, fx, nc
+}
+
+func TestASequentialWorkflowPassesEachStepsResultOn(t *testing.T) {
+	_, _, fx, nc := seqWorkflowStack(t)
 
 	res := callWorkflow(t, nc, "wf.seq", `{"order": 7}`, streams.HeaderOrchestrationID, "orch-9")
 	if res.Header.Get(streams.HeaderStatus) != "FINISHED" {
@@ -305,13 +313,7 @@ func condSteps() map[string]stepFunc {
 // naming a workflow is refused, and a name close to a workflow's is
 // suggested.
 func TestAWorkflowIsCalledLikeACapabilityFromEveryWayIn(t *testing.T) {
-	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
-	fx := newEffects()
-	stepAgent(t, st.Conn(), "seq-1", fx, seqSteps())
-	WaitRoutable(t, "seq.ship", 1, d)
-	nc := st.Conn()
-	PutWorkflow(t, nc, seqWorkflow, e)
+	st, d, _, nc := seqWorkflowStack(t)
 	st.FanOut(d)
 	g, err := gateway.New(nc, d, gateway.Config{})
 	if err != nil {
