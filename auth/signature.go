@@ -25,7 +25,7 @@ import (
 
 // HeaderSignature carries a task's proof that its Reach-Source is its
 // sender: "v1.<unix ms>.<base64url HMAC-SHA256>" (docs/security.md).
-const HeaderSignature = "Reach-Signature"
+const HeaderSignature = streams.HeaderSignature
 
 // signatureVersion starts every Reach-Signature value.
 const signatureVersion = "v1"

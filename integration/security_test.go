@@ -544,8 +544,12 @@ func legitimateFlows(t *testing.T, st harness, d *dispatcher.Dispatcher) {
 		A int `json:"a" msgpack:"a"`
 		B int `json:"b" msgpack:"b"`
 	}
+	var signedDeliveries atomic.Int32 // deliveries that reached the agent with the caller's signature
 	st.Agent(agentkit.Config{ID: "math-1", Type: "math"}, map[string]agentkit.Handler{"math.add": agentkit.Typed(
-		func(_ context.Context, _ *agentkit.Request, in addends) (map[string]int, error) {
+		func(_ context.Context, r *agentkit.Request, in addends) (map[string]int, error) {
+			if r.Header.Get(auth.HeaderSignature) != "" {
+				signedDeliveries.Add(1)
+			}
 			return map[string]int{"sum": in.A + in.B}, nil
 		})})
 	var relayClient atomic.Pointer[agentkit.Client] // the agent's own client, once its identity exists
@@ -596,6 +600,11 @@ func legitimateFlows(t *testing.T, st harness, d *dispatcher.Dispatcher) {
 	var sum map[string]int
 	if err := res.Decode(&sum); err != nil || sum["sum"] != 5 {
 		t.Fatalf("durable result %s: %v", res.Data, err)
+	}
+	// The caller's signature proves the task to the dispatcher only: an
+	// agent that kept it could send the task again as its caller.
+	if n := signedDeliveries.Load(); n != 0 {
+		t.Errorf("%d durable deliveries carried %s to the agent", n, auth.HeaderSignature)
 	}
 	if stored, err := c.Result(ctx, res.RequestID); err != nil || string(stored.Data) != string(res.Data) {
 		t.Fatalf("stored result: %v", err)
