@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +19,6 @@ import (
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
-
-// lockedBuffer is a bytes.Buffer that goroutines may write at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // logLines decodes the JSON log lines in s that carry message msg.
 func logLines(t *testing.T, s, msg string) []map[string]any {
@@ -84,7 +65,7 @@ func serveAndLeave(url string, opts ...agentkit.Option) error {
 func TestAgentLogsRegisteredAndDrained(t *testing.T) {
 	s := natstest.RunServer(t)
 	natstest.Provision(t, natstest.Connect(t, s), streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
-	var buf lockedBuffer
+	var buf natstest.LogBuffer
 	if err := serveAndLeave(s.ClientURL(), agentkit.WithLogger(zerolog.New(&buf))); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
@@ -25,10 +26,7 @@ const smallMaxPayload = 8192
 // listens, so a sent task would be NO_AGENT), and by Submit, whose
 // deduplication header counts too.
 func TestClientRefusesWhatHeadersPushPastMaxPayload(t *testing.T) {
-	opts := natstest.Options(t.TempDir())
-	opts.MaxPayload = smallMaxPayload
-	nc := natstest.Connect(t, natstest.RunServerWith(t, opts))
-	natstest.Provision(t, nc, streams.Topology{Memory: true})
+	_, nc := smallServer(t, streams.Topology{Memory: true})
 	c, err := agentkit.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -67,11 +65,7 @@ func TestClientRefusesWhatHeadersPushPastMaxPayload(t *testing.T) {
 // (Reach-Active) the agent adds as it sends is refused as
 // PAYLOAD_TOO_LARGE, not lost in a publish the client library refuses.
 func TestResultCountsTheLoadReport(t *testing.T) {
-	opts := natstest.Options(t.TempDir())
-	opts.MaxPayload = smallMaxPayload
-	s := natstest.RunServerWith(t, opts)
-	nc := natstest.Connect(t, s)
-	natstest.Provision(t, nc, streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
+	s, nc := smallServer(t, streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
 	// The reply's headers but Reach-Active, as the agent sets them.
 	reply := nats.NewMsg("x")
 	for k, v := range map[string]string{streams.HeaderStatus: string(streams.StatusFinished), streams.HeaderRequestID: "req-1",
@@ -93,11 +87,7 @@ func TestResultCountsTheLoadReport(t *testing.T) {
 // as PAYLOAD_TOO_LARGE: the reply is checked as it is sent, after the
 // check of results, since no result was built for it.
 func TestALongRejectionIsPayloadTooLarge(t *testing.T) {
-	opts := natstest.Options(t.TempDir())
-	opts.MaxPayload = smallMaxPayload
-	s := natstest.RunServerWith(t, opts)
-	nc := natstest.Connect(t, s)
-	natstest.Provision(t, nc, streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
+	s, nc := smallServer(t, streams.Topology{Heartbeat: 200 * time.Millisecond, Memory: true})
 	long := strings.Repeat("no ", smallMaxPayload)
 	startAgent(t, natstest.Connect(t, s), agentkit.Config{Type: "work", ID: "w8"}, map[string]agentkit.Handler{
 		"refuse": func(context.Context, *agentkit.Request) (any, error) { return nil, agentkit.Reject(long) },
@@ -107,4 +97,15 @@ func TestALongRejectionIsPayloadTooLarge(t *testing.T) {
 	if e == nil || e.Code != streams.CodePayloadTooLarge || !strings.Contains(e.Message, "max_payload of "+strconv.Itoa(smallMaxPayload)) {
 		t.Fatalf("want PAYLOAD_TOO_LARGE for the reply, got %+v", e)
 	}
+}
+
+// smallServer starts a server whose max_payload is smallMaxPayload, with
+// topo provisioned, and connects to it.
+func smallServer(t *testing.T, topo streams.Topology) (*server.Server, *nats.Conn) {
+	opts := natstest.Options(t.TempDir())
+	opts.MaxPayload = smallMaxPayload
+	s := natstest.RunServerWith(t, opts)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, topo)
+	return s, nc
 }

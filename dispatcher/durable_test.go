@@ -17,7 +17,7 @@ import (
 // there (what `agentreach dlq show` takes), apart from the task's
 // sequence in REACH_TASKS.
 func TestParkedLogNamesTheStreamOfItsSeq(t *testing.T) {
-	var logs lockedBuffer
+	var logs natstest.LogBuffer
 	h := newHarness(t, natstest.Options(t.TempDir()), WithLogger(zerolog.New(&logs)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -37,7 +37,7 @@ func TestParkedLogNamesTheStreamOfItsSeq(t *testing.T) {
 	}
 	var line map[string]any
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		lines := logs.lines("durable task parked")
+		lines := logs.Lines("durable task parked")
 		if len(lines) == 0 {
 			return errNotYet
 		}

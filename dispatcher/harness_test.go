@@ -1,11 +1,8 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -118,30 +115,3 @@ func (h *harness) call(capability string, data []byte, hdr ...string) *streams.E
 }
 
 var errNotYet = errors.New("not yet")
-
-// lockedBuffer is a bytes.Buffer that goroutines may write at once: a
-// logger's output in a test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON log lines written so far whose message is msg.
-func (b *lockedBuffer) lines(msg string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range bytes.Split(b.buf.Bytes(), []byte("\n")) {
-		var line map[string]any
-		if json.Unmarshal(l, &line) == nil && line["message"] == msg {
-			out = append(out, line)
-		}
-	}
-	return out
-}

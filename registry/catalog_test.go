@@ -1,12 +1,10 @@
 package registry_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,23 +17,8 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// logBuffer collects a watcher's log lines; safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// logBuffer collects a watcher's log lines.
+type logBuffer struct{ natstest.LogBuffer }
 
 // count returns how many lines hold s.
 func (l *logBuffer) count(s string) int {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -100,27 +99,15 @@ func TestUpHTTPS(t *testing.T) {
 	before := goroutines()
 	dir := t.TempDir()
 	t.Setenv("AGENTREACH_TLS_ENABLED", "true")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- runUp(ctx, []string{"--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--http", "127.0.0.1:0", "--log-level", "warn"}, &stdout, &stderr)
-	}()
-	waitOutput(t, &stdout, "Agent-Reach is up")
-	m := regexp.MustCompile(`dashboard\s+(https://127\.0\.0\.1:\d+/)`).FindStringSubmatch(stdout.String())
+	u := startUp(t, "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--http", "127.0.0.1:0")
+	waitOutput(t, u.stdout, "Agent-Reach is up")
+	m := regexp.MustCompile(`dashboard\s+(https://127\.0\.0\.1:\d+/)`).FindStringSubmatch(u.stdout.String())
 	if m == nil {
-		t.Fatalf("no https dashboard in the banner:\n%s", stdout.String())
+		t.Fatalf("no https dashboard in the banner:\n%s", u.stdout.String())
 	}
 	checkHTTPS(t, httpsClient(t, filepath.Join(dir, "tls", "ca.pem")), m[1])
-	cancel()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("runUp exited %d; stderr:\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("runUp did not stop within 30s")
+	if code := u.stop(t); code != exitOK {
+		t.Fatalf("runUp exited %d; stderr:\n%s", code, u.stderr.String())
 	}
 	checkNoLeaks(t, before)
 }

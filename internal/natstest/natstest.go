@@ -1,7 +1,8 @@
 // Package natstest starts embedded nats-servers for tests: one helper, port
 // -1 (or FreePort's, where the port must be known before the start or kept
 // across a restart), a temporary store, shut down by t.Cleanup. It also
-// holds the bounded polling helper every test uses instead of sleeping.
+// holds the bounded polling helper every test uses instead of sleeping, and
+// LogBuffer, the sink for a logger whose lines a test reads.
 package natstest
 
 import (
