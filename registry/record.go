@@ -54,6 +54,9 @@ func (r *Record) Normalize() {
 	if r.Status == "" {
 		r.Status = StatusReady
 	}
+	if len(r.Deps) == 0 {
+		r.Deps = nil // "deps":{} and no deps at all are the same record
+	}
 }
 
 // Validate reports the first thing wrong with r, wrapping ErrInvalidRecord.
