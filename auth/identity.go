@@ -38,6 +38,10 @@ type Identity struct {
 	Role Role   `json:"role"`
 	// Type is an agent's type (its REACH_CAPS key); empty for other roles.
 	Type string `json:"type,omitempty"`
+	// Serves is an agent's grant: the capability patterns ('*' one token,
+	// '>' the rest, as NATS subjects) it may be routed and keep idempotency
+	// outcomes for. Empty means Type and Type.> (Grant).
+	Serves []string `json:"serves,omitempty"`
 	// PublicKey is the identity's user nkey ("U…"), bound to Name.
 	PublicKey string `json:"public_key"`
 	// SigningKey is the account's scoped signing key ("A…") that issued
@@ -70,6 +74,20 @@ func (id Identity) validate() error {
 		return fmt.Errorf("%w: %s %s: only an agent has a type", ErrInvalidIdentity, id.Role, id.Name)
 	}
 	return nil
+}
+
+// Grant returns the capability patterns an agent identity may serve: its
+// Serves, or when none was given its type and everything under it
+// ("math", "math.>"). Other roles serve nothing.
+func (id Identity) Grant() []string {
+	switch {
+	case id.Role != RoleAgent:
+		return nil
+	case len(id.Serves) > 0:
+		return id.Serves
+	default:
+		return []string{id.Type, id.Type + ".>"}
+	}
 }
 
 // InboxPrefix is the reply-inbox prefix of identity name: it may subscribe
