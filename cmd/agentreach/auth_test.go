@@ -176,6 +176,21 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	if status, body := httpDo(t, "POST", base+"v1/fanout", "Bearer "+web, fanout); status != http.StatusOK || !strings.Contains(body, `"succeeded":1`) {
 		t.Errorf("POST /v1/fanout as web: %d %s", status, body)
 	}
+	// Inspection is served to a token only; the health probe stays open.
+	for _, path := range []string{"v1/agents", "v1/stats", "metrics"} {
+		if status, body := httpDo(t, "GET", base+path, "", ""); status != http.StatusUnauthorized {
+			t.Errorf("GET /%s without a token: %d %s", path, status, body)
+		}
+		if status, body := httpDo(t, "GET", base+path, "Bearer "+web, ""); status != http.StatusOK {
+			t.Errorf("GET /%s as web: %d %s", path, status, body)
+		}
+	}
+	if status, body := httpDo(t, "GET", base+"healthz", "", ""); status != http.StatusOK {
+		t.Errorf("GET /healthz without a token: %d %s", status, body)
+	}
+	if !strings.Contains(stdout.String(), base+"#token=") {
+		t.Errorf("the banner does not say how to open the dashboard with a token:\n%s", stdout.String())
+	}
 	// A submit is published, signed as the identity, and taken by the
 	// durable tier like any signed task.
 	status, body := httpDo(t, "POST", base+"v1/submit/echo", "Bearer "+web, `{"text":"durable"}`)

@@ -48,7 +48,7 @@ func chromium(t *testing.T) string {
 // The screenshot is kept in the test's temporary directory, or at
 // $AGENTREACH_SCREENSHOT when set (docs/dashboard.png is made so).
 func TestDashboardInABrowser(t *testing.T) {
-	browser := chromium(t)
+	chromium(t) // before starting anything: the test never skips
 	before := goroutines()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
@@ -60,33 +60,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	agentIDs := bannerAgents(t, u.stdout.String())
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1100),
-		// Without these Chromium reaches out to the network, which this
-		// machine refuses.
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// The first action starts the browser, which lives as long as the
-	// context it ran with: bctx, without a timeout. Each step has its own
-	// bound.
-	step := func(what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, timeout)
-		defer cancel()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	b := openBrowser(t)
+	bctx := b.ctx
 	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
 		t.Fatalf("open %s in Chromium: %v", base, err)
 	}
-	step(fmt.Sprintf("the dashboard lists the %d demo agents", len(agentIDs)), 15*time.Second,
+	b.step(t, fmt.Sprintf("the dashboard lists the %d demo agents", len(agentIDs)), 15*time.Second,
 		chromedp.WaitVisible(`#health.ok`),
 		chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelectorAll('#agents tr[data-id]').length === %d`, len(agentIDs))))
 	shown, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#agents tr[data-id]')).map(r => r.dataset.id)`))
@@ -120,7 +99,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// REACH_EVENTS, which the dashboard polls every second).
 	post(t, base+"v1/call/math.add", `{"a":2,"b":3}`, http.StatusOK)
 	start := time.Now()
-	step("the call to math.add is on the dashboard within 5s", 5*time.Second, chromedp.Poll[chromedp.Void](
+	b.step(t, "the call to math.add is on the dashboard within 5s", 5*time.Second, chromedp.Poll[chromedp.Void](
 		`(document.querySelector('#capabilities tr[data-capability="math.add"] .tasks') || {}).textContent === "1"`))
 	t.Logf("the call showed on the dashboard after %v", time.Since(start).Round(time.Millisecond))
 
@@ -131,7 +110,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	post(t, base+"v1/call/slow", `{}`, http.StatusOK)
 	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound)  // NO_AGENT: the service's
 	post(t, base+"v1/call/math.add", `{"a":1}`, http.StatusUnprocessableEntity) // BIZ_REJECT: the caller's
-	step("the failure, the rejection and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
+	b.step(t, "the failure, the rejection and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
 		`document.querySelectorAll('#failures tr[data-request]').length === 2 && document.querySelectorAll('#charts .chart').length === 4`))
 	classes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
 		`Array.from(document.querySelectorAll('#failures tr[data-request] td.class')).map(c => c.textContent).sort()`))
@@ -156,7 +135,7 @@ func TestDashboardInABrowser(t *testing.T) {
 			echoes = append(echoes, id)
 		}
 	}
-	step("an echo instance's moving average shows", 5*time.Second, chromedp.Poll[chromedp.Void](fmt.Sprintf(
+	b.step(t, "an echo instance's moving average shows", 5*time.Second, chromedp.Poll[chromedp.Void](fmt.Sprintf(
 		`%q.split(",").some(id => document.querySelector('#agents tr[data-id="' + id + '"] td.latency').textContent.endsWith(" ms"))`,
 		strings.Join(echoes, ","))))
 	for _, id := range agentIDs {
@@ -179,12 +158,87 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
 
-	cancelBrowser()
-	cancelAlloc()
+	b.close()
 	if code := u.stop(t); code != exitOK {
 		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
 	}
 	checkNoLeaks(t, before)
+}
+
+// TestDashboardWithAuth opens the dashboard of `up --auth --demo` in
+// headless Chromium: without a token it shows no data and says how to open
+// it; opened as /#token=<token> it lists the demo agents, and the token
+// leaves the address bar.
+func TestDashboardWithAuth(t *testing.T) {
+	chromium(t)
+	before := goroutines()
+	dir := t.TempDir()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	u := startUp(t, "--nats-listen", listen, "--data-dir", dir, "--auth", "--demo", "--http", httpAddr)
+	waitOutput(t, u.stdout, "Agent-Reach is up")
+	base := "http://" + httpAddr + "/"
+	agentIDs := bannerAgents(t, u.stdout.String())
+	token := strings.TrimSpace(runCmd(t, runAuth, "--dir", filepath.Join(dir, "auth"), "token", upCallerIdentity).stdout)
+
+	b := openBrowser(t)
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(base)); err != nil {
+		t.Fatalf("open %s in Chromium: %v", base, err)
+	}
+	b.step(t, "without a token the dashboard says how to open it", 15*time.Second,
+		chromedp.Poll[chromedp.Void](`document.getElementById('updated').textContent.includes('#token=')`))
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('#agents tr[data-id]').length`)); err != nil || n != 0 {
+		t.Errorf("without a token the dashboard lists %d agents (%v), want none", n, err)
+	}
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(base+"#token="+token), chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, fmt.Sprintf("with the token the dashboard lists the %d demo agents", len(agentIDs)), 15*time.Second,
+		chromedp.WaitVisible(`#health.ok`),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelectorAll('#agents tr[data-id]').length === %d`, len(agentIDs))))
+	if hash, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`location.hash`)); err != nil || hash != "" {
+		t.Errorf("the address bar still holds %q (%v), want the token gone", hash, err)
+	}
+	b.close()
+	if code := u.stop(t); code != exitOK {
+		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
+	}
+	checkNoLeaks(t, before)
+}
+
+// browser is a headless Chromium for one test.
+type browser struct {
+	ctx   context.Context // lives until close: the browser does
+	close func()
+}
+
+// openBrowser starts headless Chromium; its first action (a Navigate)
+// starts the browser process, which close ends.
+func openBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1100),
+		// Without these Chromium reaches out to the network, which this
+		// machine refuses.
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	b := &browser{ctx: bctx, close: func() { cancelBrowser(); cancelAlloc() }}
+	t.Cleanup(b.close)
+	return b
+}
+
+// step runs steps within timeout, failing the test with what.
+func (b *browser) step(t *testing.T, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }
 
 // bannerAgents returns the agent ids the banner of `up --demo` lists,

@@ -338,6 +338,10 @@ func printBanner(w io.Writer, b banner) {
 	dashboard := "off (--http off)"
 	if b.http != "" {
 		dashboard = b.http + " (HTTP API, /metrics, /healthz)"
+		if b.sec.auth != nil { // inspection is served to a bearer token only
+			dashboard += fmt.Sprintf("\n              with --auth open it as %s#token=TOKEN, TOKEN from `%s auth token --dir %s %s`",
+				b.http, self, b.sec.auth.store.Dir(), upCallerIdentity)
+		}
 	}
 	fmt.Fprintf(w, "Agent-Reach is up.\n  NATS        %s (JetStream, data in %s)\n  dispatcher  %s\n  dashboard   %s\n  agents      %s\n",
 		b.url, b.dataDir, b.dispatcher, dashboard, agents)

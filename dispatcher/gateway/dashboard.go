@@ -21,7 +21,8 @@ var assets = func() http.Handler {
 }()
 
 // dashboard is GET /: the page, which polls /healthz, /v1/agents and
-// /v1/stats once a second.
+// /v1/stats once a second — with auth on, sending the bearer token it was
+// opened with (/#token=<token>).
 func (g *Gateway) dashboard(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	http.ServeFileFS(w, r, static, "static/index.html")

@@ -367,6 +367,40 @@ func TestIdentifier(t *testing.T) {
 	}
 }
 
+// TestInspectionNeedsAToken: with an Identifier (auth on) the agents, the
+// stats and the metrics are served only to a token it accepts; the health
+// probe, the dashboard's page and its assets stay open, and without one
+// (auth off) everything is.
+func TestInspectionNeedsAToken(t *testing.T) {
+	identify := WithIdentifier(IdentifierFunc(func(r *http.Request, _ *nats.Msg) *streams.Error {
+		if r.Header.Get("Authorization") != "Bearer good" {
+			return streams.NewError(streams.CodeUnauthorized, "unknown token")
+		}
+		return nil
+	}))
+	tg := startGateway(t, Config{}, identify)
+	open := startGateway(t, Config{})
+	for _, path := range []string{"/v1/agents", "/v1/stats", "/metrics"} {
+		if r := tg.do(t, "GET", path, ""); r.status != 401 || r.code() != "UNAUTHORIZED" {
+			t.Errorf("GET %s without a token: %d %q", path, r.status, r.body)
+		}
+		if r := tg.do(t, "GET", path, "", "Authorization", "Bearer bad"); r.status != 403 {
+			t.Errorf("GET %s with a bad token: %d %q", path, r.status, r.body)
+		}
+		if r := tg.do(t, "GET", path, "", "Authorization", "Bearer good"); r.status != 200 {
+			t.Errorf("GET %s with a good token: %d %q", path, r.status, r.body)
+		}
+		if r := open.do(t, "GET", path, ""); r.status != 200 {
+			t.Errorf("GET %s with auth off: %d %q", path, r.status, r.body)
+		}
+	}
+	for _, path := range []string{"/healthz", "/", "/static/app.js"} {
+		if r := tg.do(t, "GET", path, ""); r.status != 200 {
+			t.Errorf("GET %s without a token: %d, want it open", path, r.status)
+		}
+	}
+}
+
 // TestSlowClients holds a connection that sends its headers slowly and one
 // that stalls in its body while a normal client calls: the normal call is
 // answered at once, the stalled body gets 408 and the slow headers are

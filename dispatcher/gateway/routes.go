@@ -27,10 +27,10 @@ func (g *Gateway) routes() http.Handler {
 		{http.MethodGet, "/v1/results/{id}", g.result},
 		{http.MethodPost, "/v1/broadcast/{capability}", g.broadcast},
 		{http.MethodPost, "/v1/fanout", g.fanout},
-		{http.MethodGet, "/v1/agents", g.agents},
-		{http.MethodGet, "/v1/stats", g.statsPage},
+		{http.MethodGet, "/v1/agents", g.inspection(g.agents)},
+		{http.MethodGet, "/v1/stats", g.inspection(g.statsPage)},
 		{http.MethodGet, "/healthz", g.healthz},
-		{http.MethodGet, "/metrics", g.serveMetrics},
+		{http.MethodGet, "/metrics", g.inspection(g.serveMetrics)},
 		{http.MethodGet, "/{$}", g.dashboard},
 		{http.MethodGet, "/static/", g.assets},
 	} {
@@ -45,6 +45,21 @@ func (g *Gateway) routes() http.Handler {
 		writeError(w, req, streams.NewError(CodeNotFound, "no route %s %s (see docs/operations.md)", req.Method, req.URL.Path))
 	})
 	return mux
+}
+
+// inspection serves h only to a request whose bearer token the Identifier
+// accepts, when there is one (auth on): what runs where, its load and its
+// failures are not for anyone who can reach the port. Without one (auth
+// off) it serves h to all. /healthz stays open for probes; the dashboard's
+// page and assets hold no data, its script sends the token it was given.
+func (g *Gateway) inspection(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if f := g.identify(r, &nats.Msg{}); f != nil {
+			g.answer(w, r, f)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // answer writes a failure.

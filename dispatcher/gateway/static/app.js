@@ -126,9 +126,24 @@ function drawStreams(streams, dispatcher) {
   set("tile-refused", dispatcher.overloaded === undefined ? undefined : dispatcher.overloaded + dispatcher.dropped);
 }
 
+// With auth on, the gateway serves its data only to a bearer token: open
+// the page as /#token=<token> (`agentreach auth token NAME`). The fragment
+// never leaves the browser; the token is kept for this tab only and
+// removed from the address bar.
+const TOKEN = (() => {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem("agentreach-token", decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("agentreach-token");
+})();
+
 async function getJSON(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const headers = TOKEN ? { Authorization: "Bearer " + TOKEN } : {};
+  const r = await fetch(path, { cache: "no-store", headers });
   const body = await r.json();
+  if (r.status === 401) throw new Error("auth is on: open this page as /#token=<token> (agentreach auth token NAME prints one)");
   if (!r.ok && !body.status) throw new Error(path + ": " + (body.message || r.status));
   return body;
 }
