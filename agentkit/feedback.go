@@ -18,8 +18,16 @@ import (
 // names the instance itself.
 var ErrUnknownCall = errors.New("agentkit: no recent call with that request id")
 
-// recentCallsKept is how many calls' instances a Client remembers.
-const recentCallsKept = 4096
+// ErrFeedbackNotAccepted is returned by Feedback when no dispatcher
+// accepted the score (see Feedback).
+var ErrFeedbackNotAccepted = errors.New("agentkit: no dispatcher accepted the feedback (the task is unknown to them, already scored, or another identity's)")
+
+const (
+	// recentCallsKept is how many calls' instances a Client remembers.
+	recentCallsKept = 4096
+	// feedbackWait bounds how long Feedback waits for a dispatcher's answer.
+	feedbackWait = 5 * time.Second
+)
 
 // recentCalls remembers which instance answered the latest calls.
 type recentCalls struct {
@@ -68,11 +76,16 @@ type feedbackRecord struct {
 }
 
 // Feedback records how good the result of a call this client made was:
-// score from 0 (useless) to 1 (perfect). The record goes to REACH_EVENTS
-// (reach.event._feedback), where dispatchers fold it into the instance's
-// quality average, which `Reach-Prefer: quality` ranks by. It returns once
-// the stream has stored it. Where auth is on (WithCredentials) the record
-// is signed, and counts only when this client's identity called the task.
+// score from 0 (useless) to 1 (perfect). It asks the dispatchers
+// (reach.feedback); the replica that finished the call folds the score into
+// the instance's quality average, which `Reach-Prefer: quality` ranks by,
+// stores it in REACH_EVENTS, and answers once stored. Where auth is on
+// (WithCredentials) the request is signed, and counts only when this
+// client's identity called the task. A score no dispatcher accepts — the
+// task is unknown to them (not routed by a dispatcher, or one of the
+// thousands before a replica's last 4,096), already scored, or another
+// identity's — gets no answer: ErrFeedbackNotAccepted once ctx ends or
+// after 5 s.
 func (c *Client) Feedback(ctx context.Context, requestID string, score float64) error {
 	node, ok := c.recent.node(requestID)
 	if !ok {
@@ -101,8 +114,17 @@ func (c *Client) FeedbackFor(ctx context.Context, requestID, node string, score 
 	m.Header.Set(streams.HeaderRequestID, requestID)
 	m.Data = append(b, '\n')
 	c.sign(m) // where auth is on, dispatchers count only the task's caller's feedback
-	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, feedbackWait)
+	defer cancel()
+	reply, err := c.nc.RequestMsgWithContext(ctx, m)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w: %s on %s", ErrFeedbackNotAccepted, requestID, node)
+	case err != nil:
 		return fmt.Errorf("agentkit: feedback for %s: %w", requestID, err)
+	}
+	if e := streams.ErrorFromMessage(reply); e != nil {
+		return e
 	}
 	return nil
 }

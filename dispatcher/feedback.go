@@ -1,27 +1,42 @@
 package dispatcher
 
 import (
+	"context"
+	"encoding/json"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/streams"
 )
 
-// With an authorizer, feedback (reach.event._feedback) is accepted only
-// from the caller of the task it scores, for the instance that produced
-// the result, once: the record must be signed by the identity that was the
-// task's Reach-Source. A replica knows that of the tasks it finished
-// itself, the latest recentCallersKept to 2×recentCallersKept of them;
-// feedback on an older task, or on one another replica routed, is dropped
-// (each replica ranks by the scores of the tasks it routed).
+// A caller's feedback (a request on reach.feedback) is accepted only for a
+// task this replica finished itself, for the instance that produced the
+// result, once; with an authorizer, only from the identity that was the
+// task's Reach-Source, proven like a task. A replica knows that of the
+// latest recentCallersKept to 2×recentCallersKept tasks it finished;
+// feedback on an older task, or on one another replica routed, is not
+// its to accept (each replica ranks by the scores of the tasks it routed).
+// What it accepts it stores in REACH_EVENTS as its own record
+// (reach.event._feedback), so the aggregate folds only checked scores.
 const (
 	// recentCallersKept bounds the tasks a replica remembers the caller of.
 	recentCallersKept = 4096
 	// feedbackLogEvery is how often a dropped feedback is logged per
 	// identity.
 	feedbackLogEvery = time.Minute
+	// feedbackStoreTimeout bounds storing accepted feedback in REACH_EVENTS.
+	feedbackStoreTimeout = 5 * time.Second
 )
 
-// taskCaller is who called a finished task and which instance answered.
-type taskCaller struct{ source, node string }
+// taskCaller is who called a finished task and which instance answered;
+// scored is set once its feedback was accepted.
+type taskCaller struct {
+	source, node string
+	scored       bool
+}
 
 // recentCallers remembers the callers of a replica's latest finished
 // tasks, in two generations of at most recentCallersKept each: when the
@@ -46,22 +61,39 @@ func (r *recentCallers) add(requestID string, c taskCaller) {
 	r.cur[requestID] = c
 }
 
-// claim reports whether task requestID was called by source and answered
-// by node, and then forgets it: a task is scored once.
-func (r *recentCallers) claim(requestID string, c taskCaller) bool {
+// A claim's verdict.
+type claimVerdict int
+
+const (
+	claimUnknown    claimVerdict = iota // not a task this replica remembers
+	claimAccepted                       // scored now
+	claimNotCaller                      // another identity called it
+	claimWrongNode                      // another instance answered it
+	claimScoredOnce                     // scored before
+)
+
+// claim scores task requestID for c, once: accepted when it was answered
+// by c.node and — when bySource — called by c.source.
+func (r *recentCallers) claim(requestID string, c taskCaller, bySource bool) claimVerdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range []map[string]taskCaller{r.cur, r.prev} {
-		if got, ok := m[requestID]; ok {
-			if got != c {
-				return false
-			}
-			delete(r.cur, requestID)
-			delete(r.prev, requestID)
-			return true
+		got, ok := m[requestID]
+		switch {
+		case !ok:
+			continue
+		case bySource && got.source != c.source:
+			return claimNotCaller
+		case got.node != c.node:
+			return claimWrongNode
+		case got.scored:
+			return claimScoredOnce
 		}
+		got.scored = true
+		m[requestID] = got
+		return claimAccepted
 	}
-	return false
+	return claimUnknown
 }
 
 // logDrop reports whether a dropped feedback of identity ("" for one
@@ -87,10 +119,113 @@ func (r *recentCallers) logDrop(identity string, now time.Time) bool {
 }
 
 // rememberCaller records who called t, finished with a result, for
-// checking feedback on it (with an authorizer only).
+// checking feedback on it.
 func (d *Dispatcher) rememberCaller(t *task) {
-	if d.authorizer != nil && t.source != "" && t.node != "" {
+	if t.node != "" {
 		d.callers.add(t.requestID, taskCaller{source: t.source, node: t.node})
+	}
+}
+
+// onFeedback takes a caller's scores of results (reach.feedback, one JSON
+// line per record, as Event with Kind "feedback"). A record counts only
+// when it is a valid score of a task this replica finished, naming the
+// instance that answered it, not scored before — and with an authorizer,
+// when the message proves the identity that called that task. The replica
+// folds the scores it accepted into the instances' quality averages,
+// stores them in REACH_EVENTS as its own records (without the caller's
+// signature) and answers {"accepted": n} once stored. When it accepted
+// none it answers why (UNAUTHORIZED: not proven, or not the task's
+// caller; BAD_REQUEST: unreadable, the wrong instance, scored already),
+// where the reply gate allows, and logs it once a minute per identity;
+// about a task it does not know it stays silent: another replica may have
+// finished it.
+func (d *Dispatcher) onFeedback(m *nats.Msg) {
+	source := m.Header.Get(streams.HeaderSource)
+	if d.authorizer != nil {
+		if e := d.authorizer.Authorize("", m, false); e != nil {
+			d.dropFeedback("", m.Header.Get(streams.HeaderRequestID), e.Message)
+			d.answerFeedback(m, nil, e)
+			return
+		}
+		source = m.Header.Get(streams.HeaderSource)
+	}
+	evs, err := DecodeEvents(m.Data)
+	if err != nil {
+		d.answerFeedback(m, nil, streams.NewError(streams.CodeBadRequest, "feedback: %v", err))
+		return
+	}
+	var accepted []byte
+	var refused *streams.Error
+	n := 0
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Kind != KindFeedback || ev.Score == nil || !(*ev.Score >= 0 && *ev.Score <= 1) {
+			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: want kind \"feedback\" and a score from 0 to 1", ev.RequestID)
+			continue
+		}
+		switch d.callers.claim(ev.RequestID, taskCaller{source: source, node: ev.Node}, d.authorizer != nil) {
+		case claimUnknown:
+			continue // another replica's task, perhaps
+		case claimNotCaller:
+			refused = streams.NewError(streams.CodeUnauthorized, "feedback for %s: only the task's caller may score it", ev.RequestID)
+		case claimWrongNode:
+			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: instance %s did not answer it", ev.RequestID, ev.Node)
+		case claimScoredOnce:
+			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: it was scored already (once per task)", ev.RequestID)
+		case claimAccepted:
+			if _, ok := d.table.Lookup(ev.Node); ok {
+				d.loadOf(ev.Node).observeQuality(*ev.Score)
+			}
+			stored := Event{RequestID: ev.RequestID, Kind: KindFeedback, Node: ev.Node, Score: ev.Score, Start: ev.Start,
+				Capability: ev.Capability, Dispatcher: d.cfg.Name}
+			accepted = appendEvent(accepted, &stored)
+			n++
+			continue
+		}
+		d.dropFeedback(source, ev.RequestID, refused.Message)
+	}
+	if n == 0 {
+		if refused != nil {
+			d.answerFeedback(m, nil, refused)
+		}
+		return
+	}
+	rec := nats.NewMsg(d.cfg.Subjects.FeedbackRecord())
+	rec.Header.Set(HeaderEvents, strconv.Itoa(n))
+	rec.Header.Set(streams.HeaderSource, source)
+	rec.Data = accepted
+	go func() { // off the subscription's goroutine: a store waits for the stream
+		ctx, cancel := context.WithTimeout(context.Background(), feedbackStoreTimeout)
+		defer cancel()
+		if _, err := d.js.PublishMsg(ctx, rec); err != nil {
+			d.log.Warn().Err(err).Str("source", source).Int("records", n).Msg("accepted feedback not stored in REACH_EVENTS")
+			d.answerFeedback(m, nil, streams.NewError(streams.CodeInternal, "feedback: counted, but not stored: %v", err))
+			return
+		}
+		d.answerFeedback(m, map[string]int{"accepted": n}, nil)
+	}()
+}
+
+// answerFeedback answers a feedback request, when it asked for an answer
+// and the reply gate lets it be answered there: body as JSON, or e.
+func (d *Dispatcher) answerFeedback(m *nats.Msg, body any, e *streams.Error) {
+	if m.Reply == "" {
+		return
+	}
+	if rc, ok := d.authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
+		return
+	}
+	requestID := m.Header.Get(streams.HeaderRequestID)
+	var r *nats.Msg
+	if e != nil {
+		r = streams.ErrorReply(m.Reply, streams.ContentTypeJSON, requestID, e)
+	} else {
+		r = streams.StatusReply(m.Reply, streams.StatusFinished, requestID)
+		r.Data, _ = json.Marshal(body)
+		r.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
+	}
+	if err := d.nc.PublishMsg(r); err != nil {
+		d.log.Debug().Err(err).Msg("feedback answer not sent")
 	}
 }
 

@@ -309,41 +309,6 @@ func (d *Dispatcher) declaredCost(inst *registry.Instance, capability string) (f
 	return 0, false
 }
 
-// onFeedback folds a caller's score of a result into the quality average
-// of the instance that produced it. A record that is not a valid feedback
-// for an instance in the table is ignored. With an authorizer the message
-// must prove its Reach-Source, and a record counts only for a task that
-// identity called, that this replica finished and that node answered,
-// once (feedback.go); any other is dropped and logged.
-func (d *Dispatcher) onFeedback(m *nats.Msg) {
-	source := ""
-	if d.authorizer != nil {
-		if e := d.authorizer.Authorize("", m, false); e != nil {
-			d.dropFeedback("", m.Header.Get(streams.HeaderRequestID), e.Message)
-			return
-		}
-		source = m.Header.Get(streams.HeaderSource)
-	}
-	evs, err := DecodeEvents(m.Data)
-	if err != nil {
-		d.log.Debug().Err(err).Msg("unreadable feedback ignored")
-		return
-	}
-	for _, ev := range evs {
-		if ev.Kind != KindFeedback || ev.Score == nil || !(*ev.Score >= 0 && *ev.Score <= 1) {
-			continue
-		}
-		if d.authorizer != nil && !d.callers.claim(ev.RequestID, taskCaller{source: source, node: ev.Node}) {
-			d.dropFeedback(source, ev.RequestID, "not a task of "+source+" that this replica finished on instance "+ev.Node+
-				" (or already scored)")
-			continue
-		}
-		if _, ok := d.table.Lookup(ev.Node); ok {
-			d.loadOf(ev.Node).observeQuality(*ev.Score)
-		}
-	}
-}
-
 // KindFeedback is the Kind of a feedback record (Event.Score).
 const KindFeedback = "feedback"
 

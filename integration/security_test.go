@@ -889,14 +889,18 @@ func TestSecurityHeaderReachesAnAgentOnceWithoutAuth(t *testing.T) {
 	}
 }
 
-// Feedback steers Reach-Prefer: quality, so with auth on a score counts
-// only when signed by the task's caller, for the instance that answered
-// it, once. Before the caller scores its tasks (good-1 0.9, poor-1 0.1),
-// another identity scores them the other way round (its own signature,
-// and unsigned claiming the caller), and the caller names the wrong
-// instance; were any of those counted, poor-1 would rank first. The
-// caller's own scores, sent last, still count: calls preferring quality go
-// to good-1.
+// Feedback steers Reach-Prefer: quality and the REACH_EVENTS aggregate,
+// so with auth on a score counts only when signed by the task's caller,
+// for the instance that answered it, once. Before the caller scores its
+// tasks (good-1 0.9, poor-1 0.1), another identity scores them the other
+// way round — unsigned claiming the caller (dropped unanswered: not
+// proven), signed as itself (UNAUTHORIZED: not the caller), and straight into
+// REACH_EVENTS (a permissions violation: only dispatchers store feedback)
+// — and the caller names the wrong instance (BAD_REQUEST) and scores one
+// task twice (BAD_REQUEST the second time). Were any of those counted,
+// poor-1 would rank first. The caller's own scores still count: calls
+// preferring quality go to good-1, and REACH_EVENTS holds exactly the
+// caller's ten records, stored by the dispatcher.
 func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 	st := NewSecureStack(t, time.Second, `{"rules": [{"caller": "caller", "may_call": ["draft"]}]}`)
 	d := st.Dispatcher(dispatcher.Config{})
@@ -932,15 +936,11 @@ func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 		}
 		return 1
 	}
-	feedback := func(id, node string, score float64, sign func(*nats.Msg)) *nats.Msg {
-		var b strings.Builder
-		for range 10 {
-			fmt.Fprintf(&b, `{"request_id":%q,"kind":"feedback","node":%q,"score":%v}`+"\n", id, node, score)
-		}
-		m := nats.NewMsg(streams.Subjects{}.Feedback())
-		m.Header.Set(streams.HeaderEvents, "10")
+	feedback := func(subject, id, node string, score float64, sign func(*nats.Msg)) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Header.Set(streams.HeaderEvents, "1")
 		m.Header.Set(streams.HeaderRequestID, id)
-		m.Data = []byte(b.String())
+		m.Data = fmt.Appendf(nil, `{"request_id":%q,"kind":"feedback","node":%q,"score":%v}`+"\n", id, node, score)
 		sign(m)
 		return m
 	}
@@ -952,30 +952,44 @@ func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js := func(nc *nats.Conn) jetstream.JetStream {
-		js, err := jetstream.New(nc)
+	billingNC, callerNC := st.ConnAs("billing-1"), st.ConnAs(SecureCaller)
+	refusedWith := func(what string, nc *nats.Conn, m *nats.Msg, want streams.Code) {
+		t.Helper()
+		reply, err := nc.RequestMsg(m, 10*time.Second)
 		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if e := streams.ErrorFromMessage(reply); e == nil || e.Code != want {
+			t.Fatalf("%s: answered %v %q, want %s", what, e, reply.Data, want)
+		}
+	}
+	subject := streams.Subjects{}.Feedback()
+	for id, node := range nodes {
+		// Unproven, so not answered either (its reply subject is not in
+		// the inbox of the caller it names); the answer to the next
+		// request on the same connection comes after the dispatcher read it.
+		if err := billingNC.PublishMsg(feedback(subject, id, node, flipped(node), func(m *nats.Msg) {
+			m.Header.Set(streams.HeaderSource, SecureCaller)
+			m.Reply = billingNC.NewRespInbox()
+		})); err != nil {
 			t.Fatal(err)
 		}
-		return js
+		refusedWith("another identity's signed score", billingNC,
+			feedback(subject, id, node, flipped(node), func(m *nats.Msg) { billing.Sign(m, time.Now()) }), streams.CodeUnauthorized)
+		refusedWith("the caller's score naming the wrong instance", callerNC,
+			feedback(subject, id, other[node], flipped(other[node]), func(m *nats.Msg) { caller.Sign(m, time.Now()) }), streams.CodeBadRequest)
 	}
-	billingJS, callerJS := js(st.ConnAs("billing-1")), js(st.ConnAs(SecureCaller))
+	w := watch(t, func(opts ...nats.Option) *nats.Conn { return st.ConnAs("billing-1", opts...) })
+	record := streams.Subjects{}.FeedbackRecord()
 	for id, node := range nodes {
-		for _, a := range []struct {
-			js jetstream.JetStream
-			m  *nats.Msg
-		}{
-			{billingJS, feedback(id, node, flipped(node), func(m *nats.Msg) { billing.Sign(m, time.Now()) })},
-			{billingJS, feedback(id, node, flipped(node), func(m *nats.Msg) { m.Header.Set(streams.HeaderSource, SecureCaller) })},
-			{callerJS, feedback(id, other[node], flipped(other[node]), func(m *nats.Msg) { caller.Sign(m, time.Now()) })},
-		} {
-			// Stored means the server has passed it on: the dispatcher
-			// reads it before the caller's own scores below.
-			if _, err := a.js.PublishMsg(ctx, a.m); err != nil {
-				t.Fatal(err)
-			}
+		if ok, ev := w.violated(record, func(nc *nats.Conn) error {
+			return nc.PublishMsg(feedback(record, id, node, flipped(node), func(m *nats.Msg) { billing.Sign(m, time.Now()) }))
+		}); !ok {
+			t.Fatalf("a caller stored a score in REACH_EVENTS itself: %s", ev)
 		}
+		break // one is enough: the permission is per subject
 	}
+	var scoredTwice string
 	for id, node := range nodes {
 		score := 0.1
 		if node == "good-1" {
@@ -984,16 +998,19 @@ func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 		if err := c.Feedback(ctx, id, score); err != nil {
 			t.Fatal(err)
 		}
+		scoredTwice = id
 	}
-	nc := st.ConnAs(SecureCaller)
-	natstest.WaitFor(t, 10*time.Second, func() error { // the caller's records reach the dispatcher asynchronously
+	if err := c.Feedback(ctx, scoredTwice, 0.5); !errors.Is(err, streams.ErrBadRequest) {
+		t.Errorf("a second score of one task: %v, want BAD_REQUEST", err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error { // stored before answered: the scores are folded
 		before := good.Load()
 		for range 20 {
 			m := nats.NewMsg(streams.Subjects{}.Task("draft"))
 			m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
 			m.Header.Set(streams.HeaderPrefer, dispatcher.PreferQuality)
 			caller.Sign(m, time.Now())
-			reply, err := nc.RequestMsg(m, 5*time.Second)
+			reply, err := callerNC.RequestMsg(m, 5*time.Second)
 			if err != nil {
 				return err
 			}
@@ -1006,6 +1023,52 @@ func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 		}
 		return nil
 	})
+	stored := storedFeedback(t, st.Conn())
+	if len(stored) != len(nodes) {
+		t.Fatalf("REACH_EVENTS holds %d feedback records, want the caller's %d", len(stored), len(nodes))
+	}
+	for _, ev := range stored {
+		want := 0.1
+		if ev.Node == "good-1" {
+			want = 0.9
+		}
+		if nodes[ev.RequestID] != ev.Node || ev.Score == nil || *ev.Score != want || ev.Dispatcher == "" {
+			t.Errorf("stored feedback %+v: not the caller's score of its task, or not stored by a dispatcher", ev)
+		}
+	}
+}
+
+// storedFeedback reads every feedback record in REACH_EVENTS, as nc.
+func storedFeedback(t *testing.T, nc *nats.Conn) []dispatcher.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{streams.Subjects{}.FeedbackRecord()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []dispatcher.Event
+	for n := info.NumPending; n > 0; n-- {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := dispatcher.DecodeEvents(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, evs...)
+	}
+	return out
 }
 
 // forgedACL is what the reply-subject attacks try to make the ACL: every

@@ -40,10 +40,16 @@ func (s Subjects) CapabilityFromSubmit(subject string) string {
 	return s.CapabilityAfter("submit", subject)
 }
 
-// Feedback is the subject of feedback records (a caller's score of a
-// result, agentkit.Client.Feedback): reach.event._feedback, in the
-// REACH_EVENTS stream, on a token no capability can have.
-func (s Subjects) Feedback() string { return s.prefix() + ".event._feedback" }
+// Feedback is where a caller sends its score of a result
+// (agentkit.Client.Feedback), as a request: reach.feedback. Every
+// dispatcher replica hears it; the one that finished the task checks it
+// and stores it on FeedbackRecord.
+func (s Subjects) Feedback() string { return s.prefix() + ".feedback" }
+
+// FeedbackRecord is the subject of the feedback records a dispatcher
+// accepted: reach.event._feedback, in the REACH_EVENTS stream, on a token no
+// capability can have. Only dispatchers publish there.
+func (s Subjects) FeedbackRecord() string { return s.prefix() + ".event._feedback" }
 
 // DeadLetter is the subject of the REACH_DLQ stream for a capability.
 func (s Subjects) DeadLetter(capability string) string { return s.prefix() + ".dlq." + capability }

@@ -87,7 +87,8 @@ func TestBannerCommands(t *testing.T) {
 			}
 			want := []string{"agentreach call", "curl", "nats", "nats", "agentreach agents"}
 			if c.auth { // no nats req: a task needs a Reach-Signature the nats CLI cannot make
-				want = []string{"agentreach auth", "agentreach policy", "agentreach call", "curl", "agentreach auth", "nats", "agentreach agents"}
+				// the dashboard's token, the identities, the ACL, then the tour
+				want = []string{"agentreach auth", "agentreach auth", "agentreach policy", "agentreach call", "curl", "agentreach auth", "nats", "agentreach agents"}
 			}
 			if strings.Join(seen, ",") != strings.Join(want, ",") {
 				t.Errorf("commands %v, want %v, in:\n%s", seen, want, out.String())
