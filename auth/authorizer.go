@@ -42,8 +42,8 @@ type AuthorizerConfig struct {
 // AuthorizerOption configures an Authorizer.
 type AuthorizerOption func(*Authorizer)
 
-// WithAuthorizerLogger sets the logger of refusals (at debug level); the
-// default discards.
+// WithAuthorizerLogger sets the logger of refusals (tasks at debug level,
+// reply subjects and agent records at warn level); the default discards.
 func WithAuthorizerLogger(l zerolog.Logger) AuthorizerOption {
 	return func(a *Authorizer) { a.log = l }
 }
@@ -99,6 +99,9 @@ type Authorizer struct {
 	// logged (replyLogEvery): a flood of them logs once a minute.
 	loggedMu sync.Mutex
 	logged   map[string]time.Time
+	// records is, for each agent record refused (CheckRecord), the reason
+	// last logged.
+	records map[string]string
 }
 
 // replyLogEvery is how often a refused reply subject is logged per identity.
@@ -135,7 +138,7 @@ func NewAuthorizer(ctx context.Context, js jetstream.JetStream, verifier *Verifi
 	if cfg.MaxAge < 0 || cfg.DurableMaxAge < 0 {
 		return nil, fmt.Errorf("auth: AuthorizerConfig: MaxAge %v and DurableMaxAge %v must be positive", cfg.MaxAge, cfg.DurableMaxAge)
 	}
-	a := &Authorizer{verifier: verifier, cfg: cfg, log: zerolog.Nop(), now: time.Now, logged: map[string]time.Time{}}
+	a := &Authorizer{verifier: verifier, cfg: cfg, log: zerolog.Nop(), now: time.Now, logged: map[string]time.Time{}, records: map[string]string{}}
 	for _, o := range opts {
 		o(a)
 	}

@@ -22,6 +22,9 @@ const PolicyIdentityPrefix = "identity."
 type DirectoryEntry struct {
 	Role Role   `json:"role"`
 	Type string `json:"type,omitempty"`
+	// Serves is an agent's grant as made (Identity.Serves); empty means its
+	// type and everything under it (Grant).
+	Serves []string `json:"serves,omitempty"`
 	// PublicKey is the identity's user nkey ("U…").
 	PublicKey string `json:"public_key"`
 	// Revoked is when the identity was revoked; then it proves nothing.
@@ -32,7 +35,16 @@ func init() { registry.RegisterPolicyKind(strings.TrimSuffix(PolicyIdentityPrefi
 
 // entryOf returns the directory entry of id.
 func entryOf(id Identity) DirectoryEntry {
-	return DirectoryEntry{Role: id.Role, Type: id.Type, PublicKey: id.PublicKey, Revoked: id.Revoked}
+	return DirectoryEntry{Role: id.Role, Type: id.Type, Serves: id.Serves, PublicKey: id.PublicKey, Revoked: id.Revoked}
+}
+
+// Grant returns the capability patterns the identity may be routed
+// (Identity.Grant): nothing unless it is an agent.
+func (e *DirectoryEntry) Grant() []string {
+	if e.Role != RoleAgent {
+		return nil
+	}
+	return grantOf(e.Type, e.Serves)
 }
 
 // decodeEntry is the PolicyDecoder of the "identity" kind.
@@ -47,7 +59,7 @@ func decodeEntry(key string, value json.RawMessage) (any, error) {
 	if err := dec.Decode(&e); err != nil {
 		return nil, fmt.Errorf("identity entry: %v", err)
 	}
-	id := Identity{Name: name, Role: e.Role, Type: e.Type}
+	id := Identity{Name: name, Role: e.Role, Type: e.Type, Serves: e.Serves}
 	if err := id.validate(); err != nil {
 		return nil, fmt.Errorf("%v", strings.TrimPrefix(err.Error(), ErrInvalidIdentity.Error()+": "))
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -73,6 +74,34 @@ func (id Identity) validate() error {
 	case id.Type != "":
 		return fmt.Errorf("%w: %s %s: only an agent has a type", ErrInvalidIdentity, id.Role, id.Name)
 	}
+	if len(id.Serves) > 0 && id.Role != RoleAgent {
+		return fmt.Errorf("%w: %s %s: only an agent serves capabilities (--serves)", ErrInvalidIdentity, id.Role, id.Name)
+	}
+	if err := ValidateServes(id.Serves); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidIdentity, err)
+	}
+	return nil
+}
+
+// MaxServes bounds the patterns of one agent's grant.
+const MaxServes = 64
+
+// ValidateServes reports why patterns cannot be an agent's grant: each is
+// a capability whose tokens may be '*' (any one token) or, last, '>' (one
+// or more tokens), as in the ACL's may_call ("risk.*", "risk.>"), given
+// once; at most MaxServes of them.
+func ValidateServes(patterns []string) error {
+	if len(patterns) > MaxServes {
+		return fmt.Errorf("serves: %d patterns, more than the %d allowed", len(patterns), MaxServes)
+	}
+	for i, p := range patterns {
+		if err := registry.ValidateCapabilityPattern(p); err != nil {
+			return fmt.Errorf("serves[%d]: %v", i, err)
+		}
+		if slices.Contains(patterns[:i], p) {
+			return fmt.Errorf("serves[%d]: %q is given twice", i, p)
+		}
+	}
 	return nil
 }
 
@@ -83,11 +112,22 @@ func (id Identity) Grant() []string {
 	switch {
 	case id.Role != RoleAgent:
 		return nil
-	case len(id.Serves) > 0:
-		return id.Serves
 	default:
-		return []string{id.Type, id.Type + ".>"}
+		return grantOf(id.Type, id.Serves)
 	}
+}
+
+// grantOf is the grant of an agent of type typ that serves serves.
+func grantOf(typ string, serves []string) []string {
+	if len(serves) > 0 {
+		return serves
+	}
+	return []string{typ, typ + ".>"}
+}
+
+// Grants reports whether grant (Identity.Grant) covers capability.
+func Grants(grant []string, capability string) bool {
+	return slices.ContainsFunc(grant, func(p string) bool { return registry.MatchCapability(p, capability) })
 }
 
 // InboxPrefix is the reply-inbox prefix of identity name: it may subscribe

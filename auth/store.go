@@ -167,13 +167,13 @@ func (s *Store) Identity(name string) (Identity, bool) {
 	return s.st.Identities[i], true
 }
 
-// Add makes identity id (Name, Role, and Type for an agent): its user key,
+// Add makes identity id (Name, Role, and Type and Serves for an agent): its user key,
 // a scoped signing key of the account for it, and its credentials file
 // (CredsFile). The identity can connect once the servers have the account
 // JWT that holds its signing key (Syncer pushes it). A name in use, revoked
 // or not, is refused with ErrIdentityExists.
 func (s *Store) Add(id Identity) (Identity, error) {
-	id = Identity{Name: id.Name, Role: id.Role, Type: id.Type}
+	id = Identity{Name: id.Name, Role: id.Role, Type: id.Type, Serves: slices.Clone(id.Serves)}
 	if err := id.validate(); err != nil {
 		return Identity{}, err
 	}
@@ -204,6 +204,36 @@ func (s *Store) Add(id Identity) (Identity, error) {
 		return nil
 	})
 	return id, err
+}
+
+// SetServes replaces agent name's grant with serves (nil: its type and
+// everything under it, Identity.Grant) and returns the identity. The
+// dispatchers route by the new grant once the Syncer has written its
+// directory entry; its credentials stay as they are. A revoked identity
+// or one that is no agent is refused.
+func (s *Store) SetServes(name string, serves []string) (Identity, error) {
+	var out Identity
+	err := s.change(func(st *state) error {
+		i := slices.IndexFunc(st.Identities, func(id Identity) bool { return id.Name == name })
+		if i < 0 {
+			return fmt.Errorf("%w: %s", ErrUnknownIdentity, name)
+		}
+		id := st.Identities[i]
+		switch {
+		case !id.Active():
+			return fmt.Errorf("%w: %s was revoked at %s", ErrInvalidIdentity, name, id.Revoked.Format(time.RFC3339))
+		case id.Role != RoleAgent:
+			return fmt.Errorf("%w: %s %s: only an agent serves capabilities (--serves)", ErrInvalidIdentity, id.Role, name)
+		}
+		id.Serves = slices.Clone(serves)
+		if err := id.validate(); err != nil {
+			return err
+		}
+		st.Identities[i] = id
+		out = id
+		return nil
+	})
+	return out, err
 }
 
 // tags are what the identity's user JWT says about it.

@@ -181,7 +181,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			}
 		}
 	}()
-	d.table = registry.NewTable(reg, registry.WithLogger(d.log), registry.WithRemoveHook(d.forget))
+	topts := []registry.TableOption{registry.WithLogger(d.log), registry.WithRemoveHook(d.forget)}
+	if rc, ok := d.authorizer.(RecordChecker); ok {
+		topts = append(topts, registry.WithRecordFilter(rc))
+	}
+	d.table = registry.NewTable(reg, topts...)
 	if err := d.table.Start(ctx); err != nil {
 		return fmt.Errorf("dispatcher: load routing table: %w", err)
 	}

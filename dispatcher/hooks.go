@@ -41,6 +41,21 @@ type ReplyChecker interface {
 	CheckReply(m *nats.Msg) *streams.Error
 }
 
+// RecordChecker is an Authorizer that also decides which agent records
+// may be routed (auth.Authorizer: a record only its own identity, an
+// agent, can have written, whose type is that identity's and whose every
+// capability is within its grant). The dispatcher's routing table offers
+// only the ready instances it admits (registry.RecordFilter), so every way
+// a task finds instances — direct, durable, unicast, broadcast, fan-out
+// branches, workflow steps — sees the same set. CheckRecord runs whenever
+// a capability's routes are built (not per task) and logs what it refuses;
+// FilterRevision changes when its answers may have (a new directory), and
+// the routes are then built again.
+type RecordChecker interface {
+	CheckRecord(e *registry.Entry) error
+	FilterRevision() uint64
+}
+
 // answerable reports whether the task m, received on reach.task, may be
 // answered on its reply subject; one that may not is dropped and counted.
 func (d *Dispatcher) answerable(m *nats.Msg) bool {

@@ -239,9 +239,16 @@ const (
 	excludedInErrors = 64 // entries a NO_AGENT or CIRCUIT_OPEN answer lists
 )
 
+// ExcludedNotGranted is the NO_AGENT exclusion reason of an instance whose
+// record the authorizer does not let this dispatcher route (RecordChecker:
+// it offers a capability outside its identity's grant, or names no agent
+// identity); the dispatcher's log says which.
+const ExcludedNotGranted = "not routed: its record is not within its identity's grant (see the dispatcher's log)"
+
 // exclusions lists, up to limit, why instances of t's capability were
 // passed over — the view's static reasons, what the picks found, and with
-// all the instances that are not routable at all (draining) — and how many
+// all the instances that are not routable at all (draining, or refused by
+// the authorizer) — and how many
 // there are in all.
 func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Exclusion, total int) {
 	add := func(x streams.Exclusion) {
@@ -258,9 +265,13 @@ func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Ex
 		add(x)
 	}
 	if all {
+		routes := d.table.Candidates(t.capability)
 		for _, inst := range d.table.Offering(t.capability) {
-			if !inst.Entry().Routable() {
+			switch {
+			case !inst.Entry().Routable():
 				add(streams.Exclusion{Node: inst.ID, Reason: "draining"})
+			case !routes.Has(inst.ID): // refused by the authorizer (RecordChecker), which logged why
+				add(streams.Exclusion{Node: inst.ID, Reason: ExcludedNotGranted})
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +43,8 @@ const (
 // Its Conn, Dispatcher, Agent, Client and FanOut work like a Stack's, as
 // identities: Conn and the dispatchers as SecureAdmin, Client as
 // SecureCaller, an agent as the identity its Config.ID names (made, of
-// role agent and its Config.Type, when missing). So a flow written for a
+// role agent and its Config.Type, granted its handlers' capabilities, when
+// missing). So a flow written for a
 // Stack runs on a SecureStack unchanged.
 type SecureStack struct {
 	*Stack
@@ -260,15 +263,16 @@ func (st *SecureStack) FanOut(d *dispatcher.Dispatcher) *fanout.Service {
 	return st.fanOutOn(st.ConnAs(SecureAdmin), d, fanout.WithAuthorizer(az))
 }
 
-// Agent starts an agent as the identity cfg.ID names, made (an agent of
-// cfg.Type) when missing.
+// Agent starts an agent as the identity cfg.ID names, made when missing:
+// an agent of cfg.Type granted exactly the capabilities of handlers, so
+// that the dispatchers route it what it serves.
 func (st *SecureStack) Agent(cfg agentkit.Config, handlers map[string]agentkit.Handler) *agentkit.Agent {
 	st.T.Helper()
 	if cfg.ID == "" {
 		st.T.Fatal("integration: a SecureStack's agent needs Config.ID: it is its identity")
 	}
 	if _, ok := st.Store.Identity(cfg.ID); !ok {
-		st.Identity(auth.Identity{Name: cfg.ID, Role: auth.RoleAgent, Type: cfg.Type})
+		st.Identity(auth.Identity{Name: cfg.ID, Role: auth.RoleAgent, Type: cfg.Type, Serves: slices.Sorted(maps.Keys(handlers))})
 	}
 	return st.agentOn(st.ConnAs(cfg.ID), cfg, handlers)
 }

@@ -58,6 +58,7 @@ type Table struct {
 	log       zerolog.Logger
 	reconcile time.Duration
 	onRemove  func(id string, how Removal)
+	filter    RecordFilter
 
 	mu      sync.RWMutex
 	byID    map[string]*Instance
@@ -72,6 +73,8 @@ type Table struct {
 type capSet struct {
 	members map[string]*Instance
 	routes  *Routes // routable members; nil when stale
+	// filtered is the filter's revision routes were built at.
+	filtered uint64
 }
 
 // Routes is the set of routable instances of one capability, sorted by id,
@@ -186,6 +189,30 @@ func WithRemoveHook(fn func(id string, how Removal)) TableOption {
 	return func(t *Table) { t.onRemove = fn }
 }
 
+// RecordFilter decides, beside its status, whether a table routes an
+// instance (auth.Authorizer: only one whose record its identity may
+// write, within that identity's grant). CheckRecord returns nil or why
+// the record is not routable; it is asked when a capability's routes are
+// built, must be fast, and must not call the table. FilterRevision
+// changes whenever CheckRecord's answers may have changed: the routes are
+// built again at the next Candidates.
+type RecordFilter interface {
+	CheckRecord(e *Entry) error
+	FilterRevision() uint64
+}
+
+// WithRecordFilter makes Candidates offer only the ready instances f
+// admits. Everything else (Offering, Lookup, Entries) still lists them.
+func WithRecordFilter(f RecordFilter) TableOption { return func(t *Table) { t.filter = f } }
+
+// filterRevision is the filter's revision, 0 without one.
+func (t *Table) filterRevision() uint64 {
+	if t.filter == nil {
+		return 0
+	}
+	return t.filter.FilterRevision()
+}
+
 // NewTable returns a table over reg; call Start to fill it.
 func NewTable(reg *Registry, opts ...TableOption) *Table {
 	t := &Table{
@@ -278,7 +305,7 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	if ok {
 		old := inst.Entry()
 		inst.entry.Store(&e)
-		if old.Status == e.Status && old.Weight == e.Weight && slices.Equal(old.Capabilities, e.Capabilities) &&
+		if old.Status == e.Status && old.Weight == e.Weight && old.Type == e.Type && slices.Equal(old.Capabilities, e.Capabilities) &&
 			maps.Equal(old.Deps, e.Deps) {
 			return // a heartbeat: same routes
 		}
@@ -348,14 +375,15 @@ func (t *Table) Changed() <-chan struct{} {
 	return t.changed
 }
 
-// Candidates returns the routable (status "ready") instances offering
-// capability c; nil when there are none. The Routes value is shared and
-// immutable.
+// Candidates returns the routable (status "ready", and admitted by the
+// RecordFilter if there is one) instances offering capability c; nil when
+// there are none. The Routes value is shared and immutable.
 func (t *Table) Candidates(c string) *Routes {
+	rev := t.filterRevision()
 	t.mu.RLock()
 	cs := t.byCap[c]
 	var routes *Routes
-	if cs != nil {
+	if cs != nil && cs.filtered == rev {
 		routes = cs.routes
 	}
 	t.mu.RUnlock()
@@ -369,14 +397,14 @@ func (t *Table) Candidates(c string) *Routes {
 	if cs == nil {
 		return nil
 	}
-	if cs.routes == nil {
+	if cs.routes == nil || cs.filtered != rev {
 		insts := make([]*Instance, 0, len(cs.members))
 		for _, inst := range cs.members {
-			if inst.Entry().Routable() {
+			if e := inst.Entry(); e.Routable() && (t.filter == nil || t.filter.CheckRecord(e) == nil) {
 				insts = append(insts, inst)
 			}
 		}
-		cs.routes = NewRoutes(insts)
+		cs.routes, cs.filtered = NewRoutes(insts), rev
 	}
 	return cs.routes
 }

@@ -32,7 +32,11 @@ See docs/security.md.
 
 Sub-commands:
   init                     make the store (operator, accounts, verifier key)
-  agent NAME --type TYPE   an agent instance: NAME is its instance id
+  agent NAME --type TYPE   an agent instance: NAME is its instance id; it is
+    [--serves PATTERNS]    routed only the capabilities its grant covers:
+                           --serves, or by default TYPE and TYPE.>
+  grant NAME --serves PATTERNS
+                           replace an agent's grant (routable by it once synced)
   caller NAME              a caller (application, CLI user, gateway)
   dispatcher NAME          a dispatcher (also the identity for admin commands)
   ls                       every identity, revoked ones marked (--json: an array)
@@ -52,6 +56,7 @@ Each new identity's credentials are written to <dir>/creds/<NAME>.creds.
 Example:
   agentreach auth init
   agentreach auth agent billing-1 --type billing
+  agentreach auth agent scorer-1 --type scorer --serves 'risk.*,fraud.score'
   agentreach auth caller web
   agentreach auth revoke billing-1
   agentreach auth tls --out deploy/certs --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1`
@@ -80,16 +85,18 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		conn        connFlags
 		c           = authCmd{stdout: stdout, stderr: stderr}
 		typ         string
+		serves      string
 		out         string
 		hosts       string
 		resolverDir string
 		once        bool
 		seedACL     string
 	)
-	c.cl = newCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE | caller NAME | dispatcher NAME | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
+	c.cl = newCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE [--serves PATTERNS] | grant NAME --serves PATTERNS | caller NAME | dispatcher NAME | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
 	c.cl.group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&c.dir, "dir", defaultAuthDir, "`directory` of the identity store ('up --auth' uses <data-dir>/auth)")
 		fs.StringVar(&typ, "type", "", "agent: the agent `type`, the REACH_CAPS key it may write")
+		fs.StringVar(&serves, "serves", "", "agent, grant: comma-separated capability `patterns` the agent may be routed ('*' one token, a last '>' the rest: 'risk.*,fraud.score'); default TYPE,TYPE.>")
 		fs.StringVar(&out, "out", "", "tls: the `directory` of the certificates; server-config: the file (default stdout)")
 		fs.StringVar(&hosts, "hosts", "localhost,127.0.0.1", "tls: comma-separated `names` and addresses the server certificate covers")
 		fs.StringVar(&resolverDir, "resolver-dir", "/data/jwt", "server-config: the `directory` of the servers' account resolver, as they see it")
@@ -105,19 +112,23 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) == 0 {
-		return c.cl.usageError(stderr, "want a sub-command: init, agent, caller, dispatcher, ls, revoke, token, tls, server-config or sync")
+		return c.cl.usageError(stderr, "want a sub-command: init, agent, grant, caller, dispatcher, ls, revoke, token, tls, server-config or sync")
 	}
 	sub, rest := pos[0], pos[1:]
-	takesName := map[string]bool{"agent": true, "caller": true, "dispatcher": true, "revoke": true, "token": true}
+	takesName := map[string]bool{"agent": true, "grant": true, "caller": true, "dispatcher": true, "revoke": true, "token": true}
 	switch {
 	case !takesName[sub] && !map[string]bool{"init": true, "ls": true, "tls": true, "server-config": true, "sync": true}[sub]:
-		return c.cl.usageError(stderr, "unknown sub-command %q (want init, agent, caller, dispatcher, ls, revoke, token, tls, server-config or sync)", sub)
+		return c.cl.usageError(stderr, "unknown sub-command %q (want init, agent, grant, caller, dispatcher, ls, revoke, token, tls, server-config or sync)", sub)
 	case takesName[sub] && len(rest) != 1:
 		return c.cl.usageError(stderr, "%s: want NAME, got %d arguments", sub, len(rest))
 	case !takesName[sub] && len(rest) != 0:
 		return c.cl.usageError(stderr, "%s: takes no arguments, got %q", sub, rest[0])
 	case typ != "" && sub != "agent":
 		return c.cl.usageError(stderr, "--type: only for 'auth agent'")
+	case serves != "" && sub != "agent" && sub != "grant":
+		return c.cl.usageError(stderr, "--serves: only for 'auth agent' and 'auth grant'")
+	case sub == "grant" && len(splitList(serves)) == 0:
+		return c.cl.usageError(stderr, "grant: --serves is required: the capability patterns the agent may be routed ('risk.*,fraud.score')")
 	case sub == "tls" && out == "":
 		return c.cl.usageError(stderr, "tls: --out is required: the directory to write the CA and certificates to")
 	}
@@ -126,7 +137,9 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "init":
 		err = c.init()
 	case "agent", "caller", "dispatcher":
-		err = c.add(auth.Identity{Name: rest[0], Role: auth.Role(sub), Type: typ})
+		err = c.add(auth.Identity{Name: rest[0], Role: auth.Role(sub), Type: typ, Serves: splitList(serves)})
+	case "grant":
+		err = c.grant(rest[0], splitList(serves))
 	case "ls":
 		err = c.list()
 	case "revoke":
@@ -208,13 +221,13 @@ func (c *authCmd) list() error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROLE\tTYPE\tCREATED\tSTATUS")
+	fmt.Fprintln(tw, "NAME\tROLE\tTYPE\tSERVES\tCREATED\tSTATUS")
 	for _, id := range ids {
 		status := "active"
 		if !id.Active() {
 			status = "revoked " + id.Revoked.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, dash(id.Type), id.Created.Format(time.RFC3339), status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, dash(id.Type), dash(strings.Join(id.Grant(), ",")), id.Created.Format(time.RFC3339), status)
 	}
 	return tw.Flush()
 }
@@ -224,6 +237,28 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// grant replaces agent name's grant.
+func (c *authCmd) grant(name string, serves []string) error {
+	s, err := c.open()
+	if err != nil {
+		return err
+	}
+	id, err := s.SetServes(name, serves)
+	if errors.Is(err, auth.ErrUnknownIdentity) {
+		return withCode(codeNotFound, err)
+	}
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		writeJSONLine(c.stdout, identityJSON{Identity: id})
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "agent %s may be routed %s (dispatchers route by it once synced: within a second under `up --auth` or `auth sync`)\n",
+		id.Name, strings.Join(id.Grant(), ", "))
+	return nil
 }
 
 func (c *authCmd) revoke(name string) error {

@@ -29,6 +29,16 @@ func TestAuthCommands(t *testing.T) {
 	expect(t, auth("agent", "echo-1", "--type", "Echo"), exitUsage, `type: invalid name: capability "Echo"`)
 	expect(t, auth("caller", "web", "--type", "echo"), exitUsage, "--type: only for 'auth agent'")
 	expect(t, auth("agent", "echo-1", "--type", "echo"), exitOK, "out:agent echo-1: credentials in "+filepath.Join(dir, "creds", "echo-1.creds"))
+	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.>.x"), exitUsage, `serves[0]: "risk.>.x": '>' may only be the last token`)
+	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.*, fraud.score"), exitOK, "out:agent risk-1: credentials in")
+	expect(t, auth("caller", "web", "--serves", "echo"), exitUsage, "--serves: only for 'auth agent' and 'auth grant'")
+	expect(t, auth("grant", "risk-1"), exitUsage, "grant: --serves is required")
+	expect(t, auth("grant", "risk-1", "--serves", "Risk"), exitUsage, `serves[0]: "Risk"`)
+	expect(t, auth("grant", "nobody", "--serves", "risk.>"), exitFail, "unknown identity: nobody")
+	expect(t, auth("grant", "risk-1", "--serves", "risk.>,fraud.score"), exitOK, "out:agent risk-1 may be routed risk.>, fraud.score")
+	expect(t, auth("ls"), exitOK, "out:echo-1  agent  echo  echo,echo.>", "out:risk-1  agent  risk  risk.>,fraud.score")
+	expect(t, auth("revoke", "risk-1"), exitOK, "out:agent risk-1 revoked at")
+	expect(t, auth("grant", "risk-1", "--serves", "risk.>"), exitUsage, "risk-1 was revoked")
 	expect(t, auth("caller", "web"), exitOK, "out:caller web")
 	expect(t, auth("dispatcher", "d1", "--json"), exitOK, `out:"name":"d1","role":"dispatcher"`)
 	expect(t, auth("caller", "web"), exitFail, "identity exists: web")
@@ -42,10 +52,11 @@ func TestAuthCommands(t *testing.T) {
 	expect(t, auth("token", "d1"), exitOK, "out:ar1.d1.")
 	r := auth("ls", "--json")
 	var rows []identityJSON
-	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 3 {
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 4 {
 		t.Fatalf("ls --json: %q (%v)", r.stdout, err)
 	}
-	if rows[0].Name != "d1" || rows[1].Name != "echo-1" || rows[1].Type != "echo" || rows[2].Name != "web" || rows[2].Active() || rows[2].Creds != "" {
+	if rows[0].Name != "d1" || rows[1].Name != "echo-1" || rows[1].Type != "echo" || rows[2].Name != "risk-1" || rows[2].Serves[1] != "fraud.score" ||
+		rows[3].Name != "web" || rows[3].Active() || rows[3].Creds != "" {
 		t.Fatalf("ls --json rows: %+v", rows)
 	}
 	expect(t, auth("ls"), exitOK, "out:NAME", "out:echo-1  agent", "out:revoked ")

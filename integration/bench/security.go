@@ -253,7 +253,7 @@ func startSecureEnv(ctx context.Context, topo streams.Topology, withTLS bool) (*
 	store, err := auth.Init(filepath.Join(dir, "auth"))
 	ids := []auth.Identity{{Name: "dispatcher", Role: auth.RoleDispatcher}, {Name: "caller", Role: auth.RoleCaller}}
 	for i := range overheadAgents {
-		ids = append(ids, auth.Identity{Name: fmt.Sprintf("echo-%d", i), Role: auth.RoleAgent, Type: "bench"})
+		ids = append(ids, auth.Identity{Name: fmt.Sprintf("echo-%d", i), Role: auth.RoleAgent, Type: "bench", Serves: []string{echoCapability}})
 	}
 	for _, id := range ids {
 		if err == nil {
