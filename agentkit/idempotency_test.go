@@ -94,7 +94,7 @@ func TestIdempotentKeyOfDeadOwnerIsInDoubt(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim, _ := msgpack.Marshal(map[string]string{"state": "pending", "owner": "crashed-1", "request_id": "r"})
-	if _, err := kv.Create(context.Background(), "pay.charge.order-7", claim); err != nil {
+	if _, err := kv.Create(context.Background(), "pay.charge.=.order-7", claim); err != nil {
 		t.Fatal(err)
 	}
 	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-7")
@@ -119,7 +119,7 @@ func TestAnOwnClaimWithoutExecutionIsInDoubt(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim, _ := msgpack.Marshal(map[string]string{"state": "pending", "owner": "w1", "request_id": "r"})
-	if _, err := kv.Create(context.Background(), "pay.charge.order-8", claim); err != nil {
+	if _, err := kv.Create(context.Background(), "pay.charge.=.order-8", claim); err != nil {
 		t.Fatal(err)
 	}
 	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-8")
