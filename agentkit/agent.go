@@ -532,7 +532,7 @@ func (a *Agent) run(h Handler, req *Request) {
 	}
 	var key string
 	if k := req.Header.Get(streams.HeaderIdempotencyKey); k != "" {
-		key = streams.IdempotencyKey(req.Capability, k)
+		key = streams.IdempotencyKey(req.Capability, req.Header.Get(streams.HeaderSource), k)
 		stored, err := a.idem.begin(ctx, key, req.RequestID)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):

@@ -75,16 +75,24 @@ func (id *idempotency) begin(ctx context.Context, key, requestID string) (*idemR
 	}
 }
 
-// wait follows key until its outcome is stored (returned), the claim is
+// Polling a pending claim (wait): the first look after pollFirst, each
+// next one twice as late, up to pollMax. A KV get is a direct get of one
+// key, which an agent's permissions allow for the capabilities it serves; a
+// watch would be a JetStream consumer, whose deliver subject its creator
+// picks, and agents may create none (docs/security.md).
+const (
+	pollFirst = 20 * time.Millisecond
+	pollMax   = 250 * time.Millisecond
+)
+
+// wait polls key until its outcome is stored (returned), the claim is
 // released (nil, nil), its owner is gone (errInDoubt), or ctx ends.
 func (id *idempotency) wait(ctx context.Context, key string) (*idemRecord, error) {
-	w, err := id.kv.Watch(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
+	poll := time.NewTimer(pollFirst)
+	defer poll.Stop()
 	tick := time.NewTicker(id.check)
 	defer tick.Stop()
+	next := pollFirst
 	var owner string
 	for {
 		select {
@@ -103,15 +111,15 @@ func (id *idempotency) wait(ctx context.Context, key string) (*idemRecord, error
 			if _, err := id.reg.Get(ctx, owner); errors.Is(err, registry.ErrNotFound) {
 				return nil, fmt.Errorf("%w: instance %s died while executing this key; it is not executed again", errInDoubt, owner)
 			}
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("idempotency watch closed")
-			}
-			if e == nil {
-				continue // end of the initial value
-			}
-			if e.Operation() != jetstream.KeyValuePut {
+		case <-poll.C:
+			e, err := id.kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound): // deleted or purged: the claim was released
 				return nil, nil
+			case err != nil && ctx.Err() != nil:
+				return nil, ctx.Err()
+			case err != nil:
+				return nil, fmt.Errorf("read idempotency key: %w", err)
 			}
 			rec, err := decodeIdemRecord(e.Value())
 			if err != nil {
@@ -121,6 +129,8 @@ func (id *idempotency) wait(ctx context.Context, key string) (*idemRecord, error
 				return &rec, nil
 			}
 			owner = rec.Owner
+			next = min(2*next, pollMax)
+			poll.Reset(next)
 		}
 	}
 }

@@ -94,7 +94,7 @@ func TestIdempotentKeyOfDeadOwnerIsInDoubt(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim, _ := msgpack.Marshal(map[string]string{"state": "pending", "owner": "crashed-1", "request_id": "r"})
-	if _, err := kv.Create(context.Background(), "pay.charge.order-7", claim); err != nil {
+	if _, err := kv.Create(context.Background(), "pay.charge.=.order-7", claim); err != nil {
 		t.Fatal(err)
 	}
 	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-7")
@@ -119,7 +119,7 @@ func TestAnOwnClaimWithoutExecutionIsInDoubt(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim, _ := msgpack.Marshal(map[string]string{"state": "pending", "owner": "w1", "request_id": "r"})
-	if _, err := kv.Create(context.Background(), "pay.charge.order-8", claim); err != nil {
+	if _, err := kv.Create(context.Background(), "pay.charge.=.order-8", claim); err != nil {
 		t.Fatal(err)
 	}
 	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-8")
@@ -149,5 +149,84 @@ func TestBusyOutcomeReleasesTheKey(t *testing.T) {
 	}
 	if calls.Load() != 2 {
 		t.Fatalf("calls %d", calls.Load())
+	}
+}
+
+// The same key from two callers (Reach-Source) is two executions, each
+// replayed only to its own caller; the bucket holds both under
+// <capability>.<caller>.<key>.
+func TestIdempotentKeyIsPerCaller(t *testing.T) {
+	nc, d, _ := setup(t)
+	var effects atomic.Int64
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: heartbeat},
+		map[string]agentkit.Handler{"pay.charge": writer(&effects, nil)})
+	for i, c := range []struct {
+		source, want string
+		replayed     bool
+	}{
+		{"alice", `{"effect":1}`, false},
+		{"bob", `{"effect":2}`, false},
+		{"alice", `{"effect":1}`, true},
+		{"", `{"effect":3}`, false},
+		{"bob", `{"effect":2}`, true},
+	} {
+		hdr := []string{streams.HeaderIdempotencyKey, "order-9"}
+		if c.source != "" {
+			hdr = append(hdr, streams.HeaderSource, c.source)
+		}
+		r := d.deliver("w1", "pay.charge", []byte(`{}`), hdr...)
+		last := r[len(r)-1]
+		if string(last.Data) != c.want || (last.Header.Get(agentkit.HeaderReplayed) == "true") != c.replayed {
+			t.Fatalf("delivery %d from %q: %s (replayed %q), want %s (replayed %v)", i, c.source, last.Data,
+				last.Header.Get(agentkit.HeaderReplayed), c.want, c.replayed)
+		}
+	}
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), streams.BucketIdempotency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"pay.charge.alice.order-9", "pay.charge.bob.order-9", "pay.charge.=.order-9"} {
+		if _, err := kv.Get(context.Background(), k); err != nil {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+}
+
+// A waiter polling a claim that its owner gives back (the task was busy)
+// claims the key itself and executes it. (w2's delivery usually finds the
+// claim pending; if it arrives after the release it finds the key free:
+// either way it executes once, never replays.)
+func TestAWaiterExecutesAReleasedClaim(t *testing.T) {
+	nc, d, _ := setup(t)
+	var calls atomic.Int64
+	release := make(chan struct{})
+	h := func(context.Context, *agentkit.Request) (any, error) {
+		if calls.Add(1) == 1 {
+			<-release
+			return nil, agentkit.Busy("rate limited")
+		}
+		return "charged", nil
+	}
+	for _, id := range []string{"w1", "w2"} {
+		startAgent(t, nc, agentkit.Config{Type: "pay", ID: id, Heartbeat: heartbeat}, map[string]agentkit.Handler{"pay.charge": h})
+	}
+	first := make(chan []*nats.Msg, 1)
+	go func() { first <- d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "k2") }()
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if calls.Load() == 0 {
+			return errors.New("w1 has not claimed the key yet")
+		}
+		return nil
+	})
+	second := make(chan []*nats.Msg, 1)
+	go func() { second <- d.deliver("w2", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "k2") }()
+	close(release)
+	if r := <-first; streams.ErrorFromMessage(r[len(r)-1]) == nil {
+		t.Fatalf("w1: %s, want TARGET_BUSY", r[len(r)-1].Data)
+	}
+	r := <-second
+	if last := r[len(r)-1]; string(last.Data) != `"charged"` || last.Header.Get(agentkit.HeaderReplayed) != "" || calls.Load() != 2 {
+		t.Fatalf("w2: %s %v (calls %d), want its own execution", last.Data, last.Header, calls.Load())
 	}
 }

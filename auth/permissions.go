@@ -2,6 +2,7 @@ package auth
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -30,9 +31,10 @@ const (
 //     not publish there (nor to reach.agent.<its name>), so it can send
 //     itself no message whose reply subject it chose.
 //   - An agent subscribes to its own reach.agent.<name> only, writes its own
-//     key in REACH_AGENTS and its type's in REACH_CAPS, uses
-//     REACH_IDEMPOTENCY, and answers only what it received (allow_responses:
-//     it may not publish to other inboxes).
+//     key in REACH_AGENTS and its type's in REACH_CAPS, reads and writes the
+//     REACH_IDEMPOTENCY keys of the capabilities its grant lets it serve
+//     (IdempotencyKeys) by key only — no consumers —, and answers only what
+//     it received (allow_responses: it may not publish to other inboxes).
 //   - An agent and a caller publish tasks (direct, broadcast, durable) only
 //     to the capabilities acl grants them, and may fan out, cancel and send
 //     feedback; they read durable results, and the dead letters and review
@@ -60,17 +62,23 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 		kv := func(bucket string) string { return "KV_" + bucket }
 		p.Pub.Allow.Add(
 			"$KV."+streams.BucketAgents+"."+id.Name,
-			"$KV."+streams.BucketCaps+"."+id.Type,
-			"$KV."+streams.BucketIdempotency+".>",
-			"$JS.FC."+kv(streams.BucketIdempotency)+".>",
-			"$JS.API.CONSUMER.CREATE."+kv(streams.BucketIdempotency)+".>",
-			"$JS.API.CONSUMER.DELETE."+kv(streams.BucketIdempotency)+".>")
-		for _, b := range []string{streams.BucketAgents, streams.BucketCaps, streams.BucketIdempotency} {
+			"$KV."+streams.BucketCaps+"."+id.Type)
+		for _, b := range []string{streams.BucketAgents, streams.BucketCaps} {
 			p.Pub.Allow.Add(
 				"$JS.API.STREAM.INFO."+kv(b),
 				"$JS.API.STREAM.MSG.GET."+kv(b),
 				"$JS.API.DIRECT.GET."+kv(b),
 				"$JS.API.DIRECT.GET."+kv(b)+".>")
+		}
+		// REACH_IDEMPOTENCY: only the outcomes of what it may serve, written
+		// ($KV.…: create, put, delete) and read by a direct get of one key,
+		// whose subject names it. No STREAM.MSG.GET nor body-form DIRECT.GET
+		// (their body names any subject), no consumers (their creator picks
+		// the deliver subject): agents poll a claim (docs/protocol.md).
+		p.Pub.Allow.Add("$JS.API.STREAM.INFO." + kv(streams.BucketIdempotency)) // binding the bucket
+		for _, k := range IdempotencyKeys(id) {
+			subject := "$KV." + streams.BucketIdempotency + "." + k
+			p.Pub.Allow.Add(subject, "$JS.API.DIRECT.GET."+kv(streams.BucketIdempotency)+"."+subject)
 		}
 		p.Resp = &jwt.ResponsePermission{MaxMsgs: agentResponses, Expires: agentResponseExpires}
 	case RoleCaller:
@@ -88,6 +96,25 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 	slices.Sort(p.Sub.Allow)
 	slices.Sort(p.Pub.Deny)
 	return p
+}
+
+// IdempotencyKeys returns the REACH_IDEMPOTENCY key patterns an agent
+// identity may read and write: for each capability pattern p of its Grant,
+// exactly the keys <capability>.<caller>.<key> (streams.IdempotencyKey) of
+// the capabilities p matches. A pattern without '>' is followed by two
+// tokens ("risk.*" → "risk.*.*.*"); a trailing '>' stands for one or more
+// tokens, so with the caller and the key it is "*.*.>", three or more
+// ("math.>" → "math.*.*.>"). Other roles get none.
+func IdempotencyKeys(id Identity) []string {
+	var keys []string
+	for _, p := range id.Grant() {
+		if prefix, ok := strings.CutSuffix(p, ">"); ok && (prefix == "" || strings.HasSuffix(prefix, ".")) {
+			keys = append(keys, prefix+"*.*.>")
+		} else {
+			keys = append(keys, p+".*.*")
+		}
+	}
+	return keys
 }
 
 // callerPermissions adds what calling takes: the granted capabilities on

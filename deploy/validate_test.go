@@ -426,10 +426,18 @@ func TestNATSPermissions(t *testing.T) {
 		{"echo-1", "pub", "$KV.REACH_AGENTS.echo-2", false},
 		{"echo-1", "pub", "$KV.REACH_CAPS.echo", true},
 		{"echo-1", "pub", "$KV.REACH_CAPS.math", false},
-		{"echo-1", "pub", "$KV.REACH_IDEMPOTENCY.echo.key1", true},
+		{"echo-1", "pub", "$KV.REACH_IDEMPOTENCY.echo.cli.key1", true},
+		{"echo-1", "pub", "$KV.REACH_IDEMPOTENCY.echo.sub.cli.key1", true},
+		{"echo-1", "pub", "$KV.REACH_IDEMPOTENCY.echo.key1", false},
+		{"echo-1", "pub", "$KV.REACH_IDEMPOTENCY.math.add.cli.key1", false},
 		{"echo-1", "pub", "$JS.API.STREAM.INFO.KV_REACH_AGENTS", true},
-		{"echo-1", "pub", "$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY.$KV.REACH_IDEMPOTENCY.echo.key1", true},
-		{"echo-1", "pub", "$JS.API.CONSUMER.CREATE.KV_REACH_IDEMPOTENCY.c1.$KV.REACH_IDEMPOTENCY.echo.key1", true},
+		{"echo-1", "pub", "$JS.API.STREAM.INFO.KV_REACH_IDEMPOTENCY", true},
+		{"echo-1", "pub", "$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY.$KV.REACH_IDEMPOTENCY.echo.cli.key1", true},
+		{"echo-1", "pub", "$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY.$KV.REACH_IDEMPOTENCY.math.add.cli.key1", false},
+		{"echo-1", "pub", "$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY", false},
+		{"echo-1", "pub", "$JS.API.STREAM.MSG.GET.KV_REACH_IDEMPOTENCY", false},
+		{"echo-1", "pub", "$JS.API.CONSUMER.CREATE.KV_REACH_IDEMPOTENCY.c1.$KV.REACH_IDEMPOTENCY.echo.cli.key1", false},
+		{"echo-1", "pub", "$JS.FC.KV_REACH_IDEMPOTENCY.x", false},
 		{"echo-1", "pub", "$KV.REACH_POLICY.acl", false},
 		{"echo-1", "pub", "$JS.API.STREAM.DELETE.REACH_TASKS", false},
 		{"echo-1", "pub", "$JS.API.STREAM.PURGE.KV_REACH_AGENTS", false},
@@ -634,10 +642,10 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent cannot open %s: %v", streams.BucketIdempotency, err)
 	}
-	if _, err := idem.Put(ctx, "echo.key1", []byte(`{"ok":true}`)); err != nil {
+	if _, err := idem.Put(ctx, "echo.cli.key1", []byte(`{"ok":true}`)); err != nil {
 		t.Errorf("agent cannot store an idempotent result: %v", err)
 	}
-	if _, err := idem.Get(ctx, "echo.key1"); err != nil {
+	if _, err := idem.Get(ctx, "echo.cli.key1"); err != nil {
 		t.Errorf("agent cannot read an idempotent result: %v", err)
 	}
 	statuses := []string{"ACKED", "PROCESSING", "FINISHED"}

@@ -378,29 +378,41 @@ var (
 )
 
 // FuzzIdempotencyKey checks that IdempotencyKey always makes a valid KV key
-// "<capability>.<token>", the same one every time, and keeps a caller's key
-// that is a valid token.
+// "<capability>.<caller token>.<key token>", the same one every time, keeps
+// a caller and a key that are valid tokens, and gives two different callers
+// two different keys.
 func FuzzIdempotencyKey(f *testing.F) {
 	for _, k := range []string{"order-42", "a", "", ".", "a.b", "a b", "ord/1", "=_-", "\x00", "é", "sha256-0123",
 		strings.Repeat("k", 128), strings.Repeat("k", 129), "run-1.step"} {
-		f.Add("pay.charge", k)
+		f.Add("pay.charge", "alice", k)
+		f.Add("pay.charge", k, "order-42")
 	}
-	f.Add("not a capability", "k")
-	f.Fuzz(func(t *testing.T, capability, key string) {
+	f.Add("not a capability", "bob", "k")
+	f.Fuzz(func(t *testing.T, capability, caller, key string) {
 		if streams.ValidateCapability(capability) != nil {
 			capability = "pay.charge" // the key's capability is a valid one
 		}
-		got := streams.IdempotencyKey(capability, key)
-		token, ok := strings.CutPrefix(got, capability+".")
+		got := streams.IdempotencyKey(capability, caller, key)
+		rest, ok := strings.CutPrefix(got, capability+".")
+		callerToken, keyToken, two := strings.Cut(rest, ".")
 		switch {
-		case !ok || !kvToken.MatchString(token):
-			t.Fatalf("(%q, %q) → %q: not <capability>.<token>", capability, key, got)
+		case !ok || !two || !kvToken.MatchString(callerToken) || !kvToken.MatchString(keyToken):
+			t.Fatalf("(%q, %q, %q) → %q: not <capability>.<token>.<token>", capability, caller, key, got)
 		case !kvKey.MatchString(got) || strings.HasSuffix(got, "."):
-			t.Fatalf("(%q, %q) → %q: not a valid KV key", capability, key, got)
-		case streams.IdempotencyKey(capability, key) != got:
-			t.Fatalf("(%q, %q) → %q, then something else", capability, key, got)
-		case kvToken.MatchString(key) && token != key:
-			t.Fatalf("(%q, %q) → %q: a valid token was changed", capability, key, got)
+			t.Fatalf("(%q, %q, %q) → %q: not a valid KV key", capability, caller, key, got)
+		case streams.IdempotencyKey(capability, caller, key) != got:
+			t.Fatalf("(%q, %q, %q) → %q, then something else", capability, caller, key, got)
+		case kvToken.MatchString(key) && keyToken != key:
+			t.Fatalf("(%q, %q, %q) → %q: a valid key token was changed", capability, caller, key, got)
+		case kvToken.MatchString(caller) && callerToken != caller:
+			t.Fatalf("(%q, %q, %q) → %q: a valid caller token was changed", capability, caller, key, got)
+		case caller == "" && callerToken != streams.IdempotencyNoCaller:
+			t.Fatalf("(%q, %q, %q) → %q: no caller is not %q", capability, caller, key, got, streams.IdempotencyNoCaller)
+		case caller != "" && caller != streams.IdempotencyNoCaller && callerToken == streams.IdempotencyNoCaller:
+			t.Fatalf("(%q, %q, %q) → %q: a caller took the token of none", capability, caller, key, got)
+		}
+		if other := caller + "x"; streams.IdempotencyKey(capability, other, key) == got {
+			t.Fatalf("callers %q and %q share the bucket key %q", caller, other, got)
 		}
 	})
 }

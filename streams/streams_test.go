@@ -204,3 +204,22 @@ func TestNewRequestIDIsAUniqueUUIDv4(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// The bucket key of an idempotency key is scoped by its caller: the same
+// key from two callers is two keys; no caller is "="; a caller or key that
+// is no KV token is hashed, as every SDK does it (Python's test_wire checks
+// the same keys).
+func TestIdempotencyKey(t *testing.T) {
+	for _, c := range []struct{ capability, caller, key, want string }{
+		{"math.add", "alice", "order-42", "math.add.alice.order-42"},
+		{"math.add", "bob", "order-42", "math.add.bob.order-42"},
+		{"math.add", "", "order-42", "math.add.=.order-42"},
+		{"pay", "alice", "a key/with spaces", "pay.alice.sha256-72d91f078b92fc1b995051897d7a61c5"},
+		{"pay", "not.a.token", "k", "pay.sha256-7d9e2832322bd04ea956768d2068aa87.k"},
+		{"pay", "alice", "", "pay.alice.sha256-e3b0c44298fc1c149afbf4c8996fb924"},
+	} {
+		if got := streams.IdempotencyKey(c.capability, c.caller, c.key); got != c.want {
+			t.Errorf("IdempotencyKey(%q, %q, %q) = %q, want %q", c.capability, c.caller, c.key, got, c.want)
+		}
+	}
+}

@@ -34,17 +34,19 @@ type writeResult struct {
 // each key once, replays the same body, and leaves a done record of the
 // outcome in REACH_IDEMPOTENCY. The second key is not a valid KV token, so
 // it also checks the rule that hashes such keys (streams.IdempotencyKey).
+// Those deliveries carry no Reach-Source; a third key comes from two
+// callers (checkCallers).
 func checkIdempotency(ctx context.Context, s *suite) error {
 	var p problems
 	retried := "conformance-" + nuid.Next()
-	first, err := s.write(ctx, retried, "", "1")
+	first, err := s.write(ctx, "", retried, "", "1")
 	if err != nil {
 		return err
 	}
 	if err := checkWrite(first, retried); err != nil {
 		p.add("the first delivery of key %q: %v", retried, err)
 	} else {
-		again, err := s.write(ctx, retried, first.requestID, "2")
+		again, err := s.write(ctx, "", retried, first.requestID, "2")
 		switch {
 		case err != nil:
 			return err
@@ -52,7 +54,7 @@ func checkIdempotency(ctx context.Context, s *suite) error {
 			p.add("attempt 2 of key %q was answered %s %s, want the first outcome replayed: FINISHED %s (protocol: replay a stored outcome instead of executing again)",
 				retried, again.last.status(), clip(again.last.msg.Data), clip(first.last.msg.Data))
 		}
-		if err := s.checkStored(ctx, retried, first); err != nil {
+		if err := s.checkStored(ctx, "", retried, first); err != nil {
 			p.add("%v", err)
 		}
 	}
@@ -69,12 +71,67 @@ func checkIdempotency(ctx context.Context, s *suite) error {
 		p.add("two concurrent deliveries of key %q were answered %s %s and %s %s, want one execution and its result twice",
 			concurrent, a.last.status(), clip(a.last.msg.Data), b.last.status(), clip(b.last.msg.Data))
 	default:
-		if err := s.checkStored(ctx, concurrent, a); err != nil {
+		if err := s.checkStored(ctx, "", concurrent, a); err != nil {
 			p.add("%v", err)
 		}
 	}
+	if err := s.checkCallers(ctx, &p); err != nil {
+		return err
+	}
 	return p.err()
 }
+
+// The two callers of checkCallers: valid identity names, as Reach-Source
+// holds where auth is on.
+const (
+	callerAlice = "conformance-alice"
+	callerBob   = "conformance-bob"
+)
+
+// checkCallers: one key from two callers (Reach-Source) is two executions,
+// each stored under its caller's bucket key; the first caller's retry is
+// still replayed its own outcome.
+func (s *suite) checkCallers(ctx context.Context, p *problems) error {
+	key := "conformance-" + nuid.Next()
+	alice, err := s.write(ctx, callerAlice, key, "", "1")
+	if err != nil {
+		return err
+	}
+	if err := checkWrite(alice, key); err != nil {
+		p.add("the first delivery of key %q from %s: %v", key, callerAlice, err)
+		return nil
+	}
+	bob, err := s.write(ctx, callerBob, key, "", "1")
+	if err != nil {
+		return err
+	}
+	var out writeResult
+	switch err := streams.Decode(streams.ContentTypeJSON, bob.last.msg.Data, &out); {
+	case !bob.last.is(streams.StatusFinished) || bob.last.msg.Header.Get(headerReplayed) != "" ||
+		err != nil || out.Key != key || out.Executions == nil || *out.Executions != 2:
+		p.add("key %q from %s after %s was answered %s %s (%s %q), want a second execution: FINISHED {\"key\": %q, \"executions\": 2} (protocol: the bucket key is <capability>.<caller>.<key>, the caller the delivery's Reach-Source)",
+			key, callerBob, callerAlice, bob.last.status(), clip(bob.last.msg.Data), headerReplayed, bob.last.msg.Header.Get(headerReplayed), key)
+	default:
+		if err := s.checkStored(ctx, callerBob, key, bob); err != nil {
+			p.add("%v", err)
+		}
+	}
+	again, err := s.write(ctx, callerAlice, key, alice.requestID, "2")
+	switch {
+	case err != nil:
+		return err
+	case !again.last.is(streams.StatusFinished) || !bytes.Equal(again.last.msg.Data, alice.last.msg.Data):
+		p.add("attempt 2 of key %q from %s was answered %s %s, want its own first outcome replayed: FINISHED %s",
+			key, callerAlice, again.last.status(), clip(again.last.msg.Data), clip(alice.last.msg.Data))
+	}
+	if err := s.checkStored(ctx, callerAlice, key, alice); err != nil {
+		p.add("%v", err)
+	}
+	return nil
+}
+
+// headerReplayed marks a replayed outcome (agentkit.HeaderReplayed).
+const headerReplayed = "Reach-Replayed"
 
 // written is one delivery of conformance.write and its final reply.
 type written struct {
@@ -82,10 +139,11 @@ type written struct {
 	last      reply
 }
 
-// write delivers conformance.write with idempotency key, as attempt of
-// requestID ("": a new request), and waits for its result.
-func (s *suite) write(ctx context.Context, key, requestID, attempt string) (written, error) {
-	d, err := s.deliverWrite(key, requestID, attempt)
+// write delivers conformance.write with idempotency key from caller ("":
+// no Reach-Source), as attempt of requestID ("": a new request), and waits
+// for its result.
+func (s *suite) write(ctx context.Context, caller, key, requestID, attempt string) (written, error) {
+	d, err := s.deliverWrite(caller, key, requestID, attempt)
 	if err != nil {
 		return written{}, err
 	}
@@ -96,12 +154,12 @@ func (s *suite) write(ctx context.Context, key, requestID, attempt string) (writ
 // writeTwice delivers conformance.write with key twice at once, as attempts
 // 1 and 2 of one request, and waits for both results.
 func (s *suite) writeTwice(ctx context.Context, key string) (written, written, error) {
-	one, err := s.deliverWrite(key, "", "1")
+	one, err := s.deliverWrite("", key, "", "1")
 	if err != nil {
 		return written{}, written{}, err
 	}
 	defer one.close()
-	two, err := s.deliverWrite(key, one.requestID, "2")
+	two, err := s.deliverWrite("", key, one.requestID, "2")
 	if err != nil {
 		return written{}, written{}, err
 	}
@@ -114,8 +172,11 @@ func (s *suite) writeTwice(ctx context.Context, key string) (written, written, e
 	return a, b, err
 }
 
-func (s *suite) deliverWrite(key, requestID, attempt string) (*direct, error) {
+func (s *suite) deliverWrite(caller, key, requestID, attempt string) (*direct, error) {
 	hdr := []string{streams.HeaderIdempotencyKey, key, streams.HeaderAttempt, attempt}
+	if caller != "" {
+		hdr = append(hdr, streams.HeaderSource, caller)
+	}
 	if requestID != "" {
 		hdr = append(hdr, streams.HeaderRequestID, requestID, streams.HeaderOrchestrationID, requestID)
 	}
@@ -145,10 +206,11 @@ func checkWrite(w written, key string) error {
 }
 
 // checkStored reports what is wrong with the REACH_IDEMPOTENCY record of
-// key after the execution w: it must be a done record, owned by the agent,
-// of w's request, with w's content type and body.
-func (s *suite) checkStored(ctx context.Context, key string, w written) error {
-	bucketKey := streams.IdempotencyKey(capWrite, key)
+// caller's key after the execution w: under <capability>.<caller>.<key>, it
+// must be a done record, owned by the agent, of w's request, with w's
+// content type and body.
+func (s *suite) checkStored(ctx context.Context, caller, key string, w written) error {
+	bucketKey := streams.IdempotencyKey(capWrite, caller, key)
 	e, err := s.idem.Get(ctx, bucketKey)
 	if err != nil {
 		return fmt.Errorf("no record of key %q under %s %q (protocol: store the outcome before replying): %v", key, streams.BucketIdempotency, bucketKey, err)

@@ -57,7 +57,7 @@ var rules = []rule{
 	{"biz-reject", "a rejection is FAILED with BIZ_REJECT and a {code, message} body, not retried", checkBizReject},
 	{"bad-request", "a payload that does not decode is BAD_REQUEST, and the agent keeps serving", checkBadRequest},
 	{"busy", "a delivery beyond max_concurrent is TARGET_BUSY at once", checkBusy},
-	{"idempotency", "an idempotency key executes once; its stored outcome is replayed", checkIdempotency},
+	{"idempotency", "an idempotency key executes once per caller; its stored outcome is replayed", checkIdempotency},
 	{"unknown-capability", "a capability not offered is NO_AGENT at once", checkUnknownCapability},
 	{"reply-headers", "the caller's reply carries the Reach-* headers, relayed or direct", checkReplyHeaders},
 	{"cancel", "a CANCEL, for a running delivery or one it never had, leaves the agent serving", checkCancel},

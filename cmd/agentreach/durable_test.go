@@ -479,7 +479,7 @@ func TestReviewResolve(t *testing.T) {
 	inDoubt := func(t *testing.T, id string) (seq, claim string) {
 		t.Helper()
 		key := "key-" + uuid.NewString()
-		claim = streams.IdempotencyKey("echo", key)
+		claim = streams.IdempotencyKey("echo", "", key)
 		b, err := msgpack.Marshal(map[string]string{"state": "pending", "owner": "ghost-1", "request_id": id})
 		if err != nil {
 			t.Fatal(err)

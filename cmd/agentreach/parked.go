@@ -413,7 +413,7 @@ func (p *parkedCmd) resolve(ctx context.Context, seq uint64, r resolution, deadl
 		kv, err := p.js.KeyValue(rctx, streams.BucketIdempotency)
 		if err == nil {
 			// Deleting a key that is not there is no error.
-			err = kv.Delete(rctx, streams.IdempotencyKey(e.Capability, key))
+			err = kv.Delete(rctx, streams.IdempotencyKey(e.Capability, e.Header.Get(streams.HeaderSource), key))
 		}
 		if err != nil {
 			return fmt.Errorf("recorded %s, but the idempotency claim was not deleted, so nothing was resubmitted: %w", outcome,

@@ -70,8 +70,11 @@ async function start() {
   nc = await connect({ servers: server, name: `node-agent ${id}` });
   hc = await connect({ servers: server, name: `node-agent ${id} heartbeat` });
   records = await new Kvm(hc).open("REACH_AGENTS");
-  outcomes = await new Kvm(nc).open("REACH_IDEMPOTENCY");
-  agentsOnWork = await new Kvm(nc).open("REACH_AGENTS");
+  // Gets are direct gets of one key ($JS.API.DIRECT.GET.<stream>.<subject>),
+  // all an agent may read where auth is on; open() alone would use
+  // $JS.API.STREAM.MSG.GET, whose body names any subject.
+  outcomes = await new Kvm(nc).open("REACH_IDEMPOTENCY", { allow_direct: true });
+  agentsOnWork = await new Kvm(nc).open("REACH_AGENTS", { allow_direct: true });
   const ttlMs = (await records.status()).ttl;
   if (!ttlMs) throw new Error("REACH_AGENTS has no TTL: is the topology provisioned?");
   heartbeatMs = Math.floor(ttlMs / 3); // the bucket's TTL / 3, whole ms
@@ -230,7 +233,7 @@ async function write(t) {
   t.ack(); // a duplicate may wait for another execution
   const key = t.h("Reach-Idempotency-Key");
   if (!key) return t.result(execute(key));
-  const bucketKey = idempotencyKey(t.capability, key);
+  const bucketKey = idempotencyKey(t.capability, t.h("Reach-Source"), key);
   const claim = mpEncode({ state: "pending", owner: id, request_id: t.requestId });
   for (;;) {
     try {
@@ -244,6 +247,7 @@ async function write(t) {
         return t.fail("INTERNAL", `idempotency key ${JSON.stringify(key)}: outcome in doubt: its owner left while executing it`, { "Reach-In-Doubt": "true" });
       }
       if (stored === "timeout") return t.fail("TIMEOUT", `waiting for another execution of idempotency key ${JSON.stringify(key)}`);
+      if (stored instanceof Error) return t.fail("TARGET_BUSY", `idempotency key ${JSON.stringify(key)}: read the claim: ${stored.message}`);
       if (stored) {
         if (stored.error) return t.fail(stored.error.code, stored.error.message, { "Reach-Replayed": "true" });
         return t.finish(stored.content_type, stored.data, { "Reach-Replayed": "true" });
@@ -258,43 +262,51 @@ async function write(t) {
   }
 }
 
-// awaitOutcome follows a claimed key until its outcome is stored (returned),
-// the claim is given back (null), its owner left ("in-doubt"), or the
-// deadline passes ("timeout"); every heartbeat it checks the owner and sends PROCESSING.
+// awaitOutcome polls a claimed key with KV gets (every 20 ms, doubling up
+// to every 250 ms: agents may create no consumer, so no watch) until its
+// outcome is stored (returned), the claim is given back (null), its owner
+// left ("in-doubt"), the deadline passes ("timeout") or the bucket cannot be
+// read (the Error); every heartbeat it checks the owner and sends PROCESSING.
 async function awaitOutcome(t, bucketKey) {
-  const watch = await outcomes.watch({ key: bucketKey });
   let owner = "";
-  let settled;
-  const result = new Promise((resolve) => { settled = resolve; });
-  const check = setInterval(async () => {
-    t.progress();
-    if (owner && owner !== id && !(await agentsOnWork.get(owner))) settled("in-doubt");
-  }, heartbeatMs);
-  const timer = setTimeout(() => settled("timeout"), Math.max(0, t.deadline - Date.now()));
-  (async () => {
-    for await (const e of watch) {
-      if (e.operation !== "PUT") return settled(null);
+  let wait = 20;
+  let nextCheck = Date.now() + heartbeatMs;
+  for (;;) {
+    const left = t.deadline - Date.now();
+    if (left <= 0) return "timeout";
+    await new Promise((r) => setTimeout(r, Math.min(wait, left)));
+    try {
+      if (Date.now() >= nextCheck) {
+        nextCheck = Date.now() + heartbeatMs;
+        t.progress();
+        if (owner && owner !== id) {
+          const rec = await agentsOnWork.get(owner);
+          if (!rec || rec.operation !== "PUT") return "in-doubt"; // gone, deleted or expired
+        }
+      }
+      const e = await outcomes.get(bucketKey);
+      if (!e || e.operation !== "PUT") return null; // deleted or purged: given back
       const rec = mpDecode(e.value);
-      if (rec.state === "done") return settled(rec);
+      if (rec.state === "done") return rec;
       owner = rec.owner;
+    } catch (e) {
+      return e instanceof Error ? e : new Error(String(e));
     }
-  })().catch(() => settled("timeout"));
-  try {
-    return await result;
-  } finally {
-    clearInterval(check);
-    clearTimeout(timer);
-    watch.stop();
+    wait = Math.min(2 * wait, 250);
   }
 }
 
-// idempotencyKey is "<capability>.<key>", a key that is not 1-128 of
-// [-_=a-zA-Z0-9] replaced by "sha256-" + hex of the first 16 bytes of its SHA-256.
-function idempotencyKey(capability, key) {
-  if (!/^[-_=a-zA-Z0-9]{1,128}$/.test(key)) {
-    key = "sha256-" + createHash("sha256").update(key, "utf8").digest().subarray(0, 16).toString("hex");
-  }
-  return `${capability}.${key}`;
+// idempotencyKey is "<capability>.<caller>.<key>", the caller the
+// delivery's Reach-Source ("=" without one); a caller or key that is not
+// 1-128 of [-_=a-zA-Z0-9] is replaced by "sha256-" + hex of the first 16
+// bytes of its SHA-256.
+function idempotencyKey(capability, caller, key) {
+  return `${capability}.${kvToken(caller || "=")}.${kvToken(key)}`;
+}
+
+function kvToken(s) {
+  if (/^[-_=a-zA-Z0-9]{1,128}$/.test(s)) return s;
+  return "sha256-" + createHash("sha256").update(s, "utf8").digest().subarray(0, 16).toString("hex");
 }
 
 // --- 4. leave --------------------------------------------------------------

@@ -79,6 +79,7 @@ const (
 	hReplyTo         = "Reach-Reply-To"
 	hDirect          = "Reach-Direct"
 	hIdempotencyKey  = "Reach-Idempotency-Key"
+	hSource          = "Reach-Source"
 	hReplayed        = "Reach-Replayed"
 	hInDoubt         = "Reach-In-Doubt"
 	hContentType     = "Content-Type"
@@ -756,7 +757,7 @@ var errInDoubt = errors.New("outcome in doubt")
 func (t *task) idempotent(key string) {
 	ctx, cancel := context.WithDeadline(context.Background(), t.deadline)
 	defer cancel()
-	bucketKey := idempotencyKey(t.capability, key)
+	bucketKey := idempotencyKey(t.capability, t.m.Header.Get(hSource), key)
 	requestID := t.m.Header.Get(hRequestID)
 	claim, err := msgpack.Marshal(outcome{State: "pending", Owner: t.a.id, RequestID: requestID})
 	if err != nil {
@@ -817,19 +818,18 @@ func (t *task) replay(o *outcome) {
 	t.finish(o.ContentType, o.Data, hReplayed, "true")
 }
 
-// awaitOutcome follows bucketKey until its outcome is stored (returned),
-// the claim is given back (nil, nil), its owner has left the registry
-// (errInDoubt), or ctx ends. Every heartbeat it checks the owner and sends
-// PROCESSING, so the dispatcher keeps waiting too.
+// awaitOutcome polls bucketKey (a KV get, from every 20 ms to every
+// 250 ms: agents may create no consumer, so no watch) until its outcome is
+// stored (returned), the claim is given back (nil, nil), its owner has left
+// the registry (errInDoubt), or ctx ends. Every heartbeat it checks the
+// owner and sends PROCESSING, so the dispatcher keeps waiting too.
 func (t *task) awaitOutcome(ctx context.Context, bucketKey string) (*outcome, error) {
 	a := t.a
-	w, err := a.outcomes.Watch(ctx, bucketKey)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = w.Stop() }()
 	check := time.NewTicker(a.heartbeat)
 	defer check.Stop()
+	wait := 20 * time.Millisecond
+	poll := time.NewTimer(wait)
+	defer poll.Stop()
 	var owner string
 	for {
 		select {
@@ -845,15 +845,13 @@ func (t *task) awaitOutcome(ctx context.Context, bucketKey string) (*outcome, er
 			if _, err := a.records.Get(ctx, owner); errors.Is(err, jetstream.ErrKeyNotFound) {
 				return nil, fmt.Errorf("%w: instance %s left while executing it; it is not executed again", errInDoubt, owner)
 			}
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("the watch of the key ended")
-			}
-			if e == nil {
-				continue // the end of the current value
-			}
-			if e.Operation() != jetstream.KeyValuePut {
+		case <-poll.C:
+			e, err := a.outcomes.Get(ctx, bucketKey)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound): // deleted or purged: given back
 				return nil, nil
+			case err != nil:
+				return nil, fmt.Errorf("read %s: %w", bucketKey, err)
 			}
 			var o outcome
 			if err := msgpack.Unmarshal(e.Value(), &o); err != nil {
@@ -863,24 +861,34 @@ func (t *task) awaitOutcome(ctx context.Context, bucketKey string) (*outcome, er
 				return &o, nil
 			}
 			owner = o.Owner
+			wait = min(2*wait, 250*time.Millisecond)
+			poll.Reset(wait)
 		}
 	}
 }
 
 // idempotencyKey is the REACH_IDEMPOTENCY key of a caller's key for one
-// capability: "<capability>.<key>", where a key that is not 1 to 128
-// characters of [-_=a-zA-Z0-9] is replaced by "sha256-" and the hex of the
-// first 16 bytes of its SHA-256.
-func idempotencyKey(capability, key string) string {
-	valid := key != "" && len(key) <= 128
-	for _, c := range key {
+// capability: "<capability>.<caller>.<key>", the caller the delivery's
+// Reach-Source or "=" without one, where a caller or key that is not 1 to
+// 128 characters of [-_=a-zA-Z0-9] is replaced by "sha256-" and the hex of
+// the first 16 bytes of its SHA-256.
+func idempotencyKey(capability, caller, key string) string {
+	if caller == "" {
+		caller = "="
+	}
+	return capability + "." + kvToken(caller) + "." + kvToken(key)
+}
+
+func kvToken(s string) string {
+	valid := s != "" && len(s) <= 128
+	for _, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '=') {
 			valid = false
 		}
 	}
 	if !valid {
-		sum := sha256.Sum256([]byte(key))
-		key = "sha256-" + hex.EncodeToString(sum[:16])
+		sum := sha256.Sum256([]byte(s))
+		return "sha256-" + hex.EncodeToString(sum[:16])
 	}
-	return capability + "." + key
+	return s
 }

@@ -103,6 +103,32 @@ async def test_a_python_agent_serves_as_its_identity(secure: Stack, caller: Clie
         await agent.drain()
 
 
+async def test_a_python_agent_keeps_idempotent_outcomes_under_its_grant(secure: Stack, caller: Client) -> None:
+    """Under auth an agent reads and writes REACH_IDEMPOTENCY only by key, for
+    what it serves: the claim (a create), the wait of a second delivery (KV
+    gets, no consumer), the stored outcome and its replay all pass."""
+    agent = Agent(secure.url, type="pyecho", id="py-echo-1", credentials=creds(secure, "py-echo-1"))
+    executions: dict[str, int] = {}
+
+    @agent.handler("pyecho.write")
+    async def write(ctx: Any, payload: Any) -> dict[str, int]:
+        executions[ctx.idempotency_key] = executions.get(ctx.idempotency_key, 0) + 1
+        await asyncio.sleep(0.2)  # the second delivery finds the claim pending
+        return {"n": executions[ctx.idempotency_key]}
+
+    await synced(secure, "py-echo-1")
+    await agent.start()
+    try:
+        key = unique("k")
+        both = await routed(lambda: asyncio.gather(*(caller.call("pyecho.write", {}, idempotency_key=key, timeout=10)
+                                                     for _ in range(2))))
+        assert [b.decode() for b in both] == [{"n": 1}, {"n": 1}] and executions[key] == 1
+        again = await caller.call("pyecho.write", {}, idempotency_key=key, timeout=10)
+        assert again.replayed and again.decode() == {"n": 1} and executions[key] == 1
+    finally:
+        await agent.drain()
+
+
 def test_an_agent_refuses_another_identitys_credentials(secure: Stack) -> None:
     with pytest.raises(InvalidConfig, match="not 'py-echo-2'"):
         Agent(secure.url, type="pyecho", id="py-echo-2", credentials=creds(secure, "py-echo-1"))

@@ -27,10 +27,19 @@ def test_error_classes_match_the_wire_codes():
 
 
 def test_idempotency_bucket_key():
-    assert idempotency_bucket_key("orders.write", "order-7_A=") == "orders.write.order-7_A="
+    assert idempotency_bucket_key("orders.write", "alice", "order-7_A=") == "orders.write.alice.order-7_A="
+    assert idempotency_bucket_key("orders.write", "bob", "order-7_A=") == "orders.write.bob.order-7_A="
+    assert idempotency_bucket_key("orders.write", "", "k") == "orders.write.=.k"  # no Reach-Source
     for key in ("has space", "a.b", "", "x" * 129, "ключ"):
         digest = hashlib.sha256(key.encode()).digest()[:16].hex()
-        assert idempotency_bucket_key("orders.write", key) == f"orders.write.sha256-{digest}"
+        assert idempotency_bucket_key("orders.write", "alice", key) == f"orders.write.alice.sha256-{digest}"
+        if key:
+            assert idempotency_bucket_key("orders.write", key, "k") == f"orders.write.sha256-{digest}.k"
+    # The keys streams.TestIdempotencyKey expects of Go.
+    assert idempotency_bucket_key("math.add", "", "order-42") == "math.add.=.order-42"
+    assert (idempotency_bucket_key("pay", "alice", "a key/with spaces")
+            == "pay.alice.sha256-72d91f078b92fc1b995051897d7a61c5")
+    assert idempotency_bucket_key("pay", "not.a.token", "k") == "pay.sha256-7d9e2832322bd04ea956768d2068aa87.k"
 
 
 async def test_no_agent_and_bad_capability(client):
@@ -60,7 +69,7 @@ async def test_idempotent_execution(nc, client, stack):
         assert first.value == again.value == {"n": 1}
         assert not first.replayed and again.replayed and again.cost == 0.25
         kv = await nc.jetstream().key_value("REACH_IDEMPOTENCY")
-        rec = msgpack.unpackb((await kv.get(f"{cap}.k-1")).value)
+        rec = msgpack.unpackb((await kv.get(f"{cap}.=.k-1")).value)  # the client sets no Reach-Source
         assert set(rec) == {"state", "owner", "request_id", "content_type", "data", "error", "cost"}
         assert (rec["state"], rec["owner"], rec["request_id"]) == ("done", agent.id, first.request_id)
         assert (rec["content_type"], rec["data"], rec["cost"]) == ("application/msgpack", first.data, "0.25")
@@ -68,7 +77,7 @@ async def test_idempotent_execution(nc, client, stack):
         both = await asyncio.gather(*(client.call(cap, "y", idempotency_key="a key/with spaces", timeout=10)
                                       for _ in range(2)))
         assert [b.value for b in both] == [{"n": 1}, {"n": 1}] and executions["a key/with spaces"] == 1
-        await kv.get(idempotency_bucket_key(cap, "a key/with spaces"))
+        await kv.get(idempotency_bucket_key(cap, "", "a key/with spaces"))
         # A stored rejection is replayed as a rejection.
         for _ in range(2):
             with pytest.raises(Reject, match="refused once and for all"):
@@ -76,7 +85,7 @@ async def test_idempotent_execution(nc, client, stack):
         assert executions["k-rej"] == 1
         # A claim whose owner is gone is in doubt: answered, never executed.
         claim = msgpack.packb({"state": "pending", "owner": "ghost-1", "request_id": "r-ghost"})
-        await kv.create(f"{cap}.k-ghost", claim)
+        await kv.create(f"{cap}.=.k-ghost", claim)
         with pytest.raises(Internal) as e:
             await client.call(cap, "z", idempotency_key="k-ghost", timeout=10)
         assert e.value.in_doubt and "k-ghost" not in executions

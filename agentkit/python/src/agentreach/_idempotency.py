@@ -3,7 +3,8 @@
 A key is claimed with a KV create of ``{state: pending, owner, request_id}``
 (msgpack), executed, and its outcome stored as ``{state: done, owner,
 request_id, content_type, data, error, cost}`` before the reply; a key
-claimed already is waited for and replayed.
+claimed already is polled with KV gets until its outcome is stored, then
+replayed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import nats
 PENDING = "pending"
 DONE = "done"
 SETTLE_TIMEOUT = 30.0  # seconds an outcome is retried into the bucket
+POLL_FIRST = 0.02  # seconds before the first look at a pending claim, doubling
+POLL_MAX = 0.25  # up to this
 
 
 class InDoubt(Exception):
@@ -96,33 +99,35 @@ class Idempotency:
             # The claim was given back without an outcome: claim it again.
 
     async def _wait(self, key: str, deadline: float, progress: Callable[[], None]) -> Optional[Outcome]:
-        w = await self._kv.watch(key)
-        try:
-            owner = ""
-            next_check = time.monotonic() + self._check
-            while True:
-                left = deadline - time.time()
-                if left <= 0:
-                    raise asyncio.TimeoutError()
-                try:
-                    e = await w.updates(timeout=max(0.001, min(left, next_check - time.monotonic())))
-                except nats.errors.TimeoutError:
-                    e = None
-                    if time.monotonic() >= next_check:
-                        next_check = time.monotonic() + self._check
-                        progress()
-                        await self._check_owner(key, owner)
-                    continue
-                if e is None:
-                    continue  # the end of the current values
-                if e.operation in ("DEL", "PURGE"):
-                    return None
-                rec = Outcome.unpack(e.value or b"")
-                if rec.state == DONE:
-                    return rec
-                owner = rec.owner
-        finally:
-            await w.stop()
+        """Polls key with KV gets (agents may create no consumer, so no watch),
+        from every POLL_FIRST to every POLL_MAX seconds, until its outcome is
+        stored (returned), the claim is given back (None), its owner is gone
+        (InDoubt) or the deadline passes (asyncio.TimeoutError)."""
+        owner = ""
+        poll = POLL_FIRST
+        next_check = time.monotonic() + self._check
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                raise asyncio.TimeoutError()
+            await asyncio.sleep(min(poll, left))
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + self._check
+                progress()
+                await self._check_owner(key, owner)
+            try:
+                entry = await self._kv.get(key, validate_keys=False)
+            except nats.js.errors.KeyNotFoundError:
+                return None  # deleted or purged: the claim was given back
+            except asyncio.TimeoutError:
+                raise
+            except Exception as e:  # the bucket is unreachable now: this attempt runs nothing
+                raise ClaimFailed(f"read the claim: {e!r}") from e
+            rec = Outcome.unpack(entry.value or b"")
+            if rec.state == DONE:
+                return rec
+            owner = rec.owner
+            poll = min(2 * poll, POLL_MAX)
 
     async def _check_owner(self, key: str, owner: str) -> None:
         if not owner:

@@ -101,15 +101,26 @@ def id_problem(value: object) -> Optional[str]:
     return None
 
 
-def idempotency_bucket_key(capability: str, key: str) -> str:
-    """Returns the REACH_IDEMPOTENCY key of a caller's key: ``<capability>.<key>``.
+NO_CALLER = "="
+"""The caller token of a delivery without Reach-Source (auth off): a valid KV
+key token that is no identity's name."""
 
-    A key that is not 1-128 characters of ``[-_=a-zA-Z0-9]`` is replaced by
+
+def idempotency_bucket_key(capability: str, caller: str, key: str) -> str:
+    """Returns the REACH_IDEMPOTENCY key of a caller's key: ``<capability>.<caller>.<key>``.
+
+    ``caller`` is the delivery's Reach-Source, ``NO_CALLER`` ("=") when it
+    has none, so the same key from two callers is two executions. A caller
+    or key that is not 1-128 characters of ``[-_=a-zA-Z0-9]`` is replaced by
     ``sha256-`` and the lowercase hex of the first 16 bytes of its SHA-256.
     """
-    if not (len(key) <= MAX_NAME_LENGTH and _KV_TOKEN.match(key)):
-        key = "sha256-" + hashlib.sha256(key.encode()).digest()[:16].hex()
-    return f"{capability}.{key}"
+    return f"{capability}.{_kv_token(caller or NO_CALLER)}.{_kv_token(key)}"
+
+
+def _kv_token(s: str) -> str:
+    if len(s) <= MAX_NAME_LENGTH and _KV_TOKEN.match(s):
+        return s
+    return "sha256-" + hashlib.sha256(s.encode()).digest()[:16].hex()
 
 
 def new_request_id() -> str:

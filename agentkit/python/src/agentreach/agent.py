@@ -523,7 +523,7 @@ class Agent:
                 await self._fail(ctx, Cancelled("cancelled before it started"))
                 return
             if ctx.idempotency_key:
-                key = w.idempotency_bucket_key(ctx.capability, ctx.idempotency_key)
+                key = w.idempotency_bucket_key(ctx.capability, ctx.source or "", ctx.idempotency_key)
                 if await self._begin(ctx, key):
                     return
             headers, body, pending = await self._execute(reg, ctx)

@@ -1,0 +1,88 @@
+package auth
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// An agent's REACH_IDEMPOTENCY keys follow its grant: for a pattern p,
+// exactly the keys <capability>.<caller>.<key> of the capabilities p
+// matches.
+func TestIdempotencyKeys(t *testing.T) {
+	for _, c := range []struct {
+		id   Identity
+		want []string
+	}{
+		{Identity{Name: "math-1", Role: RoleAgent, Type: "math"}, []string{"math.*.*", "math.*.*.>"}},
+		{Identity{Name: "r-1", Role: RoleAgent, Type: "risk", Serves: []string{"risk.*", "a.b.>", ">", "*"}},
+			[]string{"risk.*.*.*", "a.b.*.*.>", "*.*.>", "*.*.*"}},
+		{Identity{Name: "cli", Role: RoleCaller}, nil},
+		{Identity{Name: "d", Role: RoleDispatcher}, nil},
+	} {
+		if got := IdempotencyKeys(c.id); !slices.Equal(got, c.want) {
+			t.Errorf("IdempotencyKeys(%s %v) = %q, want %q", c.id.Type, c.id.Serves, got, c.want)
+		}
+	}
+
+	patterns := []string{"math", "math.>", "math.*", "risk.*", "a.b.>", ">", "*", "a.*.c"}
+	capabilities := []string{"math", "math.add", "math.add.int", "risk", "risk.score", "risk.score.v2", "a", "a.b", "a.b.c",
+		"a.x.c", "a.b.c.d", "other"}
+	for _, p := range patterns {
+		keys := IdempotencyKeys(Identity{Name: "x", Role: RoleAgent, Type: "x", Serves: []string{p}})
+		for _, c := range capabilities {
+			key := streams.IdempotencyKey(c, "alice", "order-1")
+			allowed := slices.ContainsFunc(keys, func(k string) bool { return subjectMatch(k, key) })
+			if want := subjectMatch(p, c); allowed != want {
+				t.Errorf("pattern %q, capability %q: key %q allowed %v by %q, want %v", p, c, key, allowed, keys, want)
+			}
+		}
+	}
+}
+
+// An agent reads and writes REACH_IDEMPOTENCY by key within its grant only:
+// no bucket-wide write, no consumer, no read whose body names the subject.
+// Its other buckets keep what they had.
+func TestAgentIdempotencyPermissions(t *testing.T) {
+	acl, err := registry.ParseACL([]byte(`{"rules": [{"caller": "*", "may_call": [">"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Permissions(Identity{Name: "math-1", Role: RoleAgent, Type: "math"}, acl, streams.Subjects{})
+	for _, s := range []string{
+		"$KV.REACH_IDEMPOTENCY.math.*.*", "$KV.REACH_IDEMPOTENCY.math.*.*.>",
+		"$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY.$KV.REACH_IDEMPOTENCY.math.*.*",
+		"$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY.$KV.REACH_IDEMPOTENCY.math.*.*.>",
+		"$JS.API.STREAM.INFO.KV_REACH_IDEMPOTENCY",
+		"$JS.API.STREAM.MSG.GET.KV_REACH_AGENTS", "$JS.API.DIRECT.GET.KV_REACH_AGENTS.>",
+	} {
+		if !slices.Contains(p.Pub.Allow, s) {
+			t.Errorf("agent may not publish to %s: %q", s, p.Pub.Allow)
+		}
+	}
+	for _, s := range p.Pub.Allow {
+		if strings.Contains(s, "IDEMPOTENCY") && (strings.Contains(s, "CONSUMER") || strings.Contains(s, "MSG.GET") ||
+			strings.HasPrefix(s, "$JS.FC.") || strings.HasSuffix(s, "IDEMPOTENCY.>") || s == "$JS.API.DIRECT.GET.KV_REACH_IDEMPOTENCY") {
+			t.Errorf("agent may publish to %s", s)
+		}
+	}
+}
+
+// subjectMatch reports whether NATS subject pattern p matches subject s.
+func subjectMatch(p, s string) bool {
+	pt, st := strings.Split(p, "."), strings.Split(s, ".")
+	for i, tok := range pt {
+		switch {
+		case tok == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case tok != "*" && tok != st[i]:
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
