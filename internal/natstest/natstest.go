@@ -84,7 +84,10 @@ func Stop(s *server.Server) {
 // Connect opens a client connection to s that is closed when the test ends.
 func Connect(tb testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
-	nc, err := nats.Connect(s.ClientURL(), opts...)
+	// The connect (a TLS handshake included) gets 10 s, not nats.go's 2:
+	// a test beside a busy machine's other work still connects. Later
+	// options may set another.
+	nc, err := nats.Connect(s.ClientURL(), append([]nats.Option{nats.Timeout(10 * time.Second)}, opts...)...)
 	if err != nil {
 		tb.Fatalf("natstest: connect: %v", err)
 	}
