@@ -191,6 +191,25 @@ func TestSecurityJetStreamAPISweep(t *testing.T) {
 	}
 	sweep("echo-1", attacks)
 	sweep(SecureCaller, append(attacks, callerOnly...))
+
+	// A write to the one key an agent may write, with a header that would
+	// purge every other key of the bucket: JetStream refuses it (the bucket
+	// allows no rollups), and every declaration stays.
+	{
+		js, err := jetstream.New(st.ConnAs("echo-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"$KV." + streams.BucketCaps + ".echo"} {
+			m := nats.NewMsg(key)
+			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+			m.Data = []byte(`{}`)
+			_, err := js.PublishMsg(ctx, m)
+			leak := changed()
+			l.add(attempt{name: "echo-1 (agent): purge the whole bucket with Nats-Rollup: all on " + key,
+				refused: err != nil, leaked: leak != "", evidence: fmt.Sprint(err, "; ", leak)})
+		}
+	}
 	l.check(t)
 
 	// Controls: the same identities do what they must.
@@ -229,6 +248,46 @@ func TestSecurityJetStreamAPISweep(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSecurityRollupOnOwnKeyPurgesTheBucket shows a hole still open: an
+// agent writing its own REACH_AGENTS key with "Nats-Rollup: all" purges
+// every agent's record. NATS permissions cannot see headers, and the server
+// keeps rollups on for a bucket with limit markers, which REACH_AGENTS
+// (expiry) and REACH_IDEMPOTENCY need. The records come back with the next
+// heartbeats. It skips while the hole is open and fails once it is closed,
+// so whoever closes it turns it into a ledger row.
+func TestSecurityRollupOnOwnKeyPurgesTheBucket(t *testing.T) {
+	st := NewSecureStack(t, time.Second, jsapiACL)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	st.Agent(agentkit.Config{ID: "echo-2", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	WaitRoutable(t, "echo", 2, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(st.ConnAs("echo-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ajs, err := jetstream.New(st.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err := ajs.KeyValue(ctx, streams.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("$KV." + streams.BucketAgents + ".echo-1")
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+	m.Data = []byte(`{}`)
+	_, perr := js.PublishMsg(ctx, m)
+	_, gerr := records.Get(ctx, "echo-2")
+	if perr == nil {
+		// Accepted is the hole; echo-2's heartbeat may have written its
+		// record again since (gerr says whether it had).
+		t.Skipf("known hole: the server accepted an agent's rollup of REACH_AGENTS (echo-2's record after it: %v)", gerr)
+	}
+	t.Fatalf("the rollup attack no longer works (publish: %v, echo-2's record: %v): make it a row of TestSecurityJetStreamAPISweep", perr, gerr)
 }
 
 // roleOf names identity name's role, for the ledger.

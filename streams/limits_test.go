@@ -164,8 +164,9 @@ func TestProvisionGivesAnOldDeploymentSizeLimits(t *testing.T) {
 		}
 		got := s.CachedInfo().Config
 		if got.MaxBytes != kv.MaxBytes || got.MaxMsgSize <= 0 || int64(got.MaxMsgSize) > max(want, int64(kv.MaxValueSize)) ||
-			got.Discard != jetstream.DiscardNew {
-			t.Errorf("bucket %s after Provision: max bytes %d, max value size %d, discard %v", kv.Bucket, got.MaxBytes, got.MaxMsgSize, got.Discard)
+			got.Discard != jetstream.DiscardNew || got.AllowRollup != (kv.LimitMarkerTTL > 0) {
+			t.Errorf("bucket %s after Provision: max bytes %d, max value size %d, discard %v, rollups %v",
+				kv.Bucket, got.MaxBytes, got.MaxMsgSize, got.Discard, got.AllowRollup)
 		}
 	}
 	for _, cfg := range topo.StreamConfigs() {

@@ -304,7 +304,8 @@ func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 	}
 	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 	if err == nil {
-		err = addLimits(ctx, js, s, jetstream.StreamConfig{MaxBytes: cfg.MaxBytes, MaxMsgSize: cfg.MaxValueSize, Discard: jetstream.DiscardNew})
+		err = addLimits(ctx, js, s, jetstream.StreamConfig{MaxBytes: cfg.MaxBytes, MaxMsgSize: cfg.MaxValueSize, Discard: jetstream.DiscardNew,
+			AllowRollup: false})
 	}
 	if err != nil {
 		return fmt.Errorf("provision bucket %s: %w", cfg.Bucket, err)
@@ -314,10 +315,20 @@ func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 
 // addLimits gives the stream s the size limits of want it has none of (it
 // was made before they existed), and want's discard policy with a byte
-// limit. Limits s has are left as they are.
+// limit. Limits s has are left as they are. Rollups it turns off unless
+// want allows them: jetstream makes every bucket with rollups on, and a
+// "Nats-Rollup: all" header on a write to the one key an identity may
+// write would purge every other key of the bucket (every agent's record,
+// every type's declaration). Nothing of Agent-Reach purges a key. The
+// server keeps rollups on where a bucket has limit markers (REACH_AGENTS,
+// REACH_IDEMPOTENCY, REACH_BREAKERS): there the hole stays open
+// (docs/security.md).
 func addLimits(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, want jetstream.StreamConfig) error {
 	cfg := s.CachedInfo().Config
 	changed := false
+	if cfg.AllowRollup && !want.AllowRollup && cfg.SubjectDeleteMarkerTTL == 0 {
+		cfg.AllowRollup, changed = false, true
+	}
 	if cfg.MaxBytes <= 0 && want.MaxBytes > 0 {
 		cfg.MaxBytes, cfg.Discard, changed = want.MaxBytes, want.Discard, true
 	}
@@ -328,7 +339,7 @@ func addLimits(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, 
 		return nil
 	}
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("add size limits (max bytes %d, max message size %d): %w", cfg.MaxBytes, cfg.MaxMsgSize, err)
+		return fmt.Errorf("set max bytes %d, max message size %d, rollups %v: %w", cfg.MaxBytes, cfg.MaxMsgSize, cfg.AllowRollup, err)
 	}
 	return nil
 }
