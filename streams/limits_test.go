@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,5 +218,20 @@ func TestAMessageOverMaxPayloadIsRefusedByTheStream(t *testing.T) {
 	m.Data = m.Data[:1<<10]
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Fatalf("a 1 KiB task is refused: %v", err)
+	}
+}
+
+// TestProvisionSaysWhenTheServerCannotReserveTheLimits: a server with too
+// little store for the limits refuses, and the error says what to change.
+func TestProvisionSaysWhenTheServerCannotReserveTheLimits(t *testing.T) {
+	opts := natstest.Options(t.TempDir())
+	opts.JetStreamMaxMemory = 32 << 20
+	nc := natstest.Connect(t, natstest.RunServerWith(t, opts))
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := streams.Provision(ctx, js, streams.Topology{Memory: true})
+	if err == nil || !strings.Contains(err.Error(), "max_memory_store") {
+		t.Fatalf("provisioning 192 MiB of limits on a 32 MiB server: got %v, want the reservation refused with a hint", err)
 	}
 }

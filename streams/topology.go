@@ -269,15 +269,24 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) error {
 	}
 	for _, cfg := range t.KeyValueConfigs() {
 		if err := provisionBucket(ctx, js, cfg); err != nil {
-			return err
+			return reservationHint(err)
 		}
 	}
 	for _, cfg := range t.StreamConfigs() {
 		if err := provisionStream(ctx, js, cfg); err != nil {
-			return err
+			return reservationHint(err)
 		}
 	}
 	return nil
+}
+
+// reservationHint explains the server's refusal to reserve a byte limit.
+func reservationHint(err error) error {
+	if !strings.Contains(err.Error(), "insufficient") {
+		return err
+	}
+	return fmt.Errorf("%w (JetStream reserves every bucket's and stream's byte limit: give the server more "+
+		"max_file_store or max_memory_store, or lower Topology.MaxBytes)", err)
 }
 
 func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
