@@ -80,7 +80,7 @@ func (s *suite) setup(ctx context.Context) (err error) {
 	}
 	s.srv, err = server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: s.dir, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
+		JetStream: true, StoreDir: s.dir, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 4 << 30,
 	})
 	if err != nil {
 		return fmt.Errorf("agenttest: NATS server: %w", err)

@@ -164,6 +164,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		df        dispatcherFlags
 		replicas  int
 		heartbeat time.Duration
+		storeMB   int64
 		doProv    bool
 		verifier  string
 	)
@@ -173,6 +174,7 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.IntVar(&replicas, "replicas", 1, "replicas of every bucket and stream when provisioning (3 on a cluster)")
 		fs.BoolVar(&doProv, "provision", true, "create missing buckets and streams at start (idempotent)")
 		registerHeartbeat(fs, &heartbeat)
+		registerStoreMB(fs, &storeMB)
 		fs.StringVar(&verifier, "verifier", "", "the verifier key `file` of the identity store (keys/verifier.nk, see agentreach auth):\n"+
 			"turns access control on: every task must prove its Reach-Source and be granted by the acl")
 		df.http.register(fs, httpOff)
@@ -183,7 +185,10 @@ func runDispatcher(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if code, ok := cl.parseNoArgs(args, stdout, stderr); !ok {
 		return code
 	}
-	topo := streams.Topology{Subjects: conn.subjects(), Replicas: replicas, Heartbeat: heartbeat}
+	if storeMB < 1 || storeMB > 1<<30 {
+		return cl.usageError(stderr, "--store-mb %d: want 1 MiB or more", storeMB)
+	}
+	topo := streams.Topology{Subjects: conn.subjects(), Replicas: replicas, Heartbeat: heartbeat, MaxBytes: storeMB << 20}
 	if err := topo.Validate(); err != nil {
 		return cl.usageError(stderr, "%v", err)
 	}

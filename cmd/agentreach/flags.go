@@ -531,6 +531,15 @@ func validatePrefix(p string) error {
 }
 
 // registerHeartbeat defines --heartbeat, which up, dispatcher and demo share.
+// registerStoreMB registers --store-mb: Topology.MaxBytes in MiB.
+func registerStoreMB(fs *flag.FlagSet, mb *int64) {
+	fs.Int64Var(mb, "store-mb", streams.DefaultMaxBytes>>20,
+		"size limit, in `MiB`, of each stream and bucket holding tasks or their outcomes (REACH_TASKS,\n"+
+			"REACH_RESULTS, REACH_DLQ, REACH_REVIEW, REACH_IDEMPOTENCY, REACH_RUNS); the small buckets hold a 16th,\n"+
+			"at least 8 MiB. A full one refuses the next write. Provisioning sets it on buckets and streams\n"+
+			"that have no limit; one that has keeps its own")
+}
+
 func registerHeartbeat(fs *flag.FlagSet, d *time.Duration) {
 	fs.DurationVar(d, "heartbeat", streams.DefaultHeartbeat,
 		"agents' heartbeat interval; REACH_AGENTS forgets an agent after 3 missed beats.\nProvisioning (up, dispatcher) and the agents must use the same value")

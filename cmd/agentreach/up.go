@@ -64,6 +64,7 @@ type upFlags struct {
 	tls        bool
 	tlsVerify  bool
 	heartbeat  time.Duration
+	storeMB    int64
 	dispatcher dispatcherFlags
 	demoAgents demoFlags
 }
@@ -82,6 +83,7 @@ func (f *upFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS with a development CA and certificates made in <data-dir>/tls")
 	fs.BoolVar(&f.tlsVerify, "tls-verify", false, "with --tls: require client certificates signed by that CA (mutual TLS)")
 	registerHeartbeat(fs, &f.heartbeat)
+	registerStoreMB(fs, &f.storeMB)
 	f.dispatcher.http.register(fs, defaultHTTP)
 }
 
@@ -100,6 +102,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := (streams.Topology{Heartbeat: f.heartbeat}).Validate(); err != nil {
 		return cl.usageError(stderr, "--heartbeat: %v", err)
+	}
+	if f.storeMB < 1 || f.storeMB > 1<<30 {
+		return cl.usageError(stderr, "--store-mb %d: want 1 MiB or more", f.storeMB)
 	}
 	if _, _, err := splitListen(f.listen); err != nil {
 		return cl.usageError(stderr, "%v", err)
@@ -187,7 +192,7 @@ func up(ctx context.Context, f *upFlags, stdout io.Writer, log zerolog.Logger) (
 	}
 	st.add("dispatcher connection", closeConn(nc))
 	subjects := f.global.subjects()
-	if err := provision(sctx, nc, streams.Topology{Subjects: subjects, Heartbeat: f.heartbeat}); err != nil {
+	if err := provision(sctx, nc, streams.Topology{Subjects: subjects, Heartbeat: f.heartbeat, MaxBytes: f.storeMB << 20}); err != nil {
 		return err
 	}
 	var az *auth.Authorizer

@@ -37,7 +37,9 @@ func Options(dir string) *server.Options {
 		StoreDir:  dir,
 		// Keep test servers small so a few can run side by side.
 		JetStreamMaxMemory: 256 << 20,
-		JetStreamMaxStore:  1 << 30,
+		// Reservations, not disk used: room for the file topology's limits
+		// (about 2.6 GiB) and a few streams of a test's own.
+		JetStreamMaxStore: 4 << 30,
 	}
 }
 

@@ -298,7 +298,10 @@ class Client:
         try:
             await self._js.publish(f"{self.prefix}.submit.{capability}", body, headers=h)
         except nats.js.errors.APIError as e:
-            if "maximum messages per subject" in str(e):
+            # The capability's buffer, or REACH_TASKS as a whole, is full
+            # (streams.IsBufferFull).
+            if any(full in str(e) for full in ("maximum messages per subject", "maximum bytes exceeded",
+                                               "maximum messages exceeded")):
                 raise from_code("OVERLOADED", f"the durable buffer of {capability} is full; try again later") from None
             raise
         except nats.errors.NoRespondersError:
