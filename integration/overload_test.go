@@ -58,7 +58,10 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 	})
 
 	nc := st.Conn()
-	var finished, overloaded, other atomic.Int64
+	// timedOut counts admitted tasks that did not finish within their
+	// per-call timeout: a starved machine (a busy CI host) can make the
+	// 200 ms tasks that slow; it is no refusal and no unbounded growth.
+	var finished, overloaded, timedOut, other atomic.Int64
 	inbox := nc.NewRespInbox()
 	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
 		switch {
@@ -68,6 +71,8 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 			m.Header.Get(streams.HeaderRequestID) != "" && m.Header.Get(streams.HeaderOrchestrationID) != "":
 			// Like every reply, it says which task it answers.
 			overloaded.Add(1)
+		case m.Header.Get(streams.HeaderError) == string(streams.CodeTimeout):
+			timedOut.Add(1)
 		default:
 			other.Add(1)
 		}
@@ -105,17 +110,17 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 	}
 	// Every request gets an answer once the tasks held finish.
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		if got := finished.Load() + overloaded.Load() + other.Load(); got < sent {
+		if got := finished.Load() + overloaded.Load() + timedOut.Load() + other.Load(); got < sent {
 			return fmt.Errorf("%d of %d answered", got, sent)
 		}
 		return nil
 	})
 	rssEnd, hwm := procKB(pid, "VmRSS"), procKB(pid, "VmHWM")
-	t.Logf("offered %d tasks at %d/s for %v: %d finished, %d OVERLOADED, %d other", sent, offered, duration,
-		finished.Load(), overloaded.Load(), other.Load())
+	t.Logf("offered %d tasks at %d/s for %v: %d finished, %d OVERLOADED, %d TIMEOUT, %d other", sent, offered, duration,
+		finished.Load(), overloaded.Load(), timedOut.Load(), other.Load())
 	t.Logf("dispatcher RSS: %d kB at 10 s, %d kB at the end, peak %d kB (VmHWM)", rssAt10s, rssEnd, hwm)
 	if other.Load() != 0 {
-		t.Fatalf("%d answers were neither results nor OVERLOADED", other.Load())
+		t.Fatalf("%d answers were neither results, OVERLOADED nor TIMEOUT", other.Load())
 	}
 	if overloaded.Load() < sent/2 {
 		t.Fatalf("only %d of %d refused at 10× the capacity", overloaded.Load(), sent)
