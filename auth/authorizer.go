@@ -24,9 +24,9 @@ const (
 	// task is possible only this long.
 	DefaultMaxAge = 2 * time.Minute
 	// DefaultDurableMaxAge bounds a durable task's signature: a durable
-	// task may wait in REACH_TASKS for a long time (and a dead letter is
-	// replayed later still), and within 24 h — REACH_IDEMPOTENCY's TTL — a
-	// replay only replays the stored outcome.
+	// task may wait in REACH_TASKS for a long time (a dead letter's replay
+	// is signed anew), and within 24 h — REACH_IDEMPOTENCY's TTL — a
+	// re-run only replays the stored outcome.
 	DefaultDurableMaxAge = 24 * time.Hour
 )
 
@@ -64,9 +64,14 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 //     through REACH_TASKS must carry Reach-Source and a Reach-Signature that
 //     proves it (Signer): made with the key of that identity in the
 //     directory (identity.<name> in REACH_POLICY), not revoked, over this
-//     task's request id, subject and body, within MaxAge (DurableMaxAge for
-//     durable tasks). A direct-tier task's signature is removed before it
-//     is delivered: agents never see one they could replay.
+//     task's request id, subject, deadline, idempotency key and body,
+//     within MaxAge (DurableMaxAge for durable tasks). A direct-tier task's
+//     signature is removed before it is delivered: agents never see one
+//     they could replay. Outside the durable tier a signature is accepted
+//     once (replay.go): a copy is refused.
+//   - A durable task may instead be a parked task replayed by a dispatcher
+//     identity: Reach-Replayed-By names it, and its signature (over the
+//     task, with the task's Reach-Source as source) proves the replay.
 //   - A task from code in the dispatcher's own process (dispatcher.Call:
 //     the HTTP gateway, fan-out branches, workflows) is vouched for by that
 //     code: its Reach-Source is the identity it verified (a gateway sets it
@@ -82,7 +87,7 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 //     authorizer clears m.Reply so that not even the refusal is published
 //     there; the refusal is logged at warn level once a minute per
 //     identity. Durable tasks have no reply subject of theirs.
-//   - Either way Reach-Source and Reach-Signature must come at most once,
+//   - Either way Reach-Source, Reach-Signature and Reach-Replayed-By must come at most once,
 //     spelt so: a second value, or another case of either name
 //     ("reach-source"), is refused, so that no reader can see another
 //     caller than the one proven (streams.CheckOnce).
