@@ -72,7 +72,7 @@ const (
 type Signer struct {
 	name string
 	key  []byte
-	pool sync.Pool // hash.Hash keyed by key
+	pool sync.Pool // *macState keyed by key
 }
 
 // NewSigner returns the signer of identity name, whose user nkey seed is
@@ -114,7 +114,7 @@ func NewSigner(name string, seed []byte, verifier string) (*Signer, error) {
 
 func newSigner(name string, key []byte) *Signer {
 	s := &Signer{name: name, key: key}
-	s.pool.New = func() any { return hmac.New(sha256.New, key) }
+	s.pool.New = func() any { return &macState{h: hmac.New(sha256.New, key)} }
 	return s
 }
 
@@ -176,20 +176,27 @@ func (s *Signer) sign(m *nats.Msg, source string, now time.Time) {
 // mac computes the signature of m, as sent by source, at ms (the decimal
 // unix milliseconds).
 func (s *Signer) mac(m *nats.Msg, source, ms string) string {
-	var digest [2 * sha256.Size]byte
-	body := sha256.Sum256(m.Data)
-	hex.Encode(digest[:], body[:])
-	h := s.pool.Get().(hash.Hash)
-	defer s.pool.Put(h)
-	h.Reset()
-	for _, part := range []string{signatureLabel, source, m.Header.Get(streams.HeaderRequestID), m.Subject, ms,
+	st := s.pool.Get().(*macState)
+	defer s.pool.Put(st)
+	b := st.buf[:0]
+	for _, part := range [...]string{signatureLabel, source, m.Header.Get(streams.HeaderRequestID), m.Subject, ms,
 		m.Header.Get(streams.HeaderDeadline), m.Header.Get(streams.HeaderIdempotencyKey)} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
+		b = append(b, part...)
+		b = append(b, 0)
 	}
-	h.Write(digest[:])
+	body := sha256.Sum256(m.Data)
+	b = hex.AppendEncode(b, body[:])
+	st.buf = b
+	st.h.Reset()
+	st.h.Write(b)
 	var sum [sha256.Size]byte
-	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0]))
+	return base64.RawURLEncoding.EncodeToString(st.h.Sum(sum[:0]))
+}
+
+// macState is a signer's HMAC and the buffer the signed string is built in.
+type macState struct {
+	h   hash.Hash
+	buf []byte
 }
 
 // verify checks m's Reach-Signature against the signer's key, with
