@@ -237,6 +237,10 @@ func TestReplayedBy(t *testing.T) {
 	if err := st.a.SignReplay(m); err == nil {
 		t.Error("SignReplay signed for an unknown caller")
 	}
+	m = parked()
+	st.operator.SignReplay(m, *st.now.Load())
+	m.Header.Add(HeaderReplayedBy, "billing-2")
+	wantCode(t, "a second Reach-Replayed-By", st.a.Authorize("payment.execute", m, true), streams.CodeUnauthorized, "appears 2 times")
 	// The replay still needs the ACL to let its caller call.
 	m = parked()
 	m.Subject = "reach.submit.echo"
