@@ -145,18 +145,20 @@ func NewAuthorizer(ctx context.Context, js jetstream.JetStream, verifier *Verifi
 	if cfg.DurableMaxAge == 0 {
 		cfg.DurableMaxAge = DefaultDurableMaxAge
 	}
-	if cfg.ReplayCacheSize == 0 {
-		cfg.ReplayCacheSize = DefaultReplayCacheSize
+	if cfg.MaxAge < 0 || cfg.DurableMaxAge < 0 {
+		return nil, fmt.Errorf("auth: AuthorizerConfig: MaxAge %v and DurableMaxAge %v must be positive", cfg.MaxAge, cfg.DurableMaxAge)
 	}
-	if cfg.MaxAge < 0 || cfg.DurableMaxAge < 0 || cfg.ReplayCacheSize < 0 {
-		return nil, fmt.Errorf("auth: AuthorizerConfig: MaxAge %v, DurableMaxAge %v and ReplayCacheSize %d must be positive",
-			cfg.MaxAge, cfg.DurableMaxAge, cfg.ReplayCacheSize)
-	}
-	a := &Authorizer{verifier: verifier, cfg: cfg, log: zerolog.Nop(), now: time.Now, logged: map[string]time.Time{},
-		replays: newReplayCache(cfg.ReplayCacheSize)}
+	a := &Authorizer{verifier: verifier, cfg: cfg, log: zerolog.Nop(), now: time.Now, logged: map[string]time.Time{}}
 	for _, o := range opts {
 		o(a)
 	}
+	if a.cfg.ReplayCacheSize == 0 {
+		a.cfg.ReplayCacheSize = DefaultReplayCacheSize
+	}
+	if a.cfg.ReplayCacheSize < 0 {
+		return nil, fmt.Errorf("auth: AuthorizerConfig: ReplayCacheSize %d must be positive", a.cfg.ReplayCacheSize)
+	}
+	a.replays = newReplayCache(a.cfg.ReplayCacheSize)
 	var err error
 	if a.pol, err = registry.NewPolicyWatcher(ctx, js, registry.WatchLogger(a.log)); err != nil {
 		return nil, err
