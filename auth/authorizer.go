@@ -24,9 +24,9 @@ const (
 	// task is possible only this long.
 	DefaultMaxAge = 2 * time.Minute
 	// DefaultDurableMaxAge bounds a durable task's signature: a durable
-	// task may wait in REACH_TASKS for a long time (and a dead letter is
-	// replayed later still), and within 24 h — REACH_IDEMPOTENCY's TTL — a
-	// replay only replays the stored outcome.
+	// task may wait in REACH_TASKS for a long time (a dead letter's replay
+	// is signed anew), and within 24 h — REACH_IDEMPOTENCY's TTL — a
+	// re-run only replays the stored outcome.
 	DefaultDurableMaxAge = 24 * time.Hour
 )
 
@@ -37,6 +37,11 @@ type AuthorizerConfig struct {
 	MaxAge time.Duration
 	// DurableMaxAge bounds a durable task's; default DefaultDurableMaxAge.
 	DurableMaxAge time.Duration
+	// ReplayCacheSize bounds how many accepted signatures the authorizer
+	// remembers to refuse their replay; default DefaultReplayCacheSize.
+	// At the cap the oldest go, and signatures made before them are
+	// refused: the window shortens, it does not open.
+	ReplayCacheSize int
 }
 
 // AuthorizerOption configures an Authorizer.
@@ -59,9 +64,14 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 //     through REACH_TASKS must carry Reach-Source and a Reach-Signature that
 //     proves it (Signer): made with the key of that identity in the
 //     directory (identity.<name> in REACH_POLICY), not revoked, over this
-//     task's request id, subject and body, within MaxAge (DurableMaxAge for
-//     durable tasks). A direct-tier task's signature is removed before it
-//     is delivered: agents never see one they could replay.
+//     task's request id, subject, deadline, idempotency key and body,
+//     within MaxAge (DurableMaxAge for durable tasks). A direct-tier task's
+//     signature is removed before it is delivered: agents never see one
+//     they could replay. Outside the durable tier a signature is accepted
+//     once (replay.go): a copy is refused.
+//   - A durable task may instead be a parked task replayed by a dispatcher
+//     identity: Reach-Replayed-By names it, and its signature (over the
+//     task, with the task's Reach-Source as source) proves the replay.
 //   - A task from code in the dispatcher's own process (dispatcher.Call:
 //     the HTTP gateway, fan-out branches, workflows) is vouched for by that
 //     code: its Reach-Source is the identity it verified (a gateway sets it
@@ -77,7 +87,7 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 //     authorizer clears m.Reply so that not even the refusal is published
 //     there; the refusal is logged at warn level once a minute per
 //     identity. Durable tasks have no reply subject of theirs.
-//   - Either way Reach-Source and Reach-Signature must come at most once,
+//   - Either way Reach-Source, Reach-Signature and Reach-Replayed-By must come at most once,
 //     spelt so: a second value, or another case of either name
 //     ("reach-source"), is refused, so that no reader can see another
 //     caller than the one proven (streams.CheckOnce).
@@ -94,6 +104,9 @@ type Authorizer struct {
 	now      func() time.Time
 
 	view atomic.Pointer[policyView]
+
+	// replays holds the signatures accepted within MaxAge (replay.go).
+	replays *replayCache
 
 	// logged is when a refused reply subject of each identity was last
 	// logged (replyLogEvery): a flood of them logs once a minute.
@@ -142,6 +155,13 @@ func NewAuthorizer(ctx context.Context, js jetstream.JetStream, verifier *Verifi
 	for _, o := range opts {
 		o(a)
 	}
+	if a.cfg.ReplayCacheSize == 0 {
+		a.cfg.ReplayCacheSize = DefaultReplayCacheSize
+	}
+	if a.cfg.ReplayCacheSize < 0 {
+		return nil, fmt.Errorf("auth: AuthorizerConfig: ReplayCacheSize %d must be positive", a.cfg.ReplayCacheSize)
+	}
+	a.replays = newReplayCache(a.cfg.ReplayCacheSize)
 	var err error
 	if a.pol, err = registry.NewPolicyWatcher(ctx, js, registry.WatchLogger(a.log)); err != nil {
 		return nil, err
@@ -188,7 +208,7 @@ func (v *policyView) entry(name string) *knownIdentity {
 // securityHeaders are the headers that name and prove a task's caller:
 // each must come once, spelt as here, or the task is refused (a reader
 // that folds case or takes another value would see another caller).
-var securityHeaders = []string{streams.HeaderSource, HeaderSignature}
+var securityHeaders = []string{streams.HeaderSource, HeaderSignature, HeaderReplayedBy}
 
 // Authorize implements dispatcher.Authorizer.
 func (a *Authorizer) Authorize(capability string, m *nats.Msg, durable bool) *streams.Error {
@@ -209,8 +229,11 @@ func (a *Authorizer) authorize(capability string, m *nats.Msg, durable bool) *st
 	v := a.current()
 	source := m.Header.Get(streams.HeaderSource)
 	inProcess := !durable && m.Sub == nil
+	var made time.Time
+	var sig string
 	if !inProcess {
-		if e := a.verify(v, source, m, durable); e != nil {
+		var e *streams.Error
+		if made, sig, e = a.verify(v, source, m, durable); e != nil {
 			return e
 		}
 		if !durable {
@@ -222,42 +245,101 @@ func (a *Authorizer) authorize(capability string, m *nats.Msg, durable bool) *st
 	} else if source == "" {
 		return streams.NewError(streams.CodeUnauthorized, "a task from within the dispatcher names no %s", streams.HeaderSource)
 	}
-	if capability == "" { // a fan-out: its branches are authorized one by one
-		return nil
-	}
-	if !v.acl.Allows(source, capability) {
+	// capability "": a fan-out (its branches are authorized one by one), a
+	// cancel or feedback.
+	if capability != "" && !v.acl.Allows(source, capability) {
 		return streams.NewError(streams.CodeUnauthorized, "the ACL does not let %s call %s", source, capability)
+	}
+	if !inProcess && !durable {
+		// Accepted once: the durable tier's redeliveries carry the same
+		// signature and are no replays (it deduplicates on its own).
+		switch a.replays.accept(sig, made, a.now(), a.cfg.MaxAge) {
+		case replaySeen:
+			a.logReplay(source, m)
+			return streams.NewError(streams.CodeUnauthorized, "this %s of %s was accepted before: a signed message is accepted once "+
+				"(within its %v validity); a retry is signed again", HeaderSignature, source, a.cfg.MaxAge)
+		case replayTooEarly:
+			return streams.NewError(streams.CodeUnauthorized, "the %s of %s, made at %s, is older than this dispatcher's replay cache "+
+				"reaches (full: it remembers fewer than %v of signatures); sign again", HeaderSignature, source,
+				made.UTC().Format(time.RFC3339Nano), a.cfg.MaxAge)
+		}
 	}
 	return nil
 }
 
-// verify checks that m's signature proves its Reach-Source.
-func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable bool) *streams.Error {
+// replayLogKey prefixes the logged key of an identity's replays.
+const replayLogKey = "replay\x00"
+
+// logReplay logs a refused replay once a minute per identity.
+func (a *Authorizer) logReplay(source string, m *nats.Msg) {
+	if a.due(replayLogKey + source) {
+		a.log.Warn().Str("request_id", m.Header.Get(streams.HeaderRequestID)).Str("source", source).Str("subject", m.Subject).
+			Msg("replayed message refused: its signature was accepted before (logged once a minute per identity)")
+	}
+}
+
+// due reports whether the refusal logged under key was last logged
+// replyLogEvery ago or more (or never), and notes now as its time if so.
+func (a *Authorizer) due(key string) bool {
+	now := a.now()
+	a.loggedMu.Lock()
+	defer a.loggedMu.Unlock()
+	last, seen := a.logged[key]
+	if !seen || now.Sub(last) >= replyLogEvery {
+		a.logged[key] = now
+		return true
+	}
+	return false
+}
+
+// verify checks that m's signature proves its Reach-Source, and returns
+// when it was made and its MAC. A durable task may instead be a parked
+// task replayed by a dispatcher identity (Reach-Replayed-By), whose
+// signature then proves it.
+func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable bool) (time.Time, string, *streams.Error) {
+	refuse := func(format string, args ...any) (time.Time, string, *streams.Error) {
+		return time.Time{}, "", streams.NewError(streams.CodeUnauthorized, format, args...)
+	}
 	switch {
 	case source == "":
-		return streams.NewError(streams.CodeUnauthorized, "no %s: with auth on every task names its caller and proves it (%s)",
-			streams.HeaderSource, HeaderSignature)
+		return refuse("no %s: with auth on every task names its caller and proves it (%s)", streams.HeaderSource, HeaderSignature)
 	case m.Header.Get(HeaderSignature) == "":
-		return streams.NewError(streams.CodeUnauthorized, "%s %s carries no %s: sign with the identity's credentials (agentkit.WithCredentials, agentreach call --creds)",
+		return refuse("%s %s carries no %s: sign with the identity's credentials (agentkit.WithCredentials, agentreach call --creds)",
 			streams.HeaderSource, source, HeaderSignature)
 	}
-	entry := v.entry(source)
+	signer := source
+	replayer := m.Header.Get(HeaderReplayedBy)
+	if replayer != "" {
+		if !durable {
+			return refuse("%s is accepted only on a durable task (a replayed dead letter or review entry)", HeaderReplayedBy)
+		}
+		if e := v.lookup(source); e == nil || !e.Revoked.IsZero() {
+			return refuse("a replay of %s's task, and %s is no known identity, or revoked", source, source)
+		}
+		signer = replayer
+	}
+	entry := v.entry(signer)
 	switch {
 	case entry == nil:
-		return streams.NewError(streams.CodeUnauthorized, "%s %s is no known identity", streams.HeaderSource, source)
+		return refuse("%s %s is no known identity", headerOf(replayer), signer)
 	case !entry.Revoked.IsZero():
-		return streams.NewError(streams.CodeUnauthorized, "identity %s was revoked at %s", source, entry.Revoked.Format(time.RFC3339))
+		return refuse("identity %s was revoked at %s", signer, entry.Revoked.Format(time.RFC3339))
+	case replayer != "" && entry.Role != RoleDispatcher:
+		return refuse("%s %s is a %s identity: only a dispatcher identity replays a parked task as its caller", HeaderReplayedBy, replayer, entry.Role)
 	}
 	made, ms, sig, err := parseSignature(m.Header.Get(HeaderSignature))
-	if err != nil {
-		return streams.NewError(streams.CodeBadRequest, "%v", err)
+	if errors.Is(err, ErrOldSignature) {
+		return refuse("%v", err)
 	}
-	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(source, entry.PublicKey) })
+	if err != nil {
+		return time.Time{}, "", streams.NewError(streams.CodeBadRequest, "%v", err)
+	}
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(signer, entry.PublicKey) })
 	if err = entry.err; err == nil {
-		err = entry.signer.check(m, ms, sig)
+		err = entry.signer.check(m, source, ms, sig)
 	}
 	if err != nil {
-		return streams.NewError(streams.CodeUnauthorized, "%s %s is not proven: %v", streams.HeaderSource, source, err)
+		return refuse("%s %s is not proven: %v", headerOf(replayer), signer, err)
 	}
 	maxAge := a.cfg.MaxAge
 	if durable {
@@ -265,9 +347,40 @@ func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable b
 	}
 	now := a.now()
 	if age := now.Sub(made); age > maxAge || age < -a.cfg.MaxAge {
-		return streams.NewError(streams.CodeUnauthorized, "%s of %s was made at %s, %v from this dispatcher's clock (at most %v allowed)",
-			HeaderSignature, source, made.UTC().Format(time.RFC3339Nano), age.Round(time.Millisecond), maxAge)
+		return refuse("%s of %s was made at %s, %v from this dispatcher's clock (at most %v allowed)",
+			HeaderSignature, signer, made.UTC().Format(time.RFC3339Nano), age.Round(time.Millisecond), maxAge)
 	}
+	return made, sig, nil
+}
+
+// headerOf names the header that names the signer: Reach-Replayed-By when
+// there is a replayer, Reach-Source otherwise.
+func headerOf(replayer string) string {
+	if replayer != "" {
+		return HeaderReplayedBy
+	}
+	return streams.HeaderSource
+}
+
+// SignReplay implements dispatcher.ReplaySigner: it signs m, a parked task
+// the dispatcher's own replayer resubmits, as its Reach-Source (the
+// verifier key derives every identity's MAC key), so that it runs as its
+// caller again. The caller must still be a known identity, not revoked.
+func (a *Authorizer) SignReplay(m *nats.Msg) error {
+	source := m.Header.Get(streams.HeaderSource)
+	entry := a.current().entry(source)
+	switch {
+	case source == "" || entry == nil:
+		return fmt.Errorf("%w: the task's %s %q is no known identity", ErrInvalidCredentials, streams.HeaderSource, source)
+	case !entry.Revoked.IsZero():
+		return fmt.Errorf("%w: the task's caller %s was revoked at %s", ErrInvalidCredentials, source, entry.Revoked.Format(time.RFC3339))
+	}
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(source, entry.PublicKey) })
+	if entry.err != nil {
+		return entry.err
+	}
+	m.Header.Del(HeaderReplayedBy)
+	entry.signer.sign(m, source, a.now())
 	return nil
 }
 
@@ -316,15 +429,7 @@ func (a *Authorizer) logRefusedReply(v *policyView, source string, m *nats.Msg, 
 	if v.lookup(source) == nil {
 		key = ""
 	}
-	now := a.now()
-	a.loggedMu.Lock()
-	last, seen := a.logged[key]
-	due := !seen || now.Sub(last) >= replyLogEvery
-	if due {
-		a.logged[key] = now
-	}
-	a.loggedMu.Unlock()
-	if due {
+	if a.due(key) {
 		a.log.Warn().Str("request_id", m.Header.Get(streams.HeaderRequestID)).Str("source", source).Str("subject", m.Subject).
 			Str("reply", reply).Msg("task with a reply subject outside its caller's inbox dropped unanswered (logged once a minute per identity)")
 	}

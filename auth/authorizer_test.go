@@ -37,10 +37,12 @@ func TestAuthorizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub := &nats.Subscription{} // a message from NATS has one
+	n := 0
 	msg := func(subject string, at time.Time) *nats.Msg {
 		m := nats.NewMsg(subject)
 		m.Sub = sub
-		m.Header.Set(streams.HeaderRequestID, "r1")
+		n++ // each its own task: one signature is accepted once
+		m.Header.Set(streams.HeaderRequestID, fmt.Sprintf("r%d", n))
 		m.Data = []byte(`{"amount":1}`)
 		signer.Sign(m, at)
 		return m
@@ -67,9 +69,14 @@ func TestAuthorizer(t *testing.T) {
 		}, false, streams.CodeUnauthorized},
 		{"malformed signature", "payment.execute", func() *nats.Msg {
 			m := msg("reach.task.payment.execute", now)
-			m.Header.Set(HeaderSignature, "v1.soon.x")
+			m.Header.Set(HeaderSignature, "v2.soon.x")
 			return m
 		}, false, streams.CodeBadRequest},
+		{"a v1 signature", "payment.execute", func() *nats.Msg {
+			m := msg("reach.task.payment.execute", now)
+			m.Header.Set(HeaderSignature, "v1."+strings.TrimPrefix(m.Header.Get(HeaderSignature), "v2."))
+			return m
+		}, false, streams.CodeUnauthorized},
 		{"unknown identity", "payment.execute", func() *nats.Msg {
 			m := msg("reach.task.payment.execute", now)
 			m.Header.Set(streams.HeaderSource, "billing-2")
@@ -131,6 +138,12 @@ func TestAuthorizer(t *testing.T) {
 // own, once it has read every identity in it; the test's cleanup stops it.
 func policyAuthorizer(t *testing.T, v *Verifier, policy map[string]any, opts ...AuthorizerOption) *Authorizer {
 	t.Helper()
+	return policyAuthorizerConfig(t, v, AuthorizerConfig{}, policy, opts...)
+}
+
+// policyAuthorizerConfig is policyAuthorizer with cfg.
+func policyAuthorizerConfig(t *testing.T, v *Verifier, cfg AuthorizerConfig, policy map[string]any, opts ...AuthorizerOption) *Authorizer {
+	t.Helper()
 	s := natstest.RunServer(t)
 	nc := natstest.Connect(t, s)
 	natstest.Provision(t, nc, streams.Topology{Memory: true})
@@ -151,7 +164,7 @@ func policyAuthorizer(t *testing.T, v *Verifier, policy map[string]any, opts ...
 			names = append(names, name)
 		}
 	}
-	a, err := NewAuthorizer(ctx, js, v, AuthorizerConfig{}, opts...)
+	a, err := NewAuthorizer(ctx, js, v, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +209,12 @@ func TestAuthorizerAnswersOnlyInTheCallersInbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := 0
 	task := func(reply string) *nats.Msg {
 		m := nats.NewMsg("reach.task.payment.execute")
 		m.Sub, m.Reply = &nats.Subscription{}, reply
-		m.Header.Set(streams.HeaderRequestID, "r1")
+		n++ // each its own task: one signature is accepted once
+		m.Header.Set(streams.HeaderRequestID, fmt.Sprintf("r%d", n))
 		signer.Sign(m, *now.Load())
 		return m
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -24,11 +25,19 @@ import (
 )
 
 // HeaderSignature carries a task's proof that its Reach-Source is its
-// sender: "v1.<unix ms>.<base64url HMAC-SHA256>" (docs/security.md).
+// sender: "v2.<unix ms>.<base64url HMAC-SHA256>" (docs/security.md).
 const HeaderSignature = streams.HeaderSignature
 
-// signatureVersion starts every Reach-Signature value.
-const signatureVersion = "v1"
+// HeaderReplayedBy names the dispatcher identity that replayed a parked
+// task (SignReplay): its signature, not the caller's, proves the task.
+const HeaderReplayedBy = streams.HeaderReplayedBy
+
+// signatureVersion starts every Reach-Signature value; oldSignatureVersion
+// is the version dispatchers no longer accept.
+const (
+	signatureVersion    = "v2"
+	oldSignatureVersion = "v1"
+)
 
 // Tags the user JWTs of Agent-Reach identities carry (lowercase, as JWT
 // tags are).
@@ -40,8 +49,12 @@ const (
 
 // A task's signature is an HMAC-SHA256 over
 //
-//	"agentreach-signature-v1" 0 source 0 request-id 0 subject 0 unix-ms 0 body
+//	"agentreach-signature-v2" 0 source 0 request-id 0 subject 0 unix-ms 0
+//	deadline 0 idempotency-key 0 hex(SHA-256(body))
 //
+// where deadline and idempotency-key are the task's Reach-Deadline and
+// Reach-Idempotency-Key values as sent (first value; empty when absent) and
+// the body's digest is 64 lowercase hex digits,
 // keyed by the identity's MAC key: HMAC-SHA256 keyed by the X25519 shared
 // secret of the identity's nkey (its ed25519 key in Montgomery form) and
 // the dispatchers' verifier key, over "agentreach-mac-key-v1" 0 name 0
@@ -52,14 +65,14 @@ const (
 // verification per task cost more CPU than routing the task does.
 const (
 	macKeyLabel    = "agentreach-mac-key-v1"
-	signatureLabel = "agentreach-signature-v1"
+	signatureLabel = "agentreach-signature-v2"
 )
 
 // Signer signs the tasks one identity sends. It is safe for concurrent use.
 type Signer struct {
 	name string
 	key  []byte
-	pool sync.Pool // hash.Hash keyed by key
+	pool sync.Pool // *macState keyed by key
 }
 
 // NewSigner returns the signer of identity name, whose user nkey seed is
@@ -101,7 +114,7 @@ func NewSigner(name string, seed []byte, verifier string) (*Signer, error) {
 
 func newSigner(name string, key []byte) *Signer {
 	s := &Signer{name: name, key: key}
-	s.pool.New = func() any { return hmac.New(sha256.New, key) }
+	s.pool.New = func() any { return &macState{h: hmac.New(sha256.New, key)} }
 	return s
 }
 
@@ -128,62 +141,107 @@ func LoadSigner(credsFile string) (*Signer, error) {
 func (s *Signer) Name() string { return s.name }
 
 // Sign sets m's Reach-Source to the signer's identity and Reach-Signature
-// to the proof over it, m's request id (which must be set), subject and
-// body, at time now. Sign m after its last change: the dispatcher refuses a
-// task changed since.
+// to the proof over it, m's request id (which must be set), subject,
+// Reach-Deadline, Reach-Idempotency-Key and body, at time now. Sign m after
+// its last change: the dispatcher refuses a task changed since.
 func (s *Signer) Sign(m *nats.Msg, now time.Time) {
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
 	m.Header.Set(streams.HeaderSource, s.name)
-	ms := strconv.FormatInt(now.UnixMilli(), 10)
-	m.Header.Set(HeaderSignature, signatureVersion+"."+ms+"."+s.mac(m, ms))
+	m.Header.Del(HeaderReplayedBy)
+	s.sign(m, s.name, now)
 }
 
-// mac computes the signature of m at ms (the decimal unix milliseconds).
-func (s *Signer) mac(m *nats.Msg, ms string) string {
-	h := s.pool.Get().(hash.Hash)
-	defer s.pool.Put(h)
-	h.Reset()
-	for _, part := range []string{signatureLabel, s.name, m.Header.Get(streams.HeaderRequestID), m.Subject, ms} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
+// SignReplay signs m, a parked task resubmitted to the durable tier by this
+// signer's identity (a dispatcher identity: `agentreach dlq replay`), as
+// the replay of its Reach-Source's task: it sets Reach-Replayed-By to the
+// signer's identity and Reach-Signature to the signer's proof over m with
+// its Reach-Source as source. Dispatchers accept it only on the durable
+// tier and only from a dispatcher identity (docs/security.md).
+func (s *Signer) SignReplay(m *nats.Msg, now time.Time) {
+	if m.Header == nil {
+		m.Header = nats.Header{}
 	}
-	h.Write(m.Data)
-	var sum [sha256.Size]byte
-	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0]))
+	m.Header.Set(HeaderReplayedBy, s.name)
+	s.sign(m, m.Header.Get(streams.HeaderSource), now)
 }
 
-// verify checks m's Reach-Signature against the signer's key and returns
-// when it was made.
-func (s *Signer) verify(m *nats.Msg) (time.Time, error) {
+// sign sets m's Reach-Signature, with source as the signed source.
+func (s *Signer) sign(m *nats.Msg, source string, now time.Time) {
+	ms := strconv.FormatInt(now.UnixMilli(), 10)
+	m.Header.Set(HeaderSignature, signatureVersion+"."+ms+"."+s.mac(m, source, ms))
+}
+
+// mac computes the signature of m, as sent by source, at ms (the decimal
+// unix milliseconds).
+func (s *Signer) mac(m *nats.Msg, source, ms string) string {
+	st := s.pool.Get().(*macState)
+	defer s.pool.Put(st)
+	b := st.buf[:0]
+	for _, part := range [...]string{signatureLabel, source, m.Header.Get(streams.HeaderRequestID), m.Subject, ms,
+		m.Header.Get(streams.HeaderDeadline), m.Header.Get(streams.HeaderIdempotencyKey)} {
+		b = append(b, part...)
+		b = append(b, 0)
+	}
+	body := sha256.Sum256(m.Data)
+	b = hex.AppendEncode(b, body[:])
+	st.buf = b
+	st.h.Reset()
+	st.h.Write(b)
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(st.h.Sum(sum[:0]))
+}
+
+// macState is a signer's HMAC and the buffer the signed string is built in.
+type macState struct {
+	h   hash.Hash
+	buf []byte
+}
+
+// verify checks m's Reach-Signature against the signer's key, with
+// source as the signed source, and returns when it was made.
+func (s *Signer) verify(m *nats.Msg, source string) (time.Time, error) {
 	at, ms, sig, err := parseSignature(m.Header.Get(HeaderSignature))
 	if err == nil {
-		err = s.check(m, ms, sig)
+		err = s.check(m, source, ms, sig)
 	}
 	return at, err
 }
 
-// check reports whether sig is the signer's MAC of m at ms.
-func (s *Signer) check(m *nats.Msg, ms, sig string) error {
-	if !hmac.Equal([]byte(sig), []byte(s.mac(m, ms))) {
-		return fmt.Errorf("%w: %s does not match the task for %s (another identity's, or the task changed after signing)",
-			ErrBadSignature, HeaderSignature, s.name)
+// check reports whether sig is the signer's MAC of m, sent by source, at ms.
+func (s *Signer) check(m *nats.Msg, source, ms, sig string) error {
+	if !hmac.Equal([]byte(sig), []byte(s.mac(m, source, ms))) {
+		return fmt.Errorf("%w: %s does not match the task for %s (another identity's, or the task — its body, %s or %s — changed after signing)",
+			ErrBadSignature, HeaderSignature, s.name, streams.HeaderDeadline, streams.HeaderIdempotencyKey)
 	}
 	return nil
 }
 
+// ErrOldSignature is returned for a Reach-Signature of version v1, which
+// dispatchers no longer accept (it covered neither the deadline nor the
+// idempotency key).
+var ErrOldSignature = fmt.Errorf("%w: %s v1 is no longer accepted: sign with v2 (agentkit, the Python SDK and the CLI of this release do)",
+	ErrBadSignature, HeaderSignature)
+
 // parseSignature splits a Reach-Signature value into its time (also as
-// the decimal milliseconds it was written as) and its MAC.
+// the decimal milliseconds it was written as) and its MAC, which must be
+// the 43 characters of an unpadded base64url SHA-256.
 func parseSignature(v string) (at time.Time, ms, sig string, err error) {
 	version, rest, ok1 := strings.Cut(v, ".")
+	if ok1 && version == oldSignatureVersion {
+		return time.Time{}, "", "", ErrOldSignature
+	}
 	ms, sig, ok2 := strings.Cut(rest, ".")
 	n, perr := strconv.ParseInt(ms, 10, 64)
-	if !ok1 || !ok2 || version != signatureVersion || perr != nil || n <= 0 || sig == "" {
-		return time.Time{}, "", "", fmt.Errorf("%w: %s %q: want v1.<unix ms>.<base64url MAC>", ErrBadSignature, HeaderSignature, v)
+	if !ok1 || !ok2 || version != signatureVersion || perr != nil || n <= 0 || len(sig) != macLen {
+		return time.Time{}, "", "", fmt.Errorf("%w: %s %q: want v2.<unix ms>.<base64url MAC>", ErrBadSignature, HeaderSignature, v)
 	}
 	return time.UnixMilli(n), ms, sig, nil
 }
+
+// macLen is the length of a base64url (unpadded) HMAC-SHA256.
+var macLen = base64.RawURLEncoding.EncodedLen(sha256.Size)
 
 // macKey derives an identity's MAC key from the X25519 shared secret.
 func macKey(shared []byte, name, user, verifier string) []byte {
@@ -272,7 +330,7 @@ func (v *Verifier) Verify(m *nats.Msg, name, user string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	return s.verify(m)
+	return s.verify(m, name)
 }
 
 // curvePublic decodes a curve public key ("X…").

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +93,39 @@ func TestVerifyRefuses(t *testing.T) {
 		"time changed": {func() *nats.Msg {
 			m := task("r1")
 			s.Sign(m, now)
-			m.Header.Set(HeaderSignature, "v1.1."+m.Header.Get(HeaderSignature)[17:])
+			m.Header.Set(HeaderSignature, "v2.1."+m.Header.Get(HeaderSignature)[17:])
+			return m
+		}, pub},
+		"deadline changed": {func() *nats.Msg {
+			m := task("r1")
+			m.Header.Set(streams.HeaderDeadline, "1700000030000")
+			s.Sign(m, now)
+			m.Header.Set(streams.HeaderDeadline, "1700000099999")
+			return m
+		}, pub},
+		"deadline added": {func() *nats.Msg {
+			m := task("r1")
+			s.Sign(m, now)
+			m.Header.Set(streams.HeaderDeadline, "1700000099999")
+			return m
+		}, pub},
+		"idempotency key changed": {func() *nats.Msg {
+			m := task("r1")
+			m.Header.Set(streams.HeaderIdempotencyKey, "k1")
+			s.Sign(m, now)
+			m.Header.Set(streams.HeaderIdempotencyKey, "k2")
+			return m
+		}, pub},
+		"v1, the same MAC": {func() *nats.Msg {
+			m := task("r1")
+			s.Sign(m, now)
+			m.Header.Set(HeaderSignature, "v1."+strings.TrimPrefix(m.Header.Get(HeaderSignature), "v2."))
+			return m
+		}, pub},
+		"replayed by its own signer as another source": {func() *nats.Msg {
+			m := task("r1")
+			m.Header.Set(streams.HeaderSource, "billing-2")
+			s.SignReplay(m, now)
 			return m
 		}, pub},
 		"claims another's key": {func() *nats.Msg { m := task("r1"); s.Sign(m, now); return m }, otherPub},
@@ -146,7 +179,8 @@ func FuzzVerify(f *testing.F) {
 	m := task("r1")
 	s.Sign(m, time.UnixMilli(1700000000000))
 	good := m.Header.Get(HeaderSignature)
-	for _, seed := range []string{good, "v1.1700000000000.", "v1..x", "v2.1.x", "", "v1.-5.abc", "v1.99999999999999999999.a"} {
+	for _, seed := range []string{good, "v1." + strings.TrimPrefix(good, "v2."), "v2.1700000000000.", "v2..x", "v2.1.x", "", "v2.-5.abc",
+		"v2.99999999999999999999.a", good + "=", strings.TrimSuffix(good, good[len(good)-1:]), "v3.1700000000000.x"} {
 		f.Add(seed, "r1")
 	}
 	f.Fuzz(func(t *testing.T, sig, requestID string) {
@@ -160,4 +194,33 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("error without ErrBadSignature: %v", err)
 		}
 	})
+}
+
+// BenchmarkSignVerify is one task's cost on both sides: the caller signs
+// it, a dispatcher verifies it (the MAC key cached, as Authorizer keeps it).
+func BenchmarkSignVerify(b *testing.B) {
+	kp, _ := nkeys.CreateCurveKeys()
+	vseed, _ := kp.Seed()
+	v, err := NewVerifier(vseed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	user, _ := nkeys.CreateUser()
+	seed, _ := user.Seed()
+	pub, _ := user.PublicKey()
+	s, err := NewSigner("billing-1", seed, v.PublicKey())
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := task("r1")
+	m.Header.Set(streams.HeaderDeadline, "1700000030000")
+	m.Header.Set(streams.HeaderIdempotencyKey, "order-42")
+	m.Data = make([]byte, 1024)
+	now := time.Now()
+	for b.Loop() {
+		s.Sign(m, now)
+		if _, err := v.Verify(m, "billing-1", pub); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -166,13 +166,34 @@ func parkedOf(subjects streams.Subjects, stream string, md *jetstream.MsgMetadat
 	return p
 }
 
+// ReplayOption configures a Replay.
+type ReplayOption func(*replayConfig)
+
+type replayConfig struct {
+	sign func(*nats.Msg) error
+}
+
+// ReplaySign makes Replay sign the resubmission with sign once it is
+// complete. A parked entry keeps no Reach-Signature, so where auth is on a
+// replay runs as its caller only when a dispatcher identity signs it:
+// auth.Signer.SignReplay of the operator's dispatcher credentials
+// (`agentreach dlq replay --creds`), or the dispatcher's own
+// ReplaySigner. An error leaves the entry parked (ErrNotReplayable).
+func ReplaySign(sign func(*nats.Msg) error) ReplayOption {
+	return func(c *replayConfig) { c.sign = sign }
+}
+
 // Replay resubmits a parked task to the durable tier with its original
 // headers and payload, then removes it from its stream. The task's old
 // deadline is dropped (it has usually passed): a zero deadline lets the
 // dispatchers apply their default from the resubmission, any other sets it.
 // The resubmission is deduplicated per replay, so replicas replaying at once
 // submit it once.
-func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, deadline time.Time) error {
+func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, deadline time.Time, opts ...ReplayOption) error {
+	var cfg replayConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if p.Capability == "" {
 		return fmt.Errorf("%s seq %d: no capability in its subject", p.Stream, p.Seq)
 	}
@@ -186,7 +207,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 		m.Header[k] = v
 	}
 	for _, k := range []string{streams.HeaderDLQReason, streams.HeaderDLQAttempts, streams.HeaderError, streams.HeaderStatus,
-		streams.HeaderLastError, streams.HeaderNode, streams.HeaderDeadline} {
+		streams.HeaderLastError, streams.HeaderNode, streams.HeaderDeadline, streams.HeaderSignature, streams.HeaderReplayedBy} {
 		m.Header.Del(k)
 	}
 	if !deadline.IsZero() {
@@ -194,6 +215,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 	}
 	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
 	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s-replay-%d", p.RequestID, p.Count+1))
+	if cfg.sign != nil {
+		if err := cfg.sign(m); err != nil {
+			return fmt.Errorf("%w: %s seq %d: sign the replay: %v", ErrNotReplayable, p.Stream, p.Seq, err)
+		}
+	}
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("resubmit %s (%s seq %d): %w", p.RequestID, p.Stream, p.Seq, err)
 	}
@@ -268,13 +294,25 @@ func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
 			case <-time.After(gap):
 			}
 		}
-		if err := Replay(ctx, d.js, d.cfg.Subjects, p, time.Time{}); err != nil {
+		if err := Replay(ctx, d.js, d.cfg.Subjects, p, time.Time{}, d.replayOptions()...); errors.Is(err, ErrNotReplayable) {
+			d.log.Warn().Err(err).Str("request_id", p.RequestID).Msg("dead letter left parked")
+			continue
+		} else if err != nil {
 			return n, err
 		}
 		n++
 		d.stats.replayed.Add(1)
 	}
 	return n, nil
+}
+
+// replayOptions signs the replayer's resubmissions where the authorizer
+// can (auth.Authorizer): the parked copy no longer proves its caller.
+func (d *Dispatcher) replayOptions() []ReplayOption {
+	if rs, ok := d.authorizer.(ReplaySigner); ok {
+		return []ReplayOption{ReplaySign(rs.SignReplay)}
+	}
+	return nil
 }
 
 // healthy reports whether capability has a routable instance whose breaker

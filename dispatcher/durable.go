@@ -282,6 +282,11 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 	for k, v := range m.Header {
 		out.Header[k] = v
 	}
+	// No stored copy keeps the caller's proof, which whoever reads the
+	// entry could send again as the caller: a replay is signed anew by a
+	// dispatcher identity (Replay).
+	out.Header.Del(streams.HeaderSignature)
+	out.Header.Del(streams.HeaderReplayedBy)
 	count := streams.IntHeader(m.Header, streams.HeaderDLQCount)
 	out.Header.Set(streams.HeaderDLQReason, reason)
 	out.Header.Set(streams.HeaderDLQAttempts, strconv.Itoa(t.attempts))

@@ -31,6 +31,13 @@ type Authorizer interface {
 	Authorize(capability string, m *nats.Msg, durable bool) *streams.Error
 }
 
+// ReplaySigner is an Authorizer that also signs the parked tasks the
+// dispatcher's dead-letter replayer resubmits (auth.Authorizer: as their
+// Reach-Source, which the stored copy no longer proves).
+type ReplaySigner interface {
+	SignReplay(m *nats.Msg) error
+}
+
 // ReplyChecker is an Authorizer that also says, before a task received on
 // reach.task is admitted or anything is answered, whether its reply
 // subject may be answered at all (auth.Authorizer: only inside its

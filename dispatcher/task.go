@@ -612,8 +612,8 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	}
 	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data, Header: h}
 	// The caller's signature proves the task to the dispatchers only: an
-	// agent holding it could send the task again as its caller. A durable
-	// task keeps it in its own (copied) headers, for a replay.
+	// agent holding it could send the task again as its caller. Nor does a
+	// parked copy keep it (park): a replay is signed anew.
 	out.Header.Del(streams.HeaderSignature)
 	out.Header.Set(streams.HeaderCapability, t.capability)
 	out.Header.Set(streams.HeaderRequestID, t.requestID)

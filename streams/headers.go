@@ -9,7 +9,10 @@ const (
 	HeaderSource          = "Reach-Source"
 	// HeaderSignature proves a task's Reach-Source to the dispatchers
 	// (package auth). It is for them alone: no delivery carries it.
-	HeaderSignature      = "Reach-Signature"
+	HeaderSignature = "Reach-Signature"
+	// HeaderReplayedBy names the dispatcher identity whose Reach-Signature
+	// proves a replayed dead letter or review entry (package auth).
+	HeaderReplayedBy     = "Reach-Replayed-By"
 	HeaderAgent          = "Reach-Agent"
 	HeaderCapability     = "Reach-Capability"
 	HeaderIdempotencyKey = "Reach-Idempotency-Key"

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -354,9 +355,13 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 	newDeadline := deadlineFrom(deadline)
 	n := 0
 	var errs []error
+	opts, err := p.replayOptions()
+	if err != nil {
+		return 0, err
+	}
 	for _, e := range list {
 		rctx, cancel := p.bounded(ctx)
-		err := dispatcher.Replay(rctx, p.js, p.subjects, e, newDeadline)
+		err := dispatcher.Replay(rctx, p.js, p.subjects, e, newDeadline, opts...)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s seq %d: %w", p.kind.stream, e.Seq, err))
@@ -372,6 +377,24 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 	}
 	p.report("resubmitted", n)
 	return n, nil
+}
+
+// replayOptions signs a resubmission as a replay by the identity of
+// --creds when it is an Agent-Reach identity: a parked entry keeps no
+// Reach-Signature, and dispatchers with auth on accept a replay as its
+// caller only from a dispatcher identity (docs/security.md).
+func (p *parkedCmd) replayOptions() ([]dispatcher.ReplayOption, error) {
+	if !p.conn.signs() {
+		return nil, nil
+	}
+	s, err := auth.LoadSigner(p.conn.creds)
+	if err != nil {
+		return nil, fmt.Errorf("--creds: %w", err)
+	}
+	return []dispatcher.ReplayOption{dispatcher.ReplaySign(func(m *nats.Msg) error {
+		s.SignReplay(m, time.Now())
+		return nil
+	})}, nil
 }
 
 // deadlineFrom returns the time d from now, or zero for 0.
@@ -420,7 +443,11 @@ func (p *parkedCmd) resolve(ctx context.Context, seq uint64, r resolution, deadl
 				p.conn.notProvisioned(err, "bucket "+streams.BucketIdempotency))
 		}
 	}
-	if err := dispatcher.Replay(rctx, p.js, p.subjects, e, deadlineFrom(deadline)); err != nil {
+	opts, err := p.replayOptions()
+	if err != nil {
+		return err
+	}
+	if err := dispatcher.Replay(rctx, p.js, p.subjects, e, deadlineFrom(deadline), opts...); err != nil {
 		return fmt.Errorf("recorded %s, but the task was not resubmitted: %w", outcome,
 			p.conn.notProvisioned(err, "stream "+streams.StreamTasks))
 	}

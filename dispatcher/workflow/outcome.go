@@ -208,6 +208,10 @@ func (e *Engine) recordOutcome(r *Run, msg jetstream.Msg, again bool) error {
 	for k, v := range msg.Headers() {
 		out.Header[k] = v
 	}
+	// Like a parked task, a parked run keeps no signature (a replay is
+	// signed anew: dispatcher.Replay).
+	out.Header.Del(streams.HeaderSignature)
+	out.Header.Del(streams.HeaderReplayedBy)
 	err := r.Error
 	if err == nil {
 		err = streams.NewError(streams.CodeInternal, "the run ended without an error")

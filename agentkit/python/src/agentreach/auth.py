@@ -35,7 +35,7 @@ from .errors import InvalidConfig
 SIGNATURE_HEADER = "Reach-Signature"
 
 _MAC_KEY_LABEL = b"agentreach-mac-key-v1"
-_SIGNATURE_LABEL = b"agentreach-signature-v1"
+_SIGNATURE_LABEL = b"agentreach-signature-v2"
 _BEARER_LABEL = b"agentreach-bearer-v1"
 
 # nkeys' prefix bytes: a seed, a user key, a curve (X25519) key.
@@ -197,21 +197,30 @@ class Signer:
         self.name = name
         self._key = h.digest()
 
-    def signature(self, request_id: str, subject: str, body: bytes, now: Optional[float] = None) -> str:
-        """The Reach-Signature of a task: v1.<unix ms>.<base64url MAC>."""
+    def signature(self, request_id: str, subject: str, body: bytes, now: Optional[float] = None, *,
+                  deadline: str = "", idempotency_key: str = "") -> str:
+        """The Reach-Signature of a task: v2.<unix ms>.<base64url MAC> over
+        "agentreach-signature-v2" 0 source 0 request-id 0 subject 0 unix-ms 0
+        deadline 0 idempotency-key 0 hex(SHA-256(body)), where deadline and
+        idempotency-key are the task's Reach-Deadline and
+        Reach-Idempotency-Key as sent ("" when absent)."""
         ms = str(int((time.time() if now is None else now) * 1000))
         h = hmac.new(self._key, digestmod=hashlib.sha256)
-        for part in (_SIGNATURE_LABEL, self.name.encode(), request_id.encode(), subject.encode(), ms.encode()):
+        for part in (_SIGNATURE_LABEL, self.name.encode(), request_id.encode(), subject.encode(), ms.encode(),
+                     deadline.encode(), idempotency_key.encode()):
             h.update(part + b"\x00")
-        h.update(body)
-        return f"v1.{ms}.{_b64url(h.digest())}"
+        h.update(hashlib.sha256(body).hexdigest().encode())
+        return f"v2.{ms}.{_b64url(h.digest())}"
 
     def sign(self, subject: str, headers: dict[str, str], body: bytes) -> None:
         """Sets headers' Reach-Source to this identity and its Reach-Signature
-        over headers' request id (which must be set), subject and body. Sign
-        once the task is complete: a dispatcher refuses a task changed since."""
+        over headers' request id (which must be set), subject, Reach-Deadline,
+        Reach-Idempotency-Key and body. Sign once the task is complete: a
+        dispatcher refuses a task changed since."""
         headers[w.H_SOURCE] = self.name
-        headers[SIGNATURE_HEADER] = self.signature(headers.get(w.H_REQUEST_ID, ""), subject, body)
+        headers[SIGNATURE_HEADER] = self.signature(headers.get(w.H_REQUEST_ID, ""), subject, body,
+                                                   deadline=headers.get(w.H_DEADLINE, ""),
+                                                   idempotency_key=headers.get(w.H_IDEMPOTENCY_KEY, ""))
 
     def bearer(self) -> str:
         """The identity's HTTP bearer token for a dispatcher's gateway
