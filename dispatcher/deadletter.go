@@ -193,7 +193,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 		m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	}
 	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
-	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s-replay-%d", p.RequestID, p.Count+1))
+	// Per entry (its stream and sequence), not per request id: two
+	// callers' parked tasks under one id are two replays.
+	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("replay-%s-%d-%d", p.Stream, p.Seq, p.Count+1))
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("resubmit %s (%s seq %d): %w", p.RequestID, p.Stream, p.Seq, err)
 	}
