@@ -119,8 +119,10 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()), md.Timestamp, true)
 	if e == nil && h.Get(streams.HeaderIdempotencyKey) == "" {
 		// Durable delivery is at least once: a redelivery after a crash must
-		// replay, not re-execute.
-		h.Set(streams.HeaderIdempotencyKey, t.requestID)
+		// replay, not re-execute. The key names the submission, its caller
+		// and request id: another caller's task under the same id is
+		// another execution, and is never answered this one's outcome.
+		h.Set(streams.HeaderIdempotencyKey, streams.SubmissionID(t.owner, t.requestID))
 	}
 	t.seq = md.Sequence.Stream
 	if md.NumDelivered > 1 && d.resultRecorded(t) {
