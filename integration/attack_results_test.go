@@ -45,7 +45,9 @@ func newResultsStack(t *testing.T) *resultsStack {
 	az := st.authorizers[d]
 	st.mu.Unlock()
 	g, err := gateway.New(st.ConnAs(SecureAdmin), d, gateway.Config{}, gateway.WithIdentifier(gateway.IdentifierFunc(
-		func(r *http.Request, task *nats.Msg) *streams.Error { return az.Vouch(r.Header.Get("Authorization"), task) })))
+		func(r *http.Request, task *nats.Msg) *streams.Error {
+			return az.Vouch(r.Header.Get("Authorization"), task)
+		})))
 	if err != nil {
 		t.Fatal(err)
 	}
