@@ -100,6 +100,23 @@ func (c *Client) resultSource() (string, error) {
 	return s, nil
 }
 
+// noDirectGet explains a direct get nobody answered (err): no JetStream,
+// no stream, or a stream provisioned before results were read by direct
+// get — which a look at the stream tells apart where the identity may
+// look (a caller under auth may not: it is told the last).
+func (c *Client) noDirectGet(ctx context.Context, subject string, err error) error {
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, ierr := c.js.Stream(ictx, streams.StreamResults)
+	switch {
+	case errors.Is(ierr, jetstream.ErrStreamNotFound), errors.Is(ierr, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(ierr, jetstream.ErrJetStreamNotEnabledForAccount), errors.Is(ierr, nats.ErrNoResponders):
+		return fmt.Errorf("agentkit: read %s: %w", subject, ierr)
+	}
+	return fmt.Errorf("agentkit: read %s: stream %s answers no direct get (%w): provisioning it again "+
+		"(`agentreach up`, or a dispatcher's start) allows it", subject, streams.StreamResults, err)
+}
+
 // Headers a direct get adds to the stored message.
 var directGetHeaders = []string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"}
 
@@ -111,10 +128,7 @@ func (c *Client) directGet(ctx context.Context, subject string) (*nats.Msg, erro
 	resp, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+streams.StreamResults+"."+subject, nil)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		// No stream, no JetStream, or a stream provisioned before results
-		// were read by direct get (provisioning again allows it).
-		return nil, fmt.Errorf("agentkit: read %s: no stream %s answers direct gets (%w): %w",
-			subject, streams.StreamResults, err, jetstream.ErrStreamNotFound)
+		return nil, c.noDirectGet(ctx, subject, err)
 	case err != nil:
 		return nil, fmt.Errorf("agentkit: read %s: %w", subject, err)
 	}
