@@ -27,7 +27,8 @@ var (
 // it: from then on the task ends in exactly one recorded outcome, whatever
 // crashes. Submitting the same request id again (WithRequestID) within two
 // minutes is deduplicated — per caller: its Nats-Msg-Id is
-// "<source>.<request-id>" (streams.SubmissionID), and another caller's task
+// "<source>.<request-id>" (streams.SubmissionID), followed with credentials
+// by ".<proof>" (auth.Signer.SubmissionID), and another caller's task
 // under the same id is a task of its own. A full buffer (the capability's
 // pending bound) is refused with OVERLOADED; nothing is dropped silently.
 func (c *Client) Submit(ctx context.Context, capability string, payload any, opts ...CallOption) (string, error) {
@@ -44,7 +45,13 @@ func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (st
 	if err != nil {
 		return id, streams.NewError(streams.CodeBadRequest, "%v", err)
 	}
-	m.Header.Set(streams.HeaderMsgID, streams.SubmissionID(source, id))
+	if c.signer != nil {
+		// Unforgeable: no other identity can pre-empt this submission by
+		// publishing a task of its own under its Nats-Msg-Id.
+		m.Header.Set(streams.HeaderMsgID, c.signer.SubmissionID(id))
+	} else {
+		m.Header.Set(streams.HeaderMsgID, streams.SubmissionID(source, id))
+	}
 	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
 		return id, err
 	}

@@ -171,7 +171,8 @@ func parkedOf(subjects streams.Subjects, stream string, md *jetstream.MsgMetadat
 // deadline is dropped (it has usually passed): a zero deadline lets the
 // dispatchers apply their default from the resubmission, any other sets it.
 // The resubmission is deduplicated per replay, so replicas replaying at once
-// submit it once.
+// submit it once; only the one whose resubmission was stored removes the
+// entry.
 func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, deadline time.Time) error {
 	if p.Capability == "" {
 		return fmt.Errorf("%s seq %d: no capability in its subject", p.Stream, p.Seq)
@@ -193,11 +194,21 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 		m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	}
 	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
-	// Per entry (its stream and sequence), not per request id: two
-	// callers' parked tasks under one id are two replays.
-	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("replay-%s-%d-%d", p.Stream, p.Seq, p.Count+1))
-	if _, err := js.PublishMsg(ctx, m); err != nil {
+	// Per entry (its stream and sequence, so two callers' parked tasks
+	// under one id are two replays), and naming the task's caller and
+	// request id, which an identity must know to pre-empt the replay with
+	// a submission of its own under that id (sequences are easy to guess).
+	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("replay-%s-%s-%d-%d",
+		streams.SubmissionID(p.Header.Get(streams.HeaderSource), p.RequestID), p.Stream, p.Seq, p.Count+1))
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
 		return fmt.Errorf("resubmit %s (%s seq %d): %w", p.RequestID, p.Stream, p.Seq, err)
+	}
+	if ack.Duplicate {
+		// Another replica replays it now (and removes it), or a publish
+		// under this replay's Nats-Msg-Id came first — whose task may not
+		// be this one: the entry stays rather than be lost.
+		return nil
 	}
 	return DeleteParked(ctx, js, p.Stream, p.Seq)
 }

@@ -211,13 +211,14 @@ func (d *Dispatcher) resultRecorded(t *task) bool {
 }
 
 // RequestIDOfSubmission returns the request id a durable submission
-// without Reach-Request-Id is known by: its Nats-Msg-Id, less the
-// "<source>." that SDKs put first (streams.SubmissionID), or the
-// Nats-Msg-Id as it is when it has no dot. The caller checks the id.
+// without Reach-Request-Id is known by: its Nats-Msg-Id's second
+// dot-separated token, where SDKs put it ("<source>.<request-id>", and
+// ".<proof>" after it with credentials), or the Nats-Msg-Id as it is when
+// it has no dot. The caller checks the id.
 func RequestIDOfSubmission(h nats.Header) string {
 	id := h.Get(streams.HeaderMsgID)
 	if _, rest, ok := strings.Cut(id, "."); ok {
-		return rest
+		id, _, _ = strings.Cut(rest, ".")
 	}
 	return id
 }

@@ -10,7 +10,7 @@ import (
 
 func TestRequestIDOfSubmission(t *testing.T) {
 	for msgID, want := range map[string]string{
-		"alice.r1": "r1", "_.r1": "r1", "r1": "r1", "": "", "a.b.c": "b.c",
+		"alice.r1": "r1", "_.r1": "r1", "r1": "r1", "": "", "a.b.c": "b", "alice.r1.proof": "r1",
 	} {
 		h := nats.Header{}
 		if msgID != "" {

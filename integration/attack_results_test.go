@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,6 +80,29 @@ func (st *resultsStack) getResult(name, id string) (int, string) {
 		st.T.Fatal(err)
 	}
 	return res.StatusCode, string(b)
+}
+
+// postSubmit is POST /v1/submit/echo with name's bearer token, body and
+// request id: the status.
+func (st *resultsStack) postSubmit(name, id, body string) int {
+	st.T.Helper()
+	signer, err := auth.LoadSigner(st.Store.CredsFile(name))
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, st.http.URL+"/v1/submit/echo", strings.NewReader(body))
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+signer.Bearer())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(streams.HeaderRequestID, id)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	_ = res.Body.Close()
+	return res.StatusCode
 }
 
 // tasksStored is the last sequence of REACH_TASKS: how many submissions
@@ -246,6 +270,15 @@ func TestAttackResultsASubmittedRequestIDCannotBeSquatted(t *testing.T) {
 		t.Fatalf("alice's resubmission of %s was stored again (REACH_TASKS last seq %d, was %d)", id, now, stored)
 	}
 
+	// The gateway submits as her identity with the same Nats-Msg-Id as her
+	// client: deduplicated too.
+	if code := st.postSubmit("alice", id, `{"from":"alice"}`); code != http.StatusAccepted {
+		t.Fatalf("alice's POST /v1/submit/echo = %d", code)
+	}
+	if now := st.tasksStored(ctx); now != stored {
+		t.Fatalf("alice's resubmission of %s through the gateway was stored again (REACH_TASKS last seq %d, was %d)", id, now, stored)
+	}
+
 	// Bob under alice's request id: a task of his own, his own result.
 	res, err := bob.SubmitAndWait(ctx, "echo", map[string]string{"from": "bob"}, agentkit.WithRequestID(id))
 	if err != nil {
@@ -269,5 +302,62 @@ func TestAttackResultsASubmittedRequestIDCannotBeSquatted(t *testing.T) {
 	}
 	if code, body := st.getResult("bob", id); code != http.StatusOK || body != `{"from":"bob"}` {
 		t.Fatalf("bob's GET /v1/results/%s = %d %s", id, code, body)
+	}
+}
+
+// Bob cannot pre-empt alice's submission by publishing a task of his own
+// under the Nats-Msg-Id hers would have without credentials
+// ("alice.<id>") or with a proof he made up: with credentials a
+// submission's Nats-Msg-Id carries a proof of its identity
+// (auth.Signer.SubmissionID), so alice's task, submitted next within the
+// deduplication window, is stored and runs, and each gets their own result.
+func TestAttackResultsASubmissionCannotBePreempted(t *testing.T) {
+	st := newResultsStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alice := st.ClientAs("alice", agentkit.WithJSON())
+	bobSigner, err := auth.LoadSigner(st.Store.CredsFile("bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceSigner, err := auth.LoadSigner(st.Store.CredsFile("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobJS, err := jetstream.New(st.ConnAs("bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := st.ClientAs("bob", agentkit.WithJSON())
+	for i, squat := range []func(id string) string{
+		func(id string) string { return streams.SubmissionID("alice", id) },
+		func(id string) string { return streams.SubmissionID("alice", id) + ".AAAAAAAAAAAAAAAAAAAAAA" },
+		func(id string) string { return bobSigner.SubmissionID(id) },
+	} {
+		id := streams.NewRequestID()
+		if aliceSigner.SubmissionID(id) == squat(id) {
+			t.Fatalf("squat %d made alice's submission id", i)
+		}
+		m := nats.NewMsg(streams.Subjects{}.Submit("echo"))
+		m.Header.Set(streams.HeaderRequestID, id)
+		m.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
+		m.Data = []byte(`{"from":"bob"}`)
+		bobSigner.Sign(m, time.Now())
+		m.Header.Set(streams.HeaderMsgID, squat(id))
+		stored := st.tasksStored(ctx)
+		if ack, err := bobJS.PublishMsg(ctx, m); err != nil || ack.Duplicate {
+			t.Fatalf("bob's squatting submission %d: %v, %v", i, ack, err)
+		}
+		res, err := alice.SubmitAndWait(ctx, "echo", map[string]string{"from": "alice"}, agentkit.WithRequestID(id))
+		if err != nil || string(res.Data) != `{"from":"alice"}` {
+			t.Fatalf("alice's task after bob's squat %d: %v, %v", i, res, err)
+		}
+		if now := st.tasksStored(ctx); now != stored+2 {
+			t.Fatalf("squat %d: REACH_TASKS stored %d submissions, want bob's and alice's", i, now-stored)
+		}
+		got, err := bob.Wait(ctx, id)
+		if err != nil || string(got.Data) != `{"from":"bob"}` {
+			t.Fatalf("bob's own task %d: %v, %v", i, got, err)
+		}
 	}
 }

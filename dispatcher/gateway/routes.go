@@ -190,18 +190,21 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.Subject = g.d.Config().Subjects.Submit(capability)
+	m.Header.Set(streams.HeaderMsgID, id) // with auth on, Vouch makes it the identity's proof (auth.Signer.SubmissionID)
 	if f := g.identify(r, m); f != nil {
 		g.answer(w, r, f)
 		return
 	}
-	// Deduplicated per caller and request id (streams.SubmissionID): the
-	// caller as identified, the bearer token's identity with auth on.
+	// Deduplicated per caller and request id: without auth,
+	// streams.SubmissionID of the request's Reach-Source.
 	source, err := streams.ResultSource(m.Header.Get(streams.HeaderSource))
 	if err != nil {
 		g.answer(w, r, fail(0, streams.CodeBadRequest, "%v", err))
 		return
 	}
-	m.Header.Set(streams.HeaderMsgID, streams.SubmissionID(source, id))
+	if m.Header.Get(streams.HeaderMsgID) == id {
+		m.Header.Set(streams.HeaderMsgID, streams.SubmissionID(source, id))
+	}
 	if err := streams.CheckSize(m, g.nc.MaxPayload()); err != nil {
 		g.answer(w, r, &failure{e: streams.AsError(err)})
 		return

@@ -300,13 +300,15 @@ class Client:
 
         Submitting the same request_id again within two minutes is
         deduplicated — per caller: the Nats-Msg-Id is
-        ``<source>.<request-id>``, and another caller's task under the same
-        id is a task of its own. A full buffer raises Overloaded.
+        ``<source>.<request-id>``, with a signer followed by a proof only
+        this identity can make (Signer.submission_id), and another caller's
+        task under the same id is a task of its own. A full buffer raises Overloaded.
         """
         h, body = self._message(capability, payload, parent, durable=True, **opts)
         self._sign(f"{self.prefix}.submit.{capability}", h, body)
         try:
-            h[w.H_MSG_ID] = f"{w.result_source(h.get(w.H_SOURCE, ''))}.{h[w.H_REQUEST_ID]}"
+            h[w.H_MSG_ID] = (self.signer.submission_id(h[w.H_REQUEST_ID]) if self.signer is not None
+                             else f"{w.result_source(h.get(w.H_SOURCE, ''))}.{h[w.H_REQUEST_ID]}")
         except ValueError as e:
             raise BadRequest(str(e)) from None
         w.check_size(h, body, self.nc.max_payload)
