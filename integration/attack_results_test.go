@@ -361,3 +361,42 @@ func TestAttackResultsASubmissionCannotBePreempted(t *testing.T) {
 		}
 	}
 }
+
+// A durable workflow task of bob under the request id of alice's finished
+// run does not resume that run, nor receive its output: it is
+// dead-lettered BAD_REQUEST, and alice's run and result stay as they were
+// (auth off: the callers are their Reach-Source as sent).
+func TestAttackResultsAWorkflowRunIsNotResumedByAnotherCaller(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d, e := st.WorkflowDispatcher(dispatcher.Config{DurableAckWait: time.Second})
+	stepAgent(t, st.Conn(), "seq-1", newEffects(), seqSteps())
+	WaitRoutable(t, "seq.ship", 1, d)
+	nc := st.Conn()
+	PutWorkflow(t, nc, seqWorkflow, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alice, bob := st.ClientAs("alice", agentkit.WithJSON()), st.ClientAs("bob", agentkit.WithJSON())
+	id := streams.NewRequestID()
+	res, err := alice.SubmitAndWait(ctx, "wf.seq", map[string]int{"order": 5}, agentkit.WithRequestID(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runRecord(t, nc, id)
+	if before.Source != "alice" {
+		t.Fatalf("alice's run record names %q", before.Source)
+	}
+	_, err = bob.SubmitAndWait(ctx, "wf.seq", map[string]int{"order": 6}, agentkit.WithRequestID(id))
+	var we *streams.Error
+	if !errors.Is(err, agentkit.ErrParked) || !errors.As(err, &we) || we.Code != streams.CodeBadRequest {
+		t.Fatalf("bob's task under alice's run id: %v, want parked BAD_REQUEST", err)
+	}
+	if got, err := bob.Result(ctx, id); !errors.Is(err, agentkit.ErrNoResult) {
+		t.Fatalf("bob reads a result under alice's run id: %v, %v", got, err)
+	}
+	if got, err := alice.Result(ctx, id); err != nil || string(got.Data) != string(res.Data) {
+		t.Fatalf("alice's result after bob's task: %v, %v (was %s)", got, err, res.Data)
+	}
+	if after := runRecord(t, nc, id); after.Updated != before.Updated || after.Status != before.Status || after.Source != "alice" {
+		t.Fatalf("alice's run record changed: %+v, was %+v", after, before)
+	}
+}
