@@ -122,7 +122,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		// replay, not re-execute. The key names the submission, its caller
 		// and request id: another caller's task under the same id is
 		// another execution, and is never answered this one's outcome.
-		h.Set(streams.HeaderIdempotencyKey, streams.SubmissionID(t.owner, t.requestID))
+		h.Set(streams.HeaderIdempotencyKey, durableKey(t))
 	}
 	t.seq = md.Sequence.Stream
 	if md.NumDelivered > 1 && d.resultRecorded(t) {
@@ -196,6 +196,11 @@ func (d *Dispatcher) ackDurable(t *task, msg jetstream.Msg) {
 		t.log.Warn().Err(err).Msg("durable ack")
 	}
 }
+
+// durableKey is the idempotency key the dispatcher gives a durable task
+// that has none: "<source>=<request-id>". '=' is in no name or request id,
+// so two submissions never share one, and it is a valid KV key token.
+func durableKey(t *task) string { return t.owner + "=" + t.requestID }
 
 // resultRecorded reports whether REACH_RESULTS holds a result for t (its
 // caller's, under its request id); a failed lookup says no (the task then
@@ -347,7 +352,7 @@ func (d *Dispatcher) fitParked(t *task, out *nats.Msg) {
 	if streams.CheckSize(out, limit) == nil {
 		return
 	}
-	if out.Header.Get(streams.HeaderIdempotencyKey) == t.requestID {
+	if out.Header.Get(streams.HeaderIdempotencyKey) == durableKey(t) {
 		out.Header.Del(streams.HeaderIdempotencyKey)
 	}
 	if err := streams.CheckSize(out, limit); err != nil {
