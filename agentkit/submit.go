@@ -26,8 +26,11 @@ var (
 // REACH_TASKS stream) and returns its request id once JetStream has stored
 // it: from then on the task ends in exactly one recorded outcome, whatever
 // crashes. Submitting the same request id again (WithRequestID) within two
-// minutes is deduplicated. A full buffer (the capability's pending bound) is
-// refused with OVERLOADED; nothing is dropped silently.
+// minutes is deduplicated — per caller: its Nats-Msg-Id is
+// "<source>.<request-id>" (streams.SubmissionID), followed with credentials
+// by ".<proof>" (auth.Signer.SubmissionID), and another caller's task
+// under the same id is a task of its own. A full buffer (the capability's
+// pending bound) is refused with OVERLOADED; nothing is dropped silently.
 func (c *Client) Submit(ctx context.Context, capability string, payload any, opts ...CallOption) (string, error) {
 	m, err := c.message(ctx, c.subjects.Submit(capability), capability, payload, true, opts)
 	if err != nil {
@@ -38,11 +41,21 @@ func (c *Client) Submit(ctx context.Context, capability string, payload any, opt
 
 func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (string, error) {
 	id := m.Header.Get(streams.HeaderRequestID)
-	m.Header.Set(streams.HeaderMsgID, id)
+	source, err := streams.ResultSource(m.Header.Get(streams.HeaderSource))
+	if err != nil {
+		return id, streams.NewError(streams.CodeBadRequest, "%v", err)
+	}
+	if c.signer != nil {
+		// Unforgeable: no other identity can pre-empt this submission by
+		// publishing a task of its own under its Nats-Msg-Id.
+		m.Header.Set(streams.HeaderMsgID, c.signer.SubmissionID(id))
+	} else {
+		m.Header.Set(streams.HeaderMsgID, streams.SubmissionID(source, id))
+	}
 	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
 		return id, err
 	}
-	_, err := c.js.PublishMsg(ctx, m)
+	_, err = c.js.PublishMsg(ctx, m)
 	switch {
 	case streams.IsBufferFull(err):
 		return id, streams.NewError(streams.CodeOverloaded, "the durable buffer of %s is full; try again later", capability)
@@ -54,22 +67,89 @@ func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (st
 	return id, nil
 }
 
-// Result returns the recorded outcome of a durable task: the result, or the
-// business rejection as an error beside it. ErrNoResult means there is none
-// yet (the task waits, runs, or ended in the dead-letter or review queue).
+// Result returns the recorded outcome of a durable task this client's
+// caller submitted: the result, or the business rejection as an error
+// beside it. ErrNoResult means there is none yet (the task waits, runs, or
+// ended in the dead-letter or review queue) — or none of this caller's: a
+// result is published on reach.result.<source>.<request-id> and read only
+// there, where <source> is the client's identity (WithCredentials), its
+// WithSource, or "_" (streams.NoSource) with neither.
 func (c *Client) Result(ctx context.Context, requestID string) (*Result, error) {
-	s, err := c.js.Stream(ctx, streams.StreamResults)
+	source, err := c.resultSource()
 	if err != nil {
 		return nil, err
 	}
-	raw, err := s.GetLastMsgForSubject(ctx, c.subjects.Result(requestID))
+	return c.result(ctx, source, requestID)
+}
+
+func (c *Client) result(ctx context.Context, source, requestID string) (*Result, error) {
+	m, err := c.directGet(ctx, c.subjects.Result(source, requestID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNoResult, requestID)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return outcome(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data})
+	return outcome(m)
+}
+
+// resultSource is the <source> token of the results of the tasks this
+// client submits: its identity's name, its WithSource, or NoSource.
+func (c *Client) resultSource() (string, error) {
+	source := c.source
+	if source == "" && c.signer != nil {
+		source = c.signer.Name()
+	}
+	s, err := streams.ResultSource(source)
+	if err != nil {
+		return "", streams.NewError(streams.CodeBadRequest, "%v", err)
+	}
+	return s, nil
+}
+
+// noDirectGet explains a direct get nobody answered (err): no JetStream,
+// no stream, or a stream provisioned before results were read by direct
+// get — which a look at the stream tells apart where the identity may
+// look (a caller under auth may not: it is told the last).
+func (c *Client) noDirectGet(ctx context.Context, subject string, err error) error {
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, ierr := c.js.Stream(ictx, streams.StreamResults)
+	switch {
+	case errors.Is(ierr, jetstream.ErrStreamNotFound), errors.Is(ierr, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(ierr, jetstream.ErrJetStreamNotEnabledForAccount), errors.Is(ierr, nats.ErrNoResponders):
+		return fmt.Errorf("agentkit: read %s: %w", subject, ierr)
+	}
+	return fmt.Errorf("agentkit: read %s: stream %s answers no direct get (%w): provisioning it again "+
+		"(`agentreach up`, or a dispatcher's start) allows it", subject, streams.StreamResults, err)
+}
+
+// Headers a direct get adds to the stored message.
+var directGetHeaders = []string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"}
+
+// directGet reads the last message REACH_RESULTS holds on subject, by a
+// direct get of that one subject ($JS.API.DIRECT.GET.REACH_RESULTS.<subject>):
+// the only read of the stream a caller's permissions allow, scoped to its
+// own results. jetstream.ErrMsgNotFound when there is none.
+func (c *Client) directGet(ctx context.Context, subject string) (*nats.Msg, error) {
+	resp, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+streams.StreamResults+"."+subject, nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, c.noDirectGet(ctx, subject, err)
+	case err != nil:
+		return nil, fmt.Errorf("agentkit: read %s: %w", subject, err)
+	}
+	switch status := resp.Header.Get("Status"); status {
+	case "":
+	case "404":
+		return nil, jetstream.ErrMsgNotFound
+	default:
+		return nil, fmt.Errorf("agentkit: read %s: %s %s", subject, status, resp.Header.Get("Description"))
+	}
+	for _, k := range directGetHeaders {
+		resp.Header.Del(k)
+	}
+	return &nats.Msg{Subject: subject, Header: resp.Header, Data: resp.Data}, nil
 }
 
 // Wait waits for the outcome of a durable task until ctx ends. A task
@@ -80,7 +160,11 @@ func (c *Client) Result(ctx context.Context, requestID string) (*Result, error) 
 // not (docs/security.md): there SubmitAndWait, which watches only its
 // capability's, sees a parked task where Wait sees only results.
 func (c *Client) Wait(ctx context.Context, requestID string) (*Result, error) {
-	w, err := c.watch(ctx, requestID, "")
+	source, err := c.resultSource()
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.watch(ctx, source, requestID, "")
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +179,11 @@ func (c *Client) SubmitAndWait(ctx context.Context, capability string, payload a
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.watch(ctx, m.Header.Get(streams.HeaderRequestID), capability)
+	source, err := streams.ResultSource(m.Header.Get(streams.HeaderSource)) // as signed, or a handler's agent
+	if err != nil {
+		return nil, streams.NewError(streams.CodeBadRequest, "%v", err)
+	}
+	w, err := c.watch(ctx, source, m.Header.Get(streams.HeaderRequestID), capability)
 	if err != nil {
 		return nil, err
 	}
@@ -111,15 +199,17 @@ func (c *Client) SubmitAndWait(ctx context.Context, capability string, payload a
 // capability's, or every capability's when that is not known.
 type waiter struct {
 	c         *Client
+	subject   string // the result's: reach.result.<source>.<request-id>
+	source    string
 	requestID string
 	ch        chan *nats.Msg
 	subs      []*nats.Subscription
 }
 
-func (c *Client) watch(ctx context.Context, requestID, capability string) (*waiter, error) {
-	w := &waiter{c: c, requestID: requestID, ch: make(chan *nats.Msg, 1)}
+func (c *Client) watch(ctx context.Context, source, requestID, capability string) (*waiter, error) {
+	w := &waiter{c: c, subject: c.subjects.Result(source, requestID), source: source, requestID: requestID, ch: make(chan *nats.Msg, 1)}
 	deliver := func(m *nats.Msg) {
-		if m.Subject == c.subjects.Result(requestID) || m.Header.Get(streams.HeaderRequestID) == requestID {
+		if m.Subject == w.subject || m.Header.Get(streams.HeaderRequestID) == requestID && w.parkedOwn(m) {
 			select {
 			case w.ch <- m:
 			default:
@@ -130,7 +220,7 @@ func (c *Client) watch(ctx context.Context, requestID, capability string) (*wait
 	if capability != "" {
 		dlq, review = c.subjects.DeadLetter(capability), c.subjects.Review(capability)
 	}
-	for _, subject := range []string{c.subjects.Result(requestID), dlq, review} {
+	for _, subject := range []string{w.subject, dlq, review} {
 		sub, err := c.nc.Subscribe(subject, deliver)
 		if err != nil {
 			w.stop()
@@ -145,6 +235,13 @@ func (c *Client) watch(ctx context.Context, requestID, capability string) (*wait
 	return w, nil
 }
 
+// parkedOwn reports whether the parked entry m is of this caller's task
+// (its Reach-Source), not another caller's under the same request id.
+func (w *waiter) parkedOwn(m *nats.Msg) bool {
+	s, err := streams.ResultSource(m.Header.Get(streams.HeaderSource))
+	return err == nil && s == w.source
+}
+
 func (w *waiter) stop() {
 	for _, s := range w.subs {
 		_ = s.Unsubscribe()
@@ -152,14 +249,14 @@ func (w *waiter) stop() {
 }
 
 func (w *waiter) wait(ctx context.Context) (*Result, error) {
-	if res, err := w.c.Result(ctx, w.requestID); !errors.Is(err, ErrNoResult) {
+	if res, err := w.c.result(ctx, w.source, w.requestID); !errors.Is(err, ErrNoResult) {
 		return res, err
 	}
 	select {
 	case <-ctx.Done():
 		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no outcome for %s before the caller's deadline", w.requestID)
 	case m := <-w.ch:
-		if m.Subject == w.c.subjects.Result(w.requestID) {
+		if m.Subject == w.subject {
 			w.stored(ctx)
 			return outcome(m)
 		}
@@ -178,7 +275,7 @@ func (w *waiter) stored(ctx context.Context) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if _, err := w.c.Result(ctx, w.requestID); !errors.Is(err, ErrNoResult) {
+		if _, err := w.c.result(ctx, w.source, w.requestID); !errors.Is(err, ErrNoResult) {
 			return
 		}
 		select {

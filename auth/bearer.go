@@ -88,6 +88,11 @@ func (a *Authorizer) Vouch(authorization string, m *nats.Msg) *streams.Error {
 			m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
 		}
 		entry.signer.Sign(m, a.now())
+		if m.Header.Get(streams.HeaderMsgID) != "" {
+			// A durable submission: deduplicated under the identity's
+			// proof (Signer.SubmissionID), which no other caller can make.
+			m.Header.Set(streams.HeaderMsgID, entry.signer.SubmissionID(m.Header.Get(streams.HeaderRequestID)))
+		}
 	}
 	return nil
 }

@@ -37,8 +37,10 @@ const (
 //     it received (allow_responses: it may not publish to other inboxes).
 //   - An agent and a caller publish tasks (direct, broadcast, durable) only
 //     to the capabilities acl grants them, and may fan out, cancel and send
-//     feedback; they read durable results, and the dead letters and review
-//     entries of the capabilities they may call.
+//     feedback; they read their own durable results only (subscribe to
+//     reach.result.<name>.>, direct get of one subject under it from
+//     REACH_RESULTS), and the dead letters and review entries of the
+//     capabilities they may call.
 //   - A dispatcher serves the task subjects, delivers to agents, answers
 //     callers, sends its HTTP gateway's durable tasks, broadcasts and
 //     fan-outs, and provisions and uses every bucket and stream.
@@ -119,13 +121,20 @@ func IdempotencyKeys(id Identity) []string {
 
 // callerPermissions adds what calling takes: the granted capabilities on
 // every tier, fan-out, cancel, feedback, and reading the outcomes.
+//
+// Of REACH_RESULTS a caller reads only its own results: it hears them on
+// reach.result.<name>.> and reads a stored one by a direct get whose
+// subject names it, $JS.API.DIRECT.GET.REACH_RESULTS.reach.result.<name>.…,
+// which the server answers with the last message on exactly that subject
+// (a body asking for a sequence or another subject is refused). Nothing
+// else: STREAM.MSG.GET and the bare DIRECT.GET take any subject or
+// sequence in their body, and STREAM.INFO lists the stream's subjects,
+// which name other callers' request ids.
 func callerPermissions(p *jwt.Permissions, id Identity, acl *registry.ACL, subjects streams.Subjects) {
-	p.Sub.Allow.Add(InboxPrefix(id.Name)+".>", subjects.ResultWildcard())
+	own := subjects.ResultsOf(id.Name)
+	p.Sub.Allow.Add(InboxPrefix(id.Name)+".>", own)
 	p.Pub.Allow.Add(subjects.FanOut(), subjects.Cancel(), subjects.Feedback(),
-		"$JS.API.STREAM.INFO."+streams.StreamResults,
-		"$JS.API.STREAM.MSG.GET."+streams.StreamResults,
-		"$JS.API.DIRECT.GET."+streams.StreamResults,
-		"$JS.API.DIRECT.GET."+streams.StreamResults+".>")
+		"$JS.API.DIRECT.GET."+streams.StreamResults+"."+own)
 	for _, c := range acl.Grants(id.Name) {
 		p.Pub.Allow.Add(subjects.Task(c), subjects.Broadcast(c), subjects.Submit(c))
 		p.Sub.Allow.Add(subjects.DeadLetter(c), subjects.Review(c))

@@ -404,7 +404,7 @@ func TestNATSPermissions(t *testing.T) {
 		{"dispatcher", "sub", "_INBOX.cli.abc", false},
 		{"dispatcher", "sub", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.REACH_TASKS.dispatcher", true},
 		{"dispatcher", "pub", "reach.agent.echo-1", true},
-		{"dispatcher", "pub", "reach.result.r1", true},
+		{"dispatcher", "pub", "reach.result.cli.r1", true},
 		{"dispatcher", "pub", "reach.dlq.echo", true},
 		{"dispatcher", "pub", "reach.review.echo", true},
 		{"dispatcher", "pub", "reach.event.echo", true},
@@ -442,7 +442,7 @@ func TestNATSPermissions(t *testing.T) {
 		{"echo-1", "pub", "$JS.API.STREAM.DELETE.REACH_TASKS", false},
 		{"echo-1", "pub", "$JS.API.STREAM.PURGE.KV_REACH_AGENTS", false},
 		{"echo-1", "pub", "$JS.API.CONSUMER.DELETE.REACH_TASKS.dispatcher", false},
-		{"echo-1", "pub", "reach.result.r1", false},
+		{"echo-1", "pub", "reach.result.echo-1.r1", false},
 		{"echo-1", "pub", "reach.agent.echo-2", false},
 		{"echo-1", "pub", "reach.task.echo", false}, // acl.yaml grants it nothing
 		{"echo-1", "pub", "_INBOX.cli.abc", false},  // only as a response
@@ -460,7 +460,14 @@ func TestNATSPermissions(t *testing.T) {
 		{"cli", "pub", "$JS.API.STREAM.DELETE.REACH_TASKS", false},
 		{"cli", "sub", "_INBOX.cli.abc", true},
 		{"cli", "sub", "_INBOX.dispatcher.abc", false},
-		{"cli", "sub", "reach.result.r1", true},
+		{"cli", "sub", "reach.result.cli.r1", true},
+		{"cli", "sub", "reach.result.echo-1.r1", false}, // another caller's result
+		{"cli", "sub", "reach.result.>", false},
+		{"cli", "pub", "$JS.API.DIRECT.GET.REACH_RESULTS.reach.result.cli.r1", true},
+		{"cli", "pub", "$JS.API.DIRECT.GET.REACH_RESULTS.reach.result.echo-1.r1", false},
+		{"cli", "pub", "$JS.API.DIRECT.GET.REACH_RESULTS", false},
+		{"cli", "pub", "$JS.API.STREAM.MSG.GET.REACH_RESULTS", false},
+		{"cli", "pub", "$JS.API.STREAM.INFO.REACH_RESULTS", false},
 		{"cli", "sub", "reach.dlq.echo", true},
 		{"cli", "sub", "reach.dlq.payment", false},
 		{"cli", "sub", "reach.agent.echo-1", false},
@@ -699,24 +706,24 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack, err := pjs.Publish(ctx, "reach.submit.echo", []byte(`{"text":"hi"}`), jetstream.WithMsgID("r1"))
+	ack, err := pjs.Publish(ctx, "reach.submit.echo", []byte(`{"text":"hi"}`), jetstream.WithMsgID("cli.r1"))
 	if err != nil {
 		t.Errorf("caller cannot submit a durable task: %v", err)
 	} else if ack.Stream != streams.StreamTasks {
 		t.Errorf("reach.submit.echo landed in %q, want %s", ack.Stream, streams.StreamTasks)
 	}
-	results, err := pnc.SubscribeSync("reach.result.r1")
+	results, err := pnc.SubscribeSync("reach.result.cli.r1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := pnc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := djs.Publish(ctx, "reach.result.r1", []byte(`{"ok":true}`)); err != nil {
+	if _, err := djs.Publish(ctx, "reach.result.cli.r1", []byte(`{"ok":true}`)); err != nil {
 		t.Errorf("dispatcher cannot publish a durable result: %v", err)
 	}
 	if _, err := results.NextMsg(2 * time.Second); err != nil {
-		t.Errorf("caller did not receive reach.result.r1: %v", err)
+		t.Errorf("caller did not receive reach.result.cli.r1: %v", err)
 	}
 
 	// sys: system account requests.

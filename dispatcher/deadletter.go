@@ -188,7 +188,8 @@ func ReplaySign(sign func(*nats.Msg) error) ReplayOption {
 // deadline is dropped (it has usually passed): a zero deadline lets the
 // dispatchers apply their default from the resubmission, any other sets it.
 // The resubmission is deduplicated per replay, so replicas replaying at once
-// submit it once.
+// submit it once; only the one whose resubmission was stored removes the
+// entry.
 func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, deadline time.Time, opts ...ReplayOption) error {
 	var cfg replayConfig
 	for _, o := range opts {
@@ -214,14 +215,26 @@ func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 		m.Header.Set(streams.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	}
 	m.Header.Set(streams.HeaderDLQCount, strconv.Itoa(p.Count+1))
-	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("%s-replay-%d", p.RequestID, p.Count+1))
+	// Per entry (its stream and sequence, so two callers' parked tasks
+	// under one id are two replays), and naming the task's caller and
+	// request id, which an identity must know to pre-empt the replay with
+	// a submission of its own under that id (sequences are easy to guess).
+	m.Header.Set(streams.HeaderMsgID, fmt.Sprintf("replay-%s-%s-%d-%d",
+		streams.SubmissionID(p.Header.Get(streams.HeaderSource), p.RequestID), p.Stream, p.Seq, p.Count+1))
 	if cfg.sign != nil {
 		if err := cfg.sign(m); err != nil {
 			return fmt.Errorf("%w: %s seq %d: sign the replay: %v", ErrNotReplayable, p.Stream, p.Seq, err)
 		}
 	}
-	if _, err := js.PublishMsg(ctx, m); err != nil {
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
 		return fmt.Errorf("resubmit %s (%s seq %d): %w", p.RequestID, p.Stream, p.Seq, err)
+	}
+	if ack.Duplicate {
+		// Another replica replays it now (and removes it), or a publish
+		// under this replay's Nats-Msg-Id came first — whose task may not
+		// be this one: the entry stays rather than be lost.
+		return nil
 	}
 	return DeleteParked(ctx, js, p.Stream, p.Seq)
 }

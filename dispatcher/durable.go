@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -103,7 +104,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		h = nats.Header{}
 	}
 	if h.Get(streams.HeaderRequestID) == "" {
-		id := h.Get(streams.HeaderMsgID)
+		id := RequestIDOfSubmission(h)
 		if streams.ValidateInstanceID(id) != nil {
 			id = "task-" + strconv.FormatUint(md.Sequence.Stream, 10)
 		}
@@ -118,11 +119,13 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromSubmit(msg.Subject()), md.Timestamp, true)
 	if e == nil && h.Get(streams.HeaderIdempotencyKey) == "" {
 		// Durable delivery is at least once: a redelivery after a crash must
-		// replay, not re-execute.
-		h.Set(streams.HeaderIdempotencyKey, t.requestID)
+		// replay, not re-execute. The key names the submission, its caller
+		// and request id: another caller's task under the same id is
+		// another execution, and is never answered this one's outcome.
+		h.Set(streams.HeaderIdempotencyKey, durableKey(t))
 	}
 	t.seq = md.Sequence.Stream
-	if md.NumDelivered > 1 && d.resultRecorded(t.requestID) {
+	if md.NumDelivered > 1 && d.resultRecorded(t) {
 		// An earlier delivery recorded the result and its acknowledgement
 		// was lost (a crash, a server restart): the task has its outcome.
 		t.log.Debug().Uint64("delivered", md.NumDelivered).Msg("redelivered task already has its result")
@@ -194,13 +197,35 @@ func (d *Dispatcher) ackDurable(t *task, msg jetstream.Msg) {
 	}
 }
 
-// resultRecorded reports whether REACH_RESULTS holds a result for
-// requestID; a failed lookup says no (the task then runs, and replays).
-func (d *Dispatcher) resultRecorded(requestID string) bool {
+// durableKey is the idempotency key the dispatcher gives a durable task
+// that has none: "<source>=<request-id>". '=' is in no name or request id,
+// so two submissions never share one, and it is a valid KV key token.
+func durableKey(t *task) string { return t.owner + "=" + t.requestID }
+
+// resultRecorded reports whether REACH_RESULTS holds a result for t (its
+// caller's, under its request id); a failed lookup says no (the task then
+// runs, and replays).
+func (d *Dispatcher) resultRecorded(t *task) bool {
+	if t.owner == "" { // refused before its caller was known: it has no result
+		return false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := d.results.GetLastMsgForSubject(ctx, d.cfg.Subjects.Result(requestID))
+	_, err := d.results.GetLastMsgForSubject(ctx, d.cfg.Subjects.Result(t.owner, t.requestID))
 	return err == nil
+}
+
+// RequestIDOfSubmission returns the request id a durable submission
+// without Reach-Request-Id is known by: its Nats-Msg-Id's second
+// dot-separated token, where SDKs put it ("<source>.<request-id>", and
+// ".<proof>" after it with credentials), or the Nats-Msg-Id as it is when
+// it has no dot. The caller checks the id.
+func RequestIDOfSubmission(h nats.Header) string {
+	id := h.Get(streams.HeaderMsgID)
+	if _, rest, ok := strings.Cut(id, "."); ok {
+		id, _, _ = strings.Cut(rest, ".")
+	}
+	return id
 }
 
 // buffered reports whether a code means "no capacity now": the durable task
@@ -242,11 +267,12 @@ func KeepInProgress(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
 }
 
 // recordResult stores a durable task's result (or business rejection) in
-// REACH_RESULTS, which also publishes it on reach.result.<request-id>. A
+// REACH_RESULTS, which also publishes it on
+// reach.result.<source>.<request-id>, where only its caller reads it. A
 // result that exceeds max_payload with the dispatcher's headers is a
 // PAYLOAD_TOO_LARGE error, stored nowhere.
 func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) error {
-	out := nats.NewMsg(d.cfg.Subjects.Result(t.requestID))
+	out := nats.NewMsg(d.cfg.Subjects.Result(t.owner, t.requestID))
 	if res != nil {
 		out.Data = res.Data
 		for k, v := range res.Header {
@@ -261,7 +287,9 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 	out.Header.Set(streams.HeaderRequestID, t.requestID)
 	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
-	out.Header.Set(streams.HeaderMsgID, "result-"+t.requestID)
+	// Deduplicated per caller and request id: another caller's task under
+	// the same id has a result of its own.
+	out.Header.Set(streams.HeaderMsgID, "result-"+streams.SubmissionID(t.owner, t.requestID))
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
 		e := streams.AsError(err)
 		e.Message = "the result of " + t.node + ", with the dispatcher's headers: " + e.Message
@@ -296,7 +324,11 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 	if t.node != "" {
 		out.Header.Set(streams.HeaderNode, t.node)
 	}
-	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", t.requestID, count))
+	// Deduplicated per submission (its REACH_TASKS sequence, which its
+	// redeliveries share) and replay, not per request id: another
+	// caller's task under the same id, or a task refused for naming a
+	// caller it could not prove, has an entry of its own.
+	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%d-%d", t.seq, count))
 	d.fitParked(t, out)
 	ack, err := d.publishDurable(out)
 	if err != nil {
@@ -325,7 +357,7 @@ func (d *Dispatcher) fitParked(t *task, out *nats.Msg) {
 	if streams.CheckSize(out, limit) == nil {
 		return
 	}
-	if out.Header.Get(streams.HeaderIdempotencyKey) == t.requestID {
+	if out.Header.Get(streams.HeaderIdempotencyKey) == durableKey(t) {
 		out.Header.Del(streams.HeaderIdempotencyKey)
 	}
 	if err := streams.CheckSize(out, limit); err != nil {

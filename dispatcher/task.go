@@ -26,6 +26,7 @@ type task struct {
 	requestID   string
 	orchID      string
 	source      string // Reach-Source: with an authorizer, the identity proven (cancel.go)
+	owner       string // a durable task's <source> token (streams.ResultSource); "" until newTask has it
 	caller      string // whose in-flight slot it holds (admit); answer gives it back
 	affinity    string
 	unicast     string
@@ -192,6 +193,15 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 		// as Get reads it: no other spelling or value for a reader that
 		// folds case or takes the last one (the authorizer refuses those).
 		streams.KeepOne(h, streams.HeaderSource)
+	}
+	if durable {
+		// Its result is published under its caller's name: the proven
+		// identity, or without auth the Reach-Source as sent (or "_").
+		owner, err := streams.ResultSource(h.Get(streams.HeaderSource))
+		if err != nil {
+			return t, streams.NewError(streams.CodeBadRequest, "%v", err)
+		}
+		t.owner = owner
 	}
 	if t.pol.write && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)

@@ -311,7 +311,7 @@ func TestARedeliveredTaskWithARecordedResultEndsThere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// The result of "paid-7", as a delivery whose ack got lost recorded it.
-	res := nats.NewMsg(streams.Subjects{}.Result("paid-7"))
+	res := nats.NewMsg(streams.Subjects{}.Result(streams.NoSource, "paid-7")) // st.Client names no Reach-Source
 	res.Header.Set(streams.HeaderStatus, string(streams.StatusFinished))
 	res.Header.Set(streams.HeaderRequestID, "paid-7")
 	res.Data = []byte(`{"charged":"paid-7"}`)

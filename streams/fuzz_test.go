@@ -416,3 +416,21 @@ func FuzzIdempotencyKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzResultSource: whatever a Reach-Source holds, ResultSource gives one
+// subject token without wildcards (and NoSource only for none), or an
+// error.
+func FuzzResultSource(f *testing.F) {
+	for _, s := range []string{"", "alice", "_", "a.b", "*", ">", "a\x00b", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := streams.ResultSource(in)
+		if err != nil {
+			return
+		}
+		if got == "" || strings.ContainsAny(got, ".*> \t\r\n") || (got == streams.NoSource) != (in == "") {
+			t.Fatalf("ResultSource(%q) = %q", in, got)
+		}
+	})
+}

@@ -98,7 +98,7 @@ func TestAFullStreamRefusesTheNextMessage(t *testing.T) {
 		subject func(i int) string
 	}{
 		{streams.StreamTasks, func(i int) string { return subjects.Submit(fmt.Sprintf("cap%d", i)) }},
-		{streams.StreamResults, func(i int) string { return subjects.Result(fmt.Sprintf("r%d", i)) }},
+		{streams.StreamResults, func(i int) string { return subjects.Result("alice", fmt.Sprintf("r%d", i)) }},
 		{"KV_" + streams.BucketIdempotency, func(i int) string { return fmt.Sprintf("$KV.%s.k%d", streams.BucketIdempotency, i) }},
 	} {
 		stored, err := fill(c.subject)

@@ -105,8 +105,16 @@ func (s Subjects) SubmitWildcard() string { return s.prefix() + ".submit.>" }
 // Agent is the delivery subject of one agent instance: reach.agent.<id>.
 func (s Subjects) Agent(instance string) string { return s.prefix() + ".agent." + instance }
 
-// Result is the subject a durable task's result is published on.
-func (s Subjects) Result(requestID string) string { return s.prefix() + ".result." + requestID }
+// Result is the subject a durable task's result is published on:
+// reach.result.<source>.<request-id>, where source is the submitter's
+// token (ResultSource). Only its submitter may read it (docs/security.md).
+func (s Subjects) Result(source, requestID string) string {
+	return s.prefix() + ".result." + source + "." + requestID
+}
+
+// ResultsOf matches every durable result of one submitter:
+// reach.result.<source>.>.
+func (s Subjects) ResultsOf(source string) string { return s.prefix() + ".result." + source + ".>" }
 
 // ResultWildcard matches every durable result: reach.result.>.
 func (s Subjects) ResultWildcard() string { return s.prefix() + ".result.>" }

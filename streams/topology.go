@@ -237,7 +237,10 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 			MaxBytes: big, MaxMsgSize: payload},
 		{Name: StreamResults, Description: "Agent-Reach: durable-tier results",
 			Subjects: []string{t.Subjects.ResultWildcard()}, MaxAge: DefaultResultsMaxAge, Storage: st, Replicas: r,
-			MaxBytes: big, MaxMsgSize: payload, Discard: jetstream.DiscardNew},
+			MaxBytes: big, MaxMsgSize: payload, Discard: jetstream.DiscardNew,
+			// A caller reads its results by direct get of one subject,
+			// the only read its permissions scope (docs/security.md).
+			AllowDirect: true},
 		{Name: StreamDLQ, Description: "Agent-Reach: dead letters",
 			Subjects: []string{t.Subjects.DeadLetterWildcard()}, Storage: st, Replicas: r,
 			MaxBytes: big, MaxMsgSize: payload, Discard: jetstream.DiscardNew},
@@ -365,6 +368,12 @@ func provisionStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 		return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 	}
 	have := s.CachedInfo().Config
+	if cfg.AllowDirect && !have.AllowDirect { // provisioned by an older version
+		have.AllowDirect = true
+		if _, err := js.UpdateStream(ctx, have); err != nil {
+			return fmt.Errorf("provision stream %s: allow direct get: %w", cfg.Name, err)
+		}
+	}
 	if have.Retention != cfg.Retention {
 		return fmt.Errorf("%w: stream %s has retention %v, want %v", ErrIncompatible, cfg.Name, have.Retention, cfg.Retention)
 	}

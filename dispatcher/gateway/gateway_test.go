@@ -201,6 +201,30 @@ func TestEndpoints(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("a result is read by its submitter only", func(t *testing.T) {
+		// Without auth the caller is the request's Reach-Source: a task
+		// submitted as alice is hers, not found without it or as bob.
+		r := tg.do(t, "POST", "/v1/submit/echo", `{"of":"alice"}`, append(jsonCT, "Reach-Source", "alice")...)
+		var sub Submitted
+		r.json(t, &sub)
+		if r.status != 202 {
+			t.Fatalf("%d %q", r.status, r.body)
+		}
+		natstest.WaitFor(t, 10*time.Second, func() error {
+			if res := tg.do(t, "GET", sub.Result, "", "Reach-Source", "alice"); res.status != 200 || string(res.body) != `{"of":"alice"}` {
+				return fmt.Errorf("%d %q", res.status, res.body)
+			}
+			return nil
+		})
+		for _, as := range [][]string{nil, {"Reach-Source", "bob"}} {
+			if res := tg.do(t, "GET", sub.Result, "", as...); res.status != 404 || res.code() != CodeNotFound {
+				t.Fatalf("GET as %v: %d %q", as, res.status, res.body)
+			}
+		}
+		if res := tg.do(t, "GET", sub.Result, "", "Reach-Source", "a.b"); res.status != 400 || res.code() != string(streams.CodeBadRequest) {
+			t.Fatalf("GET as a.b: %d %q", res.status, res.body)
+		}
+	})
 	t.Run("result not recorded", func(t *testing.T) {
 		if r := tg.do(t, "GET", "/v1/results/no-such-task", ""); r.status != 404 || r.code() != CodeNotFound {
 			t.Fatalf("%d %q", r.status, r.body)

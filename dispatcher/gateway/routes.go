@@ -205,13 +205,28 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.Subject = g.d.Config().Subjects.Submit(capability)
-	m.Header.Set(streams.HeaderMsgID, id)
-	if !g.outbound(w, r, m) {
+	m.Header.Set(streams.HeaderMsgID, id) // with auth on, Vouch makes it the identity's proof (auth.Signer.SubmissionID)
+	if f := g.identify(r, m); f != nil {
+		g.answer(w, r, f)
+		return
+	}
+	// Deduplicated per caller and request id: without auth,
+	// streams.SubmissionID of the request's Reach-Source.
+	source, err := streams.ResultSource(m.Header.Get(streams.HeaderSource))
+	if err != nil {
+		g.answer(w, r, fail(0, streams.CodeBadRequest, "%v", err))
+		return
+	}
+	if m.Header.Get(streams.HeaderMsgID) == id {
+		m.Header.Set(streams.HeaderMsgID, streams.SubmissionID(source, id))
+	}
+	if err := streams.CheckSize(m, g.nc.MaxPayload()); err != nil {
+		g.answer(w, r, &failure{e: streams.AsError(err)})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	_, err := g.js.PublishMsg(ctx, m)
+	_, err = g.js.PublishMsg(ctx, m)
 	switch {
 	case streams.IsBufferFull(err):
 		g.answer(w, r, fail(0, streams.CodeOverloaded, "the durable buffer of %s is full; try again later", capability))
@@ -231,14 +246,27 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 
 // result is GET /v1/results/{id}: a durable task's recorded result (or
 // business rejection) as a call would answer it, or 404 while none is.
+// It serves only the caller's own results: those of the bearer token's
+// identity with auth on, else of the request's Reach-Source (or of tasks
+// submitted without one): another caller's result under the same id is
+// not found.
 func (g *Gateway) result(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := streams.ValidateInstanceID(id); err != nil {
 		g.answer(w, r, fail(0, streams.CodeBadRequest, "request id in the path: %v", err))
 		return
 	}
-	if f := g.identify(r, &nats.Msg{Header: nats.Header{}}); f != nil {
+	caller := &nats.Msg{Header: nats.Header{}}
+	if v := r.Header.Get(streams.HeaderSource); v != "" {
+		caller.Header.Set(streams.HeaderSource, v)
+	}
+	if f := g.identify(r, caller); f != nil {
 		g.answer(w, r, f)
+		return
+	}
+	source, err := streams.ResultSource(caller.Header.Get(streams.HeaderSource))
+	if err != nil {
+		g.answer(w, r, fail(0, streams.CodeBadRequest, "%v", err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -248,11 +276,11 @@ func (g *Gateway) result(w http.ResponseWriter, r *http.Request) {
 		g.answer(w, r, fail(http.StatusServiceUnavailable, streams.CodeInternal, "open %s: %v", streams.StreamResults, err))
 		return
 	}
-	raw, err := s.GetLastMsgForSubject(ctx, g.d.Config().Subjects.Result(id))
+	raw, err := s.GetLastMsgForSubject(ctx, g.d.Config().Subjects.Result(source, id))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		g.answer(w, r, fail(0, CodeNotFound, "no result recorded for %s: the task may still wait or run, be parked "+
-			"(agentreach result %s says where), or was never submitted", id, id))
+		g.answer(w, r, fail(0, CodeNotFound, "no result recorded for %s of %s: the task may still wait or run, be parked "+
+			"(agentreach result %s says where), or was never submitted by this caller", id, source, id))
 		return
 	case err != nil:
 		g.answer(w, r, fail(http.StatusServiceUnavailable, streams.CodeInternal, "read %s: %v", streams.StreamResults, err))

@@ -350,7 +350,7 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 	}
 	id := h.Get(streams.HeaderRequestID)
 	if id == "" { // as the dispatcher names a durable task that has no request id
-		id = h.Get(streams.HeaderMsgID)
+		id = dispatcher.RequestIDOfSubmission(h)
 		if streams.ValidateInstanceID(id) != nil {
 			id = "task-" + strconv.FormatUint(md.Sequence.Stream, 10)
 		}
@@ -382,6 +382,10 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 	case err != nil:
 		e.log.Error().Err(err).Str("request_id", id).Msg("durable run record unreadable; it will be redelivered")
 		return verdict{kind: retry, id: id}
+	case !r.ownedBy(h):
+		// Another caller's run holds this request id: this task is not
+		// that run, and learns nothing of it.
+		return e.publishOutcome(foreignRun(r, h, name, replay), msg, false)
 	default:
 		if v, done := e.resume(r, msg, replay, md.NumDelivered); done {
 			return v

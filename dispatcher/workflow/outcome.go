@@ -187,8 +187,9 @@ func plain(v any) any {
 func (e *Engine) recordOutcome(r *Run, msg jetstream.Msg, again bool) error {
 	ctx, cancel := bounded()
 	defer cancel()
+	owner := r.owner(msg.Headers())
 	if r.Outcome == dispatcher.OutcomeResult {
-		subject := e.subjects.Result(r.ID)
+		subject := e.subjects.Result(owner, r.ID)
 		if again {
 			if _, err := e.results.GetLastMsgForSubject(ctx, subject); err == nil {
 				return nil
@@ -196,7 +197,7 @@ func (e *Engine) recordOutcome(r *Run, msg jetstream.Msg, again bool) error {
 		}
 		out := r.reply(e.nc.MaxPayload())
 		out.Subject = subject
-		out.Header.Set(streams.HeaderMsgID, "result-"+r.ID)
+		out.Header.Set(streams.HeaderMsgID, "result-"+streams.SubmissionID(owner, r.ID))
 		return e.publish(ctx, out)
 	}
 	subject := e.subjects.DeadLetter(r.Workflow)
@@ -226,7 +227,7 @@ func (e *Engine) recordOutcome(r *Run, msg jetstream.Msg, again bool) error {
 	out.Header.Set(streams.HeaderStatus, string(streams.StatusFailed))
 	out.Header.Set(streams.HeaderLastError, err.Message)
 	out.Header.Set(HeaderRunID, r.ID)
-	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", r.ID, r.Replays))
+	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%s-%d", streams.SubmissionID(owner, r.ID), r.Replays))
 	return e.publish(ctx, out)
 }
 
@@ -327,4 +328,49 @@ func (e *Engine) runEvent(r *Run) {
 		ev.Status, ev.Code = dispatcher.StatusOf(r.Error), string(r.Error.Code)
 	}
 	e.d.RecordEvent(ev)
+}
+
+// owner returns the <source> token of a durable run's caller: the one its
+// record names, or (a record written before runs named it) the one its
+// task's headers h do; NoSource when neither does.
+func (r *Run) owner(h nats.Header) string {
+	if r.Source != "" {
+		return r.Source
+	}
+	if s, err := streams.ResultSource(h.Get(streams.HeaderSource)); err == nil {
+		return s
+	}
+	return streams.NoSource
+}
+
+// ownedBy reports whether the task whose headers are h belongs to run r:
+// the same caller (a record that names none belongs to any).
+func (r *Run) ownedBy(h nats.Header) bool {
+	return r.Source == "" || r.Source == r.ownerOf(h)
+}
+
+// ownerOf is the <source> token of the task whose headers are h, or ""
+// when its Reach-Source cannot be one.
+func (r *Run) ownerOf(h nats.Header) string {
+	s, err := streams.ResultSource(h.Get(streams.HeaderSource))
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// foreignRun is the outcome of a durable task whose request id another
+// caller's run holds (theirs): it is dead-lettered as BAD_REQUEST, named
+// by its own caller, and the other run's record is neither read further
+// nor written.
+func foreignRun(theirs *Run, h nats.Header, name string, replay int) *Run {
+	now := time.Now()
+	r := &Run{ID: theirs.ID, Workflow: name, Tier: "durable", Source: theirs.ownerOf(h), Replays: replay,
+		OrchestrationID: h.Get(streams.HeaderOrchestrationID), Started: now, Updated: now, Decisions: []Decision{}}
+	if r.Source == "" {
+		r.Source = streams.NoSource
+	}
+	r.fail(streams.NewError(streams.CodeBadRequest, "request id %s is another caller's workflow run: submit under another id", r.ID))
+	r.Outcome, r.Reason = dispatcher.OutcomeDeadLetter, dispatcher.ReasonPoison
+	return r
 }

@@ -76,6 +76,9 @@ type Run struct {
 	Status          RunStatus `json:"status"`
 	OrchestrationID string    `json:"orchestration_id"`
 	ParentID        string    `json:"parent_id,omitempty"`
+	// Source is a durable run's caller, as its result subject names it
+	// (streams.ResultSource): only that caller's deliveries resume it.
+	Source string `json:"source,omitempty"`
 	// ContentType is the caller's, which the answer is in.
 	ContentType string    `json:"content_type"`
 	Deadline    time.Time `json:"deadline"`

@@ -86,6 +86,13 @@ func (e *Engine) newRun(h nats.Header, data []byte, name string, submitted time.
 	if err := streams.ValidateInstanceID(r.ID); err != nil {
 		return r, streams.NewError(streams.CodeBadRequest, "%s: %v", streams.HeaderRequestID, err)
 	}
+	if tier == "durable" {
+		source, err := streams.ResultSource(h.Get(streams.HeaderSource))
+		if err != nil {
+			return r, streams.NewError(streams.CodeBadRequest, "%v", err)
+		}
+		r.Source = source
+	}
 	if badPayload != nil {
 		return r, badPayload
 	}

@@ -16,8 +16,8 @@ import pytest
 import pytest_asyncio
 from conftest import BINARY, WAIT, Stack, fills_max_payload, poll, routed, unique
 
-from agentreach import JSON, Agent, Client, InvalidConfig, NoAgent, Unauthorized
-from agentreach.auth import Credentials, InvalidCredentials
+from agentreach import JSON, Agent, Client, InvalidConfig, NoAgent, NoResult, Unauthorized
+from agentreach.auth import Credentials, InvalidCredentials, Signer
 
 
 def auth(stack: Stack, *args: str) -> str:
@@ -187,3 +187,36 @@ async def test_a_cancel_is_signed_and_another_identitys_stops_nothing(secure: St
                 await c
     finally:
         await agent.drain()
+
+
+def test_the_submission_id_is_the_go_sdks() -> None:
+    """The same keys make the same Nats-Msg-Id as Go's auth.Signer.SubmissionID
+    (auth/submission_test.go holds the same values)."""
+    signer = Signer("alice", "SUANSZYV4ZOJE7BIYVZQL7ZUTTA45BCPWCJ3M72VMYWJOPXZ5QSUACKKWU",
+                    "XBLWJHGXHGVEOGOKKGF6JDLX6P5E6HTSHSA4ZVMPJ6WE44QKSUHR26QB")
+    assert signer.submission_id("r1") == "alice.r1.MrGbpXdm25uVjZUbaSfZ-Q"
+    assert signer.submission_id("r1") != signer.submission_id("r2")
+
+
+async def test_a_durable_result_is_read_only_by_its_submitter(secure: Stack, caller: Client) -> None:
+    """Under auth a caller reads its own durable result (a direct get of
+    reach.result.<name>.<id>, the only read its permissions allow) and
+    another identity finds none under the same request id."""
+    await routed(lambda: caller.call("echo", {"text": "warm"}, timeout=5))
+    rid = await caller.submit("echo", {"text": "durable"})
+    assert (await caller.wait(rid, timeout=WAIT)).decode() == {"text": "durable"}
+    assert (await poll(lambda: _recorded(caller, rid), "the outcome recorded")).decode() == {"text": "durable"}
+    await synced(secure, "py-other")
+    other = await Client.connect(secure.url, credentials=creds(secure, "py-other"), content_type=JSON)
+    try:
+        with pytest.raises(NoResult):
+            await other.result(rid)
+    finally:
+        await other.close()
+
+
+async def _recorded(client: Client, rid: str) -> Any:
+    try:
+        return await client.result(rid)
+    except NoResult:
+        return None

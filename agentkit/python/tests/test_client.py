@@ -12,8 +12,9 @@ import time
 import msgpack
 import pytest
 
-from agentreach import (ERRORS, Agent, Branch, Cancelled, Client, Context, DeadlineExceeded, Incomplete, Internal,
-                        NoAgent, NoResult, Reject, idempotency_bucket_key)
+from agentreach import (ERRORS, Agent, BadRequest, Branch, Cancelled, Client, Context, DeadlineExceeded, Incomplete,
+                        Internal, NoAgent, NoResult, Reject, idempotency_bucket_key)
+from agentreach._wire import result_source
 from conftest import REPO, WAIT, Direct, fills_max_payload, poll, python, routed, running, unique
 
 
@@ -196,6 +197,49 @@ async def test_submit_result_wait(client, stack):
         # Watching from before the outcome is recorded finds it too.
         rid = await client.submit(cap, 1, request_id=f"fixed-{time.monotonic_ns()}")
         assert (await client.wait(rid, timeout=20)).value == 2
+
+
+async def test_results_are_per_caller(nc, stack):
+    """A durable result is on reach.result.<source>.<request-id>: each caller
+    reads its own; another caller's task under the same request id is a task
+    of its own, and the same caller's resubmission is deduplicated."""
+    cap = unique("percaller")
+    agent = Agent(stack.url, type="percallertest")
+    runs = 0
+
+    @agent.handler(cap)
+    async def echo(ctx, v: str):
+        nonlocal runs
+        runs += 1
+        return v
+
+    alice, bob, anonymous = Client(nc, source="alice"), Client(nc, source="bob"), Client(nc)
+    rid = f"shared-{time.monotonic_ns()}"
+    async with running(agent):
+        assert (await alice.wait(await alice.submit(cap, "alice's", request_id=rid), timeout=20)).value == "alice's"
+        assert (await poll(lambda: recorded(alice, rid), "alice's outcome recorded")).value == "alice's"
+        for other in (bob, anonymous):  # the same id under another caller: no result of theirs
+            with pytest.raises(NoResult):
+                await other.result(rid)
+        await alice.submit(cap, "again", request_id=rid)  # deduplicated: alice's task is submitted once
+        assert (await bob.wait(await bob.submit(cap, "bob's", request_id=rid), timeout=20)).value == "bob's"
+        assert (await poll(lambda: recorded(bob, rid), "bob's outcome recorded")).value == "bob's"
+        assert (await alice.result(rid)).value == "alice's"
+        assert runs == 2
+        # Without a source, results are under "_".
+        anon = await anonymous.submit(cap, "nobody's")
+        assert (await anonymous.wait(anon, timeout=20)).value == "nobody's"
+        got = await nc.request(f"$JS.API.DIRECT.GET.REACH_RESULTS.reach.result._.{anon}", b"", timeout=WAIT)
+        assert got.data == msgpack.packb("nobody's")
+    with pytest.raises(BadRequest):
+        await Client(nc, source="a.b").submit(cap, 1)
+
+
+def test_result_source():
+    assert result_source("") == "_" and result_source("alice") == "alice"
+    for bad in ("_", "a.b", "*", ">", "-x"):
+        with pytest.raises(ValueError):
+            result_source(bad)
 
 
 async def recorded(client, rid):

@@ -105,6 +105,22 @@ NO_CALLER = "="
 """The caller token of a delivery without Reach-Source (auth off): a valid KV
 key token that is no identity's name."""
 
+NO_SOURCE = "_"
+"""The <source> token of a durable task that names no Reach-Source (auth off):
+its result is on ``reach.result._.<request-id>``; no identity can be named so."""
+
+
+def result_source(source: str) -> str:
+    """Returns the token a caller's durable results are published under: its
+    Reach-Source, or NO_SOURCE when there is none; ValueError when the
+    source is not one name token."""
+    if not source:
+        return NO_SOURCE
+    problem = id_problem(source)
+    if problem:
+        raise ValueError(f"{H_SOURCE}: {problem}")
+    return source
+
 
 def idempotency_bucket_key(capability: str, caller: str, key: str) -> str:
     """Returns the REACH_IDEMPOTENCY key of a caller's key: ``<capability>.<caller>.<key>``.

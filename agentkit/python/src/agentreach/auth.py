@@ -37,6 +37,7 @@ SIGNATURE_HEADER = "Reach-Signature"
 _MAC_KEY_LABEL = b"agentreach-mac-key-v1"
 _SIGNATURE_LABEL = b"agentreach-signature-v2"
 _BEARER_LABEL = b"agentreach-bearer-v1"
+_SUBMISSION_LABEL = b"agentreach-submission-v1"
 
 # nkeys' prefix bytes: a seed, a user key, a curve (X25519) key.
 _PREFIX_SEED = 18 << 3
@@ -221,6 +222,16 @@ class Signer:
         headers[SIGNATURE_HEADER] = self.signature(headers.get(w.H_REQUEST_ID, ""), subject, body,
                                                    deadline=headers.get(w.H_DEADLINE, ""),
                                                    idempotency_key=headers.get(w.H_IDEMPOTENCY_KEY, ""))
+
+    def submission_id(self, request_id: str) -> str:
+        """The Nats-Msg-Id of this identity's durable submission of request_id:
+        ``<name>.<request-id>.<proof>``, the same on every resubmission, and
+        one no other identity can make (so none can pre-empt it within
+        REACH_TASKS' deduplication window)."""
+        h = hmac.new(self._key, digestmod=hashlib.sha256)
+        for part in (_SUBMISSION_LABEL, self.name.encode(), request_id.encode()):
+            h.update(part + b"\x00")
+        return f"{self.name}.{request_id}.{_b64url(h.digest()[:16])}"
 
     def bearer(self) -> str:
         """The identity's HTTP bearer token for a dispatcher's gateway

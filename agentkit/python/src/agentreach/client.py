@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_TIMEOUT = 60.0
 """DEFAULT_TIMEOUT bounds a call without a timeout or deadline (seconds), like the default deadline."""
+READ_TIMEOUT = 10.0  # seconds: one read of a stored result
+_DIRECT_GET_HEADERS = frozenset(("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending",
+                                 "Nats-Last-Sequence"))  # what a direct get adds to the stored message
 
 
 @dataclass
@@ -229,9 +232,15 @@ class Client:
             h.update(extra)
         if headers:
             h.update(headers)
-        if durable:
-            h[w.H_MSG_ID] = h[w.H_REQUEST_ID]
         return h, bytes(body)
+
+    def _result_source(self) -> str:
+        """The token this client's durable results are published under: its
+        signer's name, its source, or "_" with neither."""
+        try:
+            return w.result_source(self.signer.name if self.signer is not None else self.source)
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
 
     async def _request(self, subject: str, headers: dict[str, str], body: bytes, timeout: Optional[float],
                        what: str) -> Result:
@@ -290,10 +299,18 @@ class Client:
         """Hands a task to the durable tier and returns its request id once stored.
 
         Submitting the same request_id again within two minutes is
-        deduplicated; a full buffer raises Overloaded.
+        deduplicated — per caller: the Nats-Msg-Id is
+        ``<source>.<request-id>``, with a signer followed by a proof only
+        this identity can make (Signer.submission_id), and another caller's
+        task under the same id is a task of its own. A full buffer raises Overloaded.
         """
         h, body = self._message(capability, payload, parent, durable=True, **opts)
         self._sign(f"{self.prefix}.submit.{capability}", h, body)
+        try:
+            h[w.H_MSG_ID] = (self.signer.submission_id(h[w.H_REQUEST_ID]) if self.signer is not None
+                             else f"{w.result_source(h.get(w.H_SOURCE, ''))}.{h[w.H_REQUEST_ID]}")
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
         w.check_size(h, body, self.nc.max_payload)
         try:
             await self._js.publish(f"{self.prefix}.submit.{capability}", body, headers=h)
@@ -310,17 +327,31 @@ class Client:
         return h[w.H_REQUEST_ID]
 
     async def result(self, request_id: str) -> Result:
-        """Returns a durable task's recorded outcome; NoResult while there is none.
+        """Returns the recorded outcome of a durable task this client's caller
+        submitted; NoResult while there is none (or none of this caller's).
 
-        A stored business rejection is raised as BizReject. REACH_RESULTS
-        stores an outcome a moment after wait() hears it published, so right
-        after wait() this may still raise NoResult.
+        A result is published on ``reach.result.<source>.<request-id>`` and
+        read only there: <source> is the signer's identity, else the
+        client's source, else "_". A stored business rejection is raised as
+        BizReject. REACH_RESULTS stores an outcome a moment after wait()
+        hears it published, so right after wait() this may still raise
+        NoResult.
         """
+        subject = f"{self.prefix}.result.{self._result_source()}.{request_id}"
+        # A direct get of that one subject: the only read of REACH_RESULTS
+        # a caller's permissions allow (STREAM.MSG.GET takes any subject).
         try:
-            raw = await self._js.get_last_msg(w.STREAM_RESULTS, f"{self.prefix}.result.{request_id}")
-        except nats.js.errors.NotFoundError:
-            raise NoResult(f"no result recorded yet for {request_id}") from None
-        res = Result.of(raw.headers, raw.data or b"")
+            raw = await self.nc.request(f"$JS.API.DIRECT.GET.{w.STREAM_RESULTS}.{subject}", b"", timeout=READ_TIMEOUT)
+        except nats.errors.NoRespondersError:
+            raise RuntimeError(f"read {subject}: no stream {w.STREAM_RESULTS} answers direct gets "
+                               "(provision it: `agentreach up`, or a dispatcher's start)") from None
+        status = (raw.headers or {}).get("Status", "")
+        if status == "404":
+            raise NoResult(f"no result recorded yet for {request_id}")
+        if status:
+            raise RuntimeError(f"read {subject}: {status} {(raw.headers or {}).get('Description', '')}")
+        headers = {k: v for k, v in (raw.headers or {}).items() if k not in _DIRECT_GET_HEADERS}
+        res = Result.of(headers, raw.data or b"")
         err = res.error()
         if err is not None:
             raise err
@@ -330,14 +361,22 @@ class Client:
         """Waits for a durable task's outcome; Parked when it was dead-lettered
         or sent for review while waiting."""
         got: asyncio.Queue[Any] = asyncio.Queue()
+        source = self._result_source()
+        subject = f"{self.prefix}.result.{source}.{request_id}"
+
+        def own(h: w.Headers) -> bool:  # a parked entry of this caller's task, not another's under the same id
+            try:
+                return w.result_source(h.get(w.H_SOURCE) or "") == source
+            except ValueError:
+                return False
 
         async def on_msg(msg: Any) -> None:
             h = w.Headers(msg.headers)
-            if msg.subject.endswith(f".result.{request_id}") or h.get(w.H_REQUEST_ID) == request_id:
+            if msg.subject == subject or (h.get(w.H_REQUEST_ID) == request_id and own(h)):
                 got.put_nowait(msg)
 
         subs = [await self.nc.subscribe(s, cb=on_msg) for s in (
-            f"{self.prefix}.result.{request_id}", f"{self.prefix}.dlq.>", f"{self.prefix}.review.>")]
+            subject, f"{self.prefix}.dlq.>", f"{self.prefix}.review.>")]
         try:
             await self.nc.flush()
             try:
@@ -349,7 +388,7 @@ class Client:
             except asyncio.TimeoutError:
                 raise DeadlineExceeded(f"no outcome for {request_id} within {timeout}s") from None
             h = w.Headers(msg.headers)
-            if ".result." not in msg.subject:
+            if msg.subject != subject:
                 raise Parked(f"task {request_id} parked ({h.get('Reach-DLQ-Reason')}): {h.get('Reach-Last-Error')}",
                              code=h.get(w.H_ERROR), reason=h.get("Reach-DLQ-Reason"))
             res = Result.of(msg.headers, msg.data)
