@@ -38,7 +38,8 @@ type Dispatcher struct {
 	breakerKV  jetstream.KeyValue
 	apiSubs    []*nats.Subscription
 	js         jetstream.JetStream
-	results    jetstream.Stream // REACH_RESULTS, for redelivered durable tasks
+	results    jetstream.Stream   // REACH_RESULTS, for redelivered durable tasks
+	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (outcome.go)
 	consume    jetstream.ConsumeContext
 	stopReplay func()
 	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them

@@ -48,6 +48,9 @@ func (d *Dispatcher) startDurable(ctx context.Context, js jetstream.JetStream) e
 	if d.results, err = js.Stream(ctx, streams.StreamResults); err != nil {
 		return streams.OpenError("dispatcher", streams.StreamResults, err)
 	}
+	if d.outcomes, err = js.KeyValue(ctx, streams.BucketOutcomes); err != nil {
+		return streams.OpenError("dispatcher", streams.BucketOutcomes, err)
+	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamTasks, jetstream.ConsumerConfig{
 		Durable:       d.cfg.DurableConsumer,
 		Description:   "Agent-Reach dispatchers: durable-tier tasks",
@@ -125,12 +128,27 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		h.Set(streams.HeaderIdempotencyKey, durableKey(t))
 	}
 	t.seq = md.Sequence.Stream
-	if md.NumDelivered > 1 && d.resultRecorded(t) {
-		// An earlier delivery recorded the result and its acknowledgement
-		// was lost (a crash, a server restart): the task has its outcome.
-		t.log.Debug().Uint64("delivered", md.NumDelivered).Msg("redelivered task already has its result")
-		d.ackDurable(t, msg)
-		return
+	if md.NumDelivered > 1 {
+		// An earlier delivery may have decided the outcome already (its
+		// acknowledgement was lost, its replica died after claiming, or a
+		// publish timed out although it landed): that one is recorded, no
+		// other.
+		held, found, err := d.heldOutcome(t)
+		switch {
+		case err != nil:
+			t.log.Warn().Err(err).Msg("durable redelivery: the outcome claims cannot be read; the task waits")
+			_ = msg.NakWithDelay(bufferDelayMax)
+			return
+		case found:
+			d.recordClaimed(t, m, msg, md, held, e)
+			return
+		case d.resultRecorded(t):
+			// A result without a claim (recorded by a dispatcher from
+			// before claims): the task has its outcome.
+			t.log.Debug().Uint64("delivered", md.NumDelivered).Msg("redelivered task already has its result")
+			d.ackDurable(t, msg)
+			return
+		}
 	}
 
 	stop := d.keepInProgress(msg)
@@ -140,49 +158,139 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	}
 	stop()
 
-	var recorded error
-	where := OutcomeResult
+	c, wait := d.decide(t, res, e, md.NumDelivered)
+	if wait > 0 {
+		d.stats.buffered.Add(1)
+		t.log.Debug().Str("code", string(e.Code)).Dur("retry_in", wait).Msg("no capacity: task waits in the stream")
+		if err := msg.NakWithDelay(wait); err != nil {
+			t.log.Warn().Err(err).Msg("durable nak")
+		}
+		return
+	}
+	held, err := d.claimOutcome(t, c)
+	switch {
+	case errors.Is(err, errOutcomeClaimed):
+		// Another delivery of this task (two replicas held it at once)
+		// decided first: its outcome is the one recorded.
+		t.log.Warn().Str("claimed", held.Outcome).Str("by", held.By).Str("discarded", c.Outcome).
+			Msg("durable task: another delivery claimed its outcome first; this one's is discarded")
+		d.recordClaimed(t, m, msg, md, held, e)
+		return
+	case err != nil:
+		t.log.Error().Err(err).Msg("durable outcome not claimed; the task will be redelivered")
+		_ = msg.NakWithDelay(bufferDelayMax)
+		return
+	}
+	d.record(t, m, msg, md, c, res, e)
+}
+
+// decide returns the outcome a durable task gets from its routing's
+// answer res or error e — or, while no capable instance has capacity and
+// its deadline has not passed, how long it waits in the stream instead.
+func (d *Dispatcher) decide(t *task, res *nats.Msg, e *streams.Error, delivered uint64) (outcomeClaim, time.Duration) {
+	park := func(where, reason string, e *streams.Error) outcomeClaim {
+		return outcomeClaim{Outcome: where, Reason: reason, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}
+	}
 	switch {
 	case e == nil:
-		if recorded = d.recordResult(t, res, nil); errors.Is(recorded, streams.ErrPayloadTooLarge) {
-			e = streams.AsError(recorded) // a result that cannot be stored: no retry can store it
-			where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
+		if _, err := d.durableResultMsg(t, res, nil); err != nil { // a result that cannot be stored: no retry can store it
+			return park(OutcomeDeadLetter, ReasonPoison, streams.AsError(err)), 0
 		}
+		return outcomeClaim{Outcome: OutcomeResult, Node: t.node, Attempts: t.attempts}, 0
 	case e.Code == streams.CodeBizReject:
-		recorded = d.recordResult(t, nil, e)
+		return outcomeClaim{Outcome: OutcomeResult, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}, 0
 	case e.Code == streams.CodeDeadlineExceeded:
-		where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
+		return park(OutcomeReview, ReasonDeadline, e), 0
 	case t.inDoubt:
 		// Whether the side effect happened is unknown, and the key will not
 		// run again by itself: a person decides (`agentreach review resolve`),
 		// never the dead-letter replayer.
-		where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonInDoubt, e)
+		return park(OutcomeReview, ReasonInDoubt, e), 0
 	case buffered(e.Code):
 		if time.Now().After(t.deadline) {
-			where, recorded = OutcomeReview, d.park(t, m, d.cfg.Subjects.Review(t.capability), ReasonDeadline, e)
-			break
+			return park(OutcomeReview, ReasonDeadline, e), 0
 		}
-		delay := min(bufferDelayBase<<min(md.NumDelivered-1, 8), bufferDelayMax)
-		d.stats.buffered.Add(1)
-		t.log.Debug().Str("code", string(e.Code)).Dur("retry_in", delay).Msg("no capacity: task waits in the stream")
-		if err := msg.NakWithDelay(delay); err != nil {
-			t.log.Warn().Err(err).Msg("durable nak")
-		}
-		return
+		return outcomeClaim{}, min(bufferDelayBase<<min(delivered-1, 8), bufferDelayMax)
 	case e.Code == streams.CodeBadRequest || e.Code == streams.CodePayloadTooLarge || e.Code == streams.CodeLoopDetected ||
 		e.Code == streams.CodeUnauthorized:
-		where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonPoison, e)
-	default:
-		where, recorded = OutcomeDeadLetter, d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), ReasonFailed, e)
+		return park(OutcomeDeadLetter, ReasonPoison, e), 0
 	}
-	if recorded != nil {
-		// Not recorded: leave the task unacknowledged, so it is redelivered.
-		t.log.Error().Err(recorded).Msg("durable outcome not recorded; the task will be redelivered")
+	return park(OutcomeDeadLetter, ReasonFailed, e), 0
+}
+
+// record publishes the outcome c this delivery claimed for t — its result
+// res (or business rejection e), or the parked entry — then records its
+// event and acknowledges it. An outcome not published leaves the task
+// unacknowledged: its redelivery records the claimed outcome.
+func (d *Dispatcher) record(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, c outcomeClaim, res *nats.Msg, e *streams.Error) {
+	var err error
+	switch c.Outcome {
+	case OutcomeResult:
+		err = d.recordResult(t, res, e)
+	case OutcomeReview:
+		err = d.park(t, m, d.cfg.Subjects.Review(t.capability), c.Reason, c.err())
+	default:
+		err = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), c.Reason, c.err())
+	}
+	if err != nil {
+		t.log.Error().Err(err).Msg("durable outcome not recorded; the task will be redelivered")
 		_ = msg.NakWithDelay(bufferDelayMax)
 		return
 	}
-	d.recordEvent(t, md.Timestamp, where, e)
+	if c.Outcome != OutcomeResult || e != nil {
+		e = c.err()
+	}
+	d.recordEvent(t, md.Timestamp, c.Outcome, e)
 	d.ackDurable(t, msg)
+}
+
+// recordClaimed records the outcome held claims for a delivery of t that
+// did not decide it: a parked entry is published again as claimed (under
+// its message id: the stream drops it if the first publish landed); a
+// result is found in REACH_RESULTS, or — its publish lost — obtained again
+// by routing the task, whose idempotency key replays the stored outcome,
+// and recorded. Until it can be, the task waits in the stream.
+func (d *Dispatcher) recordClaimed(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, held outcomeClaim, e *streams.Error) {
+	t.node, t.attempts = held.Node, held.Attempts
+	if held.Outcome != OutcomeResult {
+		d.record(t, m, msg, md, held, nil, nil)
+		return
+	}
+	if d.resultRecorded(t) {
+		t.log.Debug().Uint64("delivered", md.NumDelivered).Msg("redelivered task already has its result")
+		d.ackDurable(t, msg)
+		return
+	}
+	if e != nil && held.Code == "" {
+		t.log.Error().Str("code", string(e.Code)).Msg("durable task claimed a result its redelivery cannot route again; it waits")
+		_ = msg.NakWithDelay(bufferDelayMax)
+		return
+	}
+	var res *nats.Msg
+	if held.Code == "" { // a result: the agent's idempotency key replays it
+		// A task is routed once (this delivery may have routed t already):
+		// the replay goes as a task of its own.
+		seq := t.seq
+		if t, e = d.newTask(m, t.capability, md.Timestamp, true); e != nil {
+			t.log.Error().Str("code", string(e.Code)).Msg("durable task claimed a result its redelivery cannot route again; it waits")
+			_ = msg.NakWithDelay(bufferDelayMax)
+			return
+		}
+		t.seq = seq
+		// The work was done: its deadline no longer bounds getting the
+		// stored outcome back.
+		t.deadline = time.Now().Add(d.cfg.Deadline)
+		stop := d.keepInProgress(msg)
+		res, e = d.routeWait(t)
+		stop()
+		if e != nil {
+			t.log.Warn().Str("code", string(e.Code)).Str("error", e.Message).
+				Msg("durable task's claimed result not yet obtained again; it waits")
+			_ = msg.NakWithDelay(bufferDelayMax)
+			return
+		}
+	}
+	d.record(t, m, msg, md, held, res, held.err())
 }
 
 // ackDurable acknowledges a durable task whose outcome is recorded.
@@ -266,12 +374,12 @@ func KeepInProgress(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
 	return func() { close(done); <-exited }
 }
 
-// recordResult stores a durable task's result (or business rejection) in
-// REACH_RESULTS, which also publishes it on
+// durableResultMsg builds the REACH_RESULTS message of a durable task's result
+// res (or business rejection e), published on
 // reach.result.<source>.<request-id>, where only its caller reads it. A
 // result that exceeds max_payload with the dispatcher's headers is a
-// PAYLOAD_TOO_LARGE error, stored nowhere.
-func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) error {
+// PAYLOAD_TOO_LARGE error.
+func (d *Dispatcher) durableResultMsg(t *task, res *nats.Msg, e *streams.Error) (*nats.Msg, error) {
 	out := nats.NewMsg(d.cfg.Subjects.Result(t.owner, t.requestID))
 	if res != nil {
 		out.Data = res.Data
@@ -293,7 +401,17 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
 		e := streams.AsError(err)
 		e.Message = "the result of " + t.node + ", with the dispatcher's headers: " + e.Message
-		return e
+		return nil, e
+	}
+	return out, nil
+}
+
+// recordResult stores a durable task's result (or business rejection) in
+// REACH_RESULTS.
+func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) error {
+	out, err := d.durableResultMsg(t, res, e)
+	if err != nil {
+		return err
 	}
 	if _, err := d.publishDurable(out); err != nil {
 		return err

@@ -349,3 +349,68 @@ func TestARedeliveredTaskWithARecordedResultEndsThere(t *testing.T) {
 		t.Errorf("outcomes %+v, %d side effects; want the one recorded result and no execution", o, effects.Load())
 	}
 }
+
+// A durable task's outcome is claimed before it is recorded, and only the
+// claimed one is recorded: here another delivery of the task (as a second
+// replica holding it, or a first whose acknowledgement was lost) claimed
+// it first. Claimed a dead letter, the task is dead-lettered although its
+// agent now succeeds — no result beside it; claimed a result whose publish
+// was lost, the result is obtained again (the agent's idempotency key
+// replays it, one execution) and recorded once.
+func TestADurableTaskGetsTheOutcomeClaimedFirst(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	nc := st.Conn()
+	js := jsOf(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	effects := countEffects(t, st.Conn())
+	st.Agent(agentkit.Config{Type: "pay", ID: "payer-1"}, map[string]agentkit.Handler{"pay.charge": payer(st.Conn())})
+	WaitRoutable(t, "pay.charge", 1, d)
+	claims, err := js.KeyValue(ctx, streams.BucketOutcomes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := js.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.Client()
+	for _, tc := range []struct {
+		id, claim                      string
+		completed, deadLettered, execs int
+	}{
+		{"claimed-dlq", `{"outcome":"dead_letter","reason":"failed","code":"INTERNAL","message":"failed on another replica","node":"payer-1","attempts":3,"request_id":"claimed-dlq","by":"d-other"}`, 0, 1, 1},
+		{"claimed-result", `{"outcome":"result","node":"payer-1","attempts":1,"request_id":"claimed-result","by":"d-other"}`, 1, 0, 1},
+	} {
+		info, err := tasks.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("task.%d.%s", info.State.LastSeq+1, tc.id) // the submission below
+		if _, err := claims.Create(ctx, key, []byte(tc.claim)); err != nil {
+			t.Fatal(err)
+		}
+		before := effects.Load()
+		if _, err := c.Submit(ctx, "pay.charge", map[string]string{"n": tc.id}, agentkit.WithRequestID(tc.id)); err != nil {
+			t.Fatal(err)
+		}
+		natstest.WaitFor(t, 20*time.Second, func() error { // acknowledged once its outcome is recorded
+			if info, err := tasks.Info(ctx); err != nil || info.State.Msgs != 0 {
+				return fmt.Errorf("REACH_TASKS still holds %s (%v)", tc.id, err)
+			}
+			return nil
+		})
+		o, err := ReadOutcomes(ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Completed[tc.id] != tc.completed || o.DeadLettered[tc.id] != tc.deadLettered || o.InReview[tc.id] != 0 {
+			t.Errorf("%s: %d results, %d dead letters, %d review entries; want %d, %d, 0", tc.id,
+				o.Completed[tc.id], o.DeadLettered[tc.id], o.InReview[tc.id], tc.completed, tc.deadLettered)
+		}
+		if n := effects.Load() - before; n != int64(tc.execs) {
+			t.Errorf("%s executed %d times, want %d", tc.id, n, tc.execs)
+		}
+	}
+}

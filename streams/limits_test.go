@@ -232,6 +232,6 @@ func TestProvisionSaysWhenTheServerCannotReserveTheLimits(t *testing.T) {
 	defer cancel()
 	err := streams.Provision(ctx, js, streams.Topology{Memory: true})
 	if err == nil || !strings.Contains(err.Error(), "max_memory_store") {
-		t.Fatalf("provisioning 192 MiB of limits on a 32 MiB server: got %v, want the reservation refused with a hint", err)
+		t.Fatalf("provisioning about 210 MiB of limits on a 32 MiB server: got %v, want the reservation refused with a hint", err)
 	}
 }

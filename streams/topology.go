@@ -23,6 +23,10 @@ const (
 	// BucketRuns holds durable workflow runs (docs/workflows.md): key = run id,
 	// the steps done, their outputs and every decision.
 	BucketRuns = "REACH_RUNS"
+	// BucketOutcomes holds one create-only claim per durable task (its
+	// REACH_TASKS message) on the outcome it gets, written before the
+	// outcome is published: a task never has two (docs/protocol.md).
+	BucketOutcomes = "REACH_OUTCOMES"
 
 	StreamTasks   = "REACH_TASKS"
 	StreamResults = "REACH_RESULTS"
@@ -41,6 +45,14 @@ const (
 	// DefaultRunsTTL is how long a workflow run's record is kept after its
 	// last change.
 	DefaultRunsTTL = 7 * 24 * time.Hour
+	// DefaultOutcomesTTL is how long a durable task's outcome claim is
+	// kept: far longer than a redelivery comes (the ack wait, 30 s), and
+	// than a replica stalled or cut off mid-task is expected to stay so.
+	// With about 350 bytes a claim, the default 256 MiB holds an hour of
+	// 200 durable tasks a second.
+	DefaultOutcomesTTL = time.Hour
+	// OutcomeMaxValueSize bounds one outcome claim (where, why, who).
+	OutcomeMaxValueSize = 4 << 10
 )
 
 // Size limits of Topology (docs/security.md, Size limits): every bucket and
@@ -209,6 +221,8 @@ func (t Topology) KeyValueConfigs() []jetstream.KeyValueConfig {
 			MaxBytes: small, MaxValueSize: min(RecordMaxValueSize, payload)},
 		{Bucket: BucketRuns, Description: "Agent-Reach: workflow runs (steps, outputs, decisions)",
 			History: 1, TTL: DefaultRunsTTL, Storage: st, Replicas: r, MaxBytes: big, MaxValueSize: payload},
+		{Bucket: BucketOutcomes, Description: "Agent-Reach: one claim per durable task on its outcome (create-only)",
+			History: 1, TTL: DefaultOutcomesTTL, Storage: st, Replicas: r, MaxBytes: big, MaxValueSize: OutcomeMaxValueSize},
 	}
 }
 

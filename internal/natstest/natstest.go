@@ -35,10 +35,12 @@ func Options(dir string) *server.Options {
 		NoSigs:    true,
 		JetStream: true,
 		StoreDir:  dir,
-		// Keep test servers small so a few can run side by side.
-		JetStreamMaxMemory: 256 << 20,
+		// A reservation too, not memory used: room for the memory
+		// topology's limits (about 210 MiB) twice over — concurrent
+		// provisioning reserves a stream being created more than once.
+		JetStreamMaxMemory: 512 << 20,
 		// Reservations, not disk used: room for the file topology's limits
-		// (about 2.6 GiB) and a few streams of a test's own.
+		// (about 2.9 GiB) and a few streams of a test's own.
 		JetStreamMaxStore: 4 << 30,
 	}
 }
