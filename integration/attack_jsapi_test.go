@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -250,18 +252,66 @@ func TestSecurityJetStreamAPISweep(t *testing.T) {
 	})
 }
 
-// TestSecurityRollupOnOwnKeyPurgesTheBucket shows a hole still open: an
-// agent writing its own REACH_AGENTS key with "Nats-Rollup: all" purges
-// every agent's record. NATS permissions cannot see headers, and the server
-// keeps rollups on for a bucket with limit markers, which REACH_AGENTS
-// (expiry) and REACH_IDEMPOTENCY need. The records come back with the next
-// heartbeats. It skips while the hole is open and fails once it is closed,
-// so whoever closes it turns it into a ledger row.
-func TestSecurityRollupOnOwnKeyPurgesTheBucket(t *testing.T) {
+// A "Nats-Rollup: all" header on a write to the one key an identity may
+// write would purge every other key of the bucket, and NATS permissions
+// cannot see headers. REACH_IDEMPOTENCY refuses rollups, so no agent can
+// purge the outcomes other agents stored (which would make their writes
+// run twice); a plain write of its own key still goes through.
+func TestSecurityRollupCannotPurgeStoredOutcomes(t *testing.T) {
 	st := NewSecureStack(t, time.Second, jsapiACL)
-	d := st.Dispatcher(dispatcher.Config{})
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
-	st.Agent(agentkit.Config{ID: "echo-2", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ajs, err := jetstream.New(st.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes, err := ajs.KeyValue(ctx, streams.BucketIdempotency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := streams.IdempotencyKey("math.add", "caller", "order-1") // another agent's stored outcome
+	if _, err := outcomes.Put(ctx, other, []byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(st.ConnAs("echo-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := "$KV." + streams.BucketIdempotency + "." + streams.IdempotencyKey("echo", "caller", "k-1")
+	m := nats.NewMsg(own)
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+	m.Data = []byte("x")
+	if _, err := js.PublishMsg(ctx, m); err == nil {
+		t.Fatal("an agent's rollup of REACH_IDEMPOTENCY was stored")
+	}
+	if _, err := outcomes.Get(ctx, other); err != nil {
+		t.Fatalf("another agent's stored outcome after the rollup: %v", err)
+	}
+	if _, err := js.Publish(ctx, own, []byte("x")); err != nil { // the control: its own key, plainly
+		t.Fatalf("an agent's plain write of its own outcome: %v", err)
+	}
+}
+
+// REACH_AGENTS cannot refuse rollups: the server keeps them on where a
+// bucket has limit markers, which its expiry needs (docs/security.md, Size
+// limits). So an agent's "Nats-Rollup: all" on its own record purges the
+// others' from the bucket — and this test pins what that costs: nothing
+// routed changes (the dispatchers' tables follow the bucket's changes, and
+// a rollup is no deletion of the other keys), and every live agent's record
+// is back with its next heartbeat. Should the server start refusing the
+// rollup, the test says so: then it becomes a row of the sweep above.
+func TestSecurityAgentsRollupLeavesRoutingIntact(t *testing.T) {
+	const hb = 500 * time.Millisecond
+	st := NewSecureStack(t, hb, jsapiACL)
+	d := st.Dispatcher(dispatcher.Config{})
+	var got [2]atomic.Int64
+	for i, id := range []string{"echo-1", "echo-2"} {
+		st.Agent(agentkit.Config{ID: id, Type: "echo"}, map[string]agentkit.Handler{"echo": func(_ context.Context, r *agentkit.Request) (any, error) {
+			got[i].Add(1)
+			return r.Data, nil
+		}})
+	}
 	WaitRoutable(t, "echo", 2, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -277,17 +327,33 @@ func TestSecurityRollupOnOwnKeyPurgesTheBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	own, err := records.Get(ctx, "echo-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := nats.NewMsg("$KV." + streams.BucketAgents + ".echo-1")
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
-	m.Data = []byte(`{}`)
-	_, perr := js.PublishMsg(ctx, m)
-	_, gerr := records.Get(ctx, "echo-2")
-	if perr == nil {
-		// Accepted is the hole; echo-2's heartbeat may have written its
-		// record again since (gerr says whether it had).
-		t.Skipf("known hole: the server accepted an agent's rollup of REACH_AGENTS (echo-2's record after it: %v)", gerr)
+	m.Data = own.Value() // its own record, as its heartbeat writes it
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("the server refused an agent's rollup of REACH_AGENTS (%v): the hole is closed; make it a row of TestSecurityJetStreamAPISweep", err)
 	}
-	t.Fatalf("the rollup attack no longer works (publish: %v, echo-2's record: %v): make it a row of TestSecurityJetStreamAPISweep", perr, gerr)
+	if n := len(d.Table().Offering("echo")); n != 2 {
+		t.Errorf("after the rollup the dispatcher offers %d echo instances, want both", n)
+	}
+	c := st.Client()
+	before := got[1].Load()
+	for range 20 {
+		if _, err := c.Call(ctx, "echo", map[string]int{"n": 1}); err != nil {
+			t.Fatalf("a call after the rollup: %v", err)
+		}
+	}
+	if got[1].Load() == before {
+		t.Error("echo-2 got none of 20 calls after echo-1's rollup")
+	}
+	natstest.WaitFor(t, 10*hb, func() error { // back with its next heartbeat
+		_, err := records.Get(ctx, "echo-2")
+		return err
+	})
 }
 
 // roleOf names identity name's role, for the ledger.

@@ -211,8 +211,11 @@ func (t Topology) KeyValueConfigs() []jetstream.KeyValueConfig {
 			MaxBytes: small, MaxValueSize: min(RecordMaxValueSize, payload)},
 		{Bucket: BucketCaps, Description: "Agent-Reach: capability declarations per agent type",
 			History: 5, Storage: st, Replicas: r, MaxBytes: small, MaxValueSize: DocumentMaxValueSize},
+		// No limit markers: nothing watches the bucket (agents poll a key),
+		// and without them the server lets rollups be refused — a
+		// "Nats-Rollup: all" on one key would purge every stored outcome.
 		{Bucket: BucketIdempotency, Description: "Agent-Reach: results stored per idempotency key",
-			History: 1, TTL: idemTTL, LimitMarkerTTL: time.Minute, Storage: st, Replicas: r,
+			History: 1, TTL: idemTTL, Storage: st, Replicas: r,
 			MaxBytes: big, MaxValueSize: payload},
 		{Bucket: BucketPolicy, Description: "Agent-Reach: routing policy, ACL and limits",
 			History: 10, Storage: st, Replicas: r, MaxBytes: small, MaxValueSize: DocumentMaxValueSize},
@@ -329,6 +332,15 @@ func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 		return fmt.Errorf("%w: bucket %s has no limit markers, which expiry watching needs", ErrIncompatible, cfg.Bucket)
 	}
 	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err == nil && cfg.LimitMarkerTTL == 0 && s.CachedInfo().Config.SubjectDeleteMarkerTTL > 0 {
+		// Made with limit markers it no longer needs (REACH_IDEMPOTENCY
+		// was): off, so that its rollups can be refused below.
+		c := s.CachedInfo().Config
+		c.SubjectDeleteMarkerTTL = 0
+		if _, err = js.UpdateStream(ctx, c); err == nil {
+			s, err = js.Stream(ctx, "KV_"+cfg.Bucket)
+		}
+	}
 	if err == nil {
 		err = addLimits(ctx, js, s, jetstream.StreamConfig{MaxBytes: cfg.MaxBytes, MaxMsgSize: cfg.MaxValueSize, Discard: jetstream.DiscardNew,
 			AllowRollup: false})
@@ -347,8 +359,7 @@ func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 // write would purge every other key of the bucket (every agent's record,
 // every type's declaration). Nothing of Agent-Reach purges a key. The
 // server keeps rollups on where a bucket has limit markers (REACH_AGENTS,
-// REACH_IDEMPOTENCY, REACH_BREAKERS): there the hole stays open
-// (docs/security.md).
+// REACH_BREAKERS): there the hole stays open (docs/security.md).
 func addLimits(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, want jetstream.StreamConfig) error {
 	cfg := s.CachedInfo().Config
 	changed := false
