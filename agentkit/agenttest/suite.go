@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -107,6 +108,7 @@ func (s *suite) setup(ctx context.Context, withAuth bool) (err error) {
 		if as, err = s.auth.connectAs(authDispatcher); err != nil {
 			return err
 		}
+		as = slices.Clip(as) // each append below gets its own array
 	}
 	if s.nc, err = nats.Connect(s.env.ServerURL, append(as, nats.Name("agenttest"))...); err != nil {
 		return fmt.Errorf("agenttest: connect: %w", err)
