@@ -7,7 +7,7 @@ NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
 .PHONY: run test go-test fuzz build vet fmt-check bench tools chromium clean \
-	sdk-test mypy pytest conformance-python conformance-node
+	sdk-test mypy pytest conformance-python conformance-node conformance-python-auth conformance-node-auth
 
 ## bench: every benchmark scenario (about 12 minutes on 2 cores; see BENCHMARKS.md).
 bench: build
@@ -28,11 +28,12 @@ build:
 ## every Go test with the race detector (which replays every fuzz target's
 ## seeds and committed corpus), then mypy --strict and the pytest suite of
 ## the Python SDK, and the conformance suite against the Python and the
-## Node.js agents. Each part runs even when an earlier one failed; the run
+## Node.js agents, without and with --auth. Each part runs even when an earlier one failed; the run
 ## fails at the end, listing every part that failed (.ci/parts).
 ## It does not explore new fuzz inputs: that is random, so a run could fail
 ## on an input no change brought in — `make fuzz` does it.
-TEST_PARTS := vet fmt-check go-test mypy pytest conformance-python conformance-node
+TEST_PARTS := vet fmt-check go-test mypy pytest conformance-python conformance-node \
+	conformance-python-auth conformance-node-auth
 test:
 	@MAKE="$(MAKE)" .ci/parts $(TEST_PARTS)
 
@@ -56,12 +57,12 @@ fuzz:
 
 ## sdk-test: the Python SDK (agentkit/python) in ./.venv with pinned packages,
 ## mypy --strict over it and its pytest suite, then the conformance suite against the Python agent and
-## the Node.js agent (examples/node, after npm ci); each runs even when
-## another failed.
+## the Node.js agent (examples/node, after npm ci), each without and with
+## --auth (docs/conformance.md#auth); each runs even when another failed.
 VENV   := $(CURDIR)/.venv
 PYPKG  := agentkit/python
 sdk-test:
-	@MAKE="$(MAKE)" .ci/parts mypy pytest conformance-python conformance-node
+	@MAKE="$(MAKE)" .ci/parts mypy pytest conformance-python conformance-node conformance-python-auth conformance-node-auth
 
 ## mypy: the Python SDK's sources type-check under mypy --strict (pyproject.toml).
 mypy: $(VENV)/.installed
@@ -75,6 +76,13 @@ conformance-python: build $(VENV)/.installed
 
 conformance-node: build examples/node/node_modules/.package-lock.json
 	$(BIN)/agentreach conformance -- node examples/node/agent.mjs
+
+## conformance-python-auth, conformance-node-auth: the same with --auth.
+conformance-python-auth: build $(VENV)/.installed
+	$(BIN)/agentreach conformance --auth -- $(VENV)/bin/python -m agentreach.conformance
+
+conformance-node-auth: build examples/node/node_modules/.package-lock.json
+	$(BIN)/agentreach conformance --auth -- node examples/node/agent.mjs
 
 $(VENV)/.installed: $(PYPKG)/constraints.txt $(PYPKG)/pyproject.toml $(shell find $(PYPKG)/src -name '*.py' 2>/dev/null)
 	test -x $(VENV)/bin/pip || python3 -m venv $(VENV)

@@ -31,8 +31,9 @@ type Agent interface {
 }
 
 // Env is what an agent under test is given: where the suite's NATS server
-// is and the instance id it must register under. A process gets it as
-// environment variables (Environ).
+// is, the instance id it must register under and, with auth (WithAuth),
+// its identity's credentials. A process gets it as environment variables
+// (Environ).
 type Env struct {
 	// ServerURL is the NATS URL of the suite's server (loopback).
 	ServerURL string
@@ -41,6 +42,11 @@ type Env struct {
 	AgentID string
 	// Subjects names the subjects; the suite uses the default prefix.
 	Subjects streams.Subjects
+	// CredsFile is, with auth (WithAuth), the credentials file of the
+	// agent's identity (an agent named AgentID of type "conformance");
+	// the agent connects with it (user JWT and nkey seed, inbox prefix
+	// _INBOX.<AgentID>). Empty without auth.
+	CredsFile string
 }
 
 // Environment variables an agent under test reads (Env.Environ).
@@ -48,17 +54,24 @@ const (
 	EnvServer  = "AGENTREACH_SERVER"
 	EnvAgentID = "AGENTREACH_AGENT_ID"
 	EnvPrefix  = "AGENTREACH_PREFIX"
+	// EnvCreds is set only with auth (WithAuth): the agent's credentials
+	// file, as `agentreach --creds` reads it from AGENTREACH_CREDS.
+	EnvCreds = "AGENTREACH_CREDS"
 )
 
 // Environ returns env as environment variables, "KEY=value":
-// AGENTREACH_SERVER, AGENTREACH_AGENT_ID and AGENTREACH_PREFIX (the subject
-// prefix, "reach").
+// AGENTREACH_SERVER, AGENTREACH_AGENT_ID, AGENTREACH_PREFIX (the subject
+// prefix, "reach") and, with auth, AGENTREACH_CREDS.
 func (e Env) Environ() []string {
 	prefix := e.Subjects.Prefix
 	if prefix == "" {
 		prefix = streams.DefaultPrefix
 	}
-	return []string{EnvServer + "=" + e.ServerURL, EnvAgentID + "=" + e.AgentID, EnvPrefix + "=" + prefix}
+	env := []string{EnvServer + "=" + e.ServerURL, EnvAgentID + "=" + e.AgentID, EnvPrefix + "=" + prefix}
+	if e.CredsFile != "" {
+		env = append(env, EnvCreds+"="+e.CredsFile)
+	}
+	return env
 }
 
 // Report is the outcome of Check: one Result per rule, in the order of
@@ -115,6 +128,7 @@ type Option func(*config)
 type config struct {
 	only []string
 	log  zerolog.Logger
+	auth bool
 }
 
 // Only checks just the rules with these ids (see RuleIDs); by default every
@@ -126,6 +140,18 @@ func Only(ids ...string) Option { return func(c *config) { c.only = append(c.onl
 // WithLogger sets the logger of the suite's dispatcher; the default
 // discards.
 func WithLogger(l zerolog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithAuth checks the agent with security on, as `agentreach up --auth`
+// runs a stack (docs/security.md): the server in operator mode on an
+// identity store in a temporary directory, a syncer pushing the identities
+// and the ACL, and a dispatcher that authorizes every task. The agent gets
+// an identity of its own, an agent named Env.AgentID of type
+// "conformance" granted conformance and conformance.>, and its credentials
+// file as Env.CredsFile (AGENTREACH_CREDS); it must connect with them and
+// read replies only under its inbox prefix _INBOX.<AgentID>. The suite
+// calls through the dispatcher as a caller identity, every task signed, and
+// delivers directly as a dispatcher identity. The rules are the same.
+func WithAuth() Option { return func(c *config) { c.auth = true } }
 
 // RuleIDs lists the id of every rule, in the order they are checked.
 func RuleIDs() []string {
@@ -175,7 +201,7 @@ func Check(ctx context.Context, agent Agent, opts ...Option) (*Report, error) {
 		return nil, err
 	}
 	start := time.Now()
-	s, err := newSuite(ctx, cfg.log)
+	s, err := newSuite(ctx, cfg.log, cfg.auth)
 	if err != nil {
 		return nil, err
 	}

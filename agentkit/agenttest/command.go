@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +25,8 @@ const waitDelay = 2 * time.Second
 
 // Command returns the agent under test as a process: name run with args and
 // this process's environment plus Env's variables (Env.Environ), so it
-// reads AGENTREACH_SERVER and AGENTREACH_AGENT_ID. Stop sends it SIGTERM and
+// reads AGENTREACH_SERVER and AGENTREACH_AGENT_ID (and, with auth,
+// AGENTREACH_CREDS; an AGENTREACH_CREDS of this process is not passed on). Stop sends it SIGTERM and
 // waits for it to exit: an exit status other than 0 is an error, and when
 // Stop's context ends first the process is killed. Its stdout and stderr
 // are kept (the last 64 KiB) for Report.Output.
@@ -91,7 +93,7 @@ func (p *process) Start(_ context.Context, env Env) error {
 		name, args = bin, rest
 	}
 	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), env.Environ()...)
+	cmd.Env = append(inherited(), env.Environ()...)
 	cmd.Stdout, cmd.Stderr = &p.out, &p.out
 	cmd.WaitDelay = waitDelay
 	if err := cmd.Start(); err != nil {
@@ -106,6 +108,13 @@ func (p *process) Start(_ context.Context, env Env) error {
 		close(p.done)
 	}()
 	return nil
+}
+
+// inherited is this process's environment for the agent's, without
+// AGENTREACH_CREDS: the agent gets credentials only from Env (with auth),
+// never ones of whoever runs the suite.
+func inherited() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, EnvCreds+"=") })
 }
 
 // Stop sends SIGTERM and waits for the process to exit, or kills it when

@@ -137,7 +137,8 @@ func (d *direct) seen() string {
 func (d *direct) close() { _ = d.sub.Unsubscribe() }
 
 // call sends a task through the dispatcher (reach.task.<capability>) as a
-// caller and returns the reply. contentType "" sends no Content-Type.
+// caller and returns the reply. contentType "" sends no Content-Type. With
+// auth it is sent as the caller identity authCaller, signed.
 func (s *suite) call(ctx context.Context, capability, contentType string, body []byte, hdr ...string) (*nats.Msg, error) {
 	m := nats.NewMsg(s.env.Subjects.Task(capability))
 	m.Data = body
@@ -147,9 +148,17 @@ func (s *suite) call(ctx context.Context, capability, contentType string, body [
 	for i := 0; i+1 < len(hdr); i += 2 {
 		m.Header.Set(hdr[i], hdr[i+1])
 	}
+	nc := s.nc
+	if s.auth != nil { // as the caller identity, signed: the dispatcher refuses a task that is not
+		nc = s.auth.caller
+		if m.Header.Get(streams.HeaderRequestID) == "" {
+			m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
+		}
+		s.auth.signer.Sign(m, time.Now())
+	}
 	ctx, cancel := context.WithTimeout(ctx, callBound)
 	defer cancel()
-	res, err := s.nc.RequestMsgWithContext(ctx, m)
+	res, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("calling %s through the dispatcher: no reply within %v: %w", capability, callBound, err)
 	}

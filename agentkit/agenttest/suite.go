@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -51,7 +53,8 @@ type suite struct {
 	agents  jetstream.KeyValue
 	idem    jetstream.KeyValue
 	disp    *dispatcher.Dispatcher
-	relay   bool // disp relays results (RelayResults)
+	relay   bool       // disp relays results (RelayResults)
+	auth    *authSetup // nil without WithAuth
 	rec     *registry.Record
 	records *recordLog
 
@@ -63,25 +66,34 @@ type suite struct {
 
 // newSuite starts the server, provisions the topology, follows the agent's
 // key (which no agent has written yet) and starts the dispatcher.
-func newSuite(ctx context.Context, log zerolog.Logger) (*suite, error) {
+// With withAuth the server runs in operator mode on an identity store of
+// its own (WithAuth).
+func newSuite(ctx context.Context, log zerolog.Logger, withAuth bool) (*suite, error) {
 	s := &suite{log: log}
-	if err := s.setup(ctx); err != nil {
+	if err := s.setup(ctx, withAuth); err != nil {
 		s.close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *suite) setup(ctx context.Context) (err error) {
+func (s *suite) setup(ctx context.Context, withAuth bool) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	if s.dir, err = os.MkdirTemp("", "agenttest-"); err != nil {
 		return fmt.Errorf("agenttest: store directory: %w", err)
 	}
-	s.srv, err = server.NewServer(&server.Options{
+	s.env = Env{AgentID: "conformance-" + nuid.Next()[12:]}
+	opts := &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: s.dir, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 4 << 30,
-	})
+		JetStream: true, StoreDir: filepath.Join(s.dir, "jetstream"), JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 4 << 30,
+	}
+	if withAuth {
+		if err := s.configureAuth(opts); err != nil {
+			return err
+		}
+	}
+	s.srv, err = server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("agenttest: NATS server: %w", err)
 	}
@@ -89,11 +101,19 @@ func (s *suite) setup(ctx context.Context) (err error) {
 	if !s.srv.ReadyForConnections(serverTimeout) {
 		return fmt.Errorf("agenttest: NATS server not ready within %v", serverTimeout)
 	}
-	s.env = Env{ServerURL: s.srv.ClientURL(), AgentID: "conformance-" + nuid.Next()[12:]}
-	if s.nc, err = nats.Connect(s.env.ServerURL, nats.Name("agenttest")); err != nil {
+	s.env.ServerURL = s.srv.ClientURL()
+	// With auth both are the dispatcher identity authDispatcher's.
+	var as []nats.Option
+	if s.auth != nil {
+		if as, err = s.auth.connectAs(authDispatcher); err != nil {
+			return err
+		}
+		as = slices.Clip(as) // each append below gets its own array
+	}
+	if s.nc, err = nats.Connect(s.env.ServerURL, append(as, nats.Name("agenttest"))...); err != nil {
 		return fmt.Errorf("agenttest: connect: %w", err)
 	}
-	if s.dnc, err = nats.Connect(s.env.ServerURL, nats.Name("agenttest dispatcher")); err != nil {
+	if s.dnc, err = nats.Connect(s.env.ServerURL, append(as, nats.Name("agenttest dispatcher"))...); err != nil {
 		return fmt.Errorf("agenttest: connect: %w", err)
 	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
@@ -111,6 +131,11 @@ func (s *suite) setup(ctx context.Context) (err error) {
 	if s.records, err = s.follow(ctx); err != nil {
 		return fmt.Errorf("agenttest: watch %s: %w", streams.BucketAgents, err)
 	}
+	if s.auth != nil {
+		if err := s.auth.start(ctx, s); err != nil {
+			return err
+		}
+	}
 	return s.useDispatcher(ctx, false)
 }
 
@@ -122,6 +147,9 @@ func (s *suite) close() {
 	}
 	if s.records != nil {
 		s.records.stop()
+	}
+	if s.auth != nil {
+		s.auth.close()
 	}
 	for _, nc := range []*nats.Conn{s.nc, s.dnc} {
 		if nc != nil {
@@ -228,10 +256,14 @@ func (s *suite) useDispatcher(ctx context.Context, relay bool) error {
 		_ = s.disp.Close()
 		s.disp = nil
 	}
+	opts := []dispatcher.Option{dispatcher.WithLogger(s.log)}
+	if s.auth != nil {
+		opts = append(opts, dispatcher.WithAuthorizer(s.auth.az))
+	}
 	d, err := dispatcher.New(s.dnc, dispatcher.Config{
 		Name: "agenttest", MinCallTimeout: CallTimeout, MaxCallTimeout: CallTimeout, RelayResults: relay,
 		Handlers: 1, NoDurable: true, NoEvents: true,
-	}, dispatcher.WithLogger(s.log))
+	}, opts...)
 	if err != nil {
 		return fmt.Errorf("agenttest: dispatcher: %w", err)
 	}

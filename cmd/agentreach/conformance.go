@@ -24,6 +24,15 @@ rule in turn:
 
   ` + "%s" + `
 
+With --auth the same rules are checked with security on, as 'agentreach up
+--auth' runs a stack (docs/security.md): the server in operator mode on an
+identity store in a temporary directory, and a dispatcher that checks every
+task's Reach-Signature against the ACL. The agent has an identity of its
+own, an agent named AGENTREACH_AGENT_ID of type "conformance", whose
+credentials file is in AGENTREACH_CREDS: it must connect with them and read
+replies only under the inbox prefix _INBOX.<AGENTREACH_AGENT_ID>. The suite
+calls as a caller identity, every task signed.
+
 The agent registers as type "conformance" and serves conformance.echo,
 conformance.reject, conformance.slow, conformance.busy and conformance.write
 as docs/conformance.md describes. The drain rule stops it with SIGTERM, so
@@ -38,7 +47,8 @@ usage error.
 Example:
   go build -o rawagent ./examples/rawagent
   agentreach conformance -- ./rawagent
-  agentreach conformance --rules ack,drain -- python3 agent.py`
+  agentreach conformance --rules ack,drain -- python3 agent.py
+  agentreach conformance --auth -- ./rawagent`
 
 // conformanceReport is the --json output.
 type conformanceReport struct {
@@ -60,9 +70,10 @@ type conformanceResult struct {
 
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
-		rules   string
-		asJSON  bool
-		timeout time.Duration
+		rules    string
+		asJSON   bool
+		withAuth bool
+		timeout  time.Duration
 	)
 	ids := agenttest.RuleIDs()
 	cl := newCmdline("conformance", "agentreach conformance [flags] -- <command> [args…]",
@@ -71,6 +82,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		fs.StringVar(&rules, "rules", "", "comma-separated rule `ids` to check (default: every rule)")
 		cl.jsonFlag(fs, &asJSON, `print one JSON object {"passed", "elapsed_ms", "results": […], "output"} on stdout`)
 		fs.DurationVar(&timeout, "timeout", 2*time.Minute, "bound on the whole run")
+		fs.BoolVar(&withAuth, "auth", false, "check with auth on: operator mode, signed tasks, the agent's identity\nin AGENTREACH_CREDS (docs/conformance.md#auth)")
 	})
 	pos, code, ok := cl.parse(args, stdout, stderr)
 	if !ok {
@@ -90,6 +102,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			}
 		}
 		opts = append(opts, agenttest.Only(only...))
+	}
+	if withAuth {
+		opts = append(opts, agenttest.WithAuth())
 	}
 	if timeout <= 0 {
 		return cl.usageError(stderr, "--timeout must be positive, got %v", timeout)

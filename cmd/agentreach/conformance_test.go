@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +19,44 @@ import (
 func TestConformanceRawAgent(t *testing.T) {
 	before := goroutines()
 	r := runCmd(t, runConformance, "--json", "--", "go", "run", "../../examples/rawagent")
+	checkEveryRulePassed(t, r)
+	checkNoLeaks(t, before)
+}
+
+// The Go SDK's agent passes the suite with --auth: it connects as the
+// identity whose credentials AGENTREACH_CREDS names, every call reaches it
+// signed through an authorizing dispatcher.
+func TestConformanceAuthGoAgent(t *testing.T) {
+	before := goroutines()
+	r := runCmd(t, runConformance, "--auth", "--json", "--", "go", "run", "../../examples/goagent")
+	checkEveryRulePassed(t, r)
+	checkNoLeaks(t, before)
+}
+
+// With --auth the server takes no connection without credentials: the raw
+// agent started without AGENTREACH_CREDS is refused and fails register;
+// the control: the same binary with it passes every rule.
+func TestConformanceAuthRefusesAnAgentWithoutCredentials(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "rawagent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/rawagent").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Run("without AGENTREACH_CREDS", func(t *testing.T) {
+		r := runCmd(t, runConformance, "--auth", "--rules", "register", "--", "sh", "-c", `unset AGENTREACH_CREDS; exec "$0"`, bin)
+		if r.code != exitFail || !strings.Contains(r.stdout, "FAIL register") || !strings.Contains(r.stderr, "Authorization Violation") {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s\nwant exit %d, register failed, the server's Authorization Violation in the agent's output", r.code, r.stdout, r.stderr, exitFail)
+		}
+	})
+	t.Run("with AGENTREACH_CREDS", func(t *testing.T) {
+		r := runCmd(t, runConformance, "--auth", "--json", "--", bin)
+		checkEveryRulePassed(t, r)
+	})
+}
+
+// checkEveryRulePassed checks the --json report of a run: exit 0, every
+// rule passed, and the agent's output kept.
+func checkEveryRulePassed(t *testing.T, r result) {
+	t.Helper()
 	if r.code != exitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -35,10 +74,9 @@ func TestConformanceRawAgent(t *testing.T) {
 	if !out.Passed || !slices.Equal(rules, agenttest.RuleIDs()) {
 		t.Fatalf("passed %v, rules %v; want every rule %v passed", out.Passed, rules, agenttest.RuleIDs())
 	}
-	if !strings.Contains(out.Output, "drained") {
+	if !strings.Contains(out.Output, "drain") {
 		t.Errorf("the report does not carry the agent's output: %q", out.Output)
 	}
-	checkNoLeaks(t, before)
 }
 
 func TestConformanceUsage(t *testing.T) {

@@ -4,8 +4,10 @@
 // typed handlers, a rejection, progress reports, idempotent writes (agentkit
 // claims, stores and replays the key) and a drain on SIGTERM.
 //
-// It reads AGENTREACH_SERVER (the NATS URL, default nats://127.0.0.1:4222)
-// and AGENTREACH_AGENT_ID (its instance id, default conformance-<random>).
+// It reads AGENTREACH_SERVER (the NATS URL, default nats://127.0.0.1:4222),
+// AGENTREACH_AGENT_ID (its instance id, default conformance-<random>) and,
+// where auth is on, AGENTREACH_CREDS (its identity's credentials file, as
+// `agentreach conformance --auth` sets it).
 // Its heartbeat is the one the REACH_AGENTS bucket was provisioned with.
 //
 //	go build -o goagent ./examples/goagent && agentreach conformance -- ./goagent
@@ -23,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -47,7 +50,16 @@ func run() error {
 			return fmt.Errorf("AGENTREACH_AGENT_ID: %w", err)
 		}
 	}
-	nc, err := nats.Connect(server, nats.Name("goagent"))
+	opts := []nats.Option{nats.Name("goagent")}
+	if creds := os.Getenv("AGENTREACH_CREDS"); creds != "" {
+		// The credentials and the identity's inbox prefix, _INBOX.<name>.
+		o, err := auth.ConnectOptions(creds)
+		if err != nil {
+			return fmt.Errorf("AGENTREACH_CREDS: %w", err)
+		}
+		opts = append(opts, o...)
+	}
+	nc, err := nats.Connect(server, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to %s (AGENTREACH_SERVER): %w", server, err)
 	}

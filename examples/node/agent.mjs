@@ -5,14 +5,16 @@
 //   bin/agentreach conformance -- node examples/node/agent.mjs
 //
 // It reads AGENTREACH_SERVER (default nats://127.0.0.1:4222),
-// AGENTREACH_AGENT_ID (default node-<random>) and AGENTREACH_PREFIX
-// (default reach). One function per step of the protocol: register and
+// AGENTREACH_AGENT_ID (default node-<random>), AGENTREACH_PREFIX
+// (default reach) and, where auth is on, AGENTREACH_CREDS: its identity's
+// credentials file, as `agentreach conformance --auth` sets it. One function per step of the protocol: register and
 // heartbeat on a connection of its own, subscribe before the first put,
 // ACKED / PROCESSING / result, slots and TARGET_BUSY, idempotency keys in
 // REACH_IDEMPOTENCY, cancels, and the drain on SIGTERM.
 
 import { createHash, randomBytes } from "node:crypto";
-import { connect, headers as newHeaders, Match } from "@nats-io/transport-node";
+import { readFileSync } from "node:fs";
+import { connect, credsAuthenticator, headers as newHeaders, Match } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { decode as mpDecode, encode as mpEncode } from "@msgpack/msgpack";
 
@@ -32,6 +34,20 @@ if (!/^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/.test(id)) {
   process.exit(1);
 }
 const log = (...a) => console.error(new Date().toISOString(), "node-agent:", ...a);
+
+// With AGENTREACH_CREDS both connections present the identity's credentials
+// (user JWT and nkey seed) and read replies under its inbox prefix,
+// _INBOX.<id>: an identity may subscribe to no other inbox.
+const credsFile = process.env.AGENTREACH_CREDS || "";
+let auth = {};
+if (credsFile) {
+  try {
+    auth = { authenticator: credsAuthenticator(readFileSync(credsFile)), inboxPrefix: `_INBOX.${id}` };
+  } catch (e) {
+    console.error(`AGENTREACH_CREDS ${JSON.stringify(credsFile)}: ${e.message}`);
+    process.exit(1);
+  }
+}
 
 // handlers serve the capabilities; each gets a task and answers it.
 const handlers = {
@@ -67,8 +83,8 @@ function put() {
 
 // --- 2. connect, subscribe, then register --------------------------------
 async function start() {
-  nc = await connect({ servers: server, name: `node-agent ${id}` });
-  hc = await connect({ servers: server, name: `node-agent ${id} heartbeat` });
+  nc = await connect({ servers: server, name: `node-agent ${id}`, ...auth });
+  hc = await connect({ servers: server, name: `node-agent ${id} heartbeat`, ...auth });
   records = await new Kvm(hc).open("REACH_AGENTS");
   // Gets are direct gets of one key ($JS.API.DIRECT.GET.<stream>.<subject>),
   // all an agent may read where auth is on; open() alone would use

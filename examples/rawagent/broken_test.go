@@ -22,7 +22,7 @@ type inProcess struct {
 }
 
 func (p *inProcess) Start(_ context.Context, env agenttest.Env) error {
-	a, err := newAgent(env.ServerURL, env.AgentID)
+	a, err := newAgent(env.ServerURL, env.AgentID, env.CredsFile)
 	if err != nil {
 		return err
 	}

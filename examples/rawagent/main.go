@@ -11,8 +11,12 @@
 // delivery offers it, idempotency keys in REACH_IDEMPOTENCY, and the drain
 // on SIGTERM.
 //
-// It reads AGENTREACH_SERVER (the NATS URL, default nats://127.0.0.1:4222)
-// and AGENTREACH_AGENT_ID (its instance id, default rawagent-<random>).
+// It reads AGENTREACH_SERVER (the NATS URL, default nats://127.0.0.1:4222),
+// AGENTREACH_AGENT_ID (its instance id, default rawagent-<random>) and,
+// where auth is on, AGENTREACH_CREDS: its identity's credentials file (as
+// `agentreach conformance --auth` sets it). With it, both connections
+// present the credentials and read replies under the identity's inbox
+// prefix, _INBOX.<id>, the only one it may subscribe to.
 //
 //	go build -o rawagent ./examples/rawagent && agentreach conformance -- ./rawagent
 package main
@@ -118,7 +122,7 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	a, err := newAgent(server, id)
+	a, err := newAgent(server, id, os.Getenv("AGENTREACH_CREDS"))
 	if err != nil {
 		return err
 	}
@@ -175,6 +179,9 @@ type agent struct {
 	// arrived), "" when it may not: then results never go to callers
 	// directly.
 	inbox string
+	// identity: it connected with an identity's credentials, which may
+	// publish to no inbox (not even its own), so it skips the probe.
+	identity bool
 	// publish sends every reply: nc.PublishMsg.
 	publish func(*nats.Msg) error
 	slots   chan struct{} // one per task running
@@ -194,20 +201,26 @@ type agent struct {
 	closing  sync.Once
 }
 
-// newAgent connects twice and opens the buckets; the heartbeat is the
-// REACH_AGENTS TTL / 3, the interval it was provisioned for.
-func newAgent(server, id string) (*agent, error) {
-	nc, err := nats.Connect(server, nats.Name("rawagent "+id))
+// newAgent connects twice, with the credentials in creds unless it is
+// empty, and opens the buckets; the heartbeat is the REACH_AGENTS TTL / 3,
+// the interval it was provisioned for.
+func newAgent(server, id, creds string) (*agent, error) {
+	var opts []nats.Option
+	if creds != "" {
+		// An identity subscribes only under its own inbox prefix.
+		opts = append(opts, nats.UserCredentials(creds), nats.CustomInboxPrefix("_INBOX."+id))
+	}
+	nc, err := nats.Connect(server, append(opts, nats.Name("rawagent "+id))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s (AGENTREACH_SERVER): %w", server, err)
 	}
-	hc, err := nats.Connect(server, nats.Name("rawagent "+id+" heartbeat"))
+	hc, err := nats.Connect(server, append(opts, nats.Name("rawagent "+id+" heartbeat"))...)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("connect to %s (AGENTREACH_SERVER): %w", server, err)
 	}
 	a := &agent{
-		id: id, nc: nc, hc: hc, publish: nc.PublishMsg,
+		id: id, nc: nc, hc: hc, publish: nc.PublishMsg, identity: creds != "",
 		slots: make(chan struct{}, maxConcurrent), quit: make(chan struct{}),
 		executions: make(map[string]int), beatStop: make(chan struct{}), beatDone: make(chan struct{}),
 	}
@@ -251,7 +264,9 @@ func (a *agent) open() error {
 func (a *agent) serve() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	a.inbox = directPrefix(a.nc)
+	if !a.identity {
+		a.inbox = directPrefix(a.nc)
+	}
 	sub, err := a.nc.Subscribe(subjectPrefix+".agent."+a.id, a.deliver)
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)

@@ -3,7 +3,10 @@
 It serves the capabilities of docs/conformance.md with this SDK and passes
 ``agentreach conformance -- <venv>/bin/python -m agentreach.conformance``.
 It reads AGENTREACH_SERVER (default nats://127.0.0.1:4222),
-AGENTREACH_AGENT_ID (default conformance-<random>) and AGENTREACH_PREFIX.
+AGENTREACH_AGENT_ID (default conformance-<random>), AGENTREACH_PREFIX and,
+where auth is on, AGENTREACH_CREDS: its identity's credentials file, as
+``agentreach conformance --auth`` sets it (the agent then connects with them
+and reads replies under ``_INBOX.<id>``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from . import Agent, Context, InvalidConfig, Reject
+from .auth import InvalidCredentials
 
 MAX_CONCURRENT = 4
 
@@ -33,10 +37,11 @@ class Slow:
             raise ValueError("ms and every_ms must not be negative")
 
 
-def build(server: str, agent_id: str, prefix: str = "reach") -> Agent:
-    """Returns the conformance agent, its five capabilities registered."""
+def build(server: str, agent_id: str, prefix: str = "reach", credentials: str | None = None) -> Agent:
+    """Returns the conformance agent, its five capabilities registered; with
+    credentials (a file) it connects as that identity."""
     agent = Agent(server, type="conformance", id=agent_id, max_concurrent=MAX_CONCURRENT, version="1.0.0",
-                  prefix=prefix)
+                  prefix=prefix, credentials=credentials)
     executions: Counter[str] = Counter()
 
     @agent.handler("conformance.echo")
@@ -78,8 +83,12 @@ def main() -> int:
     server = os.environ.get("AGENTREACH_SERVER", "nats://127.0.0.1:4222")
     agent_id = os.environ.get("AGENTREACH_AGENT_ID") or f"conformance-{secrets.token_hex(5)}"
     prefix = os.environ.get("AGENTREACH_PREFIX") or "reach"
+    credentials = os.environ.get("AGENTREACH_CREDS") or None
     try:
-        agent = build(server, agent_id, prefix)
+        agent = build(server, agent_id, prefix, credentials)
+    except InvalidCredentials as e:
+        print(f"AGENTREACH_CREDS: {e}", file=sys.stderr)
+        return 1
     except InvalidConfig as e:
         print(f"AGENTREACH_AGENT_ID {agent_id!r}: {e}", file=sys.stderr)
         return 1
