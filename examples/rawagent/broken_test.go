@@ -91,7 +91,7 @@ func TestBrokenAgentFails(t *testing.T) {
 	if !slices.Equal(failed, []string{"ack", "drain"}) {
 		t.Fatalf("failed rules %v, want [ack drain]", failed)
 	}
-	checkSays(t, report, "ack", "rule ack: no ACKED, PROCESSING or result within 1s", "saw FINISHED after 1.5", "docs/conformance.md#ack")
+	checkSays(t, report, "ack", "rule ack: no ACKED, PROCESSING or result within 1s", "saw FINISHED after", "docs/conformance.md#ack") // 1.5 s and whatever a loaded machine adds
 	checkSays(t, report, "drain", `rule drain: no put with "status": "draining"`, "got no result", "saw nothing", "docs/conformance.md#drain")
 }
 
