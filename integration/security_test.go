@@ -103,13 +103,20 @@ func watch(t *testing.T, connect func(...nats.Option) *nats.Conn) *watched {
 }
 
 // violated runs do and reports whether the server refused it with a
-// permissions violation naming subject. After do it publishes to a subject
-// no identity may use and waits for that refusal: errors arrive in order,
-// so by then any refusal do caused has arrived.
+// permissions violation naming subject.
 func (w *watched) violated(subject string, do func(nc *nats.Conn) error) (bool, string) {
 	w.t.Helper()
+	return w.refused(subject, func(err error) bool { return strings.Contains(err.Error(), `"`+subject+`"`) }, do)
+}
+
+// refused runs do and reports whether the server sent an asynchronous
+// error that match accepts (what names the attempt). After do it publishes
+// to a subject no identity may use and waits for that refusal: errors
+// arrive in order, so by then any refusal do caused has arrived.
+func (w *watched) refused(what string, match func(error) bool, do func(nc *nats.Conn) error) (bool, string) {
+	w.t.Helper()
 	if err := do(w.nc); err != nil {
-		return false, fmt.Sprintf("%s: %v", subject, err)
+		return false, fmt.Sprintf("%s: %v", what, err)
 	}
 	w.n++
 	sentinel := fmt.Sprintf("nobody.may.%d", w.n)
@@ -124,7 +131,7 @@ func (w *watched) violated(subject string, do func(nc *nats.Conn) error) (bool, 
 			switch {
 			case strings.Contains(err.Error(), `"`+sentinel+`"`):
 				return got != "", got
-			case strings.Contains(err.Error(), `"`+subject+`"`):
+			case match(err):
 				got = err.Error()
 			}
 		case <-timeout:
