@@ -241,32 +241,27 @@ func dash(s string) string {
 
 // grant replaces agent name's grant.
 func (c *authCmd) grant(name string, serves []string) error {
-	s, err := c.open()
-	if err != nil {
-		return err
-	}
-	id, err := s.SetServes(name, serves)
-	if errors.Is(err, auth.ErrUnknownIdentity) {
-		return withCode(codeNotFound, err)
-	}
-	if err != nil {
-		return err
-	}
-	if c.asJSON {
-		writeJSONLine(c.stdout, identityJSON{Identity: id})
-		return nil
-	}
-	fmt.Fprintf(c.stdout, "agent %s may be routed %s (dispatchers route by it once synced: within a second under `up --auth` or `auth sync`)\n",
-		id.Name, strings.Join(id.Grant(), ", "))
-	return nil
+	return c.change(func(s *auth.Store) (auth.Identity, error) { return s.SetServes(name, serves) }, func(id auth.Identity) string {
+		return fmt.Sprintf("agent %s may be routed %s (dispatchers route by it once synced: within a second under `up --auth` or `auth sync`)",
+			id.Name, strings.Join(id.Grant(), ", "))
+	})
 }
 
 func (c *authCmd) revoke(name string) error {
+	return c.change(func(s *auth.Store) (auth.Identity, error) { return s.Revoke(name) }, func(id auth.Identity) string {
+		return fmt.Sprintf("%s %s revoked at %s: its connections are cut and its calls refused once synced (within a second under `up --auth` or `auth sync`)",
+			id.Role, id.Name, id.Revoked.Format(time.RFC3339))
+	})
+}
+
+// change applies do to the store and prints the identity it changed: as
+// JSON, or the line done says.
+func (c *authCmd) change(do func(*auth.Store) (auth.Identity, error), done func(auth.Identity) string) error {
 	s, err := c.open()
 	if err != nil {
 		return err
 	}
-	id, err := s.Revoke(name)
+	id, err := do(s)
 	if errors.Is(err, auth.ErrUnknownIdentity) {
 		return withCode(codeNotFound, err)
 	}
@@ -277,8 +272,7 @@ func (c *authCmd) revoke(name string) error {
 		writeJSONLine(c.stdout, identityJSON{Identity: id})
 		return nil
 	}
-	fmt.Fprintf(c.stdout, "%s %s revoked at %s: its connections are cut and its calls refused once synced (within a second under `up --auth` or `auth sync`)\n",
-		id.Role, id.Name, id.Revoked.Format(time.RFC3339))
+	fmt.Fprintln(c.stdout, done(id))
 	return nil
 }
 
