@@ -7,7 +7,8 @@
 // full listing the new watcher delivers, so missed updates are reconciled.
 //
 // The store is probed every probe interval (a STREAM.INFO of the bucket's
-// stream, answered by its leader): a handler that implements Observer hears
+// stream, answered by its leader; a replicated stream whose leader does not
+// hear a majority of its group counts as unavailable): a handler that implements Observer hears
 // whether the store is reachable, which a registry table uses to tell an
 // agent that stopped heartbeating from a store that could not take its
 // heartbeats.
@@ -179,9 +180,41 @@ func (w *watch) probeOnce(ctx context.Context) probe {
 	}
 	var last uint64
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
-		last = bs.StreamInfo().State.LastSeq
+		info := bs.StreamInfo()
+		last = info.State.LastSeq
+		if err := quorum(info.Cluster); err != nil {
+			return probe{err: fmt.Errorf("probe %s: %w", w.kv.Bucket(), err)}
+		}
 	}
 	return probe{last: last}
+}
+
+// peerSilence is how long a replica may go unheard by its leader and
+// still count towards a quorum.
+const peerSilence = 3 * time.Second
+
+// quorum reports why a replicated stream cannot store a write now: no
+// leader, or a leader that has not heard from a majority of its group
+// (a leader cut off from its followers answers STREAM.INFO for seconds
+// before it steps down, though nothing it is sent commits). nil for a
+// stream on one server.
+func quorum(c *jetstream.ClusterInfo) error {
+	if c == nil || len(c.Replicas) == 0 {
+		return nil
+	}
+	if c.Leader == "" {
+		return errors.New("the stream has no leader")
+	}
+	alive := 1 // the leader
+	for _, p := range c.Replicas {
+		if p != nil && !p.Offline && !p.Pending && p.Active < peerSilence {
+			alive++
+		}
+	}
+	if need := (len(c.Replicas)+1)/2 + 1; alive < need {
+		return fmt.Errorf("leader %s hears %d of the %d it needs to commit", c.Leader, alive, need)
+	}
+	return nil
 }
 
 // health reports to the observer, if any.
