@@ -322,14 +322,20 @@ func (t *Table) health(err error, now time.Time) {
 		t.storeDown, t.lastDown = false, now
 		t.log.Info().Msg("agent registry store answers again; stale instances stay routed until they heartbeat or one TTL passes")
 	}
-	if !t.storeDown {
-		for id, inst := range t.byID {
-			if inst.Stale() && now.Sub(t.lastDown) >= inst.TTL() {
-				gone = append(gone, id)
-			}
+	down, since := t.storeDown, t.lastDown
+	t.mu.Unlock()
+	if down {
+		return
+	}
+	// Instances turn stale and fresh only on this goroutine: a read lock
+	// sees them as they are.
+	t.mu.RLock()
+	for id, inst := range t.byID {
+		if inst.Stale() && now.Sub(since) >= inst.TTL() {
+			gone = append(gone, id)
 		}
 	}
-	t.mu.Unlock()
+	t.mu.RUnlock()
 	for _, id := range gone {
 		t.log.Warn().Str("agent", id).Msg("stale instance did not heartbeat within a TTL of the store coming back; removed")
 		t.remove(id, removeGraceOver, now)
