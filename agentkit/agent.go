@@ -576,6 +576,11 @@ func (a *Agent) run(h Handler, req *Request) {
 func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
+	// While the store is slow or unavailable (a bucket without a leader)
+	// the reply waits; PROCESSING tells the dispatcher the task is done
+	// and being recorded, so its per-call timeout does not expire on
+	// work that was done.
+	defer a.keepInformed(req)()
 	e := streams.ErrorFromMessage(m)
 	var err error
 	switch {
@@ -596,6 +601,43 @@ func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
 // settleTimeout bounds how long an idempotent task's outcome is retried
 // into REACH_IDEMPOTENCY before the reply goes out without it.
 const settleTimeout = 30 * time.Second
+
+// While an outcome is being stored: the first PROCESSING after
+// settleNotice (a store that answers sends none), then one every
+// settleProgress, well within the dispatcher's shortest per-call timeout
+// (5 s).
+const (
+	settleNotice   = 250 * time.Millisecond
+	settleProgress = time.Second
+)
+
+// keepInformed sends PROCESSING for req after settleNotice and then every
+// settleProgress until the returned stop is called; none is sent after
+// stop returns.
+func (a *Agent) keepInformed(req *Request) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // t is set before the first call reads it
+	defer mu.Unlock()
+	t = time.AfterFunc(settleNotice, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if err := req.Progress(); err != nil {
+			a.log.Warn().Err(err).Str("request_id", req.RequestID).Msg("progress failed")
+		}
+		t.Reset(settleProgress)
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
 
 // call runs the handler, turning a panic into an INTERNAL error so one bad
 // task never takes the agent down.

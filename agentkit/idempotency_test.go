@@ -230,3 +230,63 @@ func TestAWaiterExecutesAReleasedClaim(t *testing.T) {
 		t.Fatalf("w2: %s %v (calls %d), want its own execution", last.Data, last.Header, calls.Load())
 	}
 }
+
+// The idempotency bucket is gone after the handler ran (as when it has no
+// leader): the agent retries storing the outcome and meanwhile sends
+// PROCESSING, so a dispatcher's per-call timeout does not expire on work
+// that was done. When the bucket is back the result goes out, once.
+func TestOutcomeStoreRetryKeepsCallerInformed(t *testing.T) {
+	nc, d, _ := setup(t)
+	js, _ := jetstream.New(d.nc)
+	var effects atomic.Int64
+	startAgent(t, nc, agentkit.Config{Type: "pay", ID: "w1", Heartbeat: heartbeat},
+		map[string]agentkit.Handler{"pay.charge": func(ctx context.Context, r *agentkit.Request) (any, error) {
+			effects.Add(1)
+			if err := js.DeleteKeyValue(ctx, streams.BucketIdempotency); err != nil {
+				return nil, err
+			}
+			return "charged", nil
+		}})
+	inbox := nats.NewInbox()
+	sub, err := d.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(streams.Subjects{}.Agent("w1"))
+	m.Reply, m.Data = inbox, []byte(`{}`)
+	m.Header.Set(streams.HeaderCapability, "pay.charge")
+	m.Header.Set(streams.HeaderRequestID, "req-1")
+	m.Header.Set(streams.HeaderIdempotencyKey, "order-1")
+	if err := d.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	progress := 0
+	var final *nats.Msg
+	for final == nil {
+		r, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for replies (%d PROCESSING so far): %v", progress, err)
+		}
+		switch streams.Status(r.Header.Get(streams.HeaderStatus)) {
+		case streams.StatusProcessing:
+			if progress++; progress == 2 { // the store comes back
+				natstest.Provision(t, d.nc, streams.Topology{Heartbeat: heartbeat, Memory: true})
+			}
+		case streams.StatusAcked:
+		default:
+			final = r
+		}
+	}
+	if got := final.Header.Get(streams.HeaderStatus); got != string(streams.StatusFinished) || string(final.Data) != `"charged"` {
+		t.Fatalf("final reply %s %q (%v)", got, final.Data, final.Header)
+	}
+	if progress < 2 || effects.Load() != 1 {
+		t.Fatalf("%d PROCESSING while storing, %d executions", progress, effects.Load())
+	}
+	// The outcome was stored: a retry replays it.
+	r := d.deliver("w1", "pay.charge", []byte(`{}`), streams.HeaderIdempotencyKey, "order-1")
+	if last := r[len(r)-1]; last.Header.Get(agentkit.HeaderReplayed) != "true" || effects.Load() != 1 {
+		t.Fatalf("retry: %v, executions %d", last.Header, effects.Load())
+	}
+	t.Logf("%d PROCESSING sent while the outcome store was unavailable", progress)
+}

@@ -56,10 +56,14 @@ type instLoad struct {
 	// Reach-Active count on its latest reply; -1 until a reply carried one.
 	others atomic.Int64
 	// unsubscribed is the revision of the instance's record when a delivery
-	// found no subscription on its subject (0: never): the instance gets no
-	// task until a newer record (a heartbeat after it) shows it back.
-	unsubscribed atomic.Uint64
-	breaker      *breaker
+	// found no subscription on its subject (0: never), at unsubscribedAt
+	// (unix ns): the instance gets no task until a newer record (a
+	// heartbeat after it) shows it back, or one heartbeat interval has
+	// passed without one (after a server restart an agent subscribes again
+	// before the store takes its next heartbeat).
+	unsubscribed   atomic.Uint64
+	unsubscribedAt atomic.Int64
+	breaker        *breaker
 
 	mu        sync.Mutex
 	qual      float64 // moving average of feedback scores (Client.Feedback)
@@ -71,10 +75,21 @@ type instLoad struct {
 	penaltyAt time.Time
 }
 
-// absent reports whether inst had no subscription at its current record.
+// markAbsent records that a delivery to inst found no subscription.
+func (l *instLoad) markAbsent(inst *registry.Instance) {
+	l.unsubscribedAt.Store(time.Now().UnixNano())
+	l.unsubscribed.Store(inst.Entry().Revision)
+}
+
+// absent reports whether inst had no subscription at its current record,
+// less than one of its heartbeat intervals ago.
 func (l *instLoad) absent(inst *registry.Instance) bool {
 	u := l.unsubscribed.Load()
-	return u != 0 && u == inst.Entry().Revision
+	if u == 0 {
+		return false
+	}
+	e := inst.Entry()
+	return u == e.Revision && time.Now().UnixNano()-l.unsubscribedAt.Load() < e.HeartbeatMS*int64(time.Millisecond)
 }
 
 // observe adds one task's latency to the average. Until minSamples

@@ -680,7 +680,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 // onReply handles one reply to a delivery, on the inbox's goroutine.
 func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 	if m.Header.Get("Status") == "503" {
-		dl.load.unsubscribed.Store(dl.inst.Entry().Revision)
+		dl.load.markAbsent(dl.inst)
 		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
 		return
 	}

@@ -2,15 +2,21 @@ package registry
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 
 // Heartbeat keeps one agent record alive by putting it every interval from a
-// goroutine of its own. Give it a Registry opened on a NATS connection that
+// goroutine of its own. A put that fails is retried with jittered backoff
+// (retryDelay) rather than a whole interval later, and after a reconnect
+// the record is put again within a jittered quarter interval, so a record
+// that expired while the store was unavailable is back within moments of
+// the store answering. Give it a Registry opened on a NATS connection that
 // the agent's work does not use, so an agent whose every slot is busy still
 // heartbeats on time.
 //
@@ -61,21 +67,75 @@ func (h *Heartbeat) Start(ctx context.Context) error {
 
 func (h *Heartbeat) loop(ctx context.Context) {
 	defer close(h.done)
-	t := time.NewTicker(h.interval)
-	defer t.Stop()
+	reconnected := h.reg.nc.StatusChanged(nats.CONNECTED)
+	defer h.reg.nc.RemoveStatusListener(reconnected)
+	next := time.NewTimer(h.interval)
+	defer next.Stop()
+	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-next.C:
 		case <-h.kick:
+		case <-reconnected:
+			// Every agent of a restarted server reconnects at once: each
+			// puts after a random share of a quarter interval, not all
+			// together and not a whole interval late.
+			next.Reset(jitter(min(h.interval/4, time.Second)))
+			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, h.interval)
-		if err := h.put(pctx); err != nil && ctx.Err() == nil {
-			h.log.Warn().Err(err).Msg("heartbeat failed")
-		}
+		pctx, cancel := context.WithTimeout(ctx, h.putTimeout())
+		err := h.put(pctx)
 		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			if failures > 0 {
+				h.log.Info().Int("failed_puts", failures).Msg("heartbeat stored again")
+			}
+			failures = 0
+			next.Reset(h.interval)
+			continue
+		}
+		failures++
+		retry := h.retryDelay(failures)
+		ev := h.log.Debug()
+		if failures == 1 {
+			ev = h.log.Warn()
+		}
+		ev.Err(err).Int("failures", failures).Dur("retry_in", retry).Msg("heartbeat failed")
+		next.Reset(retry)
 	}
+}
+
+// putTimeout bounds one put: half an interval, between 250 ms and 2 s, so
+// a put the store dropped (no leader) is retried well before the record's
+// TTL runs out.
+func (h *Heartbeat) putTimeout() time.Duration {
+	return min(max(h.interval/2, 250*time.Millisecond), 2*time.Second)
+}
+
+// retryDelay is the wait before the next put after n failed ones in a
+// row: from a twentieth of the interval (at least 50 ms) doubling up to half
+// an interval, each drawn at random from its upper half, so agents that
+// failed together do not retry together.
+func (h *Heartbeat) retryDelay(n int) time.Duration {
+	d := max(h.interval/20, 50*time.Millisecond)
+	for i := 1; i < n && d < h.interval/2; i++ {
+		d *= 2
+	}
+	d = min(d, max(h.interval/2, 50*time.Millisecond))
+	return d/2 + jitter(d/2)
+}
+
+// jitter returns a random duration in [0, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d)))
 }
 
 func (h *Heartbeat) put(ctx context.Context) error {

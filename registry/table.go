@@ -23,10 +23,24 @@ const DefaultReconcileInterval = 30 * time.Second
 type Instance struct {
 	ID    string
 	entry atomic.Pointer[Entry]
+	// stale: the record expired while the store could not take
+	// heartbeats (see Table); the instance routes as before until it
+	// puts again or the grace ends.
+	stale atomic.Bool
 }
 
 // Entry returns the latest record of the instance.
 func (i *Instance) Entry() *Entry { return i.entry.Load() }
+
+// Stale reports whether the instance's record expired while the store
+// was unavailable and the table is keeping it until it heartbeats again.
+func (i *Instance) Stale() bool { return i.stale.Load() }
+
+// TTL is how long the instance's record lives without a heartbeat: 3
+// heartbeat intervals.
+func (i *Instance) TTL() time.Duration {
+	return 3 * time.Duration(i.Entry().HeartbeatMS) * time.Millisecond
+}
 
 // DownDependencies returns the dependencies the instance's latest record
 // reports down, sorted by name; nil when none is.
@@ -48,22 +62,39 @@ func (e *Entry) DownDependencies() []string {
 // Table is a routing table fed by a watch on REACH_AGENTS: puts, deletes and
 // TTL expiry (limit markers) apply within milliseconds. Its watcher is
 // re-created on every reconnect (after a server restart the old one goes
-// silent), whenever the client library closes it, and every reconcile
+// silent), whenever the client library closes it, when it stalls, when the
+// store answers again after being unavailable, and every reconcile
 // interval, each time reconciling against the full listing the new watcher
 // delivers.
+//
+// An expiry the store itself caused does not remove a live agent. The
+// table probes the bucket's stream every second (internal/kvwatch); while
+// the probes fail or the connection is down, and for one record TTL (3
+// heartbeats) after the store answers again, a record that expires (a
+// purge, or a key missing from a listing) leaves its instance in the
+// table, Stale and routed as before: its heartbeats could not be stored,
+// which says nothing of the agent. A put makes it fresh again; an instance
+// still stale one TTL after the store came back is removed as Lost, so a
+// dead agent leaves routing one TTL later than it would have without the
+// outage. A delete (an agent leaving) always removes at once.
 //
 // All methods are safe for concurrent use. Close is idempotent.
 type Table struct {
 	reg       *Registry
 	log       zerolog.Logger
 	reconcile time.Duration
+	probe     time.Duration
 	onRemove  func(id string, how Removal)
 	filter    RecordFilter
 
-	mu      sync.RWMutex
-	byID    map[string]*Instance
-	byCap   map[string]*capSet
-	changed chan struct{}
+	mu sync.RWMutex
+	// Store health, from kvwatch's probes: down while they fail; lastDown
+	// is when it was last seen down (or came back).
+	storeDown bool
+	lastDown  time.Time
+	byID      map[string]*Instance
+	byCap     map[string]*capSet
+	changed   chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -158,6 +189,17 @@ func WithReconcileInterval(d time.Duration) TableOption {
 	return func(t *Table) {
 		if d > 0 {
 			t.reconcile = d
+		}
+	}
+}
+
+// WithProbeInterval sets how often the table probes the bucket's stream to
+// tell whether the store is available; default 1 s. It should be well
+// under a heartbeat interval.
+func WithProbeInterval(d time.Duration) TableOption {
+	return func(t *Table) {
+		if d > 0 {
+			t.probe = d
 		}
 	}
 }
@@ -258,7 +300,7 @@ func (t *Table) Close() {
 
 func (t *Table) run(ctx context.Context, ready chan struct{}) {
 	defer close(t.done)
-	kvwatch.Run(ctx, t.reg.nc, t.reg.kv, t.reconcile, tableHandler{t}, t.log, ready)
+	kvwatch.RunWith(ctx, t.reg.nc, t.reg.kv, kvwatch.Options{Reconcile: t.reconcile, Probe: t.probe}, tableHandler{t}, t.log, ready)
 }
 
 // tableHandler feeds kvwatch updates into the table.
@@ -266,6 +308,45 @@ type tableHandler struct{ t *Table }
 
 func (h tableHandler) Replace(listing map[string]jetstream.KeyValueEntry) { h.t.replace(listing) }
 func (h tableHandler) Apply(e jetstream.KeyValueEntry)                    { h.t.apply(e) }
+func (h tableHandler) Health(err error)                                   { h.t.health(err, time.Now()) }
+
+// health takes a probe's answer (nil: the store answered) and removes the
+// stale instances whose grace is over.
+func (t *Table) health(err error, now time.Time) {
+	var gone []string
+	t.mu.Lock()
+	switch {
+	case err != nil:
+		t.storeDown, t.lastDown = true, now
+	case t.storeDown:
+		t.storeDown, t.lastDown = false, now
+		t.log.Info().Msg("agent registry store answers again; stale instances stay routed until they heartbeat or one TTL passes")
+	}
+	down, since := t.storeDown, t.lastDown
+	t.mu.Unlock()
+	if down {
+		return
+	}
+	// Instances turn stale and fresh only on this goroutine: a read lock
+	// sees them as they are.
+	t.mu.RLock()
+	for id, inst := range t.byID {
+		if inst.Stale() && now.Sub(since) >= inst.TTL() {
+			gone = append(gone, id)
+		}
+	}
+	t.mu.RUnlock()
+	for _, id := range gone {
+		t.log.Warn().Str("agent", id).Msg("stale instance did not heartbeat within a TTL of the store coming back; removed")
+		t.remove(id, removeGraceOver, now)
+	}
+}
+
+// troubled reports whether the store was unavailable within ttl of now;
+// t.mu is held.
+func (t *Table) troubled(now time.Time, ttl time.Duration) bool {
+	return t.storeDown || (!t.lastDown.IsZero() && now.Sub(t.lastDown) < ttl)
+}
 
 func (t *Table) replace(listing map[string]jetstream.KeyValueEntry) {
 	var gone []string
@@ -276,10 +357,12 @@ func (t *Table) replace(listing map[string]jetstream.KeyValueEntry) {
 		}
 	}
 	t.mu.Unlock()
+	now := time.Now()
 	for _, id := range gone {
 		// Missed while the watcher was down: a draining instance counts as
-		// having left (its deliveries still time out if it crashed).
-		t.remove(id, true)
+		// having left (its deliveries still time out if it crashed); a
+		// ready one may have expired while the store was down.
+		t.remove(id, removeMissing, now)
 	}
 	for _, kve := range listing {
 		t.apply(kve)
@@ -290,13 +373,17 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	if kve.Operation() != jetstream.KeyValuePut {
 		// A delete is how a draining agent leaves; a purge is an expiry
 		// (the limit marker of a record past its TTL) or an operator.
-		t.remove(kve.Key(), kve.Operation() == jetstream.KeyValueDelete)
+		cause := removeExpired
+		if kve.Operation() == jetstream.KeyValueDelete {
+			cause = removeDeleted
+		}
+		t.remove(kve.Key(), cause, time.Now())
 		return
 	}
 	e, err := toEntry(kve)
 	if err != nil {
 		t.log.Warn().Err(err).Str("agent", kve.Key()).Msg("ignoring unreadable agent record")
-		t.remove(kve.Key(), false)
+		t.remove(kve.Key(), removeUnreadable, time.Now())
 		return
 	}
 	t.mu.Lock()
@@ -305,6 +392,9 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	if ok {
 		old := inst.Entry()
 		inst.entry.Store(&e)
+		if inst.stale.Swap(false) {
+			t.log.Info().Str("agent", e.ID).Msg("stale instance heartbeats again")
+		}
 		if old.Status == e.Status && old.Weight == e.Weight && old.Type == e.Type && slices.Equal(old.Capabilities, e.Capabilities) &&
 			maps.Equal(old.Deps, e.Deps) {
 			return // a heartbeat: same routes
@@ -326,15 +416,39 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 	t.signal()
 }
 
-// remove drops instance id; deleted says its record was deleted rather
-// than expired, purged or unreadable, which counts as leaving when the
-// instance was draining.
-func (t *Table) remove(id string, deleted bool) {
+// Why a record left the bucket.
+type removeCause int
+
+const (
+	removeDeleted    removeCause = iota // a delete: the agent left
+	removeExpired                       // a purge: TTL expiry (or an operator)
+	removeMissing                       // absent from a listing: deleted or expired
+	removeUnreadable                    // a put that does not decode
+	removeGraceOver                     // stale for a TTL after the store came back
+)
+
+// remove drops instance id. A deleted record (or one missing from a
+// listing) counts as leaving when the instance was draining. A ready
+// instance whose record expired or is missing while the store was
+// troubled (within its TTL) is kept, stale, instead.
+func (t *Table) remove(id string, cause removeCause, now time.Time) {
 	t.mu.Lock()
 	inst, ok := t.byID[id]
 	how := Lost
+	if ok && cause == removeGraceOver && !inst.Stale() {
+		ok = false // it heartbeat meanwhile
+	}
 	if ok {
-		if deleted && inst.Entry().Status == StatusDraining {
+		e := inst.Entry()
+		if (cause == removeExpired || cause == removeMissing) && e.Status == StatusReady && (inst.Stale() || t.troubled(now, inst.TTL())) {
+			// Already stale: health removes it when its grace is over.
+			if !inst.stale.Swap(true) {
+				t.log.Warn().Str("agent", id).Msg("record expired while the store was unavailable; still routed, stale, until it heartbeats again")
+			}
+			t.mu.Unlock()
+			return
+		}
+		if (cause == removeDeleted || cause == removeMissing) && e.Status == StatusDraining {
 			how = Left
 		}
 		delete(t.byID, id)

@@ -1,12 +1,23 @@
 // Package kvwatch follows a KV bucket robustly: it re-creates its watcher
 // whenever the connection reconnects (after a server restart a watcher may go
 // silent for good), whenever the client library closes the updates channel,
-// and on a fixed interval, and each time hands the handler the full listing
-// the new watcher delivers, so missed updates are reconciled.
+// when the watcher stalls (the bucket's stream holds a message it has not
+// delivered for StallAfter), when the store answers again after being
+// unavailable, and on a fixed interval; each time it hands the handler the
+// full listing the new watcher delivers, so missed updates are reconciled.
+//
+// The store is probed every probe interval (a STREAM.INFO of the bucket's
+// stream, answered by its leader; a replicated stream whose leader does not
+// hear a majority of its group counts as unavailable): a handler that implements Observer hears
+// whether the store is reachable, which a registry table uses to tell an
+// agent that stopped heartbeating from a store that could not take its
+// heartbeats.
 package kvwatch
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,23 +36,90 @@ type Handler interface {
 	Apply(e jetstream.KeyValueEntry)
 }
 
-// Run follows kv, reached through nc, until ctx ends. ready, if not nil, is
-// closed after the first listing has been handed over.
+// Observer is an optional extension of Handler. Health is called, from
+// the same goroutine as the Handler's methods, after every probe of the
+// store (nil: its stream's leader answered) and whenever the store is
+// found unavailable some other way (the connection dropped, a watcher
+// could not be created, closed, or stalled).
+type Observer interface {
+	Health(err error)
+}
+
+// Defaults of Options.
+const (
+	DefaultReconcile    = 30 * time.Second
+	DefaultProbe        = time.Second
+	DefaultProbeTimeout = 2 * time.Second
+)
+
+// ErrStalled is the Health error of a watcher that stopped delivering.
+var ErrStalled = errors.New("kvwatch: watcher stalled")
+
+// Options tune RunWith; zero fields take the defaults.
+type Options struct {
+	// Reconcile is how often the watcher is re-created with a full
+	// listing even when nothing went wrong; default 30 s.
+	Reconcile time.Duration
+	// Probe is how often the store is probed; default 1 s, negative: never.
+	Probe time.Duration
+	// ProbeTimeout bounds one probe; default 2 s.
+	ProbeTimeout time.Duration
+	// StallAfter is how long the watcher may leave undelivered a message
+	// the stream held at a probe before it counts as stalled; default 3
+	// probe intervals.
+	StallAfter time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Reconcile <= 0 {
+		o.Reconcile = DefaultReconcile
+	}
+	if o.Probe == 0 {
+		o.Probe = DefaultProbe
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
+	}
+	if o.StallAfter <= 0 {
+		o.StallAfter = 3 * max(o.Probe, 100*time.Millisecond)
+	}
+	return o
+}
+
+// Run follows kv, reached through nc, until ctx ends, re-creating the
+// watcher every reconcile interval and probing with the defaults. ready, if
+// not nil, is closed after the first listing has been handed over.
 func Run(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, reconcile time.Duration, h Handler, log zerolog.Logger, ready chan struct{}) {
-	reconnected := nc.StatusChanged(nats.CONNECTED)
-	defer nc.RemoveStatusListener(reconnected)
+	RunWith(ctx, nc, kv, Options{Reconcile: reconcile}, h, log, ready)
+}
+
+// RunWith is Run with every option.
+func RunWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts Options, h Handler, log zerolog.Logger, ready chan struct{}) {
+	w := &watch{kv: kv, opts: opts.withDefaults(), h: h, log: log.With().Str("bucket", kv.Bucket()).Logger(), ready: ready}
+	w.obs, _ = h.(Observer)
+	w.status = nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING)
+	defer nc.RemoveStatusListener(w.status)
+	w.probes = make(chan probe)
+	if w.opts.Probe > 0 {
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			w.probeLoop(pctx)
+		}()
+	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		err := watchOnce(ctx, kv, reconcile, reconnected, h, log, ready)
+		err := w.once(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			log.Warn().Err(err).Str("bucket", kv.Bucket()).Dur("retry_in", backoff).Msg("watch failed")
-			select {
-			case <-ctx.Done():
+			w.health(err)
+			w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("watch failed")
+			if !w.pause(ctx, backoff) {
 				return
-			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 2*time.Second)
 			continue
@@ -50,17 +128,152 @@ func Run(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, reconcile ti
 	}
 }
 
-// watchOnce runs one watcher and returns nil when it should be re-created
-// (reconnected, channel closed or reconcile due).
-func watchOnce(ctx context.Context, kv jetstream.KeyValue, reconcile time.Duration, reconnected <-chan nats.Status,
-	h Handler, log zerolog.Logger, ready chan struct{}) error {
-	w, err := kv.WatchAll(ctx)
+// watch is the state of one Run.
+type watch struct {
+	kv     jetstream.KeyValue
+	opts   Options
+	h      Handler
+	obs    Observer
+	log    zerolog.Logger
+	ready  chan struct{}
+	status chan nats.Status
+	probes chan probe
+
+	down    bool   // the last probe failed, or the connection is down
+	lastRev uint64 // the highest stream sequence the watcher accounted for
+	// The oldest stream sequence seen at a probe and not yet delivered,
+	// and when it was seen: a stall when it stays undelivered.
+	wantRev uint64
+	wantAt  time.Time
+}
+
+// probe is one probe's answer: the stream's last sequence, or why not.
+type probe struct {
+	last uint64
+	err  error
+}
+
+func (w *watch) probeLoop(ctx context.Context) {
+	t := time.NewTicker(w.opts.Probe)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p := w.probeOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case w.probes <- p:
+		}
+	}
+}
+
+func (w *watch) probeOnce(ctx context.Context) probe {
+	pctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
+	defer cancel()
+	st, err := w.kv.Status(pctx)
+	if err != nil {
+		return probe{err: fmt.Errorf("probe %s: %w", w.kv.Bucket(), err)}
+	}
+	var last uint64
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		info := bs.StreamInfo()
+		last = info.State.LastSeq
+		if err := quorum(info.Cluster); err != nil {
+			return probe{err: fmt.Errorf("probe %s: %w", w.kv.Bucket(), err)}
+		}
+	}
+	return probe{last: last}
+}
+
+// peerSilence is how long a replica may go unheard by its leader and
+// still count towards a quorum.
+const peerSilence = 3 * time.Second
+
+// quorum reports why a replicated stream cannot store a write now: no
+// leader, or a leader that has not heard from a majority of its group
+// (a leader cut off from its followers answers STREAM.INFO for seconds
+// before it steps down, though nothing it is sent commits). nil for a
+// stream on one server.
+func quorum(c *jetstream.ClusterInfo) error {
+	if c == nil || len(c.Replicas) == 0 {
+		return nil
+	}
+	if c.Leader == "" {
+		return errors.New("the stream has no leader")
+	}
+	alive := 1 // the leader
+	for _, p := range c.Replicas {
+		if p != nil && !p.Offline && !p.Pending && p.Active < peerSilence {
+			alive++
+		}
+	}
+	if need := (len(c.Replicas)+1)/2 + 1; alive < need {
+		return fmt.Errorf("leader %s hears %d of the %d it needs to commit", c.Leader, alive, need)
+	}
+	return nil
+}
+
+// health reports to the observer, if any.
+func (w *watch) health(err error) {
+	if err != nil {
+		w.down = true
+	}
+	if w.obs != nil {
+		w.obs.Health(err)
+	}
+}
+
+// pause waits d, still hearing probes and status changes, and ends early
+// when the store answers again after failing; false when ctx ended.
+func (w *watch) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case s := <-w.status:
+			if s != nats.CONNECTED {
+				w.health(fmt.Errorf("connection %v", s))
+			}
+		case p := <-w.probes:
+			wasDown := w.down
+			w.health(p.err)
+			if p.err == nil {
+				w.down = false
+				if wasDown {
+					return true
+				}
+			}
+		}
+	}
+}
+
+// once runs one watcher and returns nil when it should be re-created
+// (reconnected, channel closed, stalled, store back, or reconcile due).
+func (w *watch) once(ctx context.Context) error {
+	// The stream's last sequence before the watcher starts: everything up
+	// to it is in the listing or gone, so it is not waited for.
+	var floor uint64
+	if w.opts.Probe > 0 {
+		if p := w.probeOnce(ctx); p.err == nil {
+			floor = p.last
+		}
+	}
+	kw, err := w.kv.WatchAll(ctx)
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
+	defer kw.Stop()
 	listing := make(map[string]jetstream.KeyValueEntry) // nil once loaded
-	tick := time.NewTimer(reconcile)
+	w.wantRev, w.wantAt = 0, time.Time{}
+	tick := time.NewTimer(w.opts.Reconcile)
 	defer tick.Stop()
 	for {
 		select {
@@ -68,34 +281,81 @@ func watchOnce(ctx context.Context, kv jetstream.KeyValue, reconcile time.Durati
 			return nil
 		case <-tick.C:
 			return nil
-		case <-reconnected:
-			log.Info().Str("bucket", kv.Bucket()).Msg("reconnected; re-creating the watcher")
+		case s := <-w.status:
+			if s != nats.CONNECTED {
+				w.health(fmt.Errorf("connection %v", s))
+				continue
+			}
+			w.log.Info().Msg("reconnected; re-creating the watcher")
 			return nil
-		case e, ok := <-w.Updates():
+		case p := <-w.probes:
+			if p.err != nil {
+				if !w.down {
+					w.log.Warn().Err(p.err).Msg("store unavailable")
+				}
+				w.health(p.err)
+				continue
+			}
+			wasDown := w.down
+			w.down = false
+			if wasDown {
+				// A watcher may have gone silent while the store had no
+				// leader; a new one lists everything missed.
+				w.log.Info().Msg("store answers again; re-creating the watcher")
+				w.health(nil)
+				return nil
+			}
+			if listing == nil && w.stalled(p.last) {
+				w.log.Warn().Uint64("stream_last", p.last).Uint64("delivered", w.lastRev).Msg("watcher stalled; re-creating")
+				w.health(ErrStalled)
+				w.down = false // not the store: the next probe need not re-create again
+				return nil
+			}
+			w.health(nil)
+		case e, ok := <-kw.Updates():
 			switch {
 			case !ok:
-				log.Info().Str("bucket", kv.Bucket()).Msg("watcher closed; re-creating")
+				w.log.Info().Msg("watcher closed; re-creating")
 				return nil
 			case e == nil && listing != nil:
-				h.Replace(listing)
+				w.lastRev = max(w.lastRev, floor)
+				w.h.Replace(listing)
 				listing = nil
-				if ready != nil {
+				if w.ready != nil {
 					select {
-					case <-ready:
+					case <-w.ready:
 					default:
-						close(ready)
+						close(w.ready)
 					}
 				}
 			case e == nil:
 			case listing != nil:
+				w.lastRev = max(w.lastRev, e.Revision())
 				if e.Operation() == jetstream.KeyValuePut {
 					listing[e.Key()] = e
 				} else {
 					delete(listing, e.Key())
 				}
 			default:
-				h.Apply(e)
+				w.lastRev = max(w.lastRev, e.Revision())
+				w.h.Apply(e)
 			}
 		}
 	}
+}
+
+// stalled reports whether the watcher has left a message undelivered for
+// StallAfter; last is the stream's last sequence now.
+func (w *watch) stalled(last uint64) bool {
+	now := time.Now()
+	if w.wantRev != 0 && w.lastRev >= w.wantRev {
+		w.wantRev = 0
+	}
+	if w.wantRev == 0 {
+		if last > w.lastRev {
+			w.wantRev, w.wantAt = last, now
+		}
+		return false
+	}
+	return now.Sub(w.wantAt) >= w.opts.StallAfter
 }

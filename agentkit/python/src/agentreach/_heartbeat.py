@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import threading
 from typing import Any, Callable, Coroutine, Optional, TypeVar
 
@@ -100,24 +101,40 @@ class Heartbeat:
 
     async def _run(self) -> None:
         interval = self.heartbeat_ms / 1000.0
+        # A put is bounded by half an interval (0.25 to 2 s): one the store
+        # dropped (no leader) is retried well before the record's TTL.
+        put_timeout = min(max(interval / 2, 0.25), 2.0)
         due = self._loop.time() + interval
+        failed = 0  # puts failed in a row
         while True:
             await asyncio.sleep(max(0.0, due - self._loop.time()))
             assert self._nc is not None
+            ok = False
             if not self._nc.is_connected:  # reconnecting: the connection logs each attempt
                 self.failures += 1
             else:
                 try:
-                    await asyncio.wait_for(self._put(), interval)
+                    await asyncio.wait_for(self._put(), put_timeout)
+                    ok = True
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # the next beat tries again
+                except Exception as e:
                     self.failures += 1
-                    log.warning("heartbeat failed agent=%s error=%r", self._id, e)
-            due += interval
+                    if failed == 0:
+                        log.warning("heartbeat failed agent=%s error=%r", self._id, e)
             now = self._loop.time()
-            if due < now:  # stalled past a beat: put again at once, then on the interval
-                due = now
+            if ok:
+                if failed:
+                    log.info("heartbeat stored again agent=%s failed_puts=%d", self._id, failed)
+                failed = 0
+                due += interval
+                if due < now:  # stalled past a beat: put again at once, then on the interval
+                    due = now
+            else:
+                # Not a whole interval later: soon, with jitter, so agents
+                # that failed together do not retry together.
+                failed += 1
+                due = now + retry_delay(interval, failed)
 
     async def stop(self, delete: bool) -> None:
         """Stops beating and, with delete, deletes the record (a KV delete)."""
@@ -156,3 +173,16 @@ class Heartbeat:
             self._beat.cancel()
         if self._nc is not None and not self._nc.is_closed:
             await self._nc.close()
+
+
+def retry_delay(interval: float, failed: int) -> float:
+    """The wait before the next put after ``failed`` failed ones in a row:
+    from a twentieth of the interval (at least 50 ms) doubling up to half an
+    interval, drawn at random from the upper half of it."""
+    d = max(interval / 20, 0.05)
+    for _ in range(1, failed):
+        if d >= interval / 2:
+            break
+        d *= 2
+    d = min(d, max(interval / 2, 0.05))
+    return d / 2 + random.random() * d / 2

@@ -630,6 +630,10 @@ class Agent:
         a BIZ_REJECT; after any other error the claim is given back."""
         assert self._idem is not None
         code = headers.get(w.H_ERROR, "")
+        # While the store is slow or unavailable the reply waits: PROCESSING
+        # after SETTLE_NOTICE, then every SETTLE_PROGRESS seconds, keeps the
+        # dispatcher's per-call timeout from expiring on work that was done.
+        informer = asyncio.ensure_future(_keep_informed(ctx))
         try:
             if not code:
                 await self._idem.store(key, Outcome(request_id=ctx.request_id, content_type=headers[w.H_CONTENT_TYPE],
@@ -644,6 +648,8 @@ class Agent:
         except Exception as e:
             log.error("idempotency outcome not recorded agent=%s request_id=%s key=%s error=%r",
                       self.id, ctx.request_id, key, e)
+        finally:
+            informer.cancel()
 
     async def _fail(self, ctx: Context, e: ReachError, extra: Optional[dict[str, str]] = None) -> None:
         await self._answer(ctx, *self._error(ctx, e, extra))
@@ -687,3 +693,16 @@ class Agent:
         if ctx._holds_slot:
             ctx._holds_slot = False
             self.active -= 1
+
+
+SETTLE_NOTICE = 0.25  # seconds before the first PROCESSING while an outcome is stored
+SETTLE_PROGRESS = 1.0  # seconds between the next ones
+
+
+async def _keep_informed(ctx: Context) -> None:
+    """Sends PROCESSING for ctx after SETTLE_NOTICE, then every
+    SETTLE_PROGRESS seconds, until cancelled."""
+    await asyncio.sleep(SETTLE_NOTICE)
+    while True:
+        ctx._progress()
+        await asyncio.sleep(SETTLE_PROGRESS)
