@@ -1,0 +1,60 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestNodeBounce SIGKILLs a nats-server under load and restarts it on the
+// same ports and store; the heal is the node current again.
+func TestNodeBounce(t *testing.T) {
+	scenario(t, "node bounce", func(s *stack) {
+		n := s.c.nodes[0] // dispatcher-1's node, and agent 1's and 4's
+		n.kill()
+		n.start()
+		s.c.waitHealthy(2 * time.Minute)
+	})
+}
+
+// TestDispatcherKill SIGKILLs a dispatcher process under load and starts
+// it again.
+func TestDispatcherKill(t *testing.T) {
+	scenario(t, "dispatcher SIGKILL", func(s *stack) {
+		d := s.dispatchers[0]
+		d.kill()
+		d.start()
+	})
+}
+
+// TestDispatcherStop freezes a dispatcher for 10 s (SIGSTOP), then lets it
+// run again (SIGCONT): the heal is the SIGCONT.
+func TestDispatcherStop(t *testing.T) {
+	scenario(t, "dispatcher SIGSTOP 10 s", func(s *stack) {
+		d := s.dispatchers[0]
+		d.signal(syscall.SIGSTOP)
+		// The fault's length, not a synchronisation: a frozen process
+		// for as long as a long GC pause or a stalled VM.
+		time.Sleep(10 * time.Second)
+		d.signal(syscall.SIGCONT)
+	})
+}
+
+// TestAgentsKilledTogether kills every agent at once and starts them all
+// again under the same ids together: a reconnect storm.
+func TestAgentsKilledTogether(t *testing.T) {
+	scenario(t, "agents killed together", func(s *stack) {
+		s.agents.killAll()
+		errs := make(chan error, len(s.agents.ids))
+		for i := range s.agents.ids {
+			go func() { errs <- s.agents.start(i) }()
+		}
+		for range s.agents.ids {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
