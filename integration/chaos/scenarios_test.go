@@ -3,9 +3,14 @@
 package chaos
 
 import (
+	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
 )
 
 // TestNodeBounce SIGKILLs a nats-server under load and restarts it on the
@@ -42,11 +47,33 @@ func TestDispatcherStop(t *testing.T) {
 	})
 }
 
-// TestAgentsKilledTogether kills every agent at once and starts them all
-// again under the same ids together: a reconnect storm.
+// TestAgentsKilledTogether kills every agent at once, waits until
+// REACH_AGENTS has forgotten them all (three missed heartbeats), and starts
+// them all again under the same ids together: a reconnect storm into an
+// empty table.
 func TestAgentsKilledTogether(t *testing.T) {
 	scenario(t, "agents killed together", func(s *stack) {
 		s.agents.killAll()
+		natstest.WaitFor(t, time.Minute, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			kv, err := s.js.KeyValue(ctx, streams.BucketAgents)
+			if err != nil {
+				return err
+			}
+			lister, err := kv.ListKeys(ctx)
+			if err != nil {
+				return err
+			}
+			var keys []string
+			for k := range lister.Keys() {
+				keys = append(keys, k)
+			}
+			if len(keys) > 0 {
+				return fmt.Errorf("REACH_AGENTS still lists %v", keys)
+			}
+			return nil
+		})
 		errs := make(chan error, len(s.agents.ids))
 		for i := range s.agents.ids {
 			go func() { errs <- s.agents.start(i) }()

@@ -99,7 +99,7 @@ type agents struct {
 }
 
 func newAgents(t testing.TB, c *cluster, n int) *agents {
-	a := &agents{t: t, c: c, execs: map[string]int{}, log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	a := &agents{t: t, c: c, execs: map[string]int{}, log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)}
 	for i := range n {
 		a.ids = append(a.ids, fmt.Sprintf("chaos-%d", i+1))
 	}
@@ -116,11 +116,20 @@ func (a *agents) start(i int) error {
 	if err != nil {
 		return err
 	}
+	// The heartbeat's connection too is the test's, so killing the agent
+	// stops its heartbeat as a dead process's would.
+	hc, err := nats.Connect(strings.Join(a.c.urls(i%len(a.c.nodes)), ","), nats.Name(a.ids[i]+"-heartbeat"), nats.DontRandomize(),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.Timeout(2*time.Second),
+		nats.RetryOnFailedConnect(true), nats.ReconnectBufSize(-1))
+	if err != nil {
+		nc.Close()
+		return err
+	}
 	a.mu.Lock()
-	a.conns = append(a.conns, nc)
+	a.conns = append(a.conns, nc, hc)
 	a.mu.Unlock()
 	ag, err := agentkit.New(nc, agentkit.Config{Type: "chaos", ID: a.ids[i], MaxConcurrent: 16},
-		agentkit.WithoutSignals(), agentkit.WithLogger(a.log.With().Str("agent", a.ids[i]).Logger()))
+		agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hc), agentkit.WithLogger(a.log.With().Str("agent", a.ids[i]).Logger()))
 	if err != nil {
 		return err
 	}
@@ -273,29 +282,42 @@ type callRecord struct {
 	err     error
 }
 
-// startLoad submits a durable task and makes a direct call every 50 ms on
-// each of two submitters and two callers.
+// startLoad submits 40 durable tasks a second (two submitters, each
+// waiting for its acknowledgement) and starts 40 direct calls a second
+// without waiting for the ones in flight, so a stalled call does not slow
+// the rate the error figure is measured on.
 func (s *stack) startLoad() *load {
 	l := &load{s: s, stop: make(chan struct{}), accepted: map[string]bool{}}
-	for range 2 {
-		l.wg.Add(2)
-		go l.run(l.submit)
-		go l.run(l.call)
-	}
+	l.wg.Add(3)
+	go l.run(l.submit, false)
+	go l.run(l.submit, false)
+	go l.run(l.call, true)
 	s.t.Cleanup(l.halt)
 	return l
 }
 
-func (l *load) run(f func()) {
+func (l *load) run(f func(), async bool) {
 	defer l.wg.Done()
-	tick := time.NewTicker(50 * time.Millisecond)
+	every := 50 * time.Millisecond
+	if async {
+		every = 25 * time.Millisecond
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-tick.C:
-			f()
+			if async {
+				l.wg.Add(1)
+				go func() {
+					defer l.wg.Done()
+					f()
+				}()
+			} else {
+				f()
+			}
 		}
 	}
 }
@@ -470,6 +492,7 @@ func scenario(t *testing.T, name string, fault func(s *stack)) {
 	for msg, n := range why {
 		t.Logf("  call error x%d: %s", n, msg)
 	}
+	parkedReasons(t, s.js)
 	if f.doubled > 0 {
 		t.Errorf("%d tasks with more than one outcome: %s", f.doubled, strings.Join(first(doubled, 20), "; "))
 	}
@@ -502,4 +525,26 @@ func waitCalls(t testing.TB, l *load, n int) {
 		}
 		return nil
 	})
+}
+
+// parkedReasons prints why tasks were dead-lettered or sent to review,
+// grouped: the cost of the fault to a user of the durable tier.
+func parkedReasons(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	for _, stream := range []string{streams.StreamDLQ, streams.StreamReview} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, stream)
+		cancel()
+		if err != nil {
+			t.Logf("  %s: %v", stream, err)
+			continue
+		}
+		why := map[string]int{}
+		for _, p := range list {
+			why[fmt.Sprintf("%s %s (attempts %d): %s", p.Code, p.Reason, p.Attempts, first([]string{p.LastError}, 1)[0])]++
+		}
+		for w, n := range why {
+			t.Logf("  %s x%d: %s", stream, n, w)
+		}
+	}
 }
