@@ -23,6 +23,13 @@ import (
 var bins struct{ natsServer, agentreach string }
 
 func TestMain(m *testing.M) {
+	if id := os.Getenv(envChildAgent); id != "" {
+		if err := runChildAgent(id); err != nil {
+			fmt.Fprintln(os.Stderr, "agent", id+":", err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
 	os.Exit(run(m))
 }
 
@@ -69,6 +76,7 @@ type proc struct {
 	args  []string
 	log   string
 	ready string // a line containing this marks it ready; "" means at once
+	ns    string // the network namespace it runs in; "" means the test's
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -102,6 +110,11 @@ func (p *proc) start() {
 	}
 	fmt.Fprintf(f, "---- start %s\n", time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.bin, p.args...)
+	if p.ns != "" {
+		// ip netns exec enters the namespace and execs the binary: the
+		// process signalled is the binary itself.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", p.ns, p.bin}, p.args...)...)
+	}
 	// The kernel kills the child if the test process dies first: no
 	// exit path leaves a server or a dispatcher running.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -180,17 +193,18 @@ func (p *proc) kill() {
 type node struct {
 	*proc
 	name               string
+	host               string
 	port, cport, hport int
 	dir                string
 }
 
-func (n *node) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
+func (n *node) url() string { return fmt.Sprintf("nats://%s:%d", n.host, n.port) }
 
 // healthy reports nil when the node's /healthz says it is current
 // (JetStream on, every asset it holds caught up).
 func (n *node) healthy() error {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.hport))
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/healthz", n.host, n.hport))
 	if err != nil {
 		return fmt.Errorf("%s: %w", n.name, err)
 	}
@@ -212,8 +226,8 @@ type cluster struct {
 }
 
 const nodeConf = `server_name: %s
-listen: 127.0.0.1:%d
-http: 127.0.0.1:%d
+listen: %s:%d
+http: %s:%d
 max_payload: 1MB
 lame_duck_grace_period: "10s"
 lame_duck_duration: "30s"
@@ -225,14 +239,16 @@ jetstream {
 }
 cluster {
   name: agentreach
-  listen: 127.0.0.1:%d
+  listen: %s:%d
   routes: [%s]
   ping_interval: "2s"
   ping_max: 3
 }
 `
 
-func newCluster(t testing.TB) *cluster {
+// newCluster starts the cluster on loopback (net nil) or with node i in
+// net's namespace i at its own address.
+func newCluster(t testing.TB, net *network) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t}
@@ -247,20 +263,30 @@ func newCluster(t testing.TB) *cluster {
 		}
 	}
 	for i := range 3 {
-		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), port: free(), cport: free(), hport: free()})
+		n := &node{name: fmt.Sprintf("n%d", i+1)}
+		if net == nil {
+			n.host, n.port, n.cport, n.hport = "127.0.0.1", free(), free(), free()
+		} else {
+			n.host, n.port, n.cport, n.hport = net.addr(i), 4222, 6222, 8222
+		}
+		c.nodes = append(c.nodes, n)
 	}
 	var routes []string
 	for _, n := range c.nodes {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", n.cport))
+		routes = append(routes, fmt.Sprintf("nats-route://%s:%d", n.host, n.cport))
 	}
-	for _, n := range c.nodes {
+	for i, n := range c.nodes {
 		n.dir = filepath.Join(dir, n.name)
 		conf := filepath.Join(dir, n.name+".conf")
-		body := fmt.Sprintf(nodeConf, n.name, n.port, n.hport, filepath.Join(n.dir, "jetstream"), n.cport, strings.Join(routes, ", "))
+		body := fmt.Sprintf(nodeConf, n.name, n.host, n.port, n.host, n.hport, filepath.Join(n.dir, "jetstream"),
+			n.host, n.cport, strings.Join(routes, ", "))
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		n.proc = newProc(t, dir, n.name, "Server is ready", bins.natsServer, "-c", conf)
+		if net != nil {
+			n.proc.ns = net.nodes[i]
+		}
 	}
 	for _, n := range c.nodes {
 		n.start()

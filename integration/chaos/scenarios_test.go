@@ -85,3 +85,17 @@ func TestAgentsKilledTogether(t *testing.T) {
 		}
 	})
 }
+
+// TestMinorityPartition cuts node 3 off — with a dispatcher and two agents
+// in its namespace — for 20 s under load, then heals the link.
+func TestMinorityPartition(t *testing.T) {
+	net := newNetwork(t, 3)
+	scenarioOn(t, "minority partition", net, func(s *stack) {
+		net.isolate(2)
+		// The fault's length: long enough for the routes' pings (2 s × 3)
+		// to drop the dead routes and the minority's agent records to
+		// expire (3 heartbeats).
+		time.Sleep(20 * time.Second)
+		net.heal(2)
+	})
+}

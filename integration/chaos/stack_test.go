@@ -6,7 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -40,21 +43,37 @@ type stack struct {
 	client      *agentkit.Client
 }
 
-// newStack starts the cluster, two dispatcher processes on nodes 1 and 2
-// (the first provisions R3), four agents spread over the nodes, and waits
-// until the stack has converged.
-func newStack(t testing.TB) *stack {
+// newStack starts the cluster on loopback, two dispatcher processes on
+// nodes 1 and 2 (the first provisions R3), four agents spread over the
+// nodes, and waits until the stack has converged.
+func newStack(t testing.TB) *stack { return newStackOn(t, nil) }
+
+// newStackOn is newStack on loopback (net nil) or in net's namespaces: then
+// node 3's namespace also holds a third dispatcher and two of the agents
+// (child processes), so that isolating node 3 makes a minority partition
+// with a dispatcher and agents inside.
+func newStackOn(t testing.TB, net *network) *stack {
 	t.Helper()
-	s := &stack{t: t, c: newCluster(t)}
+	s := &stack{t: t, c: newCluster(t, net)}
 	dir := t.TempDir()
-	for i := range 2 {
+	n := 2
+	if net != nil {
+		n = 3
+	}
+	for i := range n {
 		name := fmt.Sprintf("dispatcher-%d", i+1)
 		p := newProc(t, dir, name, "dispatcher running", bins.agentreach, "dispatcher",
 			"--server", strings.Join(s.c.urls(i), ","), "--name", name, "--replicas", "3", "--timeout", "30s")
+		if i == 2 {
+			p.ns = net.nodes[2]
+		}
 		p.start()
 		s.dispatchers = append(s.dispatchers, p)
 	}
 	s.nc = connect(t, s.c.urls(2), "chaos-client")
+	if net != nil {
+		s.nc = connect(t, s.c.urls(0), "chaos-client") // the majority side
+	}
 	var err error
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		t.Fatal(err)
@@ -62,8 +81,16 @@ func newStack(t testing.TB) *stack {
 	if s.client, err = agentkit.NewClient(s.nc, agentkit.WithSource("chaos-client"), agentkit.WithJSON()); err != nil {
 		t.Fatal(err)
 	}
-	s.agents = newAgents(t, s.c, 4)
-	s.agents.startAll()
+	if net == nil {
+		s.agents = newAgents(t, s.c, 4)
+		s.agents.startAll()
+	} else {
+		s.agents = newAgents(t, s.c, 2)
+		s.agents.startAll()
+		for i := 3; i <= 4; i++ {
+			s.agents.startChild(dir, fmt.Sprintf("chaos-%d", i), net.nodes[2], s.c.urls(2))
+		}
+	}
 	if d, err := s.converge(60 * time.Second); err != nil {
 		t.Fatalf("the stack did not converge at start: %v", err)
 	} else {
@@ -96,6 +123,34 @@ type agents struct {
 	mu    sync.Mutex
 	conns []*nats.Conn
 	execs map[string]int
+	// Agents in child processes (in another network namespace): their
+	// ids and the files where they record each execution's key.
+	childIDs []string
+	records  []string
+}
+
+// startChild runs an agent as a child process (this test binary, in the
+// role runChildAgent) in namespace ns.
+func (a *agents) startChild(dir, id, ns string, urls []string) {
+	a.t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	rec := filepath.Join(dir, id+".executions")
+	p := newProc(a.t, dir, id, "agent ready", "/usr/bin/env", envChildAgent+"="+id, envChildURL+"="+strings.Join(urls, ","),
+		envChildRecord+"="+rec, self, "-test.run=^$")
+	p.ns = ns
+	p.start()
+	a.childIDs = append(a.childIDs, id)
+	a.records = append(a.records, rec)
+}
+
+// all lists every agent's id, sorted.
+func (a *agents) all() []string {
+	ids := append(slices.Clone(a.ids), a.childIDs...)
+	sort.Strings(ids)
+	return ids
 }
 
 func newAgents(t testing.TB, c *cluster, n int) *agents {
@@ -177,7 +232,17 @@ func (a *agents) killAll() {
 func (a *agents) twice() (n int, keys []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, c := range a.execs {
+	execs := maps.Clone(a.execs)
+	for _, rec := range a.records {
+		b, err := os.ReadFile(rec)
+		if err != nil && !os.IsNotExist(err) {
+			a.t.Errorf("reading %s: %v", rec, err)
+		}
+		for _, k := range strings.Fields(string(b)) {
+			execs[k]++
+		}
+	}
+	for k, c := range execs {
 		if c > 1 {
 			n++
 			keys = append(keys, k)
@@ -191,14 +256,26 @@ func (a *agents) twice() (n int, keys []string) {
 // the live agents, REACH_AGENTS lists exactly them, and a call succeeds.
 func (s *stack) converge(bound time.Duration) (time.Duration, error) {
 	start := time.Now()
-	err := natstest.Poll(bound, s.converged)
-	return time.Since(start), err
+	var last error
+	var lastAt time.Time
+	err := natstest.Poll(bound, func() error {
+		err := s.converged()
+		if err != nil {
+			last, lastAt = err, time.Now()
+		}
+		return err
+	})
+	took := time.Since(start)
+	if err == nil && last != nil {
+		s.t.Logf("  converging: until %v after the heal: %v", lastAt.Sub(start).Round(time.Millisecond), last)
+	}
+	return took, err
 }
 
 func (s *stack) converged() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	want := slices.Clone(s.agents.ids)
+	want := s.agents.all()
 	kv, err := s.js.KeyValue(ctx, streams.BucketAgents)
 	if err != nil {
 		return fmt.Errorf("REACH_AGENTS: %w", err)
@@ -458,12 +535,15 @@ func (l *load) ledger(f *figures) (doubledIDs []string) {
 // measured figure.
 const convergeBound = 30 * time.Second
 
-// scenario runs fault under steady load: load for a while, the fault
+// scenario runs fault on a loopback stack.
+func scenario(t *testing.T, name string, fault func(s *stack)) { scenarioOn(t, name, nil, fault) }
+
+// scenarioOn runs fault under steady load: load for a while, the fault
 // (which returns when it has healed), the time to converge, load for a
 // while more, then the ledger. It fails on any lost, doubled or
 // twice-executed task, or convergence over convergeBound.
-func scenario(t *testing.T, name string, fault func(s *stack)) {
-	s := newStack(t)
+func scenarioOn(t *testing.T, name string, net *network, fault func(s *stack)) {
+	s := newStackOn(t, net)
 	l := s.startLoad()
 	// Steady load before the fault: a number of direct calls done, not a
 	// time slept.
