@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -453,15 +454,19 @@ func (l *load) callErrors(from, to time.Time) (calls, failed int, why map[string
 		calls++
 		if c.err != nil {
 			failed++
-			msg := c.err.Error()
-			if len(msg) > 80 {
-				msg = msg[:80]
+			msg := quoted.ReplaceAllString(c.err.Error(), `"…"`)
+			if len(msg) > 120 {
+				msg = msg[:120]
 			}
 			why[msg]++
 		}
 	}
 	return calls, failed, why
 }
+
+// quoted matches the quoted names (keys, ids) in an error message, so that
+// the same failure for different tasks counts as one kind.
+var quoted = regexp.MustCompile(`"[^"]*"`)
 
 // figures is what a scenario reports.
 type figures struct {
