@@ -78,10 +78,11 @@ type proc struct {
 	ready string // a line containing this marks it ready; "" means at once
 	ns    string // the network namespace it runs in; "" means the test's
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	readyCh chan struct{}
+	mu        sync.Mutex
+	readyLine string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	readyCh   chan struct{}
 }
 
 func newProc(t testing.TB, dir, name, ready, bin string, args ...string) *proc {
@@ -131,6 +132,9 @@ func (p *proc) start() {
 			fmt.Fprintln(f, line)
 			if !seen && strings.Contains(line, p.ready) {
 				seen = true
+				p.mu.Lock()
+				p.readyLine = line
+				p.mu.Unlock()
 				close(readyCh)
 			}
 		}

@@ -63,12 +63,19 @@ func newStackOn(t testing.TB, net *network) *stack {
 	}
 	for i := range n {
 		name := fmt.Sprintf("dispatcher-%d", i+1)
+		// Only its own node's URL: the client picks a server at random
+		// from a list, and two replicas on one node is not the shape under
+		// test. It learns the other nodes from the cluster (advertised) to
+		// fail over to.
 		p := newProc(t, dir, name, "dispatcher running", bins.agentreach, "dispatcher",
-			"--server", strings.Join(s.c.urls(i), ","), "--name", name, "--replicas", "3", "--timeout", "30s")
+			"--server", s.c.nodes[i].url(), "--name", name, "--replicas", "3", "--timeout", "30s")
 		if i == 2 {
 			p.ns = net.nodes[2]
 		}
 		p.start()
+		p.mu.Lock()
+		t.Logf("%s: %s", name, p.readyLine)
+		p.mu.Unlock()
 		s.dispatchers = append(s.dispatchers, p)
 	}
 	s.nc = connect(t, s.c.urls(2), "chaos-client")
