@@ -51,7 +51,8 @@ go-test: tools chromium
 ## deploy/nats/common.conf's settings (R3, sync_interval always, cluster
 ## ping_interval 2 s), two dispatcher processes, four agents and a steady
 ## durable and direct load, through a node bounce, a dispatcher SIGKILL and
-## SIGSTOP, and every agent killed together. Each scenario prints its ledger
+## SIGSTOP, every agent killed together, and a minority partition (network
+## namespaces, as root). Each scenario prints its ledger
 ## (accepted, lost, doubled, executed twice) and its time to converge; any
 ## lost, doubled or twice-executed task fails it. The nats-server is the one
 ## go.mod pins, built into ./bin (docs/operations.md#chaos).
