@@ -6,7 +6,7 @@ FUZZTIME ?= 1m
 NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
-.PHONY: run test go-test fuzz build vet fmt-check bench tools chromium clean \
+.PHONY: run test go-test fuzz build vet fmt-check bench tools chromium clean chaos \
 	sdk-test mypy pytest conformance-python conformance-node conformance-python-auth conformance-node-auth
 
 ## bench: every benchmark scenario (about 12 minutes on 2 cores; see BENCHMARKS.md).
@@ -45,6 +45,21 @@ go-test: tools chromium
 	mkdir -p $(CURDIR)/.artifacts
 	AGENTREACH_NATS_CLI=$(NATS) AGENTREACH_SCREENSHOT=$(CURDIR)/.artifacts/dashboard.png \
 		$(GO) test -race -count=1 -timeout $(TESTTIME) ./...
+
+## chaos: the chaos suite (integration/chaos, build tag chaos; not part of
+## `make test`): a 3-node nats-server cluster of real processes with
+## deploy/nats/common.conf's settings (R3, sync_interval always, cluster
+## ping_interval 2 s), two dispatcher processes, four agents and a steady
+## durable and direct load, through a node bounce, a dispatcher SIGKILL and
+## SIGSTOP, every agent killed together, and a minority partition (network
+## namespaces, as root). Each scenario prints its ledger
+## (accepted, lost, doubled, executed twice) and its time to converge; any
+## lost, doubled or twice-executed task fails it. The nats-server is the one
+## go.mod pins, built into ./bin (docs/operations.md#chaos).
+CHAOSTIME ?= 30m
+chaos: build
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	AGENTREACH_CHAOS_BIN=$(BIN) $(GO) test -tags chaos -count=1 -v -timeout $(CHAOSTIME) ./integration/chaos
 
 ## fuzz: every fuzz target (each package's fuzz_test.go; .ci/fuzz finds them
 ## with go test -list) for $(FUZZTIME) each, one go test -fuzz per target.

@@ -1,0 +1,101 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// TestNodeBounce SIGKILLs a nats-server under load and restarts it on the
+// same ports and store; the heal is the node current again.
+func TestNodeBounce(t *testing.T) {
+	scenario(t, "node bounce", func(s *stack) {
+		n := s.c.nodes[0] // dispatcher-1's node, and agent 1's and 4's
+		n.kill()
+		n.start()
+		s.c.waitHealthy(2 * time.Minute)
+	})
+}
+
+// TestDispatcherKill SIGKILLs a dispatcher process under load and starts
+// it again.
+func TestDispatcherKill(t *testing.T) {
+	scenario(t, "dispatcher SIGKILL", func(s *stack) {
+		d := s.dispatchers[0]
+		d.kill()
+		d.start()
+	})
+}
+
+// TestDispatcherStop freezes a dispatcher for 10 s (SIGSTOP), then lets it
+// run again (SIGCONT): the heal is the SIGCONT.
+func TestDispatcherStop(t *testing.T) {
+	scenario(t, "dispatcher SIGSTOP 10 s", func(s *stack) {
+		d := s.dispatchers[0]
+		d.signal(syscall.SIGSTOP)
+		// The fault's length, not a synchronisation: a frozen process
+		// for as long as a long GC pause or a stalled VM.
+		time.Sleep(10 * time.Second)
+		d.signal(syscall.SIGCONT)
+	})
+}
+
+// TestAgentsKilledTogether kills every agent at once, waits until
+// REACH_AGENTS has forgotten them all (three missed heartbeats), and starts
+// them all again under the same ids together: a reconnect storm into an
+// empty table.
+func TestAgentsKilledTogether(t *testing.T) {
+	scenario(t, "agents killed together", func(s *stack) {
+		s.agents.killAll()
+		natstest.WaitFor(t, time.Minute, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			kv, err := s.js.KeyValue(ctx, streams.BucketAgents)
+			if err != nil {
+				return err
+			}
+			lister, err := kv.ListKeys(ctx)
+			if err != nil {
+				return err
+			}
+			var keys []string
+			for k := range lister.Keys() {
+				keys = append(keys, k)
+			}
+			if len(keys) > 0 {
+				return fmt.Errorf("REACH_AGENTS still lists %v", keys)
+			}
+			return nil
+		})
+		errs := make(chan error, len(s.agents.ids))
+		for i := range s.agents.ids {
+			go func() { errs <- s.agents.start(i) }()
+		}
+		for range s.agents.ids {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestMinorityPartition cuts node 3 off — with a dispatcher and two agents
+// in its namespace — for 20 s under load, then heals the link.
+func TestMinorityPartition(t *testing.T) {
+	net := newNetwork(t, 3)
+	scenarioOn(t, "minority partition", net, func(s *stack) {
+		net.isolate(2)
+		// The fault's length: long enough for the routes' pings (2 s × 3)
+		// to drop the dead routes and the minority's agent records to
+		// expire (3 heartbeats).
+		time.Sleep(20 * time.Second)
+		net.heal(2)
+	})
+}
