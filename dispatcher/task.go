@@ -43,12 +43,15 @@ type task struct {
 	retryTried  bool           // the current pick may reuse tried instances
 	node        string         // the instance that produced the outcome
 	last        *streams.Error // the latest attempt's error
-	start       time.Time
-	done        func(t *task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
-	queued      *list.Element                                  // in its capability's wait queue
-	waitTimer   *time.Timer                                    // ends its wait for a slot
-	seq         uint64                                         // stream sequence of a durable task; 0 on the direct tier
-	inDoubt     bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
+	// lastUnreachable: the latest attempt's instance was unreachable (no
+	// ACK, no subscription, gone), so the work most likely never started.
+	lastUnreachable bool
+	start           time.Time
+	done            func(t *task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
+	queued          *list.Element                                  // in its capability's wait queue
+	waitTimer       *time.Timer                                    // ends its wait for a slot
+	seq             uint64                                         // stream sequence of a durable task; 0 on the direct tier
+	inDoubt         bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	// Cancellation (cancel.go): stopped holds why, once set; waiting is
 	// true while a backoff timer owns t.
 	pol *capPolicy // its capability's policy when it started (policy.go)
@@ -366,26 +369,45 @@ func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why n
 		t.attempts++ // a wait for capacity uses a retry too
 		d.retry(t, why.error(d, t), outcomeBusy)
 	case t.last != nil && (why == routeNoAgent || why == routeGone):
-		t.done(t, nil, t.last)
+		d.endUnrouted(t, why.error(d, t))
 	default:
 		t.done(t, nil, why.error(d, t))
 	}
+}
+
+// endUnrouted ends t, whose latest attempt failed (t.last), now that no
+// instance is left to try. A durable task whose last instance was
+// unreachable (no ACK, no subscription, gone: the work most likely never
+// started) ends NO_AGENT (noAgent, with t.last added), so it waits in the
+// stream for an instance — its idempotency key makes the later run safe —
+// instead of being dead-lettered for an outage. Any other ends with t.last.
+func (d *Dispatcher) endUnrouted(t *task, noAgent *streams.Error) {
+	if t.seq == 0 || !t.lastUnreachable {
+		t.done(t, nil, t.last)
+		return
+	}
+	noAgent.Message += "; the last instance tried was unreachable: " + t.last.Message
+	t.done(t, nil, noAgent)
 }
 
 // retry follows a failed delivery (or a wait for capacity): t goes to the
 // next instance — at once when the last one was unreachable, after a
 // jittered backoff otherwise — or ends with the last error.
 func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
-	t.last = e
+	t.last, t.lastUnreachable = e, kind == outcomeUnreachable
 	retries := t.pol.retries
 	if t.noRetry {
 		retries = 0
 	}
 	if !mayRetry(kind, t.attempts, retries, t.spent, t.budget) {
-		if t.budget > 0 && t.spent >= t.budget {
-			e = streams.NewError(e.Code, "%s (cost budget %v spent: %v)", e.Message, t.budget, t.spent)
+		switch {
+		case t.budget > 0 && t.spent >= t.budget:
+			t.done(t, nil, streams.NewError(e.Code, "%s (cost budget %v spent: %v)", e.Message, t.budget, t.spent))
+		case kind == outcomeUnreachable:
+			d.endUnrouted(t, streams.NewError(streams.CodeNoAgent, "no instance of %s answered %d attempts", t.capability, t.attempts))
+		default:
+			t.done(t, nil, e)
 		}
-		t.done(t, nil, e)
 		return
 	}
 	if kind == outcomeUnreachable {

@@ -414,3 +414,44 @@ func TestADurableTaskGetsTheOutcomeClaimedFirst(t *testing.T) {
 		}
 	}
 }
+
+// A durable task whose only instance is unreachable (it never ACKs: a
+// process gone, or stopped, that the registry still lists) waits in the
+// stream like one that found no instance, instead of being dead-lettered
+// for the outage; once a working agent comes it runs, and gets its result.
+func TestADurableTaskWaitsOutAnUnreachableInstance(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{AckTimeout: 200 * time.Millisecond})
+	NeverAck(t, st.Conn(), "hung-1", time.Second, "pay.charge")
+	WaitRoutable(t, "pay.charge", 1, d)
+	js := jsOf(t, st.Conn())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := st.Client().Submit(ctx, "pay.charge", map[string]int{"n": 1}, agentkit.WithRequestID("outage-1")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if d.Stats().Buffered == 0 {
+			return errors.New("the task has not waited in the stream yet")
+		}
+		return nil
+	})
+	st.Agent(agentkit.Config{Type: "pay", ID: "payer-1"}, map[string]agentkit.Handler{"pay.charge": payer(st.Conn())})
+	tasks, err := js.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if info, err := tasks.Info(ctx); err != nil || info.State.Msgs != 0 {
+			return fmt.Errorf("REACH_TASKS still holds the task (%v)", err)
+		}
+		return nil
+	})
+	o, err := ReadOutcomes(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Completed["outage-1"] != 1 || o.DeadLettered["outage-1"] != 0 || o.InReview["outage-1"] != 0 {
+		t.Errorf("outcomes %+v: want the one result, no dead letter", o)
+	}
+}
