@@ -337,7 +337,7 @@ func (d *Dispatcher) healthy(capability string) bool {
 	rs := d.table.Candidates(capability)
 	now := time.Now()
 	for i := 0; i < rs.Len(); i++ {
-		if d.loadOf(rs.Instances[i].ID).breaker.status(now).State == BreakerClosed {
+		if d.loads.Of(rs.Instances[i].ID).Breaker.Status(now).State == BreakerClosed {
 			return true
 		}
 	}

@@ -264,7 +264,7 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		d.counts.add(ev.Count()) // counted all the same
 		return
 	}
-	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
+	if t.view != nil && (len(t.view.Excluded) > 0 || len(t.passed) > 0) {
 		ev.Excluded, ev.ExcludedTotal = d.exclusions(t, false, ExcludedInEvents)
 	}
 	if d.table != nil {

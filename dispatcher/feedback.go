@@ -174,7 +174,7 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: it was scored already (once per task)", ev.RequestID)
 		case claimAccepted:
 			if _, ok := d.table.Lookup(ev.Node); ok {
-				d.loadOf(ev.Node).observeQuality(*ev.Score)
+				d.loads.Of(ev.Node).ObserveQuality(*ev.Score)
 			}
 			stored := Event{RequestID: ev.RequestID, Kind: KindFeedback, Node: ev.Node, Score: ev.Score, Start: ev.Start,
 				Capability: ev.Capability, Dispatcher: d.cfg.Name}

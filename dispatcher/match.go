@@ -2,14 +2,11 @@ package dispatcher
 
 import (
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -26,13 +23,6 @@ import (
 // picks. A JSON or msgpack payload is checked against the input schema of
 // the candidates' types before anything is delivered.
 
-// Preferences of Reach-Prefer.
-const (
-	PreferLatency = "latency"
-	PreferCost    = "cost"
-	PreferQuality = "quality"
-)
-
 // maxRequirements bounds the distinct Reach-Require values whose parse is
 // cached; beyond it the cache starts afresh.
 const maxRequirements = 1024
@@ -40,57 +30,10 @@ const maxRequirements = 1024
 // maxViews bounds the cached views; beyond it the cache starts afresh.
 const maxViews = 4096
 
-// view is the static filter of one capability's routes for one
-// requirement under one version of the declarations.
-type view struct {
-	routes   *registry.Routes    // the instances that qualify
-	excluded []streams.Exclusion // the ones that do not, with why
-	schemas  []typeSchema        // the qualifying types that check payloads
-	// hedgeSafe: every qualifying instance's type declares the capability
-	// idempotent or read-only, so a second delivery is harmless.
-	hedgeSafe bool
-}
-
-// typeSchema is a qualifying type whose declaration has an input schema
-// for the capability.
-type typeSchema struct {
-	agentType string
-	decl      *registry.CompiledDeclaration
-}
-
 type viewKey struct {
 	routes  *registry.Routes
 	version uint64
 	need    string
-}
-
-// boundedMap is a sync.Map that starts afresh once it holds limit entries.
-type boundedMap struct {
-	limit int64
-	cur   atomic.Pointer[countedMap]
-}
-
-type countedMap struct {
-	m sync.Map
-	n atomic.Int64
-}
-
-func (b *boundedMap) load(k any) (any, bool) {
-	if c := b.cur.Load(); c != nil {
-		return c.m.Load(k)
-	}
-	return nil, false
-}
-
-func (b *boundedMap) store(k, v any) {
-	c := b.cur.Load()
-	if c == nil || c.n.Load() >= b.limit {
-		c = &countedMap{}
-		b.cur.Store(c)
-	}
-	if _, loaded := c.m.LoadOrStore(k, v); !loaded {
-		c.n.Add(1)
-	}
 }
 
 // parsedRequirement is a cached parse of a Reach-Require value.
@@ -104,14 +47,14 @@ type parsedRequirement struct {
 func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
 	need := t.pol.require
 	if v := h.Get(streams.HeaderRequire); v != "" {
-		p, ok := d.requirements.load(v)
+		p, ok := d.requirements.Load(v)
 		if !ok {
 			r, err := registry.ParseRequirement([]byte(v))
 			pr := &parsedRequirement{req: r}
 			if err != nil {
 				pr.err = streams.NewError(streams.CodeBadRequest, "header %s: %v", streams.HeaderRequire, err)
 			}
-			d.requirements.store(v, pr)
+			d.requirements.Store(v, pr)
 			p = pr
 		}
 		pr := p.(*parsedRequirement)
@@ -138,57 +81,16 @@ func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
 func (d *Dispatcher) matching(t *task, rs *registry.Routes) *registry.Routes {
 	v := d.viewOf(t, rs)
 	t.view = v
-	return v.routes
+	return v.Routes
 }
 
-func (d *Dispatcher) viewOf(t *task, rs *registry.Routes) *view {
+func (d *Dispatcher) viewOf(t *task, rs *registry.Routes) *selection.View {
 	key := viewKey{routes: rs, version: d.catalog.Version(), need: t.needKey}
-	if v, ok := d.views.load(key); ok {
-		return v.(*view)
+	if v, ok := d.views.Load(key); ok {
+		return v.(*selection.View)
 	}
-	v := d.buildView(t.capability, t.need, rs)
-	d.views.store(key, v)
-	return v
-}
-
-// buildView filters rs by need and the declarations.
-func (d *Dispatcher) buildView(capability string, need registry.Requirement, rs *registry.Routes) *view {
-	v := &view{hedgeSafe: rs.Len() > 0}
-	keep := make([]*registry.Instance, 0, rs.Len())
-	seen := map[string]bool{}
-	for i := 0; i < rs.Len(); i++ {
-		inst := rs.Instances[i]
-		e := inst.Entry()
-		decl, _ := d.catalog.Lookup(e.Type)
-		var failed []string // every condition the instance fails
-		for _, dep := range inst.DownDependencies() {
-			failed = append(failed, "dependency "+dep+" is down")
-		}
-		if ok, why := decl.Match(capability, need); !ok {
-			failed = append(failed, why)
-		}
-		if len(failed) > 0 {
-			v.excluded = append(v.excluded, streams.Exclusion{Node: inst.ID, Reason: strings.Join(failed, registry.MatchSeparator)})
-			continue
-		}
-		keep = append(keep, inst)
-		if decl == nil {
-			v.hedgeSafe = false
-		} else if c, ok := decl.Capability(capability); !ok || !c.Idempotent && c.Mode != registry.ModeRead {
-			v.hedgeSafe = false
-		}
-		if decl != nil && !seen[e.Type] {
-			seen[e.Type] = true
-			if c, ok := decl.Capability(capability); ok && len(c.InputSchema) > 0 {
-				v.schemas = append(v.schemas, typeSchema{agentType: e.Type, decl: decl})
-			}
-		}
-	}
-	if len(v.excluded) == 0 {
-		v.routes = rs // nothing filtered: the shared routes as they are
-	} else {
-		v.routes = registry.NewRoutes(keep)
-	}
+	v := selection.BuildView(d.catalog, t.capability, t.need, rs)
+	d.views.Store(key, v)
 	return v
 }
 
@@ -196,37 +98,22 @@ func (d *Dispatcher) buildView(capability string, need registry.Requirement, rs 
 // qualifying types. When every type that could take it refuses it, the task
 // is BAD_REQUEST, naming what is wrong; when only some do, their instances
 // are passed over.
-func (d *Dispatcher) checkInput(t *task, v *view) *streams.Error {
-	if len(v.schemas) == 0 {
-		return nil
+func (d *Dispatcher) checkInput(t *task, v *selection.View) *streams.Error {
+	bad, err := v.CheckInput(t.capability, t.contentType, t.req.Data)
+	t.badTypes = append(t.badTypes, bad...)
+	if err != nil {
+		return streams.NewError(streams.CodeBadRequest, "%s: %v", t.capability, err)
 	}
-	var first error
-	for _, s := range v.schemas {
-		if err := s.decl.ValidateInput(t.capability, t.contentType, t.req.Data); err != nil {
-			t.badTypes = append(t.badTypes, s.agentType)
-			if first == nil {
-				first = err
-			}
-		}
-	}
-	if first == nil {
-		return nil
-	}
-	for _, inst := range v.routes.Instances {
-		if !slices.Contains(t.badTypes, inst.Entry().Type) {
-			return nil // another type takes it as it is
-		}
-	}
-	return streams.NewError(streams.CodeBadRequest, "%s: %v", t.capability, first)
+	return nil
 }
 
 // tooSlow reports, for a task with max_latency_ms, whether an instance's
 // observed latency is over it (unknown latency passes).
-func (t *task) tooSlow(l *instLoad, now time.Time) (bool, float64) {
+func (t *task) tooSlow(l *selection.Load, now time.Time) (bool, float64) {
 	if t.need.MaxLatencyMS == nil {
 		return false, 0
 	}
-	ms := l.currentLatency(now) / float64(time.Millisecond)
+	ms := l.CurrentLatency(now) / float64(time.Millisecond)
 	return ms > *t.need.MaxLatencyMS, ms
 }
 
@@ -257,7 +144,7 @@ func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Ex
 		}
 	}
 	if t.view != nil { // thousands at 10k agents: counted, not walked
-		ex := t.view.excluded
+		ex := t.view.Excluded
 		list = append(list, ex[:min(len(ex), limit)]...)
 		total = len(ex)
 	}
@@ -276,35 +163,6 @@ func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Ex
 		}
 	}
 	return list, total
-}
-
-// preferred reports, for a task with Reach-Prefer, whether b ranks above a,
-// and whether the preference decided (false: the strategy's own rule
-// applies). Unknown values never decide.
-func (d *Dispatcher) preferred(t *task, a, b *registry.Instance) (bLess, decided bool) {
-	var (
-		x, y         float64 // lower is better
-		knowX, knowY bool
-	)
-	now := time.Now()
-	switch t.prefer {
-	case PreferCost:
-		x, knowX = d.declaredCost(a, t.capability)
-		y, knowY = d.declaredCost(b, t.capability)
-	case PreferLatency:
-		x, y = d.loadOf(a.ID).currentLatency(now), d.loadOf(b.ID).currentLatency(now)
-		knowX, knowY = x > 0, y > 0
-	case PreferQuality:
-		qa, na := d.loadOf(a.ID).quality()
-		qb, nb := d.loadOf(b.ID).quality()
-		x, y, knowX, knowY = -qa, -qb, na > 0, nb > 0
-	default:
-		return false, false
-	}
-	if !knowX || !knowY || x == y {
-		return false, false
-	}
-	return y < x, true
 }
 
 // declaredCost is what inst's type declares one call of capability
@@ -346,8 +204,8 @@ func (d *Dispatcher) start(t *task) *streams.Error {
 		if e := d.checkInput(t, v); e != nil {
 			return e
 		}
-		if p := t.pol; p.hedge != nil && t.unicast == "" && t.seq == 0 && (p.hedgeFromConfig || p.idempotent || v.hedgeSafe) {
-			t.hedge = d.hedgeOf(t.capability, p.hedge)
+		if p := t.pol; p.hedge != nil && t.unicast == "" && t.seq == 0 && (p.hedgeFromConfig || p.idempotent || v.HedgeSafe) {
+			t.hedge = d.hedges.Of(t.capability, p.hedge)
 		}
 	}
 	if !t.pol.admitCapability() {

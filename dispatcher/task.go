@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -61,13 +62,13 @@ type task struct {
 	need     registry.Requirement
 	needKey  string
 	prefer   string
-	view     *view
+	view     *selection.View
 	passed   []streams.Exclusion
 	badTypes []string
-	started  bool      // run has checked and admitted it
-	admitted bool      // holds one of its capability's in-flight slots
-	noRetry  bool      // Call's WithoutRetries
-	hedge    *capHedge // its capability's hedging, nil when off (hedge.go)
+	started  bool             // run has checked and admitted it
+	admitted bool             // holds one of its capability's in-flight slots
+	noRetry  bool             // Call's WithoutRetries
+	hedge    *selection.Hedge // its capability's hedging, nil when off (hedge.go)
 	stopped  atomic.Pointer[streams.Error]
 	waiting  atomic.Bool
 	// mu guards what concurrent deliveries of a hedged task both touch:
@@ -481,7 +482,7 @@ func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
 	case routeLooped:
 		return streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
 	}
-	if t.view != nil && (len(t.view.excluded) > 0 || len(t.passed) > 0) {
+	if t.view != nil && (len(t.view.Excluded) > 0 || len(t.passed) > 0) {
 		return d.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
 	}
 	if near := d.Suggest(t.capability); near != "" { // no instance at all: perhaps a typo
@@ -521,17 +522,17 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why 
 	for _, retryTried := range []bool{false, true} {
 		t.retryTried, t.skipIDs = retryTried, t.skipIDs[:0]
 		for {
-			i := strategies[name](d, t.capability, rs, t)
+			i := d.picker.Pick(name, t.capability, rs, t)
 			if i < 0 {
 				break
 			}
 			cand := rs.Instances[i]
-			l := d.loadOf(cand.ID)
+			l := d.loads.Of(cand.ID)
 			over, ms := t.tooSlow(l, now)
 			switch {
 			case t.visitsOf(cand.ID) >= d.cfg.MaxVisits:
 				looped++
-			case l.absent(cand):
+			case l.Absent(cand):
 				// no subscription at this revision of its record: skipped
 			case len(t.badTypes) > 0 && slices.Contains(t.badTypes, cand.Entry().Type):
 				// its type's input schema refused the payload (checkInput)
@@ -541,14 +542,14 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why 
 					t.passed = append(t.passed, streams.Exclusion{Node: cand.ID,
 						Reason: fmt.Sprintf("observed latency %.1fms over max_latency_ms %v", ms, *t.need.MaxLatencyMS)})
 				}
-			case !l.reserve(int64(cand.Entry().MaxConcurrent)):
+			case !l.Reserve(int64(cand.Entry().MaxConcurrent)):
 				full++
 			default:
-				admit, isProbe := l.breaker.allow(now, t.pol.breaker)
+				admit, isProbe := l.Breaker.Allow(now, t.pol.breaker)
 				if admit {
 					return cand, isProbe, 0
 				}
-				l.inflight.Add(-1)
+				l.Inflight.Add(-1)
 				open++
 				if !retryTried {
 					t.passed = append(t.passed, streams.Exclusion{Node: cand.ID, Reason: "breaker open"})
@@ -571,7 +572,7 @@ func (d *Dispatcher) resolve(t *task) (inst *registry.Instance, probe bool, why 
 // anyFree reports whether some instance of rs has a free slot here.
 func (d *Dispatcher) anyFree(rs *registry.Routes) bool {
 	for _, inst := range rs.Instances {
-		if d.loadOf(inst.ID).inflight.Load() < int64(inst.Entry().MaxConcurrent) {
+		if d.loads.Of(inst.ID).Inflight.Load() < int64(inst.Entry().MaxConcurrent) {
 			return true
 		}
 	}
@@ -582,7 +583,7 @@ func (d *Dispatcher) anyFree(rs *registry.Routes) bool {
 type delivery struct {
 	t       *task
 	inst    *registry.Instance
-	load    *instLoad
+	load    *selection.Load
 	probe   bool
 	hedge   bool // the second delivery of a hedged task
 	attempt int  // the task's attempt number of this delivery
@@ -621,10 +622,10 @@ func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, ki
 // send delivers t to inst, with a timer for the ACK.
 func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	t.mu.Lock()
-	dl := &delivery{t: t, inst: inst, load: d.loadOf(inst.ID), probe: probe, attempt: t.attempts, hedge: hedge} // resolve reserved the slot
+	dl := &delivery{t: t, inst: inst, load: d.loads.Of(inst.ID), probe: probe, attempt: t.attempts, hedge: hedge} // resolve reserved the slot
 	t.mu.Unlock()
 	if e := t.stopped.Load(); e != nil { // cancelled on its way here: the slot goes back unused
-		dl.load.inflight.Add(-1)
+		dl.load.Inflight.Add(-1)
 		d.freed(inst)
 		if !hedge {
 			t.done(t, nil, e)
@@ -702,22 +703,22 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 // onReply handles one reply to a delivery, on the inbox's goroutine.
 func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 	if m.Header.Get("Status") == "503" {
-		dl.load.markAbsent(dl.inst)
+		dl.load.MarkAbsent(dl.inst)
 		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
 		return
 	}
 	status := streams.Status(m.Header.Get(streams.HeaderStatus))
-	mine := dl.load.inflight.Load()
+	mine := dl.load.Inflight.Load()
 	if status.Terminal() {
 		mine-- // the agent no longer counts this task
 	}
-	dl.load.noteActive(m, mine)
+	dl.load.NoteActive(m.Header.Get(streams.HeaderActive), mine)
 	switch status {
 	case streams.StatusAcked, streams.StatusProcessing:
 		dl.mu.Lock()
 		if !dl.over {
 			dl.acked = true
-			wait := min(dl.t.pol.callTimeout(dl.t.wish, d.timeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
+			wait := min(dl.t.pol.callTimeout(dl.t.wish, d.hints.TimeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
 			dl.expires = time.Now().Add(wait)
 			dl.timer.Reset(wait)
 		}
@@ -781,22 +782,22 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	d.inbox.close(dl.token)
 	EndSpan(dl.span, e)
 	t, load := dl.t, dl.load
-	load.inflight.Add(-1)
+	load.Inflight.Add(-1)
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
-	if state, changed := load.breaker.record(now, healthy, dl.probe, t.pol.breaker); changed {
+	if state, changed := load.Breaker.Record(now, healthy, dl.probe, t.pol.breaker); changed {
 		d.breakerChanged(dl.inst.ID, state)
 	}
 	if !healthy {
-		load.penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
+		load.Penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
 	}
 	if !dl.sent.IsZero() && (kind == outcomeDone || kind == outcomeSlow) {
 		took := now.Sub(dl.sent)
-		load.observe(took, now)
+		load.Observe(took, now)
 		if kind == outcomeDone {
-			d.typeLatency(dl.inst.Entry().Type).observe(took)
+			d.hints.Type(dl.inst.Entry().Type).Observe(took)
 			if t.hedge != nil && dl.attempt == 1 && !t.hedgedSent() {
-				t.hedge.latency.observe(took) // a hedged first delivery was counted when the hedge went (sendHedge)
+				t.hedge.Latency.Observe(took) // a hedged first delivery was counted when the hedge went (sendHedge)
 			}
 		}
 	}
@@ -926,3 +927,12 @@ func errorMsg(contentType, requestID, orchID string, e *streams.Error, kv ...str
 	}
 	return out
 }
+
+// Tried reports whether a strategy must not pick id now (selection.Task).
+func (t *task) Tried(id string) bool { return t.tried(id) }
+
+// AffinityKey is t's Reach-Affinity-Key (selection.Task).
+func (t *task) AffinityKey() string { return t.affinity }
+
+// Preference is t's Reach-Prefer (selection.Task).
+func (t *task) Preference() string { return t.prefer }
