@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
@@ -66,7 +67,7 @@ type Dispatcher struct {
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
 
-	events  eventLog
+	records *events.Log   // batches the event records (record.go)
 	callers recentCallers // with an authorizer, who called the latest tasks (feedback.go)
 	// Extension points (hooks.go).
 	observers  []Observer
@@ -76,7 +77,7 @@ type Dispatcher struct {
 	fair       *selection.FairShare // the callers' shares of inflight
 	tasks      sync.WaitGroup
 	stats      stats
-	counts     tally // events.go
+	counts     events.Tally // record.go
 
 	stopOnce sync.Once
 	stopErr  error
@@ -95,9 +96,9 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
 	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64),
-		events:       eventLog{pending: make(map[string]*eventBatch)},
 		requirements: selection.Cache{Limit: maxRequirements}, views: selection.Cache{Limit: maxViews},
 		fair: selection.NewFairShare(cfg.FairShareAt)}
+	d.records = events.NewLog(d.publishRecords)
 	d.loads.Breaker, d.loads.PenaltyDecay = &d.cfg.Breaker, d.cfg.PenaltyDecay
 	d.picker.Loads, d.picker.Cost = &d.loads, d.declaredCost
 	for _, o := range opts {
@@ -327,7 +328,7 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 		}
 		errs = append(errs, unsubscribeAll(d.inbox.subs))
 		d.stopAPI()
-		d.flushEvents("")
+		d.records.Flush("")
 		if graceful {
 			if err := d.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				errs = append(errs, fmt.Errorf("dispatcher: flush event records: %w", err))
@@ -411,7 +412,7 @@ type stats struct {
 func (d *Dispatcher) Stats() Stats {
 	s := Stats{
 		Name:       d.cfg.Name,
-		Counts:     d.counts.load(),
+		Counts:     d.counts.Load(),
 		Overloaded: d.stats.overloaded.Load(),
 		Dropped:    d.stats.dropped.Load(),
 		Redirected: d.stats.redirected.Load(),

@@ -26,14 +26,6 @@ const (
 	bufferDelayMax  = 2 * time.Second
 )
 
-// Outcomes named in event records.
-const (
-	OutcomeReply      = "reply"       // direct tier: answered to the caller
-	OutcomeResult     = "result"      // durable: stored in REACH_RESULTS
-	OutcomeDeadLetter = "dead_letter" // durable: parked in REACH_DLQ
-	OutcomeReview     = "review"      // durable: parked in REACH_REVIEW
-)
-
 // Reasons recorded with a dead letter or review entry.
 const (
 	ReasonFailed   = "failed"   // the task failed, or exhausted its attempts

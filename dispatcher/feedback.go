@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -178,7 +179,7 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 			}
 			stored := Event{RequestID: ev.RequestID, Kind: KindFeedback, Node: ev.Node, Score: ev.Score, Start: ev.Start,
 				Capability: ev.Capability, Dispatcher: d.cfg.Name}
-			accepted = appendEvent(accepted, &stored)
+			accepted = events.Append(accepted, &stored)
 			n++
 			continue
 		}

@@ -119,12 +119,7 @@ func (t *task) tooSlow(l *selection.Load, now time.Time) (bool, float64) {
 
 // Bounds of the exclusion lists: a capability with thousands of instances
 // would otherwise put thousands of entries into every task's record.
-const (
-	// ExcludedInEvents is how many exclusions an event record lists;
-	// Event.ExcludedTotal counts them all.
-	ExcludedInEvents = 8
-	excludedInErrors = 64 // entries a NO_AGENT or CIRCUIT_OPEN answer lists
-)
+const excludedInErrors = 64 // entries a NO_AGENT or CIRCUIT_OPEN answer lists
 
 // ExcludedNotGranted is the NO_AGENT exclusion reason of an instance whose
 // record the authorizer does not let this dispatcher route (RecordChecker:
@@ -177,9 +172,6 @@ func (d *Dispatcher) declaredCost(inst *registry.Instance, capability string) (f
 	}
 	return 0, false
 }
-
-// KindFeedback is the Kind of a feedback record (Event.Score).
-const KindFeedback = "feedback"
 
 // noAgent is the NO_AGENT error of t, listing what was passed over and why.
 func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error {

@@ -11,14 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/streams"
-)
-
-// How a person resolved a review entry, as the outcome of its record in
-// REACH_EVENTS.
-const (
-	OutcomeReviewRerun = "review_rerun" // the task was resubmitted to run again
-	OutcomeReviewDrop  = "review_drop"  // the entry was deleted; the task runs no more
 )
 
 // RecordResolution publishes the REACH_EVENTS record of a person's decision
@@ -38,7 +32,7 @@ func RecordResolution(ctx context.Context, js jetstream.JetStream, subjects stre
 	if err := streams.ValidateCapability(p.Capability); err != nil {
 		return fmt.Errorf("dispatcher: record resolution of %s seq %d: %w", p.Stream, p.Seq, err)
 	}
-	ev := Event{
+	ev := events.Event{
 		RequestID:       p.RequestID,
 		OrchestrationID: p.Header.Get(streams.HeaderOrchestrationID),
 		Capability:      p.Capability,
@@ -56,7 +50,7 @@ func RecordResolution(ctx context.Context, js jetstream.JetStream, subjects stre
 		return fmt.Errorf("dispatcher: record resolution: %w", err)
 	}
 	m := nats.NewMsg(subjects.Event(p.Capability))
-	m.Header.Set(HeaderEvents, "1")
+	m.Header.Set(events.HeaderEvents, "1")
 	m.Header.Set(streams.HeaderMsgID, resolution+"-"+p.RequestID+"-"+strconv.FormatUint(p.Seq, 10))
 	m.Data = append(b, '\n')
 	if _, err := js.PublishMsg(ctx, m); err != nil {
