@@ -1,15 +1,23 @@
 package dispatcher
 
 import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Names of the selection and events packages under the dispatcher's own,
-// so that a Config is written as before (Config.Breaker, Config.Hedges,
-// Config.Strategies), and an Observer, the inspection API and the readers
-// of REACH_EVENTS keep their types.
+// Names of the selection, events and durable packages under the
+// dispatcher's own, so that a Config is written as before (Config.Breaker,
+// Config.Hedges, Config.Strategies), and an Observer, the inspection API,
+// the readers of REACH_EVENTS and the tools of the durable tier keep their
+// types.
 
 // BreakerConfig sets when an instance's breaker opens and how it recovers
 // (selection.BreakerConfig).
@@ -95,3 +103,66 @@ const (
 	ExcludedInEvents   = events.ExcludedInEvents
 	HeaderEvents       = events.HeaderEvents
 )
+
+// Defaults of the durable tier.
+const (
+	DefaultDurableConsumer         = durable.DefaultConsumer
+	DefaultDurableDeadline         = durable.DefaultDeadline
+	DefaultDurablePending          = durable.DefaultPending
+	DefaultDurableAckWait          = durable.DefaultAckWait
+	DefaultDeadLetterRetryInterval = durable.DefaultDeadLetterRetryInterval
+	DefaultDeadLetterReplayRate    = durable.DefaultDeadLetterReplayRate
+)
+
+// Reasons recorded with a dead letter or review entry.
+const (
+	ReasonFailed   = durable.ReasonFailed
+	ReasonPoison   = durable.ReasonPoison
+	ReasonDeadline = durable.ReasonDeadline
+	ReasonInDoubt  = durable.ReasonInDoubt
+)
+
+// Parked is a task held in REACH_DLQ or REACH_REVIEW (durable.Parked).
+type Parked = durable.Parked
+
+// ReplayOption configures a Replay (durable.ReplayOption).
+type ReplayOption = durable.ReplayOption
+
+// ListParked returns every task held in stream (durable.ListParked).
+func ListParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string) ([]Parked, error) {
+	return durable.ListParked(ctx, js, subjects, stream)
+}
+
+// GetParked returns one task held in stream by sequence (durable.GetParked).
+func GetParked(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, stream string, seq uint64) (Parked, error) {
+	return durable.GetParked(ctx, js, subjects, stream, seq)
+}
+
+// DeleteParked removes one parked entry (durable.DeleteParked).
+func DeleteParked(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) error {
+	return durable.DeleteParked(ctx, js, stream, seq)
+}
+
+// ReplaySign makes Replay sign the resubmission (durable.ReplaySign).
+func ReplaySign(sign func(*nats.Msg) error) ReplayOption { return durable.ReplaySign(sign) }
+
+// Replay resubmits a parked task to the durable tier (durable.Replay).
+func Replay(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, deadline time.Time, opts ...ReplayOption) error {
+	return durable.Replay(ctx, js, subjects, p, deadline, opts...)
+}
+
+// RecordResolution publishes the record of a person's decision on a review
+// entry (durable.RecordResolution).
+func RecordResolution(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, resolution, by string) error {
+	return durable.RecordResolution(ctx, js, subjects, p, resolution, by)
+}
+
+// RequestIDOfSubmission returns the request id a durable submission
+// without Reach-Request-Id is known by (durable.RequestIDOfSubmission).
+func RequestIDOfSubmission(h nats.Header) string { return durable.RequestIDOfSubmission(h) }
+
+// KeepInProgress keeps msg's ack wait from expiring until stop is called
+// (durable.KeepInProgress).
+func KeepInProgress(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
+	return durable.KeepInProgress(msg, ackWait)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
@@ -43,7 +44,7 @@ type Dispatcher struct {
 	results    jetstream.Stream   // REACH_RESULTS, for redelivered durable tasks
 	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (outcome.go)
 	consume    jetstream.ConsumeContext
-	stopReplay func()
+	replay     *durable.Replayer
 	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them
 	breakerOut chan breakerShare
 

@@ -5,33 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/streams"
-)
-
-// Defaults of the durable tier.
-const (
-	DefaultDurableConsumer = "reach-dispatchers"
-	DefaultDurableDeadline = time.Hour
-	DefaultDurablePending  = 1000
-	DefaultDurableAckWait  = 30 * time.Second
-	// Buffered tasks (no capable instance has capacity) are put back with a
-	// delay growing from bufferDelayBase to bufferDelayMax.
-	bufferDelayBase = 250 * time.Millisecond
-	bufferDelayMax  = 2 * time.Second
-)
-
-// Reasons recorded with a dead letter or review entry.
-const (
-	ReasonFailed   = "failed"   // the task failed, or exhausted its attempts
-	ReasonPoison   = "poison"   // the task can never succeed (BAD_REQUEST and the like)
-	ReasonDeadline = "deadline" // the overall deadline passed
-	ReasonInDoubt  = "in_doubt" // an idempotent execution's outcome is unknown (Reach-In-Doubt)
 )
 
 // startDurable joins the durable consumer shared by every replica.
@@ -43,25 +23,10 @@ func (d *Dispatcher) startDurable(ctx context.Context, js jetstream.JetStream) e
 	if d.outcomes, err = js.KeyValue(ctx, streams.BucketOutcomes); err != nil {
 		return streams.OpenError("dispatcher", streams.BucketOutcomes, err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamTasks, jetstream.ConsumerConfig{
-		Durable:       d.cfg.DurableConsumer,
-		Description:   "Agent-Reach dispatchers: durable-tier tasks",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       d.cfg.DurableAckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: d.cfg.DurablePending,
-		FilterSubject: d.cfg.Subjects.SubmitWildcard(),
-	})
+	cc, err := durable.Join(ctx, js, durable.ConsumerConfig{Name: d.cfg.DurableConsumer, AckWait: d.cfg.DurableAckWait,
+		Pending: d.cfg.DurablePending, Filter: d.cfg.Subjects.SubmitWildcard(), Log: &d.log}, d.receiveDurable)
 	if err != nil {
-		return fmt.Errorf("dispatcher: durable consumer: %w", err)
-	}
-	cc, err := cons.Consume(d.receiveDurable,
-		jetstream.PullMaxMessages(min(d.cfg.DurablePending, 500)),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			d.log.Debug().Err(err).Msg("durable consume")
-		}))
-	if err != nil {
-		return fmt.Errorf("dispatcher: durable consume: %w", err)
+		return err
 	}
 	d.consume = cc
 	return nil
@@ -125,11 +90,11 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		// acknowledgement was lost, its replica died after claiming, or a
 		// publish timed out although it landed): that one is recorded, no
 		// other.
-		held, found, err := d.heldOutcome(t)
+		held, found, err := d.claims().Held(claimKey(t))
 		switch {
 		case err != nil:
 			t.log.Warn().Err(err).Msg("durable redelivery: the outcome claims cannot be read; the task waits")
-			_ = msg.NakWithDelay(bufferDelayMax)
+			_ = msg.NakWithDelay(durable.BufferDelayMax)
 			return
 		case found:
 			d.recordClaimed(t, m, msg, md, held, e)
@@ -159,9 +124,9 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		}
 		return
 	}
-	held, err := d.claimOutcome(t, c)
+	held, err := d.claims().Take(claimKey(t), t.requestID, c)
 	switch {
-	case errors.Is(err, errOutcomeClaimed):
+	case errors.Is(err, durable.ErrClaimed):
 		// Another delivery of this task (two replicas held it at once)
 		// decided first: its outcome is the one recorded.
 		t.log.Warn().Str("claimed", held.Outcome).Str("by", held.By).Str("discarded", c.Outcome).
@@ -170,7 +135,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		return
 	case err != nil:
 		t.log.Error().Err(err).Msg("durable outcome not claimed; the task will be redelivered")
-		_ = msg.NakWithDelay(bufferDelayMax)
+		_ = msg.NakWithDelay(durable.BufferDelayMax)
 		return
 	}
 	d.record(t, m, msg, md, c, res, e)
@@ -179,18 +144,18 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 // decide returns the outcome a durable task gets from its routing's
 // answer res or error e — or, while no capable instance has capacity and
 // its deadline has not passed, how long it waits in the stream instead.
-func (d *Dispatcher) decide(t *task, res *nats.Msg, e *streams.Error, delivered uint64) (outcomeClaim, time.Duration) {
-	park := func(where, reason string, e *streams.Error) outcomeClaim {
-		return outcomeClaim{Outcome: where, Reason: reason, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}
+func (d *Dispatcher) decide(t *task, res *nats.Msg, e *streams.Error, delivered uint64) (durable.Claim, time.Duration) {
+	park := func(where, reason string, e *streams.Error) durable.Claim {
+		return durable.Claim{Outcome: where, Reason: reason, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}
 	}
 	switch {
 	case e == nil:
 		if _, err := d.durableResultMsg(t, res, nil); err != nil { // a result that cannot be stored: no retry can store it
 			return park(OutcomeDeadLetter, ReasonPoison, streams.AsError(err)), 0
 		}
-		return outcomeClaim{Outcome: OutcomeResult, Node: t.node, Attempts: t.attempts}, 0
+		return durable.Claim{Outcome: OutcomeResult, Node: t.node, Attempts: t.attempts}, 0
 	case e.Code == streams.CodeBizReject:
-		return outcomeClaim{Outcome: OutcomeResult, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}, 0
+		return durable.Claim{Outcome: OutcomeResult, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}, 0
 	case e.Code == streams.CodeDeadlineExceeded:
 		return park(OutcomeReview, ReasonDeadline, e), 0
 	case t.inDoubt:
@@ -198,11 +163,11 @@ func (d *Dispatcher) decide(t *task, res *nats.Msg, e *streams.Error, delivered 
 		// run again by itself: a person decides (`agentreach review resolve`),
 		// never the dead-letter replayer.
 		return park(OutcomeReview, ReasonInDoubt, e), 0
-	case buffered(e.Code):
+	case durable.Buffered(e.Code):
 		if time.Now().After(t.deadline) {
 			return park(OutcomeReview, ReasonDeadline, e), 0
 		}
-		return outcomeClaim{}, min(bufferDelayBase<<min(delivered-1, 8), bufferDelayMax)
+		return durable.Claim{}, min(durable.BufferDelayBase<<min(delivered-1, 8), durable.BufferDelayMax)
 	case e.Code == streams.CodeBadRequest || e.Code == streams.CodePayloadTooLarge || e.Code == streams.CodeLoopDetected ||
 		e.Code == streams.CodeUnauthorized:
 		return park(OutcomeDeadLetter, ReasonPoison, e), 0
@@ -214,23 +179,23 @@ func (d *Dispatcher) decide(t *task, res *nats.Msg, e *streams.Error, delivered 
 // res (or business rejection e), or the parked entry — then records its
 // event and acknowledges it. An outcome not published leaves the task
 // unacknowledged: its redelivery records the claimed outcome.
-func (d *Dispatcher) record(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, c outcomeClaim, res *nats.Msg, e *streams.Error) {
+func (d *Dispatcher) record(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, c durable.Claim, res *nats.Msg, e *streams.Error) {
 	var err error
 	switch c.Outcome {
 	case OutcomeResult:
 		err = d.recordResult(t, res, e)
 	case OutcomeReview:
-		err = d.park(t, m, d.cfg.Subjects.Review(t.capability), c.Reason, c.err())
+		err = d.park(t, m, d.cfg.Subjects.Review(t.capability), c.Reason, c.Err())
 	default:
-		err = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), c.Reason, c.err())
+		err = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), c.Reason, c.Err())
 	}
 	if err != nil {
 		t.log.Error().Err(err).Msg("durable outcome not recorded; the task will be redelivered")
-		_ = msg.NakWithDelay(bufferDelayMax)
+		_ = msg.NakWithDelay(durable.BufferDelayMax)
 		return
 	}
 	if c.Outcome != OutcomeResult || e != nil {
-		e = c.err()
+		e = c.Err()
 	}
 	d.recordEvent(t, md.Timestamp, c.Outcome, e)
 	d.ackDurable(t, msg)
@@ -242,7 +207,7 @@ func (d *Dispatcher) record(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstre
 // result is found in REACH_RESULTS, or — its publish lost — obtained again
 // by routing the task, whose idempotency key replays the stored outcome,
 // and recorded. Until it can be, the task waits in the stream.
-func (d *Dispatcher) recordClaimed(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, held outcomeClaim, e *streams.Error) {
+func (d *Dispatcher) recordClaimed(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, held durable.Claim, e *streams.Error) {
 	t.node, t.attempts = held.Node, held.Attempts
 	if held.Outcome != OutcomeResult {
 		d.record(t, m, msg, md, held, nil, nil)
@@ -255,7 +220,7 @@ func (d *Dispatcher) recordClaimed(t *task, m *nats.Msg, msg jetstream.Msg, md *
 	}
 	if e != nil && held.Code == "" {
 		t.log.Error().Str("code", string(e.Code)).Msg("durable task claimed a result its redelivery cannot route again; it waits")
-		_ = msg.NakWithDelay(bufferDelayMax)
+		_ = msg.NakWithDelay(durable.BufferDelayMax)
 		return
 	}
 	var res *nats.Msg
@@ -265,7 +230,7 @@ func (d *Dispatcher) recordClaimed(t *task, m *nats.Msg, msg jetstream.Msg, md *
 		seq := t.seq
 		if t, e = d.newTask(m, t.capability, md.Timestamp, true); e != nil {
 			t.log.Error().Str("code", string(e.Code)).Msg("durable task claimed a result its redelivery cannot route again; it waits")
-			_ = msg.NakWithDelay(bufferDelayMax)
+			_ = msg.NakWithDelay(durable.BufferDelayMax)
 			return
 		}
 		t.seq = seq
@@ -278,11 +243,11 @@ func (d *Dispatcher) recordClaimed(t *task, m *nats.Msg, msg jetstream.Msg, md *
 		if e != nil {
 			t.log.Warn().Str("code", string(e.Code)).Str("error", e.Message).
 				Msg("durable task's claimed result not yet obtained again; it waits")
-			_ = msg.NakWithDelay(bufferDelayMax)
+			_ = msg.NakWithDelay(durable.BufferDelayMax)
 			return
 		}
 	}
-	d.record(t, m, msg, md, held, res, held.err())
+	d.record(t, m, msg, md, held, res, held.Err())
 }
 
 // ackDurable acknowledges a durable task whose outcome is recorded.
@@ -315,56 +280,16 @@ func (d *Dispatcher) resultRecorded(t *task) bool {
 	return err == nil
 }
 
-// RequestIDOfSubmission returns the request id a durable submission
-// without Reach-Request-Id is known by: its Nats-Msg-Id's second
-// dot-separated token, where SDKs put it ("<source>.<request-id>", and
-// ".<proof>" after it with credentials), or the Nats-Msg-Id as it is when
-// it has no dot. The caller checks the id.
-func RequestIDOfSubmission(h nats.Header) string {
-	id := h.Get(streams.HeaderMsgID)
-	if _, rest, ok := strings.Cut(id, "."); ok {
-		id, _, _ = strings.Cut(rest, ".")
-	}
-	return id
-}
-
-// buffered reports whether a code means "no capacity now": the durable task
-// waits instead of failing.
-func buffered(c streams.Code) bool {
-	switch c {
-	case streams.CodeNoAgent, streams.CodeCircuitOpen, streams.CodeTargetBusy, streams.CodeOverloaded:
-		return true
-	}
-	return false
-}
-
 // keepInProgress is KeepInProgress at the replica's ack wait.
 func (d *Dispatcher) keepInProgress(msg jetstream.Msg) (stop func()) {
-	return KeepInProgress(msg, d.cfg.DurableAckWait)
+	return durable.KeepInProgress(msg, d.cfg.DurableAckWait)
 }
 
-// KeepInProgress tells JetStream that msg, delivered with ackWait, is being
-// worked on until the returned stop is called (an in-progress ack every
-// third of ackWait), so its ack wait never expires mid-task however long
-// the task takes. stop waits for the goroutine it started.
-func KeepInProgress(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(ackWait / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
-}
+// claims are the replica's outcome claims (durable.Claims).
+func (d *Dispatcher) claims() durable.Claims { return durable.Claims{KV: d.outcomes, By: d.cfg.Name} }
+
+// claimKey is the REACH_OUTCOMES key of durable task t.
+func claimKey(t *task) string { return durable.ClaimKey(t.seq, t.requestID) }
 
 // durableResultMsg builds the REACH_RESULTS message of a durable task's result
 // res (or business rejection e), published on
@@ -485,4 +410,52 @@ func (d *Dispatcher) publishDurable(m *nats.Msg) (*jetstream.PubAck, error) {
 		return nil, fmt.Errorf("publish %s: no JetStream ack in 5s", m.Subject)
 	}
 	return ack, err
+}
+
+// startReplayer replays dead letters every DeadLetterRetryInterval.
+func (d *Dispatcher) startReplayer() {
+	d.replay = d.replayer()
+	d.replay.Start()
+}
+
+func (d *Dispatcher) stopReplayer() {
+	if d.replay != nil {
+		d.replay.Stop()
+	}
+}
+
+// replayer is the replica's dead-letter replayer: at its rate, for the
+// capabilities it can route now, signed where the authorizer can sign.
+func (d *Dispatcher) replayer() *durable.Replayer {
+	r := &durable.Replayer{JS: d.js, Subjects: d.cfg.Subjects, Interval: d.cfg.DeadLetterRetryInterval,
+		Rate: d.cfg.DeadLetterReplayRate, Healthy: d.healthy, Replayed: func() { d.stats.replayed.Add(1) }, Log: d.log}
+	// The parked copy no longer proves its caller (auth.Authorizer signs).
+	if rs, ok := d.authorizer.(ReplaySigner); ok {
+		r.Options = []durable.ReplayOption{durable.ReplaySign(rs.SignReplay)}
+	}
+	return r
+}
+
+// ReplayDeadLetters resubmits the dead letters of every capability that has
+// a healthy instance now, at most DeadLetterReplayRate per second, and
+// returns how many it resubmitted. Entries that fail again come back with
+// their count raised.
+func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
+	return d.replayer().ReplayOnce(ctx)
+}
+
+// healthy reports whether capability has a routable instance whose breaker
+// is closed.
+func (d *Dispatcher) healthy(capability string) bool {
+	if d.Resolves(capability) {
+		return true // a workflow's run: its steps find their own instances
+	}
+	rs := d.table.Candidates(capability)
+	now := time.Now()
+	for i := 0; i < rs.Len(); i++ {
+		if d.loads.Of(rs.Instances[i].ID).Breaker.Status(now).State == BreakerClosed {
+			return true
+		}
+	}
+	return false
 }

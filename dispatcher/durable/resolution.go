@@ -1,4 +1,4 @@
-package dispatcher
+package durable
 
 import (
 	"context"
@@ -24,8 +24,8 @@ import (
 // again within the stream's duplicate window stores it once.
 func RecordResolution(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, resolution, by string) error {
 	switch {
-	case resolution != OutcomeReviewRerun && resolution != OutcomeReviewDrop:
-		return fmt.Errorf("dispatcher: record resolution: unknown resolution %q (want %s or %s)", resolution, OutcomeReviewRerun, OutcomeReviewDrop)
+	case resolution != events.OutcomeReviewRerun && resolution != events.OutcomeReviewDrop:
+		return fmt.Errorf("dispatcher: record resolution: unknown resolution %q (want %s or %s)", resolution, events.OutcomeReviewRerun, events.OutcomeReviewDrop)
 	case strings.TrimSpace(by) == "":
 		return fmt.Errorf("dispatcher: record resolution of %s seq %d: no one named as deciding", p.Stream, p.Seq)
 	}
