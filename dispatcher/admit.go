@@ -6,11 +6,12 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Stage 1 of a task's path, admit: a request takes one of the replica's
-// in-flight slots, within its caller's fair share, or is answered
-// OVERLOADED before it becomes a task. Size and authorization of a
-// request whose reply subject may be answered at all come first
-// (answerable, hooks.go); decode (decode.go) follows.
+// Stage 1 of a task's path, admit: a request whose reply subject may be
+// answered at all (answerable: a reply subject, the authorizer's say) takes
+// one of the replica's in-flight slots, within its caller's fair share
+// (selection.FairShare), or is answered OVERLOADED before it becomes a
+// task. Decode (decode.go) follows; payload size is checked by the server
+// (max_payload) and on each delivery (deliver.go).
 
 // headerRetryAfter is on every OVERLOADED answer: whole seconds after which
 // sending again makes sense, as HTTP's Retry-After (the gateway's too).
@@ -48,24 +49,19 @@ func (d *Dispatcher) receive(m *nats.Msg) {
 	d.handle(m, caller) // answer releases the in-flight slot
 }
 
-// refuse answers a request that starts no task with e (refusal).
-func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
-	out := refusal(m, e)
-	out.Subject = m.Reply
-	if err := d.nc.PublishMsg(out); err != nil {
-		d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
+// answerable reports whether the task m, received on reach.task, may be
+// answered on its reply subject; one that may not is dropped and counted.
+func (d *Dispatcher) answerable(m *nats.Msg) bool {
+	if m.Reply == "" {
+		d.stats.dropped.Add(1)
+		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
+		return false
 	}
-}
-
-// refusal is the error reply, e, to a request that starts no task
-// (Reach-Attempt 0); OVERLOADED has a Retry-After.
-func refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
-	ct, _ := streams.PayloadType(m.Header, m.Data)
-	id, orch := taskIDs(m.Header)
-	if e.Code == streams.CodeOverloaded {
-		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0", headerRetryAfter, retryAfterSecs)
+	if rc, ok := d.authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
+		d.stats.dropped.Add(1)
+		return false
 	}
-	return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+	return true
 }
 
 // admit takes one of the replica's MaxInFlight slots for a task of
@@ -97,4 +93,24 @@ func (d *Dispatcher) release(caller string) {
 	d.fair.Give(caller)
 	d.inflight.Add(-1)
 	d.tasks.Done()
+}
+
+// refuse answers a request that starts no task with e (refusal).
+func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
+	out := refusal(m, e)
+	out.Subject = m.Reply
+	if err := d.nc.PublishMsg(out); err != nil {
+		d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
+	}
+}
+
+// refusal is the error reply, e, to a request that starts no task
+// (Reach-Attempt 0); OVERLOADED has a Retry-After.
+func refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
+	ct, _ := streams.PayloadType(m.Header, m.Data)
+	id, orch := taskIDs(m.Header)
+	if e.Code == streams.CodeOverloaded {
+		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0", headerRetryAfter, retryAfterSecs)
+	}
+	return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
 }

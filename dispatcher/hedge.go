@@ -49,7 +49,7 @@ func (d *Dispatcher) sendHedge(t *task, first *delivery) {
 	// the first delivery's settling may be changing.
 	shadow := &task{capability: t.capability, affinity: t.affinity, visits: t.visits, pol: t.pol, need: t.need, needKey: t.needKey,
 		prefer: t.prefer, badTypes: t.badTypes, triedIDs: []string{first.inst.ID}, log: t.log}
-	inst, probe, _ := d.resolve(shadow)
+	inst, probe, _ := d.route(shadow)
 	if inst == nil {
 		return
 	}

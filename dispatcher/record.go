@@ -94,3 +94,10 @@ func (d *Dispatcher) publishRecords(m *nats.Msg) {
 		d.log.Warn().Err(err).Str("subject", m.Subject).Str("records", m.Header.Get(events.HeaderEvents)).Msg("event records not published")
 	}
 }
+
+// observe hands a record to every observer.
+func (d *Dispatcher) observe(ev *Event) {
+	for _, o := range d.observers {
+		o.Observed(ev)
+	}
+}

@@ -14,6 +14,12 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
+// Settle for the durable tier: a task from REACH_TASKS runs down the same
+// path (routeWait) and is acknowledged only once its one outcome is claimed
+// (durable.Claims) and stored: its result in REACH_RESULTS, a dead letter
+// in REACH_DLQ or an entry for a person in REACH_REVIEW; while no instance
+// can take it, it waits in the stream.
+
 // startDurable joins the durable consumer shared by every replica.
 func (d *Dispatcher) startDurable(ctx context.Context, js jetstream.JetStream) error {
 	var err error
