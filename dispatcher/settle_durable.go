@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -88,7 +87,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		// replay, not re-execute. The key names the submission, its caller
 		// and request id: another caller's task under the same id is
 		// another execution, and is never answered this one's outcome.
-		h.Set(streams.HeaderIdempotencyKey, durableKey(t))
+		h.Set(streams.HeaderIdempotencyKey, t.durable().Key())
 	}
 	t.seq = md.Sequence.Stream
 	if md.NumDelivered > 1 {
@@ -121,7 +120,11 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 	}
 	stop()
 
-	c, wait := d.decide(t, res, e, md.NumDelivered)
+	var resultErr error
+	if e == nil {
+		_, resultErr = durable.ResultMsg(d.resultSubject(t), t.durable(), res, nil, d.nc.MaxPayload())
+	}
+	c, wait := durable.Decide(t.durable(), e, resultErr, t.inDoubt, t.deadline, md.NumDelivered)
 	if wait > 0 {
 		d.stats.buffered.Add(1)
 		t.log.Debug().Str("code", string(e.Code)).Dur("retry_in", wait).Msg("no capacity: task waits in the stream")
@@ -145,40 +148,6 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		return
 	}
 	d.record(t, m, msg, md, c, res, e)
-}
-
-// decide returns the outcome a durable task gets from its routing's
-// answer res or error e — or, while no capable instance has capacity and
-// its deadline has not passed, how long it waits in the stream instead.
-func (d *Dispatcher) decide(t *task, res *nats.Msg, e *streams.Error, delivered uint64) (durable.Claim, time.Duration) {
-	park := func(where, reason string, e *streams.Error) durable.Claim {
-		return durable.Claim{Outcome: where, Reason: reason, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}
-	}
-	switch {
-	case e == nil:
-		if _, err := d.durableResultMsg(t, res, nil); err != nil { // a result that cannot be stored: no retry can store it
-			return park(OutcomeDeadLetter, ReasonPoison, streams.AsError(err)), 0
-		}
-		return durable.Claim{Outcome: OutcomeResult, Node: t.node, Attempts: t.attempts}, 0
-	case e.Code == streams.CodeBizReject:
-		return durable.Claim{Outcome: OutcomeResult, Code: string(e.Code), Message: e.Message, Node: t.node, Attempts: t.attempts}, 0
-	case e.Code == streams.CodeDeadlineExceeded:
-		return park(OutcomeReview, ReasonDeadline, e), 0
-	case t.inDoubt:
-		// Whether the side effect happened is unknown, and the key will not
-		// run again by itself: a person decides (`agentreach review resolve`),
-		// never the dead-letter replayer.
-		return park(OutcomeReview, ReasonInDoubt, e), 0
-	case durable.Buffered(e.Code):
-		if time.Now().After(t.deadline) {
-			return park(OutcomeReview, ReasonDeadline, e), 0
-		}
-		return durable.Claim{}, min(durable.BufferDelayBase<<min(delivered-1, 8), durable.BufferDelayMax)
-	case e.Code == streams.CodeBadRequest || e.Code == streams.CodePayloadTooLarge || e.Code == streams.CodeLoopDetected ||
-		e.Code == streams.CodeUnauthorized:
-		return park(OutcomeDeadLetter, ReasonPoison, e), 0
-	}
-	return park(OutcomeDeadLetter, ReasonFailed, e), 0
 }
 
 // record publishes the outcome c this delivery claimed for t — its result
@@ -268,11 +237,6 @@ func (d *Dispatcher) ackDurable(t *task, msg jetstream.Msg) {
 	}
 }
 
-// durableKey is the idempotency key the dispatcher gives a durable task
-// that has none: "<source>=<request-id>". '=' is in no name or request id,
-// so two submissions never share one, and it is a valid KV key token.
-func durableKey(t *task) string { return t.owner + "=" + t.requestID }
-
 // resultRecorded reports whether REACH_RESULTS holds a result for t (its
 // caller's, under its request id); a failed lookup says no (the task then
 // runs, and replays).
@@ -297,46 +261,26 @@ func (d *Dispatcher) claims() durable.Claims { return durable.Claims{KV: d.outco
 // claimKey is the REACH_OUTCOMES key of durable task t.
 func claimKey(t *task) string { return durable.ClaimKey(t.seq, t.requestID) }
 
-// durableResultMsg builds the REACH_RESULTS message of a durable task's result
-// res (or business rejection e), published on
-// reach.result.<source>.<request-id>, where only its caller reads it. A
-// result that exceeds max_payload with the dispatcher's headers is a
-// PAYLOAD_TOO_LARGE error.
-func (d *Dispatcher) durableResultMsg(t *task, res *nats.Msg, e *streams.Error) (*nats.Msg, error) {
-	out := nats.NewMsg(d.cfg.Subjects.Result(t.owner, t.requestID))
-	if res != nil {
-		out.Data = res.Data
-		for k, v := range res.Header {
-			out.Header[k] = v
-		}
-		out.Header.Del(streams.HeaderActive)
-		out.Header.Set(streams.HeaderNode, t.node)
-	} else {
-		out = streams.ErrorReply(out.Subject, t.contentType, t.requestID, e)
-		out.Header.Set(streams.HeaderNode, t.node)
-	}
-	out.Header.Set(streams.HeaderRequestID, t.requestID)
-	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
-	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
-	// Deduplicated per caller and request id: another caller's task under
-	// the same id has a result of its own.
-	out.Header.Set(streams.HeaderMsgID, "result-"+streams.SubmissionID(t.owner, t.requestID))
-	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		e := streams.AsError(err)
-		e.Message = "the result of " + t.node + ", with the dispatcher's headers: " + e.Message
-		return nil, e
-	}
-	return out, nil
+// durable is what the durable tier records of t.
+func (t *task) durable() durable.Task {
+	return durable.Task{Owner: t.owner, RequestID: t.requestID, OrchID: t.orchID, ContentType: t.contentType,
+		Seq: t.seq, Node: t.node, Attempts: t.attempts}
+}
+
+// resultSubject is where t's result is stored: its caller's, under its
+// request id.
+func (d *Dispatcher) resultSubject(t *task) string {
+	return d.cfg.Subjects.Result(t.owner, t.requestID)
 }
 
 // recordResult stores a durable task's result (or business rejection) in
 // REACH_RESULTS.
 func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) error {
-	out, err := d.durableResultMsg(t, res, e)
+	out, err := durable.ResultMsg(d.resultSubject(t), t.durable(), res, e, d.nc.MaxPayload())
 	if err != nil {
 		return err
 	}
-	if _, err := d.publishDurable(out); err != nil {
+	if _, err := durable.Publish(d.js, out); err != nil {
 		return err
 	}
 	t.log.Debug().Str("node", t.node).Msg("durable result recorded")
@@ -346,32 +290,11 @@ func (d *Dispatcher) recordResult(t *task, res *nats.Msg, e *streams.Error) erro
 // park records a task that has no result in REACH_DLQ or REACH_REVIEW, with
 // its original headers and payload, the reason, the attempts and the error.
 func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *streams.Error) error {
-	out := nats.NewMsg(subject)
-	out.Data = m.Data
-	for k, v := range m.Header {
-		out.Header[k] = v
+	out, dropped := durable.ParkMsg(subject, reason, t.durable(), m, e, d.nc.MaxPayload())
+	if dropped != nil {
+		t.log.Warn().Str("error", dropped.Error()).Msg("parked without its payload")
 	}
-	// No stored copy keeps the caller's proof, which whoever reads the
-	// entry could send again as the caller: a replay is signed anew by a
-	// dispatcher identity (Replay).
-	out.Header.Del(streams.HeaderSignature)
-	out.Header.Del(streams.HeaderReplayedBy)
-	count := streams.IntHeader(m.Header, streams.HeaderDLQCount)
-	out.Header.Set(streams.HeaderDLQReason, reason)
-	out.Header.Set(streams.HeaderDLQAttempts, strconv.Itoa(t.attempts))
-	out.Header.Set(streams.HeaderError, string(e.Code))
-	out.Header.Set(streams.HeaderStatus, string(streams.StatusFailed))
-	out.Header.Set(streams.HeaderLastError, e.Message)
-	if t.node != "" {
-		out.Header.Set(streams.HeaderNode, t.node)
-	}
-	// Deduplicated per submission (its REACH_TASKS sequence, which its
-	// redeliveries share) and replay, not per request id: another
-	// caller's task under the same id, or a task refused for naming a
-	// caller it could not prove, has an entry of its own.
-	out.Header.Set(streams.HeaderMsgID, fmt.Sprintf("parked-%d-%d", t.seq, count))
-	d.fitParked(t, out)
-	ack, err := d.publishDurable(out)
+	ack, err := durable.Publish(d.js, out)
 	if err != nil {
 		return err
 	}
@@ -385,37 +308,6 @@ func (d *Dispatcher) park(t *task, m *nats.Msg, subject, reason string, e *strea
 	t.log.Info().Str("reason", reason).Str("code", string(e.Code)).Str("error", e.Message).Str("subject", subject).
 		Str("parked_in", ack.Stream).Uint64(seqField, ack.Sequence).Msg("durable task parked")
 	return nil
-}
-
-// fitParked makes a parked entry fit max_payload, which the task alone
-// did, but not always with the entry's headers added. It first leaves out
-// the idempotency key the dispatcher added (a replay adds it again), then
-// the payload, saying so in Reach-DLQ-Dropped: an entry that tells what
-// happened beats a task redelivered for ever because its outcome cannot be
-// stored.
-func (d *Dispatcher) fitParked(t *task, out *nats.Msg) {
-	limit := d.nc.MaxPayload()
-	if streams.CheckSize(out, limit) == nil {
-		return
-	}
-	if out.Header.Get(streams.HeaderIdempotencyKey) == durableKey(t) {
-		out.Header.Del(streams.HeaderIdempotencyKey)
-	}
-	if err := streams.CheckSize(out, limit); err != nil {
-		t.log.Warn().Str("error", err.Error()).Msg("parked without its payload")
-		out.Header.Set(streams.HeaderDLQDropped, strconv.Itoa(len(out.Data)))
-		out.Data = nil
-	}
-}
-
-func (d *Dispatcher) publishDurable(m *nats.Msg) (*jetstream.PubAck, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ack, err := d.js.PublishMsg(ctx, m)
-	if errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("publish %s: no JetStream ack in 5s", m.Subject)
-	}
-	return ack, err
 }
 
 // startReplayer replays dead letters every DeadLetterRetryInterval.
