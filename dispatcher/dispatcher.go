@@ -42,7 +42,7 @@ type Dispatcher struct {
 	apiSubs    []*nats.Subscription
 	js         jetstream.JetStream
 	results    jetstream.Stream   // REACH_RESULTS, for redelivered durable tasks
-	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (outcome.go)
+	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (durable.Claims)
 	consume    jetstream.ConsumeContext
 	replay     *durable.Replayer
 	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them
@@ -55,13 +55,13 @@ type Dispatcher struct {
 	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
 	hints   selection.Hints
 	hedges  selection.Hedges
-	// Live policy and declarations (policy.go, match.go).
+	// Live policy and declarations (policy.go, resolve.go).
 	policies    *registry.PolicyWatcher
 	catalog     *registry.Catalog
 	pols        sync.Map // capability → *capPolicy, resolved from the current policy snapshot
 	capInflight sync.Map // capability → *atomic.Int64, its tasks in flight here
 	// requirements caches parsed Reach-Require values, views the static
-	// filters of routes by requirement (match.go).
+	// filters of routes by requirement (resolve.go).
 	requirements selection.Cache
 	views        selection.Cache
 	// backoffs holds the tasks waiting out a backoff before a retry (a set

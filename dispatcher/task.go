@@ -52,9 +52,10 @@ type task struct {
 	// Cancellation (cancel.go): stopped holds why, once set; waiting is
 	// true while a backoff timer owns t.
 	pol *capPolicy // its capability's policy when it started (policy.go)
-	// Matching (match.go): the requirement and preference, the view of the
-	// instances that meet it, the instances a pick passed over and why, and
-	// the types whose input schema refused the payload.
+	// Matching (decode.go, resolve.go, pick.go): the requirement and
+	// preference, the view of the instances that meet it, the instances a
+	// pick passed over and why, and the types whose input schema refused
+	// the payload.
 	need     registry.Requirement
 	needKey  string
 	prefer   string
