@@ -53,7 +53,7 @@ var oversize = map[string]int{
 	"dispatcher/workflow": 3214, // definitions / execution
 	"auth":                2847,
 	"agentkit":            2670,
-	"dispatcher":          4407, // the pipeline core: the durable settle path and the lifecycle are next
+	"dispatcher":          4306, // the pipeline core: the durable settle path and the lifecycle are next
 }
 
 type pkg struct {
