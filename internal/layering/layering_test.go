@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,6 +40,11 @@ var layers = [][]string{
 	{"integration"},        // end-to-end tests and the benchmark suite, which the binary runs
 	{"cmd", "examples", "deploy"},
 }
+
+// connectionFree packages decide without a connection: they import no NATS
+// client package themselves (what they import from registry is values), so
+// their tests need no server.
+var connectionFree = []string{"dispatcher/selection"}
 
 // maxLines is the most lines of non-test Go a package may hold.
 const maxLines = 2500
@@ -121,6 +127,13 @@ func TestImportsPointDown(t *testing.T) {
 			to := strings.TrimPrefix(imp, module)
 			if l := layerOf(to); l > from {
 				t.Errorf("%s (layer %d) imports %s (layer %d), which is above it", rel, from, to, l)
+			}
+		}
+		if slices.Contains(connectionFree, rel) {
+			for _, imp := range p.Imports {
+				if strings.HasPrefix(imp, "github.com/nats-io/") {
+					t.Errorf("%s imports %s: it decides without a connection", rel, imp)
+				}
 			}
 		}
 		if rel == "agentkit" || strings.HasPrefix(rel, "agentkit/") && rel != "agentkit/agenttest" {
