@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 )
 
 // breakerRecord is a breaker transition as stored in REACH_BREAKERS under the
@@ -71,7 +73,7 @@ func (f breakerFeed) Apply(e jetstream.KeyValueEntry) {
 	if _, live := f.d.table.Lookup(e.Key()); !live {
 		return
 	}
-	f.d.loadOf(e.Key()).breaker.adopt(rec.State, e.Created())
+	f.d.loads.Of(e.Key()).Breaker.Adopt(rec.State, e.Created())
 }
 
 // Breakers returns the breaker of every instance this replica has routed to,
@@ -79,12 +81,11 @@ func (f breakerFeed) Apply(e jetstream.KeyValueEntry) {
 func (d *Dispatcher) Breakers() []BreakerStatus {
 	now := time.Now()
 	var out []BreakerStatus
-	d.loads.Range(func(k, v any) bool {
-		l := v.(*instLoad)
-		s := l.breaker.status(now)
-		s.Instance = k.(string)
-		s.Penalty = l.currentPenalty(d.cfg.PenaltyDecay, now)
-		s.LatencyMS = l.currentLatency(now) / 1e6
+	d.loads.Range(func(id string, l *selection.Load) bool {
+		s := l.Breaker.Status(now)
+		s.Instance = id
+		s.Penalty = l.CurrentPenalty(d.cfg.PenaltyDecay, now)
+		s.LatencyMS = l.CurrentLatency(now) / 1e6
 		out = append(out, s)
 		return true
 	})

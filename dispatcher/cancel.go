@@ -1,11 +1,8 @@
 package dispatcher
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -137,116 +134,4 @@ func (d *Dispatcher) tasksWithID(id string) []*task {
 		return true
 	})
 	return found
-}
-
-// CallOption adjusts one task started with Call.
-type CallOption func(*callOptions)
-
-type callOptions struct {
-	noRetry    bool // WithoutRetries
-	capability bool // ToCapability
-}
-
-// WithoutRetries delivers the task once: a broadcast asks each instance,
-// and another delivery would be a second question.
-func WithoutRetries() CallOption { return func(o *callOptions) { o.noRetry = true } }
-
-// ToCapability routes the task to the instances of the capability even
-// when a workflow of that name shadows it: a workflow's steps call
-// capabilities, not workflows (docs/workflows.md).
-func ToCapability() CallOption { return func(o *callOptions) { o.capability = true } }
-
-// Call routes one task in this process, as if req had arrived on
-// reach.task.<capability> (its headers and body; a reply subject is
-// ignored), and returns the reply a caller would receive: the result with
-// the Reach-* headers, or an error reply. It is the way in for code that
-// runs beside a dispatcher (the HTTP gateway, fan-out, workflows): the same
-// admission, resolution (a workflow's name runs the workflow), routing,
-// retries, events and stats as a task from NATS, minus one message hop.
-// When ctx ends first the task is cancelled — its instance gets a CANCEL —
-// and Call returns CANCELLED, or DEADLINE_EXCEEDED when ctx's deadline
-// passed; ctx's deadline also bounds the task's overall deadline (a
-// workflow's run, like one called on NATS, is not cancelled: it ends by
-// that deadline). Call must be used between Start and Drain or Close; req
-// is the task's from then on.
-func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg, opts ...CallOption) *nats.Msg {
-	start := time.Now()
-	if req.Header == nil {
-		req.Header = nats.Header{}
-	}
-	if d.Table() == nil {
-		return refusal(req, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name))
-	}
-	caller := callerOf(req.Header)
-	if e := d.admit(caller); e != nil {
-		return refusal(req, e)
-	}
-	req.Reply = "" // the answer comes back here: nothing to offer an agent directly
-	var o callOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if !o.capability && d.Resolves(capability) {
-		return d.callResolved(ctx, capability, req, caller)
-	}
-	t, e := d.newTask(req, capability, start, false)
-	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
-		t.deadline = dl
-	}
-	t.noRetry = o.noRetry
-	out := make(chan *nats.Msg, 1)
-	t.start = start
-	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
-		defer d.release(caller)
-		reply, _ := d.conclude(t, res, e)
-		out <- reply
-	}
-	if e != nil {
-		t.done(t, nil, e)
-		return <-out
-	}
-	d.run(t)
-	select {
-	case reply := <-out:
-		return reply
-	case <-ctx.Done():
-		d.cancel(t, callerGone(ctx))
-		return <-out // cancel ends the task at once, wherever it is
-	}
-}
-
-// callResolved is Call of a name the resolver serves: the resolver runs it
-// on a goroutine that holds the in-flight slot Call took for caller, as a
-// task from reach.task (resolved). ctx's deadline becomes the request's
-// Reach-Deadline when it is earlier; when ctx ends first the caller gets
-// CANCELLED or DEADLINE_EXCEEDED, and the run goes on to its own end.
-func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Msg, caller string) *nats.Msg {
-	id, orch := taskIDs(req.Header)
-	req.Header.Set(streams.HeaderRequestID, id) // the run's id, which an early answer names too
-	if dl, ok := ctx.Deadline(); ok {
-		if cur, e := streams.ParseDeadline(req.Header); e == nil && (cur.IsZero() || dl.Before(cur)) {
-			req.Header.Set(streams.HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
-		}
-	}
-	out := make(chan *nats.Msg, 1)
-	go func() {
-		defer d.release(caller)
-		out <- d.direct(req, name)
-	}()
-	select {
-	case reply := <-out:
-		return reply
-	case <-ctx.Done():
-		ct, _ := streams.PayloadType(req.Header, req.Data)
-		return errorMsg(ct, id, orch, callerGone(ctx))
-	}
-}
-
-// callerGone is the error a Call ends with when its ctx ended first.
-func callerGone(ctx context.Context) *streams.Error {
-	code := streams.CodeCancelled
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		code = streams.CodeDeadlineExceeded
-	}
-	return streams.NewError(code, "the caller stopped waiting: %v", ctx.Err())
 }

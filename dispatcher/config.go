@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -179,7 +180,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.DurableAckWait, DefaultDurableAckWait)
 	setDefault(&c.DeadLetterRetryInterval, DefaultDeadLetterRetryInterval)
 	setDefault(&c.DeadLetterReplayRate, DefaultDeadLetterReplayRate)
-	c.Breaker.setDefaults()
+	c.Breaker.SetDefaults()
 }
 
 func setDefault[T comparable](field *T, def T) {
@@ -213,17 +214,17 @@ func (c *Config) validate() error {
 	case c.Penalty < 0 || c.PenaltyDecay < 0:
 		return bad("Penalty and PenaltyDecay must not be negative")
 	}
-	if err := c.Breaker.validate(); err != nil {
+	if err := c.Breaker.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	if _, ok := strategies[c.DefaultStrategy]; !ok {
+	if !selection.Known(c.DefaultStrategy) {
 		return bad("unknown default strategy %q (want one of %v)", c.DefaultStrategy, StrategyNames())
 	}
 	for capability, name := range c.Strategies {
 		if err := streams.ValidateCapability(capability); err != nil {
 			return bad("strategy for %v", err)
 		}
-		if _, ok := strategies[name]; !ok {
+		if !selection.Known(name) {
 			return bad("unknown strategy %q for %s (want one of %v)", name, capability, StrategyNames())
 		}
 	}
@@ -244,8 +245,8 @@ func (c *Config) validate() error {
 		if err := c.hedgeable(capability); err != nil {
 			return bad("%v", err)
 		}
-		h.setDefaults()
-		if err := h.validate(capability); err != nil {
+		h.SetDefaults()
+		if err := h.Validate(capability); err != nil {
 			return bad("%v", err)
 		}
 	}

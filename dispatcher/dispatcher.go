@@ -13,6 +13,9 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -39,43 +42,43 @@ type Dispatcher struct {
 	apiSubs    []*nats.Subscription
 	js         jetstream.JetStream
 	results    jetstream.Stream   // REACH_RESULTS, for redelivered durable tasks
-	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (outcome.go)
+	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (durable.Claims)
 	consume    jetstream.ConsumeContext
-	stopReplay func()
+	replay     *durable.Replayer
 	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them
 	breakerOut chan breakerShare
-	rr         counters
 
 	mu      sync.Mutex
 	started bool
-	loads   sync.Map // instance id → *instLoad
+	loads   selection.Loads
+	picker  selection.Picker
 	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
-	hints   sync.Map // agent type → *latencyWindow
-	hedges  sync.Map // capability → *capHedge
-	// Live policy and declarations (policy.go, match.go).
+	hints   selection.Hints
+	hedges  selection.Hedges
+	// Live policy and declarations (policy.go, resolve.go).
 	policies    *registry.PolicyWatcher
 	catalog     *registry.Catalog
 	pols        sync.Map // capability → *capPolicy, resolved from the current policy snapshot
 	capInflight sync.Map // capability → *atomic.Int64, its tasks in flight here
 	// requirements caches parsed Reach-Require values, views the static
-	// filters of routes by requirement (match.go).
-	requirements boundedMap
-	views        boundedMap
+	// filters of routes by requirement (resolve.go).
+	requirements selection.Cache
+	views        selection.Cache
 	// backoffs holds the tasks waiting out a backoff before a retry (a set
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
 
-	events  eventLog
+	records *events.Log   // batches the event records (record.go)
 	callers recentCallers // with an authorizer, who called the latest tasks (feedback.go)
 	// Extension points (hooks.go).
 	observers  []Observer
 	authorizer Authorizer
 	resolver   Resolver
 	inflight   atomic.Int64
-	fair       *fairShare // the callers' shares of inflight (fairshare.go)
+	fair       *selection.FairShare // the callers' shares of inflight
 	tasks      sync.WaitGroup
 	stats      stats
-	counts     tally // events.go
+	counts     events.Tally // record.go
 
 	stopOnce sync.Once
 	stopErr  error
@@ -94,9 +97,11 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
 	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64),
-		events:       eventLog{pending: make(map[string]*eventBatch)},
-		requirements: boundedMap{limit: maxRequirements}, views: boundedMap{limit: maxViews},
-		fair: newFairShare(cfg.FairShareAt)}
+		requirements: selection.Cache{Limit: maxRequirements}, views: selection.Cache{Limit: maxViews},
+		fair: selection.NewFairShare(cfg.FairShareAt)}
+	d.records = events.NewLog(d.publishRecords)
+	d.loads.Breaker, d.loads.PenaltyDecay = &d.cfg.Breaker, d.cfg.PenaltyDecay
+	d.picker.Loads, d.picker.Cost = &d.loads, d.declaredCost
 	for _, o := range opts {
 		o(d)
 	}
@@ -116,7 +121,7 @@ func (d *Dispatcher) Routable(capability string) []string {
 	ids := make([]string, 0, rs.Len())
 	for i := 0; i < rs.Len(); i++ {
 		inst := rs.Instances[i]
-		if d.loadOf(inst.ID).breaker.status(now).State != BreakerOpen {
+		if d.loads.Of(inst.ID).Breaker.Status(now).State != BreakerOpen {
 			ids = append(ids, inst.ID)
 		}
 	}
@@ -324,7 +329,7 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 		}
 		errs = append(errs, unsubscribeAll(d.inbox.subs))
 		d.stopAPI()
-		d.flushEvents("")
+		d.records.Flush("")
 		if graceful {
 			if err := d.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				errs = append(errs, fmt.Errorf("dispatcher: flush event records: %w", err))
@@ -377,74 +382,6 @@ func unsubscribeAll(subs []*nats.Subscription) error {
 	return errors.Join(errs...)
 }
 
-// receive runs on the subscription's goroutine: it admits the task and
-// sends it on its way, or answers OVERLOADED.
-func (d *Dispatcher) receive(m *nats.Msg) {
-	if !d.answerable(m) {
-		return
-	}
-	caller := callerOf(m.Header)
-	if e := d.admit(caller); e != nil {
-		d.refuse(m, e)
-		return
-	}
-	if d.resolved(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), caller) {
-		return // a workflow's: the resolver answers and releases the slot
-	}
-	d.handle(m, caller) // answer releases the in-flight slot
-}
-
-// refuse answers a request that starts no task with e (refusal).
-func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
-	out := refusal(m, e)
-	out.Subject = m.Reply
-	if err := d.nc.PublishMsg(out); err != nil {
-		d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
-	}
-}
-
-// refusal is the error reply, e, to a request that starts no task
-// (Reach-Attempt 0); OVERLOADED has a Retry-After.
-func refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
-	ct, _ := streams.PayloadType(m.Header, m.Data)
-	id, orch := taskIDs(m.Header)
-	if e.Code == streams.CodeOverloaded {
-		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0", headerRetryAfter, retryAfterSecs)
-	}
-	return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
-}
-
-// admit takes one of the replica's MaxInFlight slots for a task of
-// caller (callerOf), or returns OVERLOADED: when the replica holds
-// MaxInFlight tasks, or more than Config.FairShareAt and caller holds its
-// fair share (fairShare). release(caller) gives it back when the task has
-// ended.
-func (d *Dispatcher) admit(caller string) *streams.Error {
-	n := d.inflight.Add(1)
-	if n > int64(d.cfg.MaxInFlight) {
-		d.inflight.Add(-1)
-		d.stats.overloaded.Add(1)
-		return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight)
-	}
-	if ok, held, share := d.fair.take(caller, n); !ok {
-		d.inflight.Add(-1)
-		d.stats.overloaded.Add(1)
-		if caller == "" {
-			caller = anonymous
-		}
-		return streams.NewError(streams.CodeOverloaded, "dispatcher %s: caller %s holds %d of the %d tasks in flight, its share (above %d tasks in flight, shared by the callers holding tasks) is %d",
-			d.cfg.Name, caller, held, n-1, d.cfg.FairShareAt, share)
-	}
-	d.tasks.Add(1)
-	return nil
-}
-
-func (d *Dispatcher) release(caller string) {
-	d.fair.give(caller)
-	d.inflight.Add(-1)
-	d.tasks.Done()
-}
-
 // Stats is a snapshot of a replica's counters since Start. Counts holds
 // what its records add up to (the counting model, docs/operations.md):
 // tasks by class, retries, broadcasts, fan-outs and their branches; the
@@ -476,7 +413,7 @@ type stats struct {
 func (d *Dispatcher) Stats() Stats {
 	s := Stats{
 		Name:       d.cfg.Name,
-		Counts:     d.counts.load(),
+		Counts:     d.counts.Load(),
 		Overloaded: d.stats.overloaded.Load(),
 		Dropped:    d.stats.dropped.Load(),
 		Redirected: d.stats.redirected.Load(),
@@ -492,4 +429,25 @@ func (d *Dispatcher) Stats() Stats {
 		s.Agents = t.Len()
 	}
 	return s
+}
+
+// forget drops per-instance state when an instance leaves the table. A lost
+// instance's deliveries end at once, so their tasks go elsewhere; one that
+// left after draining promised to finish them, so they wait for their
+// answers (or their timers) as before.
+func (d *Dispatcher) forget(id string, how registry.Removal) {
+	d.loads.Delete(id)
+	if how == registry.Lost {
+		d.abandon(id)
+	}
+}
+
+// lookup returns m's value for key, storing fresh() first when it has none.
+// Values are made only on a miss; the first one stored wins a race.
+func lookup[T any](m *sync.Map, key string, fresh func() *T) *T {
+	if v, ok := m.Load(key); ok {
+		return v.(*T)
+	}
+	v, _ := m.LoadOrStore(key, fresh())
+	return v.(*T)
 }

@@ -9,6 +9,12 @@
 // no subscription, or answers TARGET_BUSY is skipped and the same request
 // (same request id) goes to another instance.
 //
+// A task's path is a pipeline of stages, one file each, in this order:
+// admit, decode, resolve, pick, deliver, settle, record (pipeline.go lists
+// them). Where a task goes is decided in dispatcher/selection, with no
+// connection of its own; the durable tier's consumer, outcome claims and
+// dead letters are in dispatcher/durable; the records in dispatcher/events.
+//
 // The dispatcher holds no state that matters beyond caches: its routing
 // table is rebuilt from REACH_AGENTS, and its in-flight counts start at zero.
 package dispatcher

@@ -1,6 +1,10 @@
 package dispatcher
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+)
 
 var (
 	// ErrInvalidConfig is returned by New for a configuration it cannot run.
@@ -11,5 +15,5 @@ var (
 	ErrAlreadyStarted = errors.New("dispatcher: already started")
 	// ErrNotReplayable is returned by Replay for a parked entry that was
 	// stored without its payload (streams.HeaderDLQDropped).
-	ErrNotReplayable = errors.New("dispatcher: parked entry cannot be replayed")
+	ErrNotReplayable = durable.ErrNotReplayable
 )

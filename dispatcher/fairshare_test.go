@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -20,7 +21,7 @@ func fairReplica(t testing.TB, maxInFlight, fairShareAt int) *Dispatcher {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	return &Dispatcher{cfg: cfg, fair: newFairShare(cfg.FairShareAt)}
+	return &Dispatcher{cfg: cfg, fair: selection.NewFairShare(cfg.FairShareAt)}
 }
 
 // Each case admits its tasks in order, then releases those listed; what it
@@ -111,13 +112,12 @@ func TestFairShareAdmission(t *testing.T) {
 			if total > c.max {
 				t.Fatalf("%d tasks admitted, cap %d", total, c.max)
 			}
-			if n, a := d.inflight.Load(), d.fair.active.Load(); n != 0 || a != 0 {
+			a, entries := d.fair.Callers()
+			if n := d.inflight.Load(); n != 0 || a != 0 {
 				t.Fatalf("after every release: %d in flight, %d callers counted", n, a)
 			}
-			for i := range d.fair.shards {
-				if m := d.fair.shards[i].held; len(m) != 0 {
-					t.Fatalf("shard %d still holds %v", i, m)
-				}
+			if entries != 0 {
+				t.Fatalf("the shards still hold %d callers", entries)
 			}
 		})
 	}
@@ -205,8 +205,8 @@ func TestFairShareConcurrent(t *testing.T) {
 	if over.Load() != 0 {
 		t.Fatalf("above the cap %d times", over.Load())
 	}
-	if n, a := d.inflight.Load(), d.fair.active.Load(); n != 0 || a != 0 {
-		t.Fatalf("after every release: %d in flight, %d callers counted", n, a)
+	if a, _ := d.fair.Callers(); d.inflight.Load() != 0 || a != 0 {
+		t.Fatalf("after every release: %d in flight, %d callers counted", d.inflight.Load(), a)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -174,11 +175,11 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: it was scored already (once per task)", ev.RequestID)
 		case claimAccepted:
 			if _, ok := d.table.Lookup(ev.Node); ok {
-				d.loadOf(ev.Node).observeQuality(*ev.Score)
+				d.loads.Of(ev.Node).ObserveQuality(*ev.Score)
 			}
 			stored := Event{RequestID: ev.RequestID, Kind: KindFeedback, Node: ev.Node, Score: ev.Score, Start: ev.Start,
 				Capability: ev.Capability, Dispatcher: d.cfg.Name}
-			accepted = appendEvent(accepted, &stored)
+			accepted = events.Append(accepted, &stored)
 			n++
 			continue
 		}

@@ -63,21 +63,6 @@ type RecordChecker interface {
 	FilterRevision() uint64
 }
 
-// answerable reports whether the task m, received on reach.task, may be
-// answered on its reply subject; one that may not is dropped and counted.
-func (d *Dispatcher) answerable(m *nats.Msg) bool {
-	if m.Reply == "" {
-		d.stats.dropped.Add(1)
-		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
-		return false
-	}
-	if rc, ok := d.authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
-		d.stats.dropped.Add(1)
-		return false
-	}
-	return true
-}
-
 // Resolver takes over the tasks addressed to names it serves — workflows,
 // which shadow a capability of the same name — on both tiers and from
 // every way in: reach.task, reach.submit and Call (so the HTTP gateway and
@@ -108,67 +93,3 @@ func WithAuthorizer(a Authorizer) Option { return func(d *Dispatcher) { d.author
 
 // WithResolver hands the tasks addressed to names r serves to r.
 func WithResolver(r Resolver) Option { return func(d *Dispatcher) { d.resolver = r } }
-
-// observe hands a record to every observer.
-func (d *Dispatcher) observe(ev *Event) {
-	for _, o := range d.observers {
-		o.Observed(ev)
-	}
-}
-
-// Resolves reports whether the tasks addressed to name go to the resolver
-// (name is a workflow's) rather than to the instances of a capability.
-func (d *Dispatcher) Resolves(name string) bool {
-	return d.resolver != nil && d.resolver.Serves(name)
-}
-
-// resolved hands a task from reach.task to the resolver when it serves the
-// name, on a goroutine that holds caller's in-flight slot and sends the
-// reply to m.Reply; it reports whether it did.
-func (d *Dispatcher) resolved(m *nats.Msg, name, caller string) bool {
-	if !d.Resolves(name) {
-		return false
-	}
-	go func() {
-		defer d.release(caller)
-		out := d.direct(m, name)
-		out.Subject = m.Reply
-		if err := d.nc.PublishMsg(out); err != nil {
-			d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("reply failed")
-		}
-	}()
-	return true
-}
-
-// direct runs a direct-tier task of a name the resolver serves, once the
-// authorizer lets its caller call that name, and returns its reply. Every
-// way in (resolved, Call) comes here; the caller holds an in-flight slot.
-func (d *Dispatcher) direct(m *nats.Msg, name string) *nats.Msg {
-	if d.authorizer != nil {
-		if e := d.authorizer.Authorize(name, m, false); e != nil {
-			return refusal(m, e)
-		}
-	}
-	return d.resolver.Direct(m, name)
-}
-
-// knownNames is every name a task can address: the capabilities offered
-// and the names the resolver serves, for a "did you mean" suggestion.
-// Suggest returns, for a name no instance offers at all (likely a typo),
-// the nearest capability or workflow name this dispatcher knows, for a
-// "did you mean" hint (registry.NearestName); "" when an instance offers
-// name or nothing known is close.
-func (d *Dispatcher) Suggest(name string) string {
-	if len(d.table.Offering(name)) > 0 {
-		return ""
-	}
-	return registry.NearestName(name, d.knownNames())
-}
-
-func (d *Dispatcher) knownNames() []string {
-	names := d.table.Capabilities()
-	if d.resolver != nil {
-		names = append(names, d.resolver.Names()...)
-	}
-	return names
-}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -11,9 +12,9 @@ import (
 // its picks passed over — and count them all, however many the view holds.
 func TestExclusionsAreListedUpToTheLimitAndAllCounted(t *testing.T) {
 	d := &Dispatcher{}
-	v := &view{}
+	v := &selection.View{}
 	for i := range 9000 {
-		v.excluded = append(v.excluded, streams.Exclusion{Node: fmt.Sprint("n-", i), Reason: "labels"})
+		v.Excluded = append(v.Excluded, streams.Exclusion{Node: fmt.Sprint("n-", i), Reason: "labels"})
 	}
 	tk := &task{view: v, passed: []streams.Exclusion{{Node: "busy-1", Reason: "breaker open"}}}
 	list, total := d.exclusions(tk, false, ExcludedInEvents)
@@ -21,10 +22,10 @@ func TestExclusionsAreListedUpToTheLimitAndAllCounted(t *testing.T) {
 		t.Fatalf("exclusions: %d listed (%v), %d in all; want %d listed from n-0, 9001 in all", len(list), list, total, ExcludedInEvents)
 	}
 	list[0].Node = "changed"
-	if v.excluded[0].Node != "n-0" {
+	if v.Excluded[0].Node != "n-0" {
 		t.Fatal("the list shares the view's entries: changing it changed the view")
 	}
-	v.excluded = v.excluded[:3]
+	v.Excluded = v.Excluded[:3]
 	if list, total = d.exclusions(tk, false, ExcludedInEvents); total != 4 || len(list) != 4 || list[3].Node != "busy-1" {
 		t.Fatalf("a short view: %v, %d in all; want the 3 and busy-1", list, total)
 	}

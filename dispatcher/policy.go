@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/registry"
 )
 
@@ -74,7 +75,7 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 		p.strategy = name
 	}
 	if h, ok := c.Hedges[capability]; ok {
-		h.setDefaults()
+		h.SetDefaults()
 		p.hedge, p.hedgeFromConfig = &h, true
 	}
 	if set == nil {
@@ -132,7 +133,7 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 			}
 			h.Percentile, _ = hp.Percentile() // validated with the policy
 			setValue(&h.Budget, hp.Budget)
-			h.setDefaults()
+			h.SetDefaults()
 			p.hedge = &h
 		}
 	}
@@ -140,7 +141,7 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 		p.hedge = nil // never: a second delivery could execute it twice
 	}
 	p.quorum = cp.Quorum
-	if _, known := strategies[p.strategy]; !known {
+	if !selection.Known(p.strategy) {
 		// registry.StrategyNames and strategies agree (a test says so); a
 		// name neither knows cannot have passed validation.
 		p.strategy = c.DefaultStrategy

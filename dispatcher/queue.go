@@ -59,7 +59,7 @@ func (d *Dispatcher) enqueue(q *waitQueue, t *task) {
 		d.unqueue(q, t, e) // cancelled on its way into the queue
 		return
 	}
-	d.pump(q) // a slot may have come free since resolve looked
+	d.pump(q) // a slot may have come free since route looked
 }
 
 // take removes t from q, unless pump, giveUp or a cancel took it first; it
@@ -100,7 +100,7 @@ func (d *Dispatcher) pump(q *waitQueue) {
 			return
 		}
 		t := el.Value.(*task)
-		inst, probe, why := d.resolve(t)
+		inst, probe, why := d.route(t)
 		if why == routeFull {
 			q.mu.Unlock()
 			return // still full: the next settle pumps again

@@ -1,66 +1,252 @@
 package dispatcher
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// How a person resolved a review entry, as the outcome of its record in
-// REACH_EVENTS.
-const (
-	OutcomeReviewRerun = "review_rerun" // the task was resubmitted to run again
-	OutcomeReviewDrop  = "review_drop"  // the entry was deleted; the task runs no more
-)
+// Stage 3 of a task's path, resolve: what may take the task. Its
+// capability's policy (policy.go) came with decode; here a workflow's name
+// goes to the Resolver, a unicast task (Reach-Agent) to its one instance,
+// and any other to the instances of the routing table that offer the
+// capability, filtered by the task's requirements against the declarations
+// (a cached selection.View). Before the first pick the payload is checked
+// against the input schemas and the capability's in-flight cap is taken
+// (start). When nothing qualifies, NO_AGENT lists what was passed over.
 
-// RecordResolution publishes the REACH_EVENTS record of a person's decision
-// on review entry p: resolution is OutcomeReviewRerun or OutcomeReviewDrop,
-// by names who decided. The record (one JSON line on
-// <prefix>.event.<capability>, as DecodeEvents reads it) carries the entry's
-// request id, capability, code, node and attempts. Its Nats-Msg-Id is
-// derived from the resolution and the entry, so recording the same decision
-// again within the stream's duplicate window stores it once.
-func RecordResolution(ctx context.Context, js jetstream.JetStream, subjects streams.Subjects, p Parked, resolution, by string) error {
-	switch {
-	case resolution != OutcomeReviewRerun && resolution != OutcomeReviewDrop:
-		return fmt.Errorf("dispatcher: record resolution: unknown resolution %q (want %s or %s)", resolution, OutcomeReviewRerun, OutcomeReviewDrop)
-	case strings.TrimSpace(by) == "":
-		return fmt.Errorf("dispatcher: record resolution of %s seq %d: no one named as deciding", p.Stream, p.Seq)
+// Requirement matching (docs/declarations.md). Before a strategy balances load, the
+// instances offering a capability are filtered by what the task requires
+// (Reach-Require merged over the capability policy's default requirement)
+// against what each instance's type declares in REACH_CAPS, and by the
+// dependencies the instance reports down. This static part depends only on
+// the routes, the declarations and the requirement, so it is computed once
+// per combination and cached (a view): a task pays a map lookup, not a scan
+// of every instance. What changes from task to task — observed latency
+// against max_latency_ms, breakers, free slots — is checked as the strategy
+// picks. A JSON or msgpack payload is checked against the input schema of
+// the candidates' types before anything is delivered.
+
+// maxViews bounds the cached views; beyond it the cache starts afresh.
+const maxViews = 4096
+
+type viewKey struct {
+	routes  *registry.Routes
+	version uint64
+	need    string
+}
+
+// start checks and admits a task before its first pick: the payload
+// against the input schemas of the types that could take it, and the
+// capability's in-flight cap of its policy.
+func (d *Dispatcher) start(t *task) *streams.Error {
+	if rs := d.table.Candidates(t.capability); rs.Len() > 0 {
+		v := d.viewOf(t, rs)
+		if e := d.checkInput(t, v); e != nil {
+			return e
+		}
+		if p := t.pol; p.hedge != nil && t.unicast == "" && t.seq == 0 && (p.hedgeFromConfig || p.idempotent || v.HedgeSafe) {
+			t.hedge = d.hedges.Of(t.capability, p.hedge)
+		}
 	}
-	if err := streams.ValidateCapability(p.Capability); err != nil {
-		return fmt.Errorf("dispatcher: record resolution of %s seq %d: %w", p.Stream, p.Seq, err)
+	if !t.pol.admitCapability() {
+		return streams.NewError(streams.CodeOverloaded, "%s has %d tasks in flight at dispatcher %s, its policy's max_in_flight",
+			t.capability, t.pol.maxInFlight, d.cfg.Name)
 	}
-	ev := Event{
-		RequestID:       p.RequestID,
-		OrchestrationID: p.Header.Get(streams.HeaderOrchestrationID),
-		Capability:      p.Capability,
-		Tier:            "durable",
-		Status:          string(streams.StatusFailed),
-		Code:            p.Code,
-		Outcome:         resolution,
-		Node:            p.Header.Get(streams.HeaderNode),
-		Attempts:        p.Attempts,
-		Start:           time.Now().UTC(),
-		By:              by,
+	t.admitted = true
+	return nil
+}
+
+// finish gives back what start took; a task's done calls it once.
+func (t *task) finish() {
+	if t.admitted {
+		t.admitted = false
+		t.pol.releaseCapability()
 	}
-	b, err := json.Marshal(ev)
+}
+
+// checkInput checks t's payload against the input schemas of the
+// qualifying types. When every type that could take it refuses it, the task
+// is BAD_REQUEST, naming what is wrong; when only some do, their instances
+// are passed over.
+func (d *Dispatcher) checkInput(t *task, v *selection.View) *streams.Error {
+	bad, err := v.CheckInput(t.capability, t.contentType, t.req.Data)
+	t.badTypes = append(t.badTypes, bad...)
 	if err != nil {
-		return fmt.Errorf("dispatcher: record resolution: %w", err)
-	}
-	m := nats.NewMsg(subjects.Event(p.Capability))
-	m.Header.Set(HeaderEvents, "1")
-	m.Header.Set(streams.HeaderMsgID, resolution+"-"+p.RequestID+"-"+strconv.FormatUint(p.Seq, 10))
-	m.Data = append(b, '\n')
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("dispatcher: record %s of %s: %w", resolution, p.RequestID, err)
+		return streams.NewError(streams.CodeBadRequest, "%s: %v", t.capability, err)
 	}
 	return nil
+}
+
+// candidates returns the instances that may take t: the routable ones
+// offering its capability that meet its requirements (matching), or its
+// one instance when it names one. When none may, it says why.
+func (d *Dispatcher) candidates(t *task) (*registry.Routes, noRoute) {
+	rs := d.matching(t, d.table.Candidates(t.capability))
+	if t.unicast != "" {
+		u, ok := d.table.Lookup(t.unicast)
+		switch {
+		case !ok || !u.Entry().Routable() || !u.Entry().Has(t.capability):
+			return nil, routeGone
+		case !rs.Has(u.ID):
+			return nil, routeNoAgent // it does not meet the task's requirements (see t.view)
+		}
+		rs = registry.NewRoutes([]*registry.Instance{u})
+	}
+	if rs.Len() == 0 {
+		return nil, routeNoAgent
+	}
+	return rs, 0
+}
+
+// noRoute says why route found no instance; its error is built only
+// when a task ends with it (pump asks again and again while all are full).
+type noRoute int
+
+const (
+	routeNoAgent noRoute = iota + 1 // none routable offers the capability
+	routeGone                       // the unicast instance is not routable
+	routeFull                       // every instance has all its slots in use
+	routeOpen                       // every breaker refuses
+	routeLooped                     // the chain reached every instance MaxVisits times
+)
+
+func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
+	switch why {
+	case routeGone:
+		return streams.NewError(streams.CodeNoAgent, "instance %q is not routable for %s", t.unicast, t.capability)
+	case routeFull:
+		return streams.NewError(streams.CodeTargetBusy, "every instance of %s has all its slots in use", t.capability)
+	case routeOpen:
+		e := streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
+		e.Excluded, _ = d.exclusions(t, false, excludedInErrors)
+		return e
+	case routeLooped:
+		return streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
+	}
+	if t.view != nil && (len(t.view.Excluded) > 0 || len(t.passed) > 0) {
+		return d.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
+	}
+	if near := d.Suggest(t.capability); near != "" { // no instance at all: perhaps a typo
+		return d.noAgent(t, "no routable instance offers %s; did you mean %s?", t.capability, near)
+	}
+	return d.noAgent(t, "no routable instance offers %s", t.capability)
+}
+
+// Bounds of the exclusion lists: a capability with thousands of instances
+// would otherwise put thousands of entries into every task's record.
+const excludedInErrors = 64 // entries a NO_AGENT or CIRCUIT_OPEN answer lists
+
+// ExcludedNotGranted is the NO_AGENT exclusion reason of an instance whose
+// record the authorizer does not let this dispatcher route (RecordChecker:
+// it offers a capability outside its identity's grant, or names no agent
+// identity); the dispatcher's log says which.
+const ExcludedNotGranted = "not routed: its record is not within its identity's grant (see the dispatcher's log)"
+
+// exclusions lists, up to limit, why instances of t's capability were
+// passed over — the view's static reasons, what the picks found, and with
+// all the instances that are not routable at all (draining, or refused by
+// the authorizer) — and how many
+// there are in all.
+func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Exclusion, total int) {
+	add := func(x streams.Exclusion) {
+		if total++; len(list) < limit {
+			list = append(list, x)
+		}
+	}
+	if t.view != nil { // thousands at 10k agents: counted, not walked
+		ex := t.view.Excluded
+		list = append(list, ex[:min(len(ex), limit)]...)
+		total = len(ex)
+	}
+	for _, x := range t.passed {
+		add(x)
+	}
+	if all {
+		routes := d.table.Candidates(t.capability)
+		for _, inst := range d.table.Offering(t.capability) {
+			switch {
+			case !inst.Entry().Routable():
+				add(streams.Exclusion{Node: inst.ID, Reason: "draining"})
+			case !routes.Has(inst.ID): // refused by the authorizer (RecordChecker), which logged why
+				add(streams.Exclusion{Node: inst.ID, Reason: ExcludedNotGranted})
+			}
+		}
+	}
+	return list, total
+}
+
+// noAgent is the NO_AGENT error of t, listing what was passed over and why.
+func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error {
+	e := streams.NewError(streams.CodeNoAgent, format, args...)
+	var total int
+	e.Excluded, total = d.exclusions(t, true, excludedInErrors)
+	switch {
+	case total > len(e.Excluded):
+		e.Message += fmt.Sprintf(" (%d excluded; the first %d are listed)", total, len(e.Excluded))
+	case total > 0:
+		e.Message += fmt.Sprintf(" (%d excluded: see excluded)", total)
+	}
+	return e
+}
+
+// Resolves reports whether the tasks addressed to name go to the resolver
+// (name is a workflow's) rather than to the instances of a capability.
+func (d *Dispatcher) Resolves(name string) bool {
+	return d.resolver != nil && d.resolver.Serves(name)
+}
+
+// resolved hands a task from reach.task to the resolver when it serves the
+// name, on a goroutine that holds caller's in-flight slot and sends the
+// reply to m.Reply; it reports whether it did.
+func (d *Dispatcher) resolved(m *nats.Msg, name, caller string) bool {
+	if !d.Resolves(name) {
+		return false
+	}
+	go func() {
+		defer d.release(caller)
+		out := d.direct(m, name)
+		out.Subject = m.Reply
+		if err := d.nc.PublishMsg(out); err != nil {
+			d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("reply failed")
+		}
+	}()
+	return true
+}
+
+// direct runs a direct-tier task of a name the resolver serves, once the
+// authorizer lets its caller call that name, and returns its reply. Every
+// way in (resolved, Call) comes here; the caller holds an in-flight slot.
+func (d *Dispatcher) direct(m *nats.Msg, name string) *nats.Msg {
+	if d.authorizer != nil {
+		if e := d.authorizer.Authorize(name, m, false); e != nil {
+			return refusal(m, e)
+		}
+	}
+	return d.resolver.Direct(m, name)
+}
+
+// knownNames is every name a task can address: the capabilities offered
+// and the names the resolver serves, for a "did you mean" suggestion.
+// Suggest returns, for a name no instance offers at all (likely a typo),
+// the nearest capability or workflow name this dispatcher knows, for a
+// "did you mean" hint (registry.NearestName); "" when an instance offers
+// name or nothing known is close.
+func (d *Dispatcher) Suggest(name string) string {
+	if len(d.table.Offering(name)) > 0 {
+		return ""
+	}
+	return registry.NearestName(name, d.knownNames())
+}
+
+func (d *Dispatcher) knownNames() []string {
+	names := d.table.Capabilities()
+	if d.resolver != nil {
+		names = append(names, d.resolver.Names()...)
+	}
+	return names
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package selection
 
 import (
 	"math"
@@ -7,10 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agent-reach/agentreach/registry"
-	"github.com/agent-reach/agentreach/streams"
 )
 
 // Latency tracking of the least-load strategy.
@@ -47,11 +44,13 @@ const (
 	placing = 0.25
 )
 
-// instLoad is this replica's view of one instance: its tasks in flight from
+// Load is this replica's view of one instance: its tasks in flight from
 // here, a moving average of how long its tasks take, its failure penalty and
-// its circuit breaker.
-type instLoad struct {
-	inflight atomic.Int64
+// its circuit breaker. Its methods are safe for concurrent use.
+type Load struct {
+	// Inflight counts the instance's tasks from this replica: Reserve takes
+	// a slot, whoever ends the delivery gives it back.
+	Inflight atomic.Int64
 	// others estimates the instance's tasks from other replicas, from the
 	// Reach-Active count on its latest reply; -1 until a reply carried one.
 	others atomic.Int64
@@ -63,7 +62,7 @@ type instLoad struct {
 	// before the store takes its next heartbeat).
 	unsubscribed   atomic.Uint64
 	unsubscribedAt atomic.Int64
-	breaker        *breaker
+	Breaker        *Breaker
 
 	mu        sync.Mutex
 	qual      float64 // moving average of feedback scores (Client.Feedback)
@@ -75,15 +74,15 @@ type instLoad struct {
 	penaltyAt time.Time
 }
 
-// markAbsent records that a delivery to inst found no subscription.
-func (l *instLoad) markAbsent(inst *registry.Instance) {
+// MarkAbsent records that a delivery to inst found no subscription.
+func (l *Load) MarkAbsent(inst *registry.Instance) {
 	l.unsubscribedAt.Store(time.Now().UnixNano())
 	l.unsubscribed.Store(inst.Entry().Revision)
 }
 
-// absent reports whether inst had no subscription at its current record,
+// Absent reports whether inst had no subscription at its current record,
 // less than one of its heartbeat intervals ago.
-func (l *instLoad) absent(inst *registry.Instance) bool {
+func (l *Load) Absent(inst *registry.Instance) bool {
 	u := l.unsubscribed.Load()
 	if u == 0 {
 		return false
@@ -92,12 +91,12 @@ func (l *instLoad) absent(inst *registry.Instance) bool {
 	return u == e.Revision && time.Now().UnixNano()-l.unsubscribedAt.Load() < e.HeartbeatMS*int64(time.Millisecond)
 }
 
-// observe adds one task's latency to the average. Until minSamples
+// Observe adds one task's latency to the average. Until minSamples
 // latencies have come in, the average is their plain mean, so no single
 // early task (a cold start, or the machine stalling while it ran) outweighs
 // the others; an average seeded with the first latency kept four fifths of
 // it after five tasks and could brand an instance slower than it is.
-func (l *instLoad) observe(d time.Duration, now time.Time) {
+func (l *Load) Observe(d time.Duration, now time.Time) {
 	x := math.Log(float64(max(d, time.Microsecond)))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,15 +111,15 @@ func (l *instLoad) observe(d time.Duration, now time.Time) {
 
 // logLatency is the average faded by the time since the last sample; l.mu
 // is held.
-func (l *instLoad) logLatency(now time.Time) float64 {
+func (l *Load) logLatency(now time.Time) float64 {
 	return l.logEWMA - float64(now.Sub(l.lastAt))/float64(latencyDecay)
 }
 
 // qualityAlpha weighs a new feedback score in the quality average.
 const qualityAlpha = 0.1
 
-// observeQuality folds a feedback score into the quality average.
-func (l *instLoad) observeQuality(score float64) {
+// ObserveQuality folds a feedback score into the quality average.
+func (l *Load) ObserveQuality(score float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.qualN == 0 {
@@ -131,29 +130,29 @@ func (l *instLoad) observeQuality(score float64) {
 	l.qualN++
 }
 
-// quality returns the quality average and how many scores it holds.
-func (l *instLoad) quality() (float64, int) {
+// Quality returns the quality average and how many scores it holds.
+func (l *Load) Quality() (float64, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.qual, l.qualN
 }
 
-// reserve takes one of the instance's slots, unless all limit of them are
+// Reserve takes one of the instance's slots, unless all limit of them are
 // in use.
-func (l *instLoad) reserve(limit int64) bool {
+func (l *Load) Reserve(limit int64) bool {
 	for {
-		n := l.inflight.Load()
+		n := l.Inflight.Load()
 		if n >= limit {
 			return false
 		}
-		if l.inflight.CompareAndSwap(n, n+1) {
+		if l.Inflight.CompareAndSwap(n, n+1) {
 			return true
 		}
 	}
 }
 
-// currentLatency is the average in nanoseconds, 0 until minSamples.
-func (l *instLoad) currentLatency(now time.Time) float64 {
+// CurrentLatency is the average in nanoseconds, 0 until minSamples.
+func (l *Load) CurrentLatency(now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.samples < minSamples {
@@ -162,35 +161,53 @@ func (l *instLoad) currentLatency(now time.Time) float64 {
 	return math.Exp(l.logLatency(now))
 }
 
-// penalize adds p to the instance's penalty, which then fades linearly to
+// Penalize adds p to the instance's penalty, which then fades linearly to
 // zero over decay.
-func (l *instLoad) penalize(p float64, decay time.Duration, now time.Time) {
+func (l *Load) Penalize(p float64, decay time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.penalty = l.penaltyLocked(decay, now) + p
 	l.penaltyAt = now
 }
 
-func (l *instLoad) currentPenalty(decay time.Duration, now time.Time) float64 {
+// CurrentPenalty is the penalty at now, faded over decay.
+func (l *Load) CurrentPenalty(decay time.Duration, now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.penaltyLocked(decay, now)
 }
 
-func (l *instLoad) penaltyLocked(decay time.Duration, now time.Time) float64 {
+func (l *Load) penaltyLocked(decay time.Duration, now time.Time) float64 {
 	if l.penalty == 0 || decay <= 0 {
 		return 0
 	}
 	return l.penalty * max(0, 1-float64(now.Sub(l.penaltyAt))/float64(decay))
 }
 
-// loadOf returns this replica's record of an instance.
-func (d *Dispatcher) loadOf(id string) *instLoad {
-	return lookup(&d.loads, id, func() *instLoad {
-		fresh := &instLoad{breaker: newBreaker(&d.cfg.Breaker)}
+// Loads holds a replica's Load of every instance it has routed to. Set
+// Breaker and PenaltyDecay before use; its methods are safe for concurrent
+// use.
+type Loads struct {
+	Breaker      *BreakerConfig // the window and ramp of every instance's breaker
+	PenaltyDecay time.Duration  // how long a failure penalty takes to fade
+	m            sync.Map       // instance id → *Load
+}
+
+// Of returns this replica's record of an instance.
+func (ls *Loads) Of(id string) *Load {
+	return lookup(&ls.m, id, func() *Load {
+		fresh := &Load{Breaker: NewBreaker(ls.Breaker)}
 		fresh.others.Store(-1)
 		return fresh
 	})
+}
+
+// Delete drops the record of an instance that left the table.
+func (ls *Loads) Delete(id string) { ls.m.Delete(id) }
+
+// Range calls f for every instance's record until f returns false.
+func (ls *Loads) Range(f func(id string, l *Load) bool) {
+	ls.m.Range(func(k, v any) bool { return f(k.(string), v.(*Load)) })
 }
 
 // lookup returns m's value for key, storing fresh() first when it has none.
@@ -203,22 +220,11 @@ func lookup[T any](m *sync.Map, key string, fresh func() *T) *T {
 	return v.(*T)
 }
 
-// forget drops per-instance state when an instance leaves the table. A lost
-// instance's deliveries end at once, so their tasks go elsewhere; one that
-// left after draining promised to finish them, so they wait for their
-// answers (or their timers) as before.
-func (d *Dispatcher) forget(id string, how registry.Removal) {
-	d.loads.Delete(id)
-	if how == registry.Lost {
-		d.abandon(id)
-	}
-}
-
-// noteActive reads the Reach-Active count of a reply: the instance's tasks
-// minus this replica's own (mine, counted at the same moment) are other
-// replicas' load.
-func (l *instLoad) noteActive(m *nats.Msg, mine int64) {
-	if v := m.Header.Get(streams.HeaderActive); v != "" {
+// NoteActive reads the Reach-Active count of a reply (v, "" when it has
+// none): the instance's tasks minus this replica's own (mine, counted at the
+// same moment) are other replicas' load.
+func (l *Load) NoteActive(v string, mine int64) {
+	if v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 			l.others.Store(max(n-mine, 0))
 		}
@@ -230,33 +236,33 @@ func (l *instLoad) noteActive(m *nats.Msg, mine int64) {
 // replicas' share: from the instance's latest reply, or else from its last
 // heartbeat (whose count includes this replica's tasks, so only the excess
 // is taken).
-func (d *Dispatcher) busy(inst *registry.Instance, l *instLoad, now time.Time) float64 {
+func (ls *Loads) busy(inst *registry.Instance, l *Load, now time.Time) float64 {
 	e := inst.Entry()
-	own := l.inflight.Load()
+	own := l.Inflight.Load()
 	others := l.others.Load()
 	if others < 0 {
 		others = max(int64(e.Active)-own, 0)
 	}
-	return float64(own+others)/float64(e.MaxConcurrent) + l.currentPenalty(d.cfg.PenaltyDecay, now)
+	return float64(own+others)/float64(e.MaxConcurrent) + l.CurrentPenalty(ls.PenaltyDecay, now)
 }
 
-// lighter reports whether instance b should get the next task rather than
+// Lighter reports whether instance b should get the next task rather than
 // a. When one is clearly slower (by slowerRatio and slowerMargin) the cost
 // is latency × (busy + 1/max_concurrent), as in peak-EWMA balancers, so a
 // slow instance gets work only when the fast ones queue up. Otherwise the
 // cost is (busy + placing/max_concurrent) / weight, so equally fast
 // instances settle at in-flight counts, and throughput, in proportion to
 // their weights; two idle instances tie, and the weighted draw decides.
-func (d *Dispatcher) lighter(a, b *registry.Instance) bool {
-	la, lb := d.loadOf(a.ID), d.loadOf(b.ID)
+func (ls *Loads) Lighter(a, b *registry.Instance) bool {
+	la, lb := ls.Of(a.ID), ls.Of(b.ID)
 	now := time.Now()
-	ta, tb := la.currentLatency(now), lb.currentLatency(now)
+	ta, tb := la.CurrentLatency(now), lb.CurrentLatency(now)
 	if clearlySlower(ta, tb) || clearlySlower(tb, ta) {
-		ca := ta * (d.busy(a, la, now) + 1/float64(a.Entry().MaxConcurrent))
-		cb := tb * (d.busy(b, lb, now) + 1/float64(b.Entry().MaxConcurrent))
+		ca := ta * (ls.busy(a, la, now) + 1/float64(a.Entry().MaxConcurrent))
+		cb := tb * (ls.busy(b, lb, now) + 1/float64(b.Entry().MaxConcurrent))
 		return cb < ca
 	}
-	ba, bb := d.busy(a, la, now), d.busy(b, lb, now)
+	ba, bb := ls.busy(a, la, now), ls.busy(b, lb, now)
 	if ba == 0 && bb == 0 {
 		return false // both idle: the weighted draw decides
 	}

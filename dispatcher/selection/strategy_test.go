@@ -1,4 +1,4 @@
-package dispatcher
+package selection
 
 import (
 	"fmt"
@@ -19,14 +19,26 @@ func routes(weights ...int) *registry.Routes {
 	return registry.NewRoutes(insts)
 }
 
-func testDispatcher(t *testing.T) *Dispatcher {
-	t.Helper()
-	cfg := Config{}
-	cfg.setDefaults()
-	return &Dispatcher{cfg: cfg}
+// testTask is a task as the strategies see it.
+type testTask struct {
+	triedIDs []string
+	affinity string
+	prefer   string
 }
 
-func counts(t *testing.T, d *Dispatcher, s strategy, rs *registry.Routes, n int, tk *task) []int {
+func (t *testTask) Tried(id string) bool { return slices.Contains(t.triedIDs, id) }
+func (t *testTask) AffinityKey() string  { return t.affinity }
+func (t *testTask) Preference() string   { return t.prefer }
+
+// testPicker is a Picker with the dispatcher's default breaker and penalty.
+func testPicker(t *testing.T) *Picker {
+	t.Helper()
+	cfg := BreakerConfig{}
+	cfg.SetDefaults()
+	return &Picker{Loads: &Loads{Breaker: &cfg, PenaltyDecay: 5 * time.Minute}}
+}
+
+func counts(t *testing.T, d *Picker, s strategy, rs *registry.Routes, n int, tk Task) []int {
 	t.Helper()
 	out := make([]int, rs.Len())
 	for range n {
@@ -40,8 +52,8 @@ func counts(t *testing.T, d *Dispatcher, s strategy, rs *registry.Routes, n int,
 }
 
 func TestRoundRobinIsExact(t *testing.T) {
-	d := testDispatcher(t)
-	got := counts(t, d, roundRobin, routes(1, 5, 9), 300, &task{})
+	d := testPicker(t)
+	got := counts(t, d, roundRobin, routes(1, 5, 9), 300, &testTask{})
 	for i, c := range got {
 		if c != 100 {
 			t.Fatalf("instance %d got %d of 300", i, c)
@@ -50,16 +62,16 @@ func TestRoundRobinIsExact(t *testing.T) {
 }
 
 func TestWeightedRoundRobinIsExactPerCycleAndInterleaved(t *testing.T) {
-	d := testDispatcher(t)
+	d := testPicker(t)
 	rs := routes(100, 200, 300)
-	got := counts(t, d, weightedRoundRobin, rs, 600*3, &task{})
+	got := counts(t, d, weightedRoundRobin, rs, 600*3, &testTask{})
 	if got[0] != 300 || got[1] != 600 || got[2] != 900 {
 		t.Fatalf("shares %v, want 300/600/900", got)
 	}
 	// Interleaved: the heaviest never runs more than a few times in a row.
 	run, longest, prev := 0, 0, -1
 	for range 600 {
-		i := weightedRoundRobin(d, "c", rs, &task{})
+		i := weightedRoundRobin(d, "c", rs, &testTask{})
 		if i == prev {
 			run++
 		} else {
@@ -73,25 +85,25 @@ func TestWeightedRoundRobinIsExactPerCycleAndInterleaved(t *testing.T) {
 }
 
 func TestLeastLoadSharesByWeightWhenIdleAndAvoidsLoad(t *testing.T) {
-	d := testDispatcher(t)
+	d := testPicker(t)
 	rs := routes(100, 300)
-	got := counts(t, d, leastLoad, rs, 40000, &task{})
+	got := counts(t, d, leastLoad, rs, 40000, &testTask{})
 	if share := float64(got[1]) / 40000; math.Abs(share-0.75) > 0.02 {
 		t.Fatalf("idle share of the weight-300 instance %.3f, want 0.75", share)
 	}
 	// Load the heavy one: it should now lose every comparison it is in.
-	d.loadOf("i1").inflight.Store(4)
-	got = counts(t, d, leastLoad, rs, 10000, &task{})
+	d.Loads.Of("i1").Inflight.Store(4)
+	got = counts(t, d, leastLoad, rs, 10000, &testTask{})
 	if got[1] != 0 { // every pick compares both
 		t.Fatalf("loaded instance still got %d of 10000", got[1])
 	}
 }
 
 func TestStrategiesSkipTriedInstances(t *testing.T) {
-	d := testDispatcher(t)
+	d := testPicker(t)
 	rs := routes(1, 1, 1)
 	for name, s := range strategies {
-		tk := &task{triedIDs: []string{"i0", "i2"}, affinity: "k"}
+		tk := &testTask{triedIDs: []string{"i0", "i2"}, affinity: "k"}
 		for range 50 {
 			if i := s(d, "c", rs, tk); i != 1 {
 				t.Fatalf("%s picked %d, want the only untried (1)", name, i)
@@ -105,13 +117,13 @@ func TestStrategiesSkipTriedInstances(t *testing.T) {
 }
 
 func TestHashIsStickyAndMovesOnlyTheLeaversKeys(t *testing.T) {
-	d := testDispatcher(t)
+	d := testPicker(t)
 	full := routes(1, 1, 1, 1)
 	before := map[string]string{}
 	for k := range 1000 {
 		key := fmt.Sprintf("user-%d", k)
-		i := consistentHash(d, "c", full, &task{affinity: key})
-		if j := consistentHash(d, "c", full, &task{affinity: key}); j != i {
+		i := consistentHash(d, "c", full, &testTask{affinity: key})
+		if j := consistentHash(d, "c", full, &testTask{affinity: key}); j != i {
 			t.Fatalf("key %s moved between picks", key)
 		}
 		before[key] = full.Instances[i].ID
@@ -120,7 +132,7 @@ func TestHashIsStickyAndMovesOnlyTheLeaversKeys(t *testing.T) {
 	less := registry.NewRoutes(full.Instances[:3:3])
 	moved := 0
 	for key, was := range before {
-		now := less.Instances[consistentHash(d, "c", less, &task{affinity: key})].ID
+		now := less.Instances[consistentHash(d, "c", less, &testTask{affinity: key})].ID
 		if now != was {
 			if was != "i3" {
 				t.Fatalf("key %s moved from %s to %s though %s stayed", key, was, now, was)
@@ -133,50 +145,16 @@ func TestHashIsStickyAndMovesOnlyTheLeaversKeys(t *testing.T) {
 	}
 }
 
-func TestCallTimeoutClamp(t *testing.T) {
-	cases := []struct{ wish, hint, want int }{ // seconds
-		{0, 0, 5}, {10, 0, 12}, {1, 20, 22}, {200, 0, 120},
-	}
-	for _, c := range cases {
-		cfg := Config{}
-		cfg.setDefaults()
-		got := cfg.callTimeout(sec(c.wish), sec(c.hint))
-		if got != sec(c.want) {
-			t.Errorf("callTimeout(%ds,%ds) = %v, want %ds", c.wish, c.hint, got, c.want)
-		}
-	}
-}
-
-func TestConfigValidation(t *testing.T) {
-	cases := []struct {
-		name string
-		cfg  Config
-	}{
-		{"unknown default strategy", Config{DefaultStrategy: "fastest"}},
-		{"unknown capability strategy", Config{Strategies: map[string]string{"echo": "fastest"}}},
-		{"bad capability", Config{Strategies: map[string]string{"Echo": StrategyHash}}},
-		{"negative in-flight", Config{MaxInFlight: -1}},
-	}
-	for _, tc := range cases {
-		tc.cfg.setDefaults()
-		if err := tc.cfg.validate(); err == nil {
-			t.Errorf("%s: accepted", tc.name)
-		}
-	}
-}
-
-func sec(n int) (d time.Duration) { return time.Duration(n) * 1e9 }
-
 func TestLeastLoadAvoidsASlowIdleInstanceAndProbesItLater(t *testing.T) {
-	d := testDispatcher(t)
+	d := testPicker(t)
 	rs := routes(100, 100, 100, 100)
 	now := time.Now()
 	for i, ms := range []int{20, 2, 2, 2} {
 		for range minSamples {
-			d.loadOf(fmt.Sprintf("i%d", i)).observe(time.Duration(ms)*time.Millisecond, now)
+			d.Loads.Of(fmt.Sprintf("i%d", i)).Observe(time.Duration(ms)*time.Millisecond, now)
 		}
 	}
-	got := counts(t, d, leastLoad, rs, 10000, &task{})
+	got := counts(t, d, leastLoad, rs, 10000, &testTask{})
 	if got[0] != 0 {
 		t.Fatalf("the 10× slower idle instance got %d of 10000 picks", got[0])
 	}
@@ -186,8 +164,8 @@ func TestLeastLoadAvoidsASlowIdleInstanceAndProbesItLater(t *testing.T) {
 	}
 	// After a long quiet spell the slow instance's average has faded: it is
 	// probed again.
-	d.loadOf("i0").lastAt = now.Add(-time.Minute)
-	got = counts(t, d, leastLoad, rs, 10000, &task{})
+	d.Loads.Of("i0").lastAt = now.Add(-time.Minute)
+	got = counts(t, d, leastLoad, rs, 10000, &testTask{})
 	if got[0] == 0 {
 		t.Fatal("a long-idle slow instance is never probed again")
 	}
@@ -197,30 +175,23 @@ func TestLeastLoadAvoidsASlowIdleInstanceAndProbesItLater(t *testing.T) {
 // instance look slower than its peers once minSamples tasks are in; an
 // instance slow throughout still does.
 func TestOneSlowFirstTaskDoesNotBrandAnInstance(t *testing.T) {
-	d := testDispatcher(t)
+	d := testPicker(t)
 	now := time.Now()
-	outlier, steady, slow := d.loadOf("outlier"), d.loadOf("steady"), d.loadOf("slow")
+	outlier, steady, slow := d.Loads.Of("outlier"), d.Loads.Of("steady"), d.Loads.Of("slow")
 	for i := range minSamples {
 		first := 2 * time.Millisecond
 		if i == 0 {
 			first = 40 * time.Millisecond
 		}
-		outlier.observe(first, now)
-		steady.observe(2*time.Millisecond, now)
-		slow.observe(20*time.Millisecond, now)
+		outlier.Observe(first, now)
+		steady.Observe(2*time.Millisecond, now)
+		slow.Observe(20*time.Millisecond, now)
 	}
-	o, s, w := outlier.currentLatency(now), steady.currentLatency(now), slow.currentLatency(now)
+	o, s, w := outlier.CurrentLatency(now), steady.CurrentLatency(now), slow.CurrentLatency(now)
 	if clearlySlower(o, s) {
 		t.Fatalf("one 40 ms task among %d of 2 ms: average %v against %v, judged slower", minSamples, time.Duration(o), time.Duration(s))
 	}
 	if !clearlySlower(w, s) {
 		t.Fatalf("an instance at 20 ms throughout: average %v against %v, not judged slower", time.Duration(w), time.Duration(s))
-	}
-}
-
-// The policy names the strategies the dispatcher has.
-func TestPolicyKnowsTheStrategies(t *testing.T) {
-	if got, want := registry.StrategyNames(), StrategyNames(); !slices.Equal(got, want) {
-		t.Fatalf("registry.StrategyNames() = %v, dispatcher has %v", got, want)
 	}
 }

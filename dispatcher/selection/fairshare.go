@@ -1,35 +1,12 @@
-package dispatcher
+package selection
 
 import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
-
-	"github.com/nats-io/nats.go"
-
-	"github.com/agent-reach/agentreach/streams"
 )
 
-// headerRetryAfter is on every OVERLOADED answer: whole seconds after which
-// sending again makes sense, as HTTP's Retry-After (the gateway's too).
-const (
-	headerRetryAfter = "Retry-After"
-	retryAfterSecs   = "1"
-)
-
-// anonymous names, in messages, the one bucket shared by the requests
-// without a Reach-Source.
-const anonymous = "anonymous"
-
-// callerOf is the identity a request's in-flight slot is counted against:
-// its Reach-Source, "" (anonymous) when it has none. Admission runs before
-// the authorizer, so the value is the one claimed: where auth is on, a
-// request whose claim is not proven holds its slot only until newTask
-// refuses it UNAUTHORIZED; without auth a caller can claim any name
-// (docs/security.md, "Fair share").
-func callerOf(h nats.Header) string { return h.Get(streams.HeaderSource) }
-
-// fairShare counts the tasks each caller holds on a replica, so that one
+// FairShare counts the tasks each caller holds on a replica, so that one
 // caller cannot take all of its MaxInFlight slots from the others.
 //
 // The rule: while the replica holds at most `at` tasks (Config.FairShareAt,
@@ -44,7 +21,7 @@ func callerOf(h nats.Header) string { return h.Get(streams.HeaderSource) }
 // hash of the caller: O(1) per task and no lock shared by all callers. A
 // caller's entry is removed when its count returns to 0, so the maps hold
 // only the callers with tasks in flight (at most MaxInFlight of them).
-type fairShare struct {
+type FairShare struct {
 	at     int64
 	seed   maphash.Seed
 	active atomic.Int64 // callers holding at least one task
@@ -59,23 +36,25 @@ type fairShard struct {
 	_    [48]byte // a shard per cache line: callers on other shards do not contend
 }
 
-func newFairShare(at int) *fairShare {
-	f := &fairShare{at: int64(at), seed: maphash.MakeSeed()}
+// NewFairShare returns the counts of a replica that shares its slots
+// above at tasks in flight.
+func NewFairShare(at int) *FairShare {
+	f := &FairShare{at: int64(at), seed: maphash.MakeSeed()}
 	for i := range f.shards {
 		f.shards[i].held = make(map[string]int64)
 	}
 	return f
 }
 
-func (f *fairShare) shard(caller string) *fairShard {
+func (f *FairShare) shard(caller string) *fairShard {
 	return &f.shards[maphash.String(f.seed, caller)%fairShards]
 }
 
-// take counts one more task for caller, the replica holding total tasks
+// Take counts one more task for caller, the replica holding total tasks
 // with it. When total is above the mark and caller already holds its
 // share, it counts nothing and returns false with what caller holds and
 // its share.
-func (f *fairShare) take(caller string, total int64) (ok bool, held, share int64) {
+func (f *FairShare) Take(caller string, total int64) (ok bool, held, share int64) {
 	s := f.shard(caller)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,8 +76,8 @@ func (f *fairShare) take(caller string, total int64) (ok bool, held, share int64
 	return true, held + 1, share
 }
 
-// give counts one task of caller's less (one take returned true for).
-func (f *fairShare) give(caller string) {
+// Give counts one task of caller's less (one Take returned true for).
+func (f *FairShare) Give(caller string) {
 	s := f.shard(caller)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -108,4 +87,16 @@ func (f *fairShare) give(caller string) {
 	}
 	delete(s.held, caller)
 	f.active.Add(-1)
+}
+
+// Callers returns how many callers hold tasks, and how many entries the
+// counts hold (equal, unless a count went astray).
+func (f *FairShare) Callers() (active int64, entries int) {
+	for i := range f.shards {
+		s := &f.shards[i]
+		s.mu.Lock()
+		entries += len(s.held)
+		s.mu.Unlock()
+	}
+	return f.active.Load(), entries
 }

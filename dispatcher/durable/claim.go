@@ -1,4 +1,4 @@
-package dispatcher
+package durable
 
 import (
 	"context"
@@ -30,10 +30,10 @@ import (
 // outcomeClaimTimeout bounds one claim's read or write.
 const outcomeClaimTimeout = 5 * time.Second
 
-// outcomeClaim is the value of a claim: where the outcome goes and, for a
+// Claim is the value of a claim: where the outcome goes and, for a
 // parked task, why — enough to park it again the same way.
-type outcomeClaim struct {
-	Outcome string `json:"outcome"` // OutcomeResult, OutcomeDeadLetter or OutcomeReview
+type Claim struct {
+	Outcome string `json:"outcome"` // events.OutcomeResult, OutcomeDeadLetter or OutcomeReview
 	Reason  string `json:"reason,omitempty"`
 	// Code and Message are the error of a parked task, or the BIZ_REJECT a
 	// result records; empty for a result.
@@ -46,81 +46,88 @@ type outcomeClaim struct {
 	At        time.Time `json:"at"`
 }
 
-// err is the error c records, or nil for a result.
-func (c outcomeClaim) err() *streams.Error {
+// Err is the error c records, or nil for a result.
+func (c Claim) Err() *streams.Error {
 	if c.Code == "" {
 		return nil
 	}
 	return streams.NewError(streams.Code(c.Code), "%s", c.Message)
 }
 
-// outcomeKey is the REACH_OUTCOMES key of t: one per REACH_TASKS message
-// (its sequence), with its request id when that is a valid key token (a
-// task refused for its request id still needs its one outcome).
-func outcomeKey(t *task) string {
-	id := t.requestID
+// ClaimKey is the REACH_OUTCOMES key of a task: one per REACH_TASKS
+// message (its stream sequence seq), with its request id when that is a
+// valid key token (a task refused for its request id still needs its one
+// outcome).
+func ClaimKey(seq uint64, requestID string) string {
+	id := requestID
 	if streams.ValidateInstanceID(id) != nil {
 		sum := sha256.Sum256([]byte(id))
 		id = "sha256-" + hex.EncodeToString(sum[:16])
 	}
-	return "task." + strconv.FormatUint(t.seq, 10) + "." + id
+	return "task." + strconv.FormatUint(seq, 10) + "." + id
 }
 
-// errOutcomeClaimed is what claimOutcome returns when another claim holds
-// the task: the claim is returned beside it.
-var errOutcomeClaimed = errors.New("outcome already claimed")
+// ErrClaimed is what Claims.Take returns when another claim holds the
+// task: the claim is returned beside it.
+var ErrClaimed = errors.New("outcome already claimed")
 
-// claimOutcome claims t's outcome c. It returns nil when this replica
-// won, errOutcomeClaimed with the claim that holds it when one did, or the
-// store's error (the task is then left for redelivery).
-func (d *Dispatcher) claimOutcome(t *task, c outcomeClaim) (outcomeClaim, error) {
-	c.RequestID, c.By, c.At = t.requestID, d.cfg.Name, time.Now().UTC()
+// Claims are the outcome claims in REACH_OUTCOMES, taken in the name of
+// one replica (By).
+type Claims struct {
+	KV jetstream.KeyValue
+	By string // the replica's name
+}
+
+// Take claims the outcome c of the task at key for requestID. It returns
+// nil when this replica won, ErrClaimed with the claim that holds it when
+// one did, or the store's error (the task is then left for redelivery).
+func (cs Claims) Take(key, requestID string, c Claim) (Claim, error) {
+	c.RequestID, c.By, c.At = requestID, cs.By, time.Now().UTC()
 	b, err := json.Marshal(c)
 	if err != nil {
 		return c, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), outcomeClaimTimeout)
 	defer cancel()
-	key := outcomeKey(t)
-	_, err = d.outcomes.Create(ctx, key, b)
+	_, err = cs.KV.Create(ctx, key, b)
 	if err == nil {
 		return c, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		// The create may have landed although its answer was lost: read
 		// it back before saying it failed.
-		if held, found, rerr := d.heldOutcome(t); rerr == nil && found {
-			if held.By == d.cfg.Name && held.At.Equal(c.At) {
+		if held, found, rerr := cs.Held(key); rerr == nil && found {
+			if held.By == cs.By && held.At.Equal(c.At) {
 				return c, nil
 			}
-			return held, errOutcomeClaimed
+			return held, ErrClaimed
 		}
 		return c, fmt.Errorf("claim %s in %s: %w", key, streams.BucketOutcomes, err)
 	}
-	held, found, err := d.heldOutcome(t)
+	held, found, err := cs.Held(key)
 	switch {
 	case err != nil:
 		return c, fmt.Errorf("read the claim %s in %s: %w", key, streams.BucketOutcomes, err)
 	case !found: // deleted (or expired) between the create and the read
 		return c, fmt.Errorf("the claim %s in %s went away", key, streams.BucketOutcomes)
 	}
-	return held, errOutcomeClaimed
+	return held, ErrClaimed
 }
 
-// heldOutcome returns the claim on t's outcome, if there is one.
-func (d *Dispatcher) heldOutcome(t *task) (outcomeClaim, bool, error) {
+// Held returns the claim at key, if there is one.
+func (cs Claims) Held(key string) (Claim, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), outcomeClaimTimeout)
 	defer cancel()
-	e, err := d.outcomes.Get(ctx, outcomeKey(t))
+	e, err := cs.KV.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return outcomeClaim{}, false, nil
+		return Claim{}, false, nil
 	case err != nil:
-		return outcomeClaim{}, false, err
+		return Claim{}, false, err
 	}
-	var c outcomeClaim
+	var c Claim
 	if err := json.Unmarshal(e.Value(), &c); err != nil || c.Outcome == "" {
-		return outcomeClaim{}, false, fmt.Errorf("claim %s does not decode: %v", outcomeKey(t), err)
+		return Claim{}, false, fmt.Errorf("claim %s does not decode: %v", key, err)
 	}
 	return c, true, nil
 }

@@ -1,10 +1,9 @@
-package dispatcher
+package durable
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -38,7 +37,7 @@ type Parked struct {
 
 // ListParked returns every task held in stream (streams.StreamDLQ or
 // streams.StreamReview), oldest first. Other streams read the same way
-// (REACH_RESULTS, REACH_EVENTS: decode those with DecodeEvents); their
+// (REACH_RESULTS, REACH_EVENTS: decode those with events.DecodeEvents); their
 // entries have no Capability. The listing covers the stream as it was when
 // the call began; entries deleted meanwhile (a replay, a purge) are left
 // out. It fails rather than return a partial listing: if entries it has not
@@ -250,96 +249,4 @@ func DeleteParked(ctx context.Context, js jetstream.JetStream, stream string, se
 		return err
 	}
 	return nil
-}
-
-// startReplayer replays dead letters every DeadLetterRetryInterval.
-func (d *Dispatcher) startReplayer() {
-	if d.cfg.DeadLetterRetryInterval < 0 {
-		d.stopReplay = func() {}
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(d.cfg.DeadLetterRetryInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if n, err := d.ReplayDeadLetters(ctx); err != nil || n > 0 {
-					d.log.Info().Err(err).Int("replayed", n).Msg("dead letters replayed")
-				}
-			}
-		}
-	}()
-	d.stopReplay = func() { cancel(); <-done }
-}
-
-func (d *Dispatcher) stopReplayer() {
-	if d.stopReplay != nil {
-		d.stopReplay()
-	}
-}
-
-// ReplayDeadLetters resubmits the dead letters of every capability that has
-// a healthy instance now, at most DeadLetterReplayRate per second, and
-// returns how many it resubmitted. Entries that fail again come back with
-// their count raised.
-func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
-	list, err := ListParked(ctx, d.js, d.cfg.Subjects, streams.StreamDLQ)
-	if err != nil {
-		return 0, err
-	}
-	sort.SliceStable(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
-	gap := time.Duration(float64(time.Second) / d.cfg.DeadLetterReplayRate)
-	n := 0
-	for _, p := range list {
-		if !d.healthy(p.Capability) || p.Header.Get(streams.HeaderDLQDropped) != "" {
-			continue // nothing to run it on now; or nothing to run (Replay says why)
-		}
-		if n > 0 {
-			select {
-			case <-ctx.Done():
-				return n, ctx.Err()
-			case <-time.After(gap):
-			}
-		}
-		if err := Replay(ctx, d.js, d.cfg.Subjects, p, time.Time{}, d.replayOptions()...); errors.Is(err, ErrNotReplayable) {
-			d.log.Warn().Err(err).Str("request_id", p.RequestID).Msg("dead letter left parked")
-			continue
-		} else if err != nil {
-			return n, err
-		}
-		n++
-		d.stats.replayed.Add(1)
-	}
-	return n, nil
-}
-
-// replayOptions signs the replayer's resubmissions where the authorizer
-// can (auth.Authorizer): the parked copy no longer proves its caller.
-func (d *Dispatcher) replayOptions() []ReplayOption {
-	if rs, ok := d.authorizer.(ReplaySigner); ok {
-		return []ReplayOption{ReplaySign(rs.SignReplay)}
-	}
-	return nil
-}
-
-// healthy reports whether capability has a routable instance whose breaker
-// is closed.
-func (d *Dispatcher) healthy(capability string) bool {
-	if d.Resolves(capability) {
-		return true // a workflow's run: its steps find their own instances
-	}
-	rs := d.table.Candidates(capability)
-	now := time.Now()
-	for i := 0; i < rs.Len(); i++ {
-		if d.loadOf(rs.Instances[i].ID).breaker.status(now).State == BreakerClosed {
-			return true
-		}
-	}
-	return false
 }

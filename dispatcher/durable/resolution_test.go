@@ -1,4 +1,4 @@
-package dispatcher
+package durable
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -30,23 +31,23 @@ func TestRecordResolutionRecordsOnce(t *testing.T) {
 		Code: string(streams.CodeInternal), Attempts: 2,
 		Header: nats.Header{streams.HeaderNode: {"writer-1"}, streams.HeaderOrchestrationID: {"orch-1"}}}
 	for range 2 { // a retry is not recorded twice
-		if err := RecordResolution(ctx, js, subjects, p, OutcomeReviewRerun, "alice"); err != nil {
+		if err := RecordResolution(ctx, js, subjects, p, events.OutcomeReviewRerun, "alice"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := RecordResolution(ctx, js, subjects, p, OutcomeReviewDrop, "bob"); err != nil { // another decision is
+	if err := RecordResolution(ctx, js, subjects, p, events.OutcomeReviewDrop, "bob"); err != nil { // another decision is
 		t.Fatal(err)
 	}
 	list, err := ListParked(ctx, js, subjects, streams.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []Event
+	var got []events.Event
 	for _, m := range list {
-		if m.Header.Get(HeaderEvents) != "1" {
-			t.Errorf("message without %s: 1: %v", HeaderEvents, m.Header)
+		if m.Header.Get(events.HeaderEvents) != "1" {
+			t.Errorf("message without %s: 1: %v", events.HeaderEvents, m.Header)
 		}
-		evs, err := DecodeEvents(m.Data)
+		evs, err := events.DecodeEvents(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +56,7 @@ func TestRecordResolutionRecordsOnce(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("%d records, want 2: %+v", len(got), got)
 	}
-	for i, want := range []struct{ outcome, by string }{{OutcomeReviewRerun, "alice"}, {OutcomeReviewDrop, "bob"}} {
+	for i, want := range []struct{ outcome, by string }{{events.OutcomeReviewRerun, "alice"}, {events.OutcomeReviewDrop, "bob"}} {
 		ev := got[i]
 		if ev.Outcome != want.outcome || ev.By != want.by || ev.RequestID != "req-1" || ev.Capability != "orders.write" ||
 			ev.Code != "INTERNAL" || ev.Node != "writer-1" || ev.OrchestrationID != "orch-1" || ev.Attempts != 2 ||
@@ -77,8 +78,8 @@ func TestRecordResolutionRefusesBadInput(t *testing.T) {
 		err        string
 	}{
 		{p, "review_retry", "alice", `unknown resolution "review_retry"`},
-		{p, OutcomeReviewDrop, " ", "no one named"},
-		{Parked{Stream: streams.StreamReview, Seq: 1}, OutcomeReviewDrop, "alice", "capability name is empty"},
+		{p, events.OutcomeReviewDrop, " ", "no one named"},
+		{Parked{Stream: streams.StreamReview, Seq: 1}, events.OutcomeReviewDrop, "alice", "capability name is empty"},
 	} {
 		// Checked before any I/O: no server needed.
 		err := RecordResolution(context.Background(), nil, streams.Subjects{}, tt.p, tt.resolution, tt.by)

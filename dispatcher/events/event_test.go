@@ -1,4 +1,4 @@
-package dispatcher
+package events
 
 import (
 	"encoding/json"
@@ -47,7 +47,7 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal(std, &want); err != nil {
 			rt.Fatal(err)
 		}
-		line := appendEvent(nil, &ev)
+		line := Append(nil, &ev)
 		if line[len(line)-1] != '\n' {
 			rt.Fatalf("no newline: %q", line)
 		}
@@ -63,7 +63,7 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 func TestAppendEventOmitsACostThatIsNoNumber(t *testing.T) {
 	for _, c := range []float64{math.NaN(), math.Inf(1)} {
 		var got map[string]any
-		if err := json.Unmarshal(appendEvent(nil, &Event{Cost: c}), &got); err != nil {
+		if err := json.Unmarshal(Append(nil, &Event{Cost: c}), &got); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := got["cost"]; ok {
@@ -75,7 +75,7 @@ func TestAppendEventOmitsACostThatIsNoNumber(t *testing.T) {
 func TestDecodeEventsReadsEveryLine(t *testing.T) {
 	var b []byte
 	for _, id := range []string{"a", "b", "c"} {
-		b = appendEvent(b, &Event{RequestID: id, Attempts: 1})
+		b = Append(b, &Event{RequestID: id, Attempts: 1})
 	}
 	evs, err := DecodeEvents(b)
 	if err != nil || len(evs) != 3 || evs[2].RequestID != "c" {

@@ -1,4 +1,4 @@
-package dispatcher
+package selection
 
 import (
 	"hash/fnv"
@@ -16,7 +16,7 @@ const (
 	// StrategyLeastLoad: power-of-two choices. Two instances are sampled in
 	// proportion to their weights and the lighter one wins: by latency ×
 	// load when one is clearly slower, else by (own in-flight + reported
-	// active) / max_concurrent / weight (see Dispatcher.lighter). A tie keeps
+	// active) / max_concurrent / weight (see Loads.Lighter). A tie keeps
 	// the first sample, so idle instances share by weight too.
 	StrategyLeastLoad = "least_load"
 	// StrategyRoundRobin: instances in turn, ignoring weights and load.
@@ -30,9 +30,44 @@ const (
 	StrategyHash = "hash"
 )
 
+// Task is what a strategy reads of the task it places. Its methods are
+// called on the picking goroutine only.
+type Task interface {
+	// Tried reports whether the strategy must not pick instance id now.
+	Tried(id string) bool
+	// AffinityKey is the task's Reach-Affinity-Key, "" without one.
+	AffinityKey() string
+	// Preference is the task's Reach-Prefer, "" without one.
+	Preference() string
+}
+
+// Picker places tasks on instances by their capability's strategy. Set
+// Loads (and Cost, for Reach-Prefer: cost) before use; its methods are
+// safe for concurrent use.
+type Picker struct {
+	Loads *Loads
+	// Cost returns what inst's type declares one call of capability costs,
+	// and whether it declares it; nil: no instance declares a cost.
+	Cost func(inst *registry.Instance, capability string) (float64, bool)
+	rr   counters
+}
+
+// Pick returns the index in rs of the instance the named strategy picks
+// for t, never one t has tried; -1 when none is left. The name must be
+// one of StrategyNames (Known).
+func (p *Picker) Pick(strategy, capability string, rs *registry.Routes, t Task) int {
+	return strategies[strategy](p, capability, rs, t)
+}
+
+// Known reports whether name is a strategy's.
+func Known(name string) bool {
+	_, ok := strategies[name]
+	return ok
+}
+
 // strategy picks the index of an instance in rs for t, never one t has
 // tried; -1 when none is left.
-type strategy func(d *Dispatcher, capability string, rs *registry.Routes, t *task) int
+type strategy func(p *Picker, capability string, rs *registry.Routes, t Task) int
 
 var strategies = map[string]strategy{
 	StrategyLeastLoad:          leastLoad,
@@ -51,7 +86,7 @@ func StrategyNames() []string {
 	return names
 }
 
-func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
+func leastLoad(p *Picker, capability string, rs *registry.Routes, t Task) int {
 	a := sampleWeighted(rs, t, -1)
 	if a < 0 {
 		return -1
@@ -60,13 +95,13 @@ func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
 	if b < 0 {
 		return a
 	}
-	if bFirst, decided := d.preferred(t, rs.Instances[a], rs.Instances[b]); decided { // Reach-Prefer
+	if bFirst, decided := p.preferred(t.Preference(), capability, rs.Instances[a], rs.Instances[b]); decided { // Reach-Prefer
 		if bFirst {
 			return b
 		}
 		return a
 	}
-	if d.lighter(rs.Instances[a], rs.Instances[b]) {
+	if p.Loads.Lighter(rs.Instances[a], rs.Instances[b]) {
 		return b
 	}
 	return a
@@ -74,7 +109,7 @@ func leastLoad(d *Dispatcher, _ string, rs *registry.Routes, t *task) int {
 
 // sampleWeighted draws an untried instance other than except in proportion
 // to weight (sampling without replacement when except >= 0); -1 if none.
-func sampleWeighted(rs *registry.Routes, t *task, except int) int {
+func sampleWeighted(rs *registry.Routes, t Task, except int) int {
 	total := rs.TotalWeight()
 	var skipFrom, skipLen int64
 	if except >= 0 {
@@ -90,13 +125,13 @@ func sampleWeighted(rs *registry.Routes, t *task, except int) int {
 			w += skipLen
 		}
 		i := rs.AtWeight(w)
-		if !t.tried(rs.Instances[i].ID) {
+		if !t.Tried(rs.Instances[i].ID) {
 			return i
 		}
 	}
 	n := rs.Len()
 	for k, start := 0, rand.IntN(n); k < n; k++ {
-		if i := (start + k) % n; i != except && !t.tried(rs.Instances[i].ID) {
+		if i := (start + k) % n; i != except && !t.Tried(rs.Instances[i].ID) {
 			return i
 		}
 	}
@@ -104,11 +139,11 @@ func sampleWeighted(rs *registry.Routes, t *task, except int) int {
 }
 
 // nextUntried returns the first untried index at or after start, cyclically.
-func nextUntried(rs *registry.Routes, t *task, start int) int {
+func nextUntried(rs *registry.Routes, t Task, start int) int {
 	n := rs.Len()
 	for k := range n {
 		i := (start + k) % n
-		if !t.tried(rs.Instances[i].ID) {
+		if !t.Tried(rs.Instances[i].ID) {
 			return i
 		}
 	}
@@ -122,11 +157,11 @@ func (c *counters) next(capability string) uint64 {
 	return lookup(&c.m, capability, func() *atomic.Uint64 { return new(atomic.Uint64) }).Add(1) - 1
 }
 
-func roundRobin(d *Dispatcher, capability string, rs *registry.Routes, t *task) int {
-	return nextUntried(rs, t, int(d.rr.next(capability)%uint64(rs.Len())))
+func roundRobin(p *Picker, capability string, rs *registry.Routes, t Task) int {
+	return nextUntried(rs, t, int(p.rr.next(capability)%uint64(rs.Len())))
 }
 
-func weightedRoundRobin(d *Dispatcher, capability string, rs *registry.Routes, t *task) int {
+func weightedRoundRobin(p *Picker, capability string, rs *registry.Routes, t Task) int {
 	total := rs.TotalWeight()
 	if total <= 0 {
 		return -1
@@ -135,7 +170,7 @@ func weightedRoundRobin(d *Dispatcher, capability string, rs *registry.Routes, t
 	// each cycle of `total` picks visits every weight unit once, so every
 	// instance gets exactly its share, interleaved rather than in blocks.
 	stride := coprimeStride(total)
-	k := int64(d.rr.next(capability) % uint64(total))
+	k := int64(p.rr.next(capability) % uint64(total))
 	w := int64((uint64(k) * uint64(stride)) % uint64(total))
 	return nextUntried(rs, t, rs.AtWeight(w))
 }
@@ -155,17 +190,18 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-func consistentHash(d *Dispatcher, capability string, rs *registry.Routes, t *task) int {
-	if t.affinity == "" {
-		return leastLoad(d, capability, rs, t)
+func consistentHash(p *Picker, capability string, rs *registry.Routes, t Task) int {
+	affinity := t.AffinityKey()
+	if affinity == "" {
+		return leastLoad(p, capability, rs, t)
 	}
 	best, bestScore := -1, math.Inf(-1)
 	for i, inst := range rs.Instances {
-		if t.tried(inst.ID) {
+		if t.Tried(inst.ID) {
 			continue
 		}
 		h := fnv.New64a()
-		h.Write([]byte(t.affinity))
+		h.Write([]byte(affinity))
 		h.Write([]byte{0})
 		h.Write([]byte(inst.ID))
 		u := (float64(h.Sum64()>>11) + 0.5) / (1 << 53) // in (0,1)

@@ -1,4 +1,4 @@
-package dispatcher
+package events
 
 import (
 	"encoding/json"
@@ -7,15 +7,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-
-	"github.com/agent-reach/agentreach/streams"
 )
 
 // FuzzDecodeEvents reads REACH_EVENTS messages, whoever wrote them:
 // DecodeEvents never panics, a refusal names the line's record, and what it
-// returns re-encodes, as appendEvent and as encoding/json write it, to the
+// returns re-encodes, as Append and as encoding/json write it, to the
 // same records.
 func FuzzDecodeEvents(f *testing.F) {
 	start := time.Date(2025, 5, 6, 7, 8, 9, 123456789, time.UTC)
@@ -27,7 +23,7 @@ func FuzzDecodeEvents(f *testing.F) {
 			Failed: []string{"a", "b"}, Attempts: 3, Cost: 0.002, Start: start.In(time.FixedZone("", -90*60))},
 		{RequestID: "quote \" backslash \\ \x00 \xff é", Start: time.Time{}},
 	} {
-		batch = appendEvent(batch, &ev)
+		batch = Append(batch, &ev)
 	}
 	for _, seed := range []string{
 		string(batch), "", "\n\n", " \r\n", `null`, `{}`, `{"failed":[],"cost":-0,"latency_ms":1e308}`,
@@ -48,14 +44,14 @@ func FuzzDecodeEvents(f *testing.F) {
 		}
 		var ours, std []byte
 		for i := range evs {
-			ours = appendEvent(ours, &evs[i])
+			ours = Append(ours, &evs[i])
 			b, err := json.Marshal(&evs[i])
 			if err != nil {
 				t.Fatalf("%q: record %+v does not encode: %v", data, evs[i], err)
 			}
 			std = append(append(std, b...), '\n')
 		}
-		for name, b := range map[string][]byte{"appendEvent": ours, "encoding/json": std} {
+		for name, b := range map[string][]byte{"Append": ours, "encoding/json": std} {
 			again, err := DecodeEvents(b)
 			if err != nil || !sameEvents(again, evs) {
 				t.Fatalf("%q decodes to %+v; as %s %q reads back as %+v, %v", data, evs, name, b, again, err)
@@ -84,30 +80,4 @@ func sameEvents(a, b []Event) bool {
 		}
 	}
 	return true
-}
-
-// FuzzRequestIDOfSubmission: whatever Nats-Msg-Id a submission carries,
-// the id read from it is part of it, with no dot when it had one, and
-// SubmissionID of a source and a valid request id reads back as that id.
-func FuzzRequestIDOfSubmission(f *testing.F) {
-	for _, s := range []string{"alice.r1", "_.r1", "r1", "", ".", "a..b", "a.b.c"} {
-		f.Add(s, "r1")
-	}
-	f.Fuzz(func(t *testing.T, msgID, id string) {
-		h := nats.Header{}
-		h.Set(streams.HeaderMsgID, msgID)
-		in := h.Get(streams.HeaderMsgID)
-		if got := RequestIDOfSubmission(h); !strings.Contains(in, got) || (strings.Contains(in, ".") && strings.Contains(got, ".")) {
-			t.Fatalf("RequestIDOfSubmission(%q) = %q", msgID, got)
-		}
-		if streams.ValidateInstanceID(id) != nil {
-			return
-		}
-		for _, msgID := range []string{streams.SubmissionID("alice", id), streams.SubmissionID("alice", id) + ".proof"} {
-			h.Set(streams.HeaderMsgID, msgID)
-			if got := RequestIDOfSubmission(h); got != id {
-				t.Fatalf("RequestIDOfSubmission(%q) = %q", msgID, got)
-			}
-		}
-	})
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package selection
 
 import (
 	"fmt"
@@ -42,7 +42,8 @@ type BreakerConfig struct {
 	RampStep time.Duration
 }
 
-func (c *BreakerConfig) setDefaults() {
+// SetDefaults fills in the zero fields with their defaults.
+func (c *BreakerConfig) SetDefaults() {
 	if c.ConsecutiveFailures == 0 {
 		c.ConsecutiveFailures = 10
 	}
@@ -69,7 +70,8 @@ func (c *BreakerConfig) setDefaults() {
 	}
 }
 
-func (c *BreakerConfig) validate() error {
+// Validate reports a setting out of its range.
+func (c *BreakerConfig) Validate() error {
 	switch {
 	case c.ConsecutiveFailures < 1:
 		return fmt.Errorf("breaker ConsecutiveFailures must be at least 1, got %d", c.ConsecutiveFailures)
@@ -91,13 +93,13 @@ func (c *BreakerConfig) validate() error {
 // windowBuckets divides the failure-ratio window.
 const windowBuckets = 20
 
-// breaker is one instance's circuit breaker. Time is passed in, so the
+// Breaker is one instance's circuit breaker. Time is passed in, so the
 // state machine can be driven by tests; its methods are safe for
 // concurrent use. Its window geometry and ramp come from cfg, the
-// dispatcher's Config; allow and record take the thresholds of the task
+// dispatcher's Config; Allow and Record take the thresholds of the task
 // at hand (its capability's policy), so an instance is judged by the
 // breaker settings of each task's capability.
-type breaker struct {
+type Breaker struct {
 	cfg  *BreakerConfig
 	rand func() float64
 
@@ -116,13 +118,15 @@ type outcomeBucket struct {
 	ok, fail int
 }
 
-func newBreaker(cfg *BreakerConfig) *breaker {
-	return &breaker{cfg: cfg, rand: rand.Float64, state: BreakerClosed}
+// NewBreaker returns a closed breaker with cfg's window and ramp (cfg has
+// its defaults set).
+func NewBreaker(cfg *BreakerConfig) *Breaker {
+	return &Breaker{cfg: cfg, rand: rand.Float64, state: BreakerClosed}
 }
 
-// allow reports whether a task may go to the instance now, and whether it
+// Allow reports whether a task may go to the instance now, and whether it
 // is a half-open probe (whose outcome must be recorded as one).
-func (b *breaker) allow(now time.Time, cfg *BreakerConfig) (admit, probe bool) {
+func (b *Breaker) Allow(now time.Time, cfg *BreakerConfig) (admit, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == BreakerOpen && now.Sub(b.openedAt) >= cfg.Cooldown {
@@ -144,8 +148,8 @@ func (b *breaker) allow(now time.Time, cfg *BreakerConfig) (admit, probe bool) {
 	return true, false
 }
 
-// record adds an outcome and returns the new state when it changed.
-func (b *breaker) record(now time.Time, success, probe bool, cfg *BreakerConfig) (BreakerState, bool) {
+// Record adds an outcome and returns the new state when it changed.
+func (b *Breaker) Record(now time.Time, success, probe bool, cfg *BreakerConfig) (BreakerState, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -188,11 +192,11 @@ func (b *breaker) record(now time.Time, success, probe bool, cfg *BreakerConfig)
 	return "", false
 }
 
-func (b *breaker) slot(now time.Time) int64 {
+func (b *Breaker) slot(now time.Time) int64 {
 	return now.UnixNano() / int64(b.cfg.Window/windowBuckets)
 }
 
-func (b *breaker) windowLocked(now time.Time) (ok, fail int) {
+func (b *Breaker) windowLocked(now time.Time) (ok, fail int) {
 	cur := b.slot(now)
 	for _, bk := range b.buckets {
 		if cur-bk.slot < windowBuckets {
@@ -203,21 +207,21 @@ func (b *breaker) windowLocked(now time.Time) (ok, fail int) {
 	return ok, fail
 }
 
-func (b *breaker) openLocked(at time.Time) {
+func (b *Breaker) openLocked(at time.Time) {
 	b.state, b.openedAt = BreakerOpen, at
 	b.consecutive = 0
 	b.buckets = [windowBuckets]outcomeBucket{}
 }
 
-func (b *breaker) closeLocked(at time.Time) {
+func (b *Breaker) closeLocked(at time.Time) {
 	b.state, b.closedAt = BreakerClosed, at
 	b.consecutive = 0
 	b.buckets = [windowBuckets]outcomeBucket{}
 }
 
-// adopt applies a transition another replica made (at is the server's
+// Adopt applies a transition another replica made (at is the server's
 // time of it): replicas agree on OPEN and CLOSED.
-func (b *breaker) adopt(state BreakerState, at time.Time) {
+func (b *Breaker) Adopt(state BreakerState, at time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -229,7 +233,7 @@ func (b *breaker) adopt(state BreakerState, at time.Time) {
 }
 
 // shareLocked is the share of normal traffic admitted while ramping up.
-func (b *breaker) shareLocked(now time.Time) float64 {
+func (b *Breaker) shareLocked(now time.Time) float64 {
 	if b.closedAt.IsZero() {
 		return 1
 	}
@@ -252,7 +256,9 @@ type BreakerStatus struct {
 	LatencyMS           float64      `json:"latency_ms"`
 }
 
-func (b *breaker) status(now time.Time) BreakerStatus {
+// Status describes the breaker at now (Instance, Penalty and LatencyMS
+// are left for the caller).
+func (b *Breaker) Status(now time.Time) BreakerStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ok, fail := b.windowLocked(now)

@@ -1,4 +1,4 @@
-package dispatcher
+package selection
 
 import (
 	"testing"
@@ -7,9 +7,9 @@ import (
 	"pgregory.net/rapid"
 )
 
-func testBreaker(cfg BreakerConfig) *breaker {
-	cfg.setDefaults()
-	b := newBreaker(&cfg)
+func testBreaker(cfg BreakerConfig) *Breaker {
+	cfg.SetDefaults()
+	b := NewBreaker(&cfg)
 	b.rand = func() float64 { return 0.999 } // ramp admission: deterministic "no" below share 1
 	return b
 }
@@ -18,35 +18,35 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	b := testBreaker(BreakerConfig{})
 	now := time.Unix(1000, 0)
 	for i := range 9 {
-		if _, changed := b.record(now, false, false, b.cfg); changed {
+		if _, changed := b.Record(now, false, false, b.cfg); changed {
 			t.Fatalf("opened after %d failures", i+1)
 		}
 	}
-	if st, changed := b.record(now, false, false, b.cfg); !changed || st != BreakerOpen {
+	if st, changed := b.Record(now, false, false, b.cfg); !changed || st != BreakerOpen {
 		t.Fatal("10th consecutive failure did not open")
 	}
-	if ok, _ := b.allow(now.Add(4*time.Second), b.cfg); ok {
+	if ok, _ := b.Allow(now.Add(4*time.Second), b.cfg); ok {
 		t.Fatal("admitted during cooldown")
 	}
 	// Half-open: exactly 3 probes, then closed with a ramp.
 	at := now.Add(5 * time.Second)
 	for i := range 3 {
-		ok, probe := b.allow(at, b.cfg)
+		ok, probe := b.Allow(at, b.cfg)
 		if !ok || !probe {
 			t.Fatalf("probe %d not admitted", i+1)
 		}
 	}
-	if ok, _ := b.allow(at, b.cfg); ok {
+	if ok, _ := b.Allow(at, b.cfg); ok {
 		t.Fatal("a 4th probe was admitted")
 	}
 	for i := range 3 {
-		st, changed := b.record(at, true, true, b.cfg)
+		st, changed := b.Record(at, true, true, b.cfg)
 		if (i < 2 && changed) || (i == 2 && st != BreakerClosed) {
 			t.Fatalf("probe success %d: %v %v", i+1, st, changed)
 		}
 	}
 	for stage, want := range []float64{0.25, 0.5, 1, 1} {
-		if got := b.status(at.Add(time.Duration(stage) * 5 * time.Second)).Share; got != want {
+		if got := b.Status(at.Add(time.Duration(stage) * 5 * time.Second)).Share; got != want {
 			t.Fatalf("ramp stage %d share %v, want %v", stage, got, want)
 		}
 	}
@@ -57,7 +57,7 @@ func TestBreakerOpensOnFailureRatio(t *testing.T) {
 	now := time.Unix(1000, 0)
 	// Alternate so the consecutive rule never fires; 11 of 21 fail.
 	for i := range 21 {
-		st, changed := b.record(now.Add(time.Duration(i)*time.Second), i%2 == 1, false, b.cfg)
+		st, changed := b.Record(now.Add(time.Duration(i)*time.Second), i%2 == 1, false, b.cfg)
 		if changed {
 			if i < 20 || st != BreakerOpen {
 				t.Fatalf("changed to %v at outcome %d", st, i+1)
@@ -93,7 +93,7 @@ func TestBreakerStateMachineProperties(t *testing.T) {
 				if state == BreakerOpen && now.Sub(openedAt) >= b.cfg.Cooldown {
 					state, probesOut, probeOK, pendingProbes = BreakerHalfOpen, 0, 0, 0
 				}
-				ok, probe := b.allow(now, b.cfg)
+				ok, probe := b.Allow(now, b.cfg)
 				wantOK := state == BreakerClosed || (state == BreakerHalfOpen && probesOut < cfg.Probes)
 				if ok != wantOK || probe != (state == BreakerHalfOpen && ok) {
 					rt.Fatalf("step %d: allow=%v probe=%v in model state %s (probes out %d)", step, ok, probe, state, probesOut)
@@ -108,7 +108,7 @@ func TestBreakerStateMachineProperties(t *testing.T) {
 				if probe {
 					pendingProbes--
 				}
-				got, changed := b.record(now, success, probe, b.cfg)
+				got, changed := b.Record(now, success, probe, b.cfg)
 				want, wantChanged := BreakerState(""), false
 				switch {
 				case state == BreakerClosed && success:

@@ -1,0 +1,116 @@
+package dispatcher
+
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Stage 1 of a task's path, admit: a request whose reply subject may be
+// answered at all (answerable: a reply subject, the authorizer's say) takes
+// one of the replica's in-flight slots, within its caller's fair share
+// (selection.FairShare), or is answered OVERLOADED before it becomes a
+// task. Decode (decode.go) follows; payload size is checked by the server
+// (max_payload) and on each delivery (deliver.go).
+
+// headerRetryAfter is on every OVERLOADED answer: whole seconds after which
+// sending again makes sense, as HTTP's Retry-After (the gateway's too).
+const (
+	headerRetryAfter = "Retry-After"
+	retryAfterSecs   = "1"
+)
+
+// anonymous names, in messages, the one bucket shared by the requests
+// without a Reach-Source.
+const anonymous = "anonymous"
+
+// callerOf is the identity a request's in-flight slot is counted against:
+// its Reach-Source, "" (anonymous) when it has none. Admission runs before
+// the authorizer, so the value is the one claimed: where auth is on, a
+// request whose claim is not proven holds its slot only until newTask
+// refuses it UNAUTHORIZED; without auth a caller can claim any name
+// (docs/security.md, "Fair share").
+func callerOf(h nats.Header) string { return h.Get(streams.HeaderSource) }
+
+// receive runs on the subscription's goroutine: it admits the task and
+// sends it on its way, or answers OVERLOADED.
+func (d *Dispatcher) receive(m *nats.Msg) {
+	if !d.answerable(m) {
+		return
+	}
+	caller := callerOf(m.Header)
+	if e := d.admit(caller); e != nil {
+		d.refuse(m, e)
+		return
+	}
+	if d.resolved(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), caller) {
+		return // a workflow's: the resolver answers and releases the slot
+	}
+	d.handle(m, caller) // answer releases the in-flight slot
+}
+
+// answerable reports whether the task m, received on reach.task, may be
+// answered on its reply subject; one that may not is dropped and counted.
+func (d *Dispatcher) answerable(m *nats.Msg) bool {
+	if m.Reply == "" {
+		d.stats.dropped.Add(1)
+		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
+		return false
+	}
+	if rc, ok := d.authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
+		d.stats.dropped.Add(1)
+		return false
+	}
+	return true
+}
+
+// admit takes one of the replica's MaxInFlight slots for a task of
+// caller (callerOf), or returns OVERLOADED: when the replica holds
+// MaxInFlight tasks, or more than Config.FairShareAt and caller holds its
+// fair share (fairShare). release(caller) gives it back when the task has
+// ended.
+func (d *Dispatcher) admit(caller string) *streams.Error {
+	n := d.inflight.Add(1)
+	if n > int64(d.cfg.MaxInFlight) {
+		d.inflight.Add(-1)
+		d.stats.overloaded.Add(1)
+		return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight)
+	}
+	if ok, held, share := d.fair.Take(caller, n); !ok {
+		d.inflight.Add(-1)
+		d.stats.overloaded.Add(1)
+		if caller == "" {
+			caller = anonymous
+		}
+		return streams.NewError(streams.CodeOverloaded, "dispatcher %s: caller %s holds %d of the %d tasks in flight, its share (above %d tasks in flight, shared by the callers holding tasks) is %d",
+			d.cfg.Name, caller, held, n-1, d.cfg.FairShareAt, share)
+	}
+	d.tasks.Add(1)
+	return nil
+}
+
+func (d *Dispatcher) release(caller string) {
+	d.fair.Give(caller)
+	d.inflight.Add(-1)
+	d.tasks.Done()
+}
+
+// refuse answers a request that starts no task with e (refusal).
+func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
+	out := refusal(m, e)
+	out.Subject = m.Reply
+	if err := d.nc.PublishMsg(out); err != nil {
+		d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
+	}
+}
+
+// refusal is the error reply, e, to a request that starts no task
+// (Reach-Attempt 0); OVERLOADED has a Retry-After.
+func refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
+	ct, _ := streams.PayloadType(m.Header, m.Data)
+	id, orch := taskIDs(m.Header)
+	if e.Code == streams.CodeOverloaded {
+		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0", headerRetryAfter, retryAfterSecs)
+	}
+	return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+}

@@ -1,0 +1,236 @@
+package dispatcher
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Stage 5 of a task's path, deliver: the task goes to the instance picked
+// on reach.agent.<instance>, with a timer for its ACK; each ACKED or
+// PROCESSING re-arms the timer for the call; the result, an error reply,
+// the timer or the instance leaving ends the delivery, whichever claims it
+// first, and settle (settle.go) takes it on. A hedge (hedge.go) is a second
+// delivery of the same task; a cancel (cancel.go) ends them all.
+
+// delivery is one attempt of a task at one instance.
+type delivery struct {
+	t       *task
+	inst    *registry.Instance
+	load    *selection.Load
+	probe   bool
+	hedge   bool // the second delivery of a hedged task
+	attempt int  // the task's attempt number of this delivery
+	sent    time.Time
+	token   string // the last token of its reply subject
+
+	mu      sync.Mutex
+	over    bool // claimed by whatever ended it
+	acked   bool
+	expires time.Time // when the timer may end it
+	timer   *time.Timer
+	span    trace.Span // nil unless its task's span records (trace.go)
+}
+
+// claim ends dl for the caller; it reports false when dl had ended already.
+func (dl *delivery) claim() bool {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if dl.over {
+		return false
+	}
+	dl.over = true
+	if dl.timer != nil {
+		dl.timer.Stop()
+	}
+	return true
+}
+
+// send delivers t to inst, with a timer for the ACK.
+func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
+	t.mu.Lock()
+	dl := &delivery{t: t, inst: inst, load: d.loads.Of(inst.ID), probe: probe, attempt: t.attempts, hedge: hedge} // pick reserved the slot
+	t.mu.Unlock()
+	if e := t.stopped.Load(); e != nil { // cancelled on its way here: the slot goes back unused
+		dl.load.Inflight.Add(-1)
+		d.freed(inst)
+		if !hedge {
+			t.done(t, nil, e)
+		}
+		return
+	}
+	// A direct-tier request's own headers are reused: nothing reads the
+	// caller's values of the headers set here once the task has started. A
+	// durable task keeps its original headers for parking, and a task that
+	// may be hedged gives each delivery its own, as two may be sent at once.
+	h := t.req.Header
+	if t.seq > 0 || t.hedge != nil {
+		h = make(nats.Header, len(t.req.Header)+7)
+		for k, v := range t.req.Header {
+			h[k] = v
+		}
+	}
+	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data, Header: h}
+	// The caller's signature proves the task to the dispatchers only: an
+	// agent holding it could send the task again as its caller. Nor does a
+	// parked copy keep it (park): a replay is signed anew.
+	out.Header.Del(streams.HeaderSignature)
+	out.Header.Set(streams.HeaderCapability, t.capability)
+	out.Header.Set(streams.HeaderRequestID, t.requestID)
+	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
+	out.Header.Set(streams.HeaderHops, strconv.Itoa(t.hops))
+	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(dl.attempt))
+	out.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
+	out.Header.Set(streams.HeaderVisits, strings.Join(append(slices.Clip(t.visits), inst.ID), ","))
+	if d.offersDirect(t) {
+		out.Header.Set(streams.HeaderReplyTo, t.req.Reply)
+	} else {
+		out.Header.Del(streams.HeaderReplyTo)
+	}
+	d.traceDelivery(dl, out.Header)
+	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
+		e := streams.AsError(err)
+		e.Message = "the delivery to " + inst.ID + ", with the dispatcher's headers: " + e.Message
+		d.end(dl, nil, nil, e, outcomeFinal)
+		return
+	}
+	t.log.Debug().Str("node", inst.ID).Int("attempt", dl.attempt).Bool("hedge", hedge).Str("state", string(streams.StatusSent)).Msg("task state")
+	t.mu.Lock()
+	t.open = append(t.open, dl) // before the publish: a reply may settle dl at once
+	t.mu.Unlock()
+	// The lock is held across the publish and the arming of the timer, so a
+	// reply or the timer handles dl only once both are done (and whatever
+	// the next attempt writes into the shared header map comes after this
+	// publish has read it). From the unlock on, t belongs to whoever claims
+	// dl: its timer, its reply, or its instance leaving.
+	dl.mu.Lock()
+	err := d.nc.PublishMsg(out)
+	if err == nil {
+		dl.sent = time.Now()
+		wait := min(t.pol.ackTimeout, t.deadline.Sub(dl.sent))
+		dl.expires = dl.sent.Add(wait)
+		dl.timer = time.AfterFunc(wait, func() { d.expire(dl) })
+	} else {
+		dl.over = true
+	}
+	dl.mu.Unlock()
+	if err != nil {
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable)
+		return
+	}
+	if e := t.stopped.Load(); e != nil {
+		d.cancelDelivery(dl, e) // cancelled while it was being sent
+		return
+	}
+	if t.hedge != nil && !hedge {
+		d.armHedge(t, dl)
+	}
+}
+
+// offersDirect reports whether t's deliveries offer agents the caller's
+// reply subject (Reach-Reply-To): on the direct tier, when the caller
+// waits for a reply and Config.RelayResults is off.
+func (d *Dispatcher) offersDirect(t *task) bool {
+	// A task that may be hedged answers through the dispatcher: only it can
+	// let one of two deliveries' results through, and say Reach-Hedged.
+	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != "" && t.hedge == nil
+}
+
+// onReply handles one reply to a delivery, on the inbox's goroutine.
+func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
+	if m.Header.Get("Status") == "503" {
+		dl.load.MarkAbsent(dl.inst)
+		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
+		return
+	}
+	status := streams.Status(m.Header.Get(streams.HeaderStatus))
+	mine := dl.load.Inflight.Load()
+	if status.Terminal() {
+		mine-- // the agent no longer counts this task
+	}
+	dl.load.NoteActive(m.Header.Get(streams.HeaderActive), mine)
+	switch status {
+	case streams.StatusAcked, streams.StatusProcessing:
+		dl.mu.Lock()
+		if !dl.over {
+			dl.acked = true
+			wait := min(dl.t.pol.callTimeout(dl.t.wish, d.hints.TimeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
+			dl.expires = time.Now().Add(wait)
+			dl.timer.Reset(wait)
+		}
+		dl.mu.Unlock()
+		dl.t.log.Debug().Str("node", dl.inst.ID).Str("state", string(status)).Msg("task state")
+		return
+	case streams.StatusFinished:
+		if m.Header.Get(streams.HeaderDirect) != "" && !d.offersDirect(dl.t) {
+			d.end(dl, nil, m, streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
+				dl.inst.ID, streams.HeaderDirect, streams.HeaderReplyTo), outcomeFinal)
+			return
+		}
+		d.end(dl, m, m, nil, outcomeDone)
+		return
+	}
+	e := streams.ErrorFromMessage(m)
+	if e == nil {
+		e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", dl.inst.ID, m.Header.Get(streams.HeaderStatus))
+	}
+	kind := outcomeFinal
+	switch e.Code {
+	case streams.CodeTargetBusy:
+		kind = outcomeBusy
+	case streams.CodeTimeout:
+		kind = outcomeSlow
+	case streams.CodeNoAgent, streams.CodeCancelled:
+		// The instance does not serve the capability (its record is stale
+		// or wrong), or dropped a delivery nobody cancelled: like an
+		// unreachable one, another instance may take it.
+		kind = outcomeUnreachable
+	}
+	d.end(dl, nil, m, e, kind)
+}
+
+// expire ends a delivery whose ACK or result did not come in time.
+func (d *Dispatcher) expire(dl *delivery) {
+	dl.mu.Lock()
+	if dl.over || time.Now().Before(dl.expires) { // ended, or an ACK re-armed the timer
+		dl.mu.Unlock()
+		return
+	}
+	dl.over = true
+	acked := dl.acked
+	dl.mu.Unlock()
+	d.notifyCancel(dl) // whatever the instance still does for it, nobody will use
+	id := dl.inst.ID
+	switch {
+	case time.Until(dl.t.deadline) <= 0:
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), outcomeFinal)
+	case !acked:
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, dl.t.pol.ackTimeout), outcomeUnreachable)
+	default:
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), outcomeSlow)
+	}
+}
+
+// end claims dl and settles it, unless whatever ended it first did.
+func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
+	if dl.claim() {
+		d.settle(dl, res, last, e, kind)
+	}
+}
+
+// abandon ends the deliveries to an instance that left the table, so their
+// tasks go elsewhere at once.
+func (d *Dispatcher) abandon(id string) {
+	for _, dl := range d.inbox.to(id) {
+		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
+	}
+}

@@ -1,0 +1,132 @@
+package dispatcher
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// A task's path through a replica, stage by stage. Each stage is one file,
+// read in this order:
+//
+//  1. admit.go    — size and authorization of the reply subject, the
+//                   replica's in-flight cap and the caller's fair share
+//  2. decode.go   — the request's headers and payload read once: ids,
+//                   content type, requirements, hops, timeouts, budget,
+//                   the caller proven (Authorizer)
+//  3. resolve.go  — the capability's policy (policy.go), a workflow's name
+//                   to the Resolver, the candidates that meet the
+//                   requirements and declarations, the input schema check
+//  4. pick.go     — one instance by strategy, load and breakers
+//                   (dispatcher/selection), or a wait for a free slot
+//                   (queue.go)
+//  5. deliver.go  — the delivery, its ACK and call timers, the hedge
+//                   (hedge.go), cancellation (cancel.go)
+//  6. settle.go   — a delivery's outcome into breaker, load and latency,
+//                   the retry decision, the reply through the outbound
+//                   gate; a durable task's claimed outcome (settle_durable.go)
+//  7. record.go   — the event record, the counts and the span (trace.go)
+//
+// Data flows one way: a stage reads what the earlier ones put on the task
+// and never calls back up, except that a retry (settle) runs the path again
+// from resolve.
+
+// A task has no goroutine of its own. The subscription callback starts it
+// (newTask, route, publish the delivery); the agent's replies, arriving on
+// the inbox's goroutine, and per-delivery timers move it on; done runs once
+// with its outcome. Each delivery ends exactly once — by its result, an
+// error reply, its timer or its instance leaving — whichever claims it first.
+
+// handle starts one direct-tier task, which holds caller's in-flight slot;
+// answer replies to the caller.
+func (d *Dispatcher) handle(m *nats.Msg, caller string) {
+	start := time.Now()
+	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), start, false)
+	t.start, t.done, t.caller = start, d.answer, caller
+	if e != nil {
+		d.answer(t, nil, e)
+		return
+	}
+	d.run(t)
+}
+
+// run delivers t to the next instance, or ends it when no instance, retry
+// or time is left. While tasks of its capability wait for a slot, it
+// queues behind them.
+func (d *Dispatcher) run(t *task) {
+	if e := t.stopped.Load(); e != nil {
+		t.done(t, nil, e)
+		return
+	}
+	if !t.started {
+		t.started = true
+		d.traceTask(t)
+		if e := d.start(t); e != nil {
+			t.done(t, nil, e)
+			return
+		}
+	}
+	if time.Until(t.deadline) <= 0 {
+		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
+		return
+	}
+	if q := d.waiting(t.queueKey()); q != nil && q.n.Load() > 0 && t.pol.queueWait > 0 {
+		d.enqueue(q, t)
+		return
+	}
+	inst, probe, why := d.route(t)
+	d.proceed(t, inst, probe, why)
+}
+
+// proceed sends t to inst, which route picked (and reserved a slot of),
+// or acts on why route found none: wait for a slot, or end.
+func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why noRoute) {
+	switch {
+	case inst != nil:
+		t.mu.Lock()
+		t.attempts++
+		t.node = inst.ID
+		t.mu.Unlock()
+		d.send(t, inst, probe, false)
+	case why == routeFull && t.pol.queueWait > 0:
+		d.enqueue(d.queueOf(t.queueKey()), t)
+	case why == routeFull:
+		t.attempts++ // a wait for capacity uses a retry too
+		d.retry(t, why.error(d, t), outcomeBusy)
+	case t.last != nil && (why == routeNoAgent || why == routeGone):
+		d.endUnrouted(t, why.error(d, t))
+	default:
+		t.done(t, nil, why.error(d, t))
+	}
+}
+
+// route resolves t's candidates (resolve.go) and picks one (pick.go),
+// with a slot of it reserved; when none can take t now it says why.
+func (d *Dispatcher) route(t *task) (inst *registry.Instance, probe bool, why noRoute) {
+	rs, why := d.candidates(t)
+	if rs == nil {
+		return nil, false, why
+	}
+	return d.pick(t, rs)
+}
+
+// routeWait runs t to its outcome and waits for it (the durable tier,
+// which has a goroutine per task anyway).
+func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
+	done := make(chan struct{})
+	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
+		t.finish()
+		if err == nil {
+			d.rememberCaller(t)
+		}
+		EndSpan(t.span, err)
+		res, e = r, err
+		close(done)
+	}
+	d.run(t)
+	<-done
+	return res, e
+}

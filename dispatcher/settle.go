@@ -1,0 +1,287 @@
+package dispatcher
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Stage 6 of a task's path, settle: a delivery's outcome is counted in its
+// instance's breaker, penalty and latency; a retryable one sends the task
+// on (retry, back to resolve), any other ends it: the reply goes to the
+// caller through the outbound gate (answer, conclude), or a durable task's
+// outcome is claimed and stored (settle_durable.go). Then record.
+
+// outcome classifies how one delivery ended.
+type outcome int
+
+const (
+	outcomeDone        outcome = iota // FINISHED
+	outcomeFinal                      // an error answer no retry can help
+	outcomeBusy                       // TARGET_BUSY
+	outcomeSlow                       // acknowledged, but no result in time
+	outcomeUnreachable                // no ACK, no subscription, gone, or a transport failure
+)
+
+// retryable reports whether another delivery may help.
+func (o outcome) retryable() bool { return o >= outcomeBusy }
+
+// settle records a claimed delivery's outcome in its instance's breaker,
+// penalty and latency, and moves its task on. res is the result, last the
+// final reply (for its cost), e the error.
+func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
+	d.inbox.close(dl.token)
+	EndSpan(dl.span, e)
+	t, load := dl.t, dl.load
+	load.Inflight.Add(-1)
+	now := time.Now()
+	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
+	if state, changed := load.Breaker.Record(now, healthy, dl.probe, t.pol.breaker); changed {
+		d.breakerChanged(dl.inst.ID, state)
+	}
+	if !healthy {
+		load.Penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
+	}
+	if !dl.sent.IsZero() && (kind == outcomeDone || kind == outcomeSlow) {
+		took := now.Sub(dl.sent)
+		load.Observe(took, now)
+		if kind == outcomeDone {
+			d.hints.Type(dl.inst.Entry().Type).Observe(took)
+			if t.hedge != nil && dl.attempt == 1 && !t.hedgedSent() {
+				t.hedge.Latency.Observe(took) // a hedged first delivery was counted when the hedge went (sendHedge)
+			}
+		}
+	}
+	defer d.freed(dl.inst)
+	t.mu.Lock()
+	t.open = slices.DeleteFunc(t.open, func(o *delivery) bool { return o == dl })
+	if t.ended { // a hedged task's other delivery decided it: this one is moot
+		// Its cost is not added: the task's record, written without
+		// t.mu once it ended, has been or is being written.
+		t.mu.Unlock()
+		return
+	}
+	if last != nil {
+		t.spent += costOf(last)
+	}
+	switch {
+	case kind.retryable() && len(t.open) > 0: // the task's other delivery may still answer
+		t.triedIDs = append(t.triedIDs, dl.inst.ID)
+		t.mu.Unlock()
+		t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed; another delivery runs")
+		return
+	case kind.retryable():
+		t.triedIDs = append(t.triedIDs, dl.inst.ID)
+		t.mu.Unlock()
+		t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
+		d.retry(t, e, kind)
+		return
+	}
+	t.ended = true
+	t.node, t.hedgedWon = dl.inst.ID, dl.hedge
+	t.inDoubt = e != nil && e.Code == streams.CodeInternal && last != nil && last.Header.Get(streams.HeaderInDoubt) == "true"
+	losers := t.open
+	t.open = nil
+	t.mu.Unlock()
+	for _, o := range losers {
+		d.cancelDelivery(o, streams.NewError(streams.CodeCancelled, "another delivery of the task answered first"))
+	}
+	t.done(t, res, e)
+}
+
+// freed hands a slot of inst that just came free to a waiting task.
+func (d *Dispatcher) freed(inst *registry.Instance) {
+	for _, c := range inst.Entry().Capabilities {
+		for _, key := range [2]string{c, unicastKey(c, inst.ID)} {
+			if q := d.waiting(key); q != nil && q.n.Load() > 0 {
+				d.pump(q)
+			}
+		}
+	}
+}
+
+// costOf is the Reach-Cost of an agent's reply; a malformed one counts as 0
+// (the agent's mistake must not fail the task it came with).
+func costOf(m *nats.Msg) float64 {
+	c, _ := streams.ParseCost(m.Header)
+	return c
+}
+
+// retry follows a failed delivery (or a wait for capacity): t goes to the
+// next instance — at once when the last one was unreachable, after a
+// jittered backoff otherwise — or ends with the last error.
+func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
+	t.last, t.lastUnreachable = e, kind == outcomeUnreachable
+	retries := t.pol.retries
+	if t.noRetry {
+		retries = 0
+	}
+	if !mayRetry(kind, t.attempts, retries, t.spent, t.budget) {
+		switch {
+		case t.budget > 0 && t.spent >= t.budget:
+			t.done(t, nil, streams.NewError(e.Code, "%s (cost budget %v spent: %v)", e.Message, t.budget, t.spent))
+		case kind == outcomeUnreachable:
+			d.endUnrouted(t, streams.NewError(streams.CodeNoAgent, "no instance of %s answered %d attempts", t.capability, t.attempts))
+		default:
+			t.done(t, nil, e)
+		}
+		return
+	}
+	if kind == outcomeUnreachable {
+		d.stats.redirected.Add(1)
+		d.run(t)
+		return
+	}
+	ceiling := backoffCeiling(d.cfg.BackoffBase, d.cfg.BackoffMax, t.attempts, time.Until(t.deadline))
+	if ceiling <= 0 {
+		t.done(t, nil, e)
+		return
+	}
+	// The timer owns t until it fires, unless a cancel takes it first:
+	// whoever flips waiting back moves t on.
+	t.waiting.Store(true)
+	d.backoffs.Store(t, struct{}{})
+	time.AfterFunc(time.Duration(rand.Int64N(int64(ceiling))+1), func() { // full jitter
+		if !t.waiting.CompareAndSwap(true, false) {
+			return // cancelled
+		}
+		d.backoffs.Delete(t)
+		if time.Until(t.deadline) <= 0 {
+			t.done(t, nil, t.last)
+			return
+		}
+		d.stats.redirected.Add(1)
+		d.run(t)
+	})
+	if e := t.stopped.Load(); e != nil {
+		d.takeFromBackoff(t, e) // cancelled while the timer was armed
+	}
+}
+
+// mayRetry is the retry rule: only a retryable outcome (TARGET_BUSY, a
+// timeout after ACK, an unreachable instance) is retried, while deliveries
+// so far (attempts) have not exceeded 1 + retries and the cost budget (if
+// any) is not spent.
+func mayRetry(kind outcome, attempts, retries int, spent, budget float64) bool {
+	return kind.retryable() && attempts <= retries && (budget <= 0 || spent < budget)
+}
+
+// backoffCeiling bounds the wait before retry number attempts: base doubled
+// per earlier attempt, at most limit and a quarter of what remains of the
+// deadline.
+func backoffCeiling(base, limit time.Duration, attempts int, remaining time.Duration) time.Duration {
+	return min(base<<min(max(attempts-1, 0), 16), limit, remaining/4)
+}
+
+// endUnrouted ends t, whose latest attempt failed (t.last), now that no
+// instance is left to try. A durable task whose last instance was
+// unreachable (no ACK, no subscription, gone: the work most likely never
+// started) ends NO_AGENT (noAgent, with t.last added), so it waits in the
+// stream for an instance — its idempotency key makes the later run safe —
+// instead of being dead-lettered for an outage. Any other ends with t.last.
+func (d *Dispatcher) endUnrouted(t *task, noAgent *streams.Error) {
+	if t.seq == 0 || !t.lastUnreachable {
+		t.done(t, nil, t.last)
+		return
+	}
+	noAgent.Message += "; the last instance tried was unreachable: " + t.last.Message
+	t.done(t, nil, noAgent)
+}
+
+// answer ends a direct-tier task: the result or the error to the caller,
+// and its feedback record.
+func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
+	defer d.release(t.caller)
+	out, e := d.conclude(t, res, e)
+	if out != nil {
+		out.Subject = t.req.Reply
+		if err := d.nc.PublishMsg(out); err != nil {
+			t.log.Warn().Err(err).Str("code", string(streams.CodeOf(e))).Msg("reply to caller failed")
+		}
+	}
+}
+
+// conclude ends a task that answers a caller (over NATS or in process):
+// it builds the reply the caller gets — the result with the dispatcher's
+// headers, or an error reply; nil when the agent answered the caller
+// itself — and counts, logs and records the outcome. The returned error
+// is the task's final one (a result too large for its headers becomes
+// PAYLOAD_TOO_LARGE).
+func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.Msg, *streams.Error) {
+	t.finish()
+	var out *nats.Msg
+	if e == nil {
+		out, e = d.resultMsg(t, res)
+	}
+	if e == nil {
+		d.rememberCaller(t)
+		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
+	} else {
+		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
+		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
+	}
+	d.recordEvent(t, t.start, OutcomeReply, e)
+	EndSpan(t.span, e)
+	return out, e
+}
+
+// resultMsg returns an instance's result with the dispatcher's headers,
+// nil when the agent answered the caller itself, or PAYLOAD_TOO_LARGE when
+// the headers make it exceed the server's max_payload.
+func (d *Dispatcher) resultMsg(t *task, res *nats.Msg) (*nats.Msg, *streams.Error) {
+	if res.Header.Get(streams.HeaderDirect) != "" {
+		return nil, nil // the agent answered the caller itself (onReply checked that it was offered)
+	}
+	out := &nats.Msg{Subject: t.req.Reply, Data: res.Data, Header: res.Header}
+	out.Header.Set(streams.HeaderRequestID, t.requestID)
+	out.Header.Set(streams.HeaderOrchestrationID, t.orchID)
+	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
+	out.Header.Set(streams.HeaderNode, t.node)
+	out.Header.Del(streams.HeaderActive) // the agent's load report is for dispatchers
+	if t.hedgedWon {
+		out.Header.Set(streams.HeaderHedged, "1")
+	}
+	if out.Header.Get(streams.HeaderContentType) == "" {
+		out.Header.Set(streams.HeaderContentType, t.contentType) // results are in their request's type
+	}
+	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
+		return nil, streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err)
+	}
+	return out, nil
+}
+
+// errorHeaders are the header pairs of t's error reply beyond the code:
+// the attempts (0 when nothing was delivered), the instance of the last
+// attempt, and whether its outcome is in doubt.
+func (t *task) errorHeaders() []string {
+	h := []string{streams.HeaderAttempt, strconv.Itoa(t.attempts)}
+	if t.node != "" {
+		h = append(h, streams.HeaderNode, t.node)
+	}
+	if t.inDoubt {
+		h = append(h, streams.HeaderInDoubt, "true")
+	}
+	if t.hedgedWon {
+		h = append(h, streams.HeaderHedged, "1")
+	}
+	return h
+}
+
+// errorMsg builds an error reply in contentType (its subject left for the
+// sender to set); kv are extra header pairs.
+func errorMsg(contentType, requestID, orchID string, e *streams.Error, kv ...string) *nats.Msg {
+	out := streams.ErrorReply("", contentType, requestID, e)
+	if orchID != "" {
+		out.Header.Set(streams.HeaderOrchestrationID, orchID)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out.Header.Set(kv[i], kv[i+1])
+	}
+	return out
+}
