@@ -67,8 +67,8 @@ func (d *Dispatcher) answerable(m *nats.Msg) bool {
 // admit takes one of the replica's MaxInFlight slots for a task of
 // caller (callerOf), or returns OVERLOADED: when the replica holds
 // MaxInFlight tasks, or more than Config.FairShareAt and caller holds its
-// fair share (fairShare). release(caller) gives it back when the task has
-// ended.
+// fair share (fairShare). free(caller) gives it back when the task's
+// answer is decided.
 func (d *Dispatcher) admit(caller string) *streams.Error {
 	n := d.inflight.Add(1)
 	if n > int64(d.cfg.MaxInFlight) {
@@ -89,10 +89,14 @@ func (d *Dispatcher) admit(caller string) *streams.Error {
 	return nil
 }
 
-func (d *Dispatcher) release(caller string) {
+// free gives caller's in-flight slot back; the task's d.tasks.Done (what
+// Shutdown waits for) comes after its answer is sent. A task frees its
+// slot once its answer is decided and before the answer is sent: a caller
+// that sends its next task the moment it has the answer must find the
+// slot free, or the answered task would count against its fair share.
+func (d *Dispatcher) free(caller string) {
 	d.fair.Give(caller)
 	d.inflight.Add(-1)
-	d.tasks.Done()
 }
 
 // refuse answers a request that starts no task with e (refusal).

@@ -72,8 +72,9 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 	out := make(chan *nats.Msg, 1)
 	t.start = start
 	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
-		defer d.release(caller)
+		defer d.tasks.Done()
 		reply, _ := d.conclude(t, res, e)
+		d.free(caller)
 		out <- reply
 	}
 	if e != nil {
@@ -105,8 +106,10 @@ func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Ms
 	}
 	out := make(chan *nats.Msg, 1)
 	go func() {
-		defer d.release(caller)
-		out <- d.direct(req, name)
+		defer d.tasks.Done()
+		reply := d.direct(req, name)
+		d.free(caller)
+		out <- reply
 	}()
 	select {
 	case reply := <-out:

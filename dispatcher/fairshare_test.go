@@ -13,7 +13,7 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// fairReplica is a Dispatcher with only what admit and release use.
+// fairReplica is a Dispatcher with only what admit and free use.
 func fairReplica(t testing.TB, maxInFlight, fairShareAt int) *Dispatcher {
 	t.Helper()
 	cfg := Config{Name: "r", MaxInFlight: maxInFlight, FairShareAt: fairShareAt}
@@ -93,7 +93,7 @@ func TestFairShareAdmission(t *testing.T) {
 			}
 			check(admitAll(c.takes), c.refused)
 			for _, caller := range c.release {
-				d.release(caller)
+				release(d, caller)
 				held[caller]--
 			}
 			if c.then != nil {
@@ -106,7 +106,7 @@ func TestFairShareAdmission(t *testing.T) {
 					callers++
 				}
 				for range n {
-					d.release(caller)
+					release(d, caller)
 				}
 			}
 			if total > c.max {
@@ -185,7 +185,7 @@ func TestFairShareConcurrent(t *testing.T) {
 			for i := range 2000 {
 				caller := fmt.Sprintf("c%d", (g+i)%5)
 				if i%3 == 2 && len(held) > 0 {
-					d.release(held[0])
+					release(d, held[0])
 					held = held[1:]
 					continue
 				}
@@ -197,7 +197,7 @@ func TestFairShareConcurrent(t *testing.T) {
 				}
 			}
 			for _, c := range held {
-				d.release(c)
+				release(d, c)
 			}
 		}()
 	}
@@ -226,15 +226,22 @@ func BenchmarkAdmitRelease(b *testing.B) {
 					if e := d.admit(caller); e != nil {
 						b.Fatal(e)
 					}
-					defer d.release(caller)
+					defer release(d, caller)
 				}
 				for pb.Next() {
 					if e := d.admit(caller); e != nil {
 						b.Fatal(e)
 					}
-					d.release(caller)
+					release(d, caller)
 				}
 			})
 		})
 	}
+}
+
+// release ends a task admitted for caller as the stages do: its slot
+// freed, then its end counted for Shutdown.
+func release(d *Dispatcher, caller string) {
+	d.free(caller)
+	d.tasks.Done()
 }

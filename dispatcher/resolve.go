@@ -208,8 +208,9 @@ func (d *Dispatcher) resolved(m *nats.Msg, name, caller string) bool {
 		return false
 	}
 	go func() {
-		defer d.release(caller)
+		defer d.tasks.Done()
 		out := d.direct(m, name)
+		d.free(caller)
 		out.Subject = m.Reply
 		if err := d.nc.PublishMsg(out); err != nil {
 			d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("reply failed")

@@ -197,8 +197,9 @@ func (d *Dispatcher) endUnrouted(t *task, noAgent *streams.Error) {
 // answer ends a direct-tier task: the result or the error to the caller,
 // and its feedback record.
 func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
-	defer d.release(t.caller)
+	defer d.tasks.Done()
 	out, e := d.conclude(t, res, e)
+	d.free(t.caller)
 	if out != nil {
 		out.Subject = t.req.Reply
 		if err := d.nc.PublishMsg(out); err != nil {
