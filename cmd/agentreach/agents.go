@@ -108,16 +108,3 @@ func printAgentsTable(w io.Writer, entries []registry.Entry, now time.Time) erro
 	}
 	return tw.Flush()
 }
-
-// heartbeatAge rounds an age for display: tenths of a second under a
-// minute, whole seconds above. A negative age (clock skew) shows as 0s.
-func heartbeatAge(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
-}

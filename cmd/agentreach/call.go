@@ -39,16 +39,6 @@ Example:
   generate-order | agentreach call echo -
   agentreach call --agent echo-x1Yz2 --header traceparent=00-… echo '{}'`
 
-// callMeta is the metadata of a call's outcome.
-type callMeta struct {
-	Status          string  `json:"status"`
-	Node            string  `json:"node,omitempty"`
-	Attempt         int     `json:"attempt"`
-	RequestID       string  `json:"request_id"`
-	OrchestrationID string  `json:"orchestration_id,omitempty"`
-	Cost            float64 `json:"cost"`
-}
-
 type callOutput struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *streams.Error  `json:"error,omitempty"`
@@ -306,19 +296,4 @@ func bodyJSON(contentType string, data []byte) json.RawMessage {
 func printMeta(w io.Writer, m *callMeta) {
 	fmt.Fprintf(w, "status=%s node=%s attempt=%d request_id=%s orchestration_id=%s cost=%g\n",
 		orDash(m.Status), orDash(m.Node), m.Attempt, orDash(m.RequestID), orDash(m.OrchestrationID), m.Cost)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func writeJSONLine(w io.Writer, v any) {
-	b, err := json.Marshal(v)
-	if err != nil { // every field marshals; keep the output well-formed regardless
-		b = []byte(`{"error":{"code":"INTERNAL","message":"encode output"}}`)
-	}
-	fmt.Fprintf(w, "%s\n", b)
 }

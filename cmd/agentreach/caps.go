@@ -356,11 +356,3 @@ var yaml11Bools = map[string]bool{
 	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "n": true, "N": true, "no": true, "No": true, "NO": true,
 	"on": true, "On": true, "ON": true, "off": true, "Off": true, "OFF": true,
 }
-
-// count writes n with the noun's singular or plural.
-func count(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}

@@ -130,12 +130,3 @@ func printBreakers(w io.Writer, replies [][]byte, asJSON bool) error {
 	}
 	return tw.Flush()
 }
-
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -109,13 +108,6 @@ func (k parkedKind) count(n int) string {
 	}
 	return strconv.Itoa(n) + " " + k.nouns
 }
-
-// confirmInput returns where purge reads its confirmation and whether that
-// is a terminal. Tests replace it.
-var confirmInput = func() (io.Reader, bool) { return os.Stdin, isTerminal(os.Stdin) }
-
-// lastErrorWidth is where `ls` cuts the last error.
-const lastErrorWidth = 60
 
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runParked(ctx, dlqKind, args, stdout, stderr)
@@ -524,13 +516,6 @@ func (p *parkedCmd) report(done string, n int) {
 	fmt.Fprintf(p.stdout, "%s %s\n", done, p.kind.count(n))
 }
 
-// parkedJSON is one entry as `ls --json` and `show --json` print it: the
-// payload as JSON (see bodyJSON) instead of base64.
-type parkedJSON struct {
-	dispatcher.Parked
-	Data json.RawMessage `json:"data"`
-}
-
 func jsonOfParked(e dispatcher.Parked) parkedJSON {
 	if e.Header == nil {
 		e.Header = nats.Header{}
@@ -584,16 +569,4 @@ func printParked(w io.Writer, e dispatcher.Parked, now time.Time) error {
 	fmt.Fprintln(w, "Payload:")
 	printBody(w, bodyJSON(streams.ContentType(e.Header, e.Data), e.Data))
 	return nil
-}
-
-// oneLine joins the lines of s with spaces.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// truncate cuts s to at most n runes, ending in "…" when it cut.
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }
