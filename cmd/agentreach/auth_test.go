@@ -15,43 +15,49 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
 func TestAuthCommands(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "auth")
-	auth := func(args ...string) result { return runCmd(t, runAuth, append([]string{"--dir", dir}, args...)...) }
-	expect(t, auth("ls"), exitFail, "no identity store", "agentreach auth init --dir")
-	expect(t, auth("init"), exitOK, "out:identity store made in "+dir, "out:keys/verifier.nk")
-	expect(t, auth("init"), exitFail, "identity store exists")
-	expect(t, auth("agent", "echo-1"), exitUsage, "--type is required")
-	expect(t, auth("agent", "echo 1", "--type", "echo"), exitUsage, `name: invalid name: instance id "echo 1"`)
-	expect(t, auth("agent", "echo-1", "--type", "Echo"), exitUsage, `type: invalid name: capability "Echo"`)
-	expect(t, auth("caller", "web", "--type", "echo"), exitUsage, "--type: only for 'auth agent'")
-	expect(t, auth("agent", "echo-1", "--type", "echo"), exitOK, "out:agent echo-1: credentials in "+filepath.Join(dir, "creds", "echo-1.creds"))
-	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.>.x"), exitUsage, `serves[0]: "risk.>.x": '>' may only be the last token`)
-	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.*, fraud.score"), exitOK, "out:agent risk-1: credentials in")
-	expect(t, auth("caller", "web", "--serves", "echo"), exitUsage, "--serves: only for 'auth agent' and 'auth grant'")
-	expect(t, auth("grant", "risk-1"), exitUsage, "grant: --serves is required")
-	expect(t, auth("grant", "risk-1", "--serves", "Risk"), exitUsage, `serves[0]: "Risk"`)
-	expect(t, auth("grant", "nobody", "--serves", "risk.>"), exitFail, "unknown identity: nobody")
-	expect(t, auth("grant", "risk-1", "--serves", "risk.>,fraud.score"), exitOK, "out:agent risk-1 may be routed risk.>, fraud.score")
-	expect(t, auth("ls"), exitOK, "out:echo-1  agent  echo  echo,echo.>", "out:risk-1  agent  risk  risk.>,fraud.score")
-	expect(t, auth("revoke", "risk-1"), exitOK, "out:agent risk-1 revoked at")
-	expect(t, auth("grant", "risk-1", "--serves", "risk.>"), exitUsage, "risk-1 was revoked")
-	expect(t, auth("caller", "web"), exitOK, "out:caller web")
-	expect(t, auth("dispatcher", "d1", "--json"), exitOK, `out:"name":"d1","role":"dispatcher"`)
-	expect(t, auth("caller", "web"), exitFail, "identity exists: web")
-	expect(t, auth("caller"), exitUsage, "caller: want NAME")
-	expect(t, auth("frob"), exitUsage, `unknown sub-command "frob"`)
-	expect(t, auth("revoke", "nobody"), exitFail, "unknown identity: nobody")
-	expect(t, auth("revoke", "web"), exitOK, "out:caller web revoked at")
-	expect(t, auth("caller", "web"), exitFail, "names are never reused")
-	expect(t, auth("token", "web"), exitFail, "web was revoked")
-	expect(t, auth("token", "nobody"), exitFail, "unknown identity: nobody")
-	expect(t, auth("token", "d1"), exitOK, "out:ar1.d1.")
+	auth := func(args ...string) result {
+		return runCmd(t, stack.RunAuth, append([]string{"--dir", dir}, args...)...)
+	}
+	expect(t, auth("ls"), cli.ExitFail, "no identity store", "agentreach auth init --dir")
+	expect(t, auth("init"), cli.ExitOK, "out:identity store made in "+dir, "out:keys/verifier.nk")
+	expect(t, auth("init"), cli.ExitFail, "identity store exists")
+	expect(t, auth("agent", "echo-1"), cli.ExitUsage, "--type is required")
+	expect(t, auth("agent", "echo 1", "--type", "echo"), cli.ExitUsage, `name: invalid name: instance id "echo 1"`)
+	expect(t, auth("agent", "echo-1", "--type", "Echo"), cli.ExitUsage, `type: invalid name: capability "Echo"`)
+	expect(t, auth("caller", "web", "--type", "echo"), cli.ExitUsage, "--type: only for 'auth agent'")
+	expect(t, auth("agent", "echo-1", "--type", "echo"), cli.ExitOK, "out:agent echo-1: credentials in "+filepath.Join(dir, "creds", "echo-1.creds"))
+	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.>.x"), cli.ExitUsage, `serves[0]: "risk.>.x": '>' may only be the last token`)
+	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.*, fraud.score"), cli.ExitOK, "out:agent risk-1: credentials in")
+	expect(t, auth("caller", "web", "--serves", "echo"), cli.ExitUsage, "--serves: only for 'auth agent' and 'auth grant'")
+	expect(t, auth("grant", "risk-1"), cli.ExitUsage, "grant: --serves is required")
+	expect(t, auth("grant", "risk-1", "--serves", "Risk"), cli.ExitUsage, `serves[0]: "Risk"`)
+	expect(t, auth("grant", "nobody", "--serves", "risk.>"), cli.ExitFail, "unknown identity: nobody")
+	expect(t, auth("grant", "risk-1", "--serves", "risk.>,fraud.score"), cli.ExitOK, "out:agent risk-1 may be routed risk.>, fraud.score")
+	expect(t, auth("ls"), cli.ExitOK, "out:echo-1  agent  echo  echo,echo.>", "out:risk-1  agent  risk  risk.>,fraud.score")
+	expect(t, auth("revoke", "risk-1"), cli.ExitOK, "out:agent risk-1 revoked at")
+	expect(t, auth("grant", "risk-1", "--serves", "risk.>"), cli.ExitUsage, "risk-1 was revoked")
+	expect(t, auth("caller", "web"), cli.ExitOK, "out:caller web")
+	expect(t, auth("dispatcher", "d1", "--json"), cli.ExitOK, `out:"name":"d1","role":"dispatcher"`)
+	expect(t, auth("caller", "web"), cli.ExitFail, "identity exists: web")
+	expect(t, auth("caller"), cli.ExitUsage, "caller: want NAME")
+	expect(t, auth("frob"), cli.ExitUsage, `unknown sub-command "frob"`)
+	expect(t, auth("revoke", "nobody"), cli.ExitFail, "unknown identity: nobody")
+	expect(t, auth("revoke", "web"), cli.ExitOK, "out:caller web revoked at")
+	expect(t, auth("caller", "web"), cli.ExitFail, "names are never reused")
+	expect(t, auth("token", "web"), cli.ExitFail, "web was revoked")
+	expect(t, auth("token", "nobody"), cli.ExitFail, "unknown identity: nobody")
+	expect(t, auth("token", "d1"), cli.ExitOK, "out:ar1.d1.")
 	r := auth("ls", "--json")
-	var rows []identityJSON
+	var rows []stack.IdentityJSON
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 4 {
 		t.Fatalf("ls --json: %q (%v)", r.stdout, err)
 	}
@@ -59,11 +65,11 @@ func TestAuthCommands(t *testing.T) {
 		rows[3].Name != "web" || rows[3].Active() || rows[3].Creds != "" {
 		t.Fatalf("ls --json rows: %+v", rows)
 	}
-	expect(t, auth("ls"), exitOK, "out:NAME", "out:echo-1  agent", "out:revoked ")
+	expect(t, auth("ls"), cli.ExitOK, "out:NAME", "out:echo-1  agent", "out:revoked ")
 
 	certs := filepath.Join(t.TempDir(), "certs")
-	expect(t, auth("tls"), exitUsage, "--out is required")
-	expect(t, auth("tls", "--out", certs, "--hosts", "nats-1,127.0.0.1"), exitOK, "out:server certificate for nats-1, 127.0.0.1")
+	expect(t, auth("tls"), cli.ExitUsage, "--out is required")
+	expect(t, auth("tls", "--out", certs, "--hosts", "nats-1,127.0.0.1"), cli.ExitOK, "out:server certificate for nats-1, 127.0.0.1")
 	for _, f := range []string{"ca.pem", "ca-key.pem", "server.pem", "server-key.pem", "client.pem", "client-key.pem"} {
 		if _, err := os.Stat(filepath.Join(certs, f)); err != nil {
 			t.Errorf("auth tls wrote no %s: %v", f, err)
@@ -72,7 +78,7 @@ func TestAuthCommands(t *testing.T) {
 
 	// The server configuration of operator mode is one nats-server takes.
 	conf := filepath.Join(t.TempDir(), "auth.conf")
-	expect(t, auth("server-config", "--resolver-dir", filepath.Join(t.TempDir(), "jwt"), "--out", conf), exitOK, "written to "+conf)
+	expect(t, auth("server-config", "--resolver-dir", filepath.Join(t.TempDir(), "jwt"), "--out", conf), cli.ExitOK, "written to "+conf)
 	main := filepath.Join(filepath.Dir(conf), "server.conf")
 	if err := os.WriteFile(main, []byte("listen: 127.0.0.1:-1\njetstream {store_dir: "+filepath.Join(t.TempDir(), "js")+"}\ninclude ./auth.conf\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -102,7 +108,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
+		done <- stack.RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
 			"--auth", "--tls", "--tls-verify", "--http", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
 	waitOutput(t, &stdout, "Agent-Reach is up")
@@ -123,12 +129,12 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		t.Errorf("up --auth started with a refused publish:\n%s", stderr.String())
 	}
 	call := func(args ...string) result {
-		return runCmd(t, runCall, append(append([]string{"--server", url, "--timeout", "2s"}, args...), "echo", `{"text":"hi"}`)...)
+		return runCmd(t, task.RunCall, append(append([]string{"--server", url, "--timeout", "2s"}, args...), "echo", `{"text":"hi"}`)...)
 	}
-	expect(t, call(tlsArgs...), exitFail, "Authorization Violation")
-	expect(t, call("--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--creds", creds("cli")), exitFail, "tls")
-	r := runCmd(t, runAgents, append([]string{"--server", url, "--json"}, as(upDispatcherIdentity)...)...)
-	var entries []agentJSON
+	expect(t, call(tlsArgs...), cli.ExitFail, "Authorization Violation")
+	expect(t, call("--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--creds", creds("cli")), cli.ExitFail, "tls")
+	r := runCmd(t, inspect.RunAgents, append([]string{"--server", url, "--json"}, as(stack.UpDispatcherIdentity)...)...)
+	var entries []inspect.AgentJSON
 	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 || entries[0].ID != "echo-1" {
 		t.Fatalf("agents --json: exit %d, %+v (%v), stderr %q", r.code, entries, err, r.stderr)
 	}
@@ -136,14 +142,14 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	// once, not left to a timeout, and nothing hints at provisioning.
 	refused := make(chan result, 1)
 	go func() {
-		refused <- runCmd(t, runAgents, append([]string{"--server", url, "--timeout", "10m", "--json"}, as("cli")...)...)
+		refused <- runCmd(t, inspect.RunAgents, append([]string{"--server", url, "--timeout", "10m", "--json"}, as("cli")...)...)
 	}()
 	select {
 	case r = <-refused:
 	case <-time.After(time.Minute): // a bound on the wait; TestBoundedEndsOnRefusal checks the mechanism
 		t.Fatal("agents as a caller waited for its --timeout instead of failing on the refusal")
 	}
-	if code := failureCode(t, r.stdout); r.code != exitFail || code != "UNAUTHORIZED" ||
+	if code := failureCode(t, r.stdout); r.code != cli.ExitFail || code != "UNAUTHORIZED" ||
 		!strings.Contains(r.stderr, `error: permission denied: Permissions Violation for Publish to "$JS.API.STREAM.INFO.KV_REACH_AGENTS"`) ||
 		strings.Contains(r.stderr, "provisioning") || strings.Contains(r.stderr, "deadline") {
 		t.Errorf("agents as a caller: exit %d, code %s, stderr %q", r.code, code, r.stderr)
@@ -151,9 +157,9 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 
 	// Identities change while it runs.
 	authDir := []string{"--dir", filepath.Join(dir, "auth")}
-	expect(t, runCmd(t, runAuth, append(authDir, "caller", "web")...), exitOK, "out:caller web")
+	expect(t, runCmd(t, stack.RunAuth, append(authDir, "caller", "web")...), cli.ExitOK, "out:caller web")
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if r := call(as("web")...); r.code != exitOK {
+		if r := call(as("web")...); r.code != cli.ExitOK {
 			return errors.New(r.stderr)
 		}
 		return nil
@@ -162,7 +168,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	// The gateway: bearer tokens name identities under the same ACL.
 	base := bannerURL(t, stdout.String())
 	token := func(name string) string {
-		return strings.TrimSpace(runCmd(t, runAuth, append(authDir, "token", name)...).stdout)
+		return strings.TrimSpace(runCmd(t, stack.RunAuth, append(authDir, "token", name)...).stdout)
 	}
 	web := token("web")
 	if !strings.Contains(stdout.String(), "Authorization: Bearer $(agentreach auth token --dir "+filepath.Join(dir, "auth")+" cli)") {
@@ -216,9 +222,9 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		return nil
 	})
 
-	expect(t, runCmd(t, runAuth, append(authDir, "revoke", "web")...), exitOK, "out:caller web revoked")
+	expect(t, runCmd(t, stack.RunAuth, append(authDir, "revoke", "web")...), cli.ExitOK, "out:caller web revoked")
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if r := call(as("web")...); r.code == exitOK {
+		if r := call(as("web")...); r.code == cli.ExitOK {
 			return errors.New("the revoked caller still calls")
 		}
 		if status, body := httpDo(t, "POST", base+"v1/call/echo", "Bearer "+web, `{}`); status != http.StatusForbidden {
@@ -226,12 +232,12 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		}
 		return nil
 	})
-	expect(t, call(as("cli")...), exitOK, `out:"text": "hi"`)
+	expect(t, call(as("cli")...), cli.ExitOK, `out:"text": "hi"`)
 
 	cancel()
 	select {
 	case code := <-done:
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("runUp exited %d; stderr:\n%s", code, stderr.String())
 		}
 	case <-time.After(30 * time.Second):

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -86,7 +88,7 @@ func expect(t *testing.T, r result, code int, want ...string) {
 // failureCode returns the code of the one JSON failure object on stdout.
 func failureCode(t *testing.T, stdout string) string {
 	t.Helper()
-	var out failureOutput
+	var out cli.FailureOutput
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil || out.Error == nil {
 		t.Fatalf("stdout is not one failure object: %q (%v)", stdout, err)
 	}
@@ -95,7 +97,9 @@ func failureCode(t *testing.T, stdout string) string {
 
 func TestCapsCommands(t *testing.T) {
 	s, srv := provisioned(t)
-	caps := func(args ...string) result { return runCmd(t, runCaps, append(append([]string{}, srv...), args...)...) }
+	caps := func(args ...string) result {
+		return runCmd(t, document.RunCaps, append(append([]string{}, srv...), args...)...)
+	}
 	dir := writeFiles(t, map[string]string{
 		"orders-reader.yaml": ordersReaderYAML,
 		"bad.yaml":           "type: orders-reader\ncapabilities:\n  - name: orders.query\n    mode: delete\n",
@@ -103,23 +107,23 @@ func TestCapsCommands(t *testing.T) {
 	good, bad := filepath.Join(dir, "orders-reader.yaml"), filepath.Join(dir, "bad.yaml")
 
 	t.Run("validate", func(t *testing.T) {
-		expect(t, runCmd(t, runCaps, "validate", good), exitOK, "out:"+good+": a valid declaration of orders-reader (1 capability)")
-		r := runCmd(t, runCaps, "validate", bad)
-		expect(t, r, exitFail, "error: "+bad+`: invalid capability declaration: capabilities[0].mode: want "read", "write" or nothing, got "delete"`)
-		r = runCmd(t, runCaps, "validate", "--json", bad)
+		expect(t, runCmd(t, document.RunCaps, "validate", good), cli.ExitOK, "out:"+good+": a valid declaration of orders-reader (1 capability)")
+		r := runCmd(t, document.RunCaps, "validate", bad)
+		expect(t, r, cli.ExitFail, "error: "+bad+`: invalid capability declaration: capabilities[0].mode: want "read", "write" or nothing, got "delete"`)
+		r = runCmd(t, document.RunCaps, "validate", "--json", bad)
 		if code := failureCode(t, r.stdout); code != "BAD_REQUEST" {
 			t.Fatalf("code %s, want BAD_REQUEST", code)
 		}
-		expect(t, runCmd(t, runCaps, "validate", filepath.Join(dir, "missing.yaml")), exitUsage, "missing.yaml: no such file")
+		expect(t, runCmd(t, document.RunCaps, "validate", filepath.Join(dir, "missing.yaml")), cli.ExitUsage, "missing.yaml: no such file")
 	})
 
 	t.Run("put refuses an invalid declaration", func(t *testing.T) {
-		expect(t, caps("put", bad), exitFail, "capabilities[0].mode")
-		expect(t, caps("show", "orders-reader"), exitFail, `REACH_CAPS holds no declaration for type "orders-reader"`)
+		expect(t, caps("put", bad), cli.ExitFail, "capabilities[0].mode")
+		expect(t, caps("show", "orders-reader"), cli.ExitFail, `REACH_CAPS holds no declaration for type "orders-reader"`)
 	})
 
 	t.Run("put, show, ls", func(t *testing.T) {
-		expect(t, caps("put", good), exitOK, "out:put orders-reader (revision ")
+		expect(t, caps("put", good), cli.ExitOK, "out:put orders-reader (revision ")
 		setPayloadInput(t, `{"type": "billing", "capabilities": [{"name": "billing.pay", "mode": "write"}]}`)
 		r := caps("put", "--json", "-")
 		var put struct {
@@ -132,7 +136,7 @@ func TestCapsCommands(t *testing.T) {
 
 		// show prints YAML that reads back as the same declaration.
 		r = caps("show", "orders-reader")
-		expect(t, r, exitOK, "out:type: orders-reader", `out:- "no"`)
+		expect(t, r, cli.ExitOK, "out:type: orders-reader", `out:- "no"`)
 		fromFile, _ := registry.ParseDeclaration([]byte(ordersReaderYAML))
 		shown, err := registry.ParseDeclaration([]byte(r.stdout))
 		if err != nil {
@@ -154,9 +158,9 @@ func TestCapsCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		r = caps("ls")
-		expect(t, r, exitOK, "out:TYPE", "out:orders-reader", "out:orders.query", "out:1.2.0",
+		expect(t, r, cli.ExitOK, "out:TYPE", "out:orders-reader", "out:orders.query", "out:1.2.0",
 			"out:ignored: invalid capability declaration: capabilities: at least one is required")
-		var list []capsEntryJSON
+		var list []document.CapsEntryJSON
 		if err := json.Unmarshal([]byte(caps("ls", "--json").stdout), &list); err != nil {
 			t.Fatal(err)
 		}
@@ -165,15 +169,15 @@ func TestCapsCommands(t *testing.T) {
 			t.Fatalf("ls --json: %+v", list)
 		}
 		r = caps("show", "junk")
-		expect(t, r, exitFail, "REACH_CAPS holds an invalid value under junk", "which dispatchers ignore")
+		expect(t, r, cli.ExitFail, "REACH_CAPS holds an invalid value under junk", "which dispatchers ignore")
 	})
 
 	t.Run("rm", func(t *testing.T) {
-		expect(t, caps("rm", "billing"), exitOK, "out:removed billing")
+		expect(t, caps("rm", "billing"), cli.ExitOK, "out:removed billing")
 		r := caps("rm", "--json", "billing")
-		expect(t, r, exitFail, `no declaration for type "billing"`)
-		if code := failureCode(t, r.stdout); code != string(codeNotFound) {
-			t.Fatalf("code %s, want %s", code, codeNotFound)
+		expect(t, r, cli.ExitFail, `no declaration for type "billing"`)
+		if code := failureCode(t, r.stdout); code != string(cli.CodeNotFound) {
+			t.Fatalf("code %s, want %s", code, cli.CodeNotFound)
 		}
 	})
 
@@ -188,13 +192,13 @@ func TestCapsCommands(t *testing.T) {
 		{[]string{"show", "Orders Reader"}, `show: "Orders Reader" is not an agent type`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			expect(t, caps(tc.args...), exitUsage, tc.want)
+			expect(t, caps(tc.args...), cli.ExitUsage, tc.want)
 		})
 	}
 }
 
 func TestJSONToYAML(t *testing.T) {
-	got, err := jsonToYAML([]byte(`{"b":"yes","a":[1,2.5,"1.0",true,null],"e":{},"l":[],"s":"a: b"}`))
+	got, err := document.JSONToYAML([]byte(`{"b":"yes","a":[1,2.5,"1.0",true,null],"e":{},"l":[],"s":"a: b"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/demo"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -23,9 +28,9 @@ func startStack(t *testing.T) string {
 	url := s.ClientURL()
 	// The dispatcher provisions too: on existing resources it is a no-op.
 	// Calls wait until it has started (see the report on dispatcher.Start).
-	dlog := background(t, "dispatcher", runDispatcher, "--server", url)
+	dlog := background(t, "dispatcher", stack.RunDispatcher, "--server", url)
 	waitOutput(t, dlog, "dispatcher running")
-	background(t, "demo", runDemo, "--server", url, "--slow-delay", "200ms", "--log-level", "warn")
+	background(t, "demo", demo.Run, "--server", url, "--slow-delay", "200ms", "--log-level", "warn")
 	waitCallable(t, url)
 	return url
 }
@@ -35,12 +40,12 @@ func TestCommands(t *testing.T) {
 	srv := []string{"--server", url, "--timeout", "10s"}
 	call := func(t *testing.T, args ...string) result {
 		t.Helper()
-		return runCmd(t, runCall, append(append([]string{}, srv...), args...)...)
+		return runCmd(t, task.RunCall, append(append([]string{}, srv...), args...)...)
 	}
 
 	t.Run("call echo", func(t *testing.T) {
 		r := call(t, "echo", `{"text":"hi"}`)
-		if r.code != exitOK {
+		if r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		if want := "{\n  \"text\": \"hi\"\n}\n"; r.stdout != want {
@@ -55,7 +60,7 @@ func TestCommands(t *testing.T) {
 
 	t.Run("call with a requirement nobody meets names the instances passed over", func(t *testing.T) {
 		r := call(t, "--header", `Reach-Require={"labels":{"engine":"postgres"}}`, "echo", `{}`)
-		if r.code != exitFail || !strings.Contains(r.stderr, "error: NO_AGENT") ||
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: NO_AGENT") ||
 			!strings.Contains(r.stderr, "excluded echo-") || !strings.Contains(r.stderr, "declares nothing: cannot show label engine") {
 			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 		}
@@ -63,12 +68,12 @@ func TestCommands(t *testing.T) {
 
 	t.Run("call echo --json", func(t *testing.T) {
 		r := call(t, "--json", "echo", `{"text":"hi","n":[1,2]}`)
-		if r.code != exitOK {
+		if r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		var out struct {
 			Result map[string]any `json:"result"`
-			Meta   callMeta       `json:"meta"`
+			Meta   cli.CallMeta   `json:"meta"`
 		}
 		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 			t.Fatalf("stdout %q: %v", r.stdout, err)
@@ -81,10 +86,10 @@ func TestCommands(t *testing.T) {
 
 	t.Run("call slow", func(t *testing.T) {
 		r := call(t, "slow", `{"job":7}`)
-		if r.code != exitOK {
+		if r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
-		var out slowResult
+		var out demo.SlowResult
 		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 			t.Fatal(err)
 		}
@@ -95,20 +100,20 @@ func TestCommands(t *testing.T) {
 
 	t.Run("call math.add", func(t *testing.T) {
 		r := call(t, "math.add", `{"a":1,"b":2}`)
-		if r.code != exitOK || strings.Join(strings.Fields(r.stdout), "") != `{"sum":3}` {
+		if r.code != cli.ExitOK || strings.Join(strings.Fields(r.stdout), "") != `{"sum":3}` {
 			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 	})
 
 	t.Run("call unicast", func(t *testing.T) {
 		first := call(t, "--json", "echo", `{}`)
-		var out struct{ Meta callMeta }
+		var out struct{ Meta cli.CallMeta }
 		if err := json.Unmarshal([]byte(first.stdout), &out); err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {
 			r := call(t, "--json", "--agent", out.Meta.Node, "echo", `{}`)
-			var again struct{ Meta callMeta }
+			var again struct{ Meta cli.CallMeta }
 			if err := json.Unmarshal([]byte(r.stdout), &again); err != nil || again.Meta.Node != out.Meta.Node {
 				t.Fatalf("unicast to %s answered by %+v (%v)", out.Meta.Node, again.Meta, err)
 			}
@@ -128,12 +133,12 @@ func TestCommands(t *testing.T) {
 	for _, tt := range errTests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := call(t, tt.args...)
-			if r.code != exitFail || !strings.Contains(r.stderr, "error: "+tt.code+": ") {
-				t.Fatalf("exit %d, stderr %q; want %d and error: %s", r.code, r.stderr, exitFail, tt.code)
+			if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: "+tt.code+": ") {
+				t.Fatalf("exit %d, stderr %q; want %d and error: %s", r.code, r.stderr, cli.ExitFail, tt.code)
 			}
 			r = call(t, append([]string{"--json"}, tt.args...)...)
-			var out callOutput
-			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitFail ||
+			var out task.CallOutput
+			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitFail ||
 				out.Error == nil || out.Error.Code != streams.Code(tt.code) || out.Meta == nil || out.Meta.RequestID == "" {
 				t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
 			}
@@ -145,17 +150,17 @@ func TestCommands(t *testing.T) {
 		// it, once.
 		hint := "no routable instance offers ecoh; did you mean echo?"
 		r := call(t, "ecoh", `{}`)
-		if r.code != exitFail || !strings.HasSuffix(r.stderr, "error: NO_AGENT: "+hint+"\n") || strings.Count(r.stderr, "did you mean") != 1 {
+		if r.code != cli.ExitFail || !strings.HasSuffix(r.stderr, "error: NO_AGENT: "+hint+"\n") || strings.Count(r.stderr, "did you mean") != 1 {
 			t.Fatalf("call: exit %d, stderr %q", r.code, r.stderr)
 		}
-		r = runCmd(t, runBroadcast, append(append([]string{}, srv...), "--json", "ecoh", `{}`)...)
-		if r.code != exitFail || !strings.Contains(r.stderr, hint) || !strings.Contains(r.stdout, hint) {
+		r = runCmd(t, task.RunBroadcast, append(append([]string{}, srv...), "--json", "ecoh", `{}`)...)
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, hint) || !strings.Contains(r.stdout, hint) {
 			t.Fatalf("broadcast: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		// Nothing near: no guess; an unknown instance of a known capability
 		// is no typo of the capability.
 		for _, args := range [][]string{{"zzzzzz", `{}`}, {"--agent", "ghost-1", "echo", `{}`}} {
-			if r := call(t, args...); r.code != exitFail || strings.Contains(r.stderr, "did you mean") {
+			if r := call(t, args...); r.code != cli.ExitFail || strings.Contains(r.stderr, "did you mean") {
 				t.Fatalf("call %v: exit %d, stderr %q", args, r.code, r.stderr)
 			}
 		}
@@ -167,17 +172,17 @@ func TestCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := call(t, "echo", "@"+file)
-		if r.code != exitOK || !strings.Contains(r.stdout, `"text": "from a file"`) {
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, `"text": "from a file"`) {
 			t.Fatalf("@file: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		setPayloadInput(t, `{"text":"piped"}`)
 		r = call(t, "echo", "-")
-		if r.code != exitOK || !strings.Contains(r.stdout, `"text": "piped"`) {
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, `"text": "piped"`) {
 			t.Fatalf("stdin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		setPayloadInput(t, `{"text":"piped durable"}`)
-		r = runCmd(t, runSubmit, append(append([]string{}, srv...), "--wait", "echo", "-")...)
-		if r.code != exitOK || !strings.Contains(r.stdout, `"text": "piped durable"`) {
+		r = runCmd(t, task.RunSubmit, append(append([]string{}, srv...), "--wait", "echo", "-")...)
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, `"text": "piped durable"`) {
 			t.Fatalf("submit stdin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 	})
@@ -196,8 +201,8 @@ func TestCommands(t *testing.T) {
 			{arg: "-", stdin: "nope", stderr: "payload from stdin is not valid JSON"},
 		} {
 			setPayloadInput(t, tt.stdin)
-			if r := call(t, "echo", tt.arg); r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) {
-				t.Errorf("%s: exit %d, stderr %q; want %d and %q", tt.arg, r.code, r.stderr, exitUsage, tt.stderr)
+			if r := call(t, "echo", tt.arg); r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.stderr) {
+				t.Errorf("%s: exit %d, stderr %q; want %d and %q", tt.arg, r.code, r.stderr, cli.ExitUsage, tt.stderr)
 			}
 		}
 	})
@@ -210,14 +215,14 @@ func TestCommands(t *testing.T) {
 		}
 		want := fmt.Sprintf("error: PAYLOAD_TOO_LARGE: payload from file %s is %d bytes: with the task's headers that is more than "+
 			"the server's max_payload of %d bytes", file, len(big), 1<<20)
-		for _, run := range []runFunc{runCall, runSubmit} {
+		for _, run := range []cli.RunFunc{task.RunCall, task.RunSubmit} {
 			r := runCmd(t, run, append(append([]string{}, srv...), "echo", "@"+file)...)
-			if r.code != exitFail || !strings.Contains(r.stderr, want) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitFail, want)
+			if r.code != cli.ExitFail || !strings.Contains(r.stderr, want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, cli.ExitFail, want)
 			}
 			r = runCmd(t, run, append(append([]string{}, srv...), "--json", "echo", "@"+file)...)
-			var out callOutput
-			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitFail ||
+			var out task.CallOutput
+			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitFail ||
 				out.Error == nil || out.Error.Code != streams.CodePayloadTooLarge || !strings.Contains(out.Error.Message, strconv.Itoa(len(big))) {
 				t.Fatalf("--json: exit %d, stdout %.300q (%v)", r.code, r.stdout, err)
 			}
@@ -225,18 +230,18 @@ func TestCommands(t *testing.T) {
 	})
 
 	t.Run("stats and breakers", func(t *testing.T) {
-		for _, run := range []runFunc{runStats, runBreakers} {
+		for _, run := range []cli.RunFunc{inspect.RunStats, inspect.RunBreakers} {
 			r := runCmd(t, run, append(append([]string{}, srv...), "--json")...)
 			var replies []json.RawMessage
-			if err := json.Unmarshal([]byte(r.stdout), &replies); err != nil || r.code != exitOK || len(replies) != 1 {
+			if err := json.Unmarshal([]byte(r.stdout), &replies); err != nil || r.code != cli.ExitOK || len(replies) != 1 {
 				t.Fatalf("--json: exit %d, stdout %q (%v), stderr %q; want an array of one reply", r.code, r.stdout, err, r.stderr)
 			}
 		}
-		r := runCmd(t, runBreakers, srv...)
-		if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !strings.HasSuffix(header, "LATENCY (MOVING AVG)") {
+		r := runCmd(t, inspect.RunBreakers, srv...)
+		if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != cli.ExitOK || !strings.HasSuffix(header, "LATENCY (MOVING AVG)") {
 			t.Fatalf("breakers: exit %d, header %q", r.code, header)
 		}
-		r = runCmd(t, runBreakers, "--help")
+		r = runCmd(t, inspect.RunBreakers, "--help")
 		for _, want := range []string{"LATENCY (MOVING AVG) is the replica's moving geometric average", "weighs 0.05",
 			"by a factor\nof e every 5 s", "reads - (with\n--json latency_ms 0) until the instance has 5 samples"} {
 			if !strings.Contains(r.stdout, want) {
@@ -247,17 +252,17 @@ func TestCommands(t *testing.T) {
 
 	t.Run("server from the environment", func(t *testing.T) {
 		t.Setenv("AGENTREACH_SERVER", url)
-		if r := runCmd(t, runCall, "echo", `{}`); r.code != exitOK {
+		if r := runCmd(t, task.RunCall, "echo", `{}`); r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 	})
 
 	t.Run("agents --json", func(t *testing.T) {
-		r := runCmd(t, runAgents, append(srv, "--json")...)
-		if r.code != exitOK {
+		r := runCmd(t, inspect.RunAgents, append(srv, "--json")...)
+		if r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
-		var entries []agentJSON
+		var entries []inspect.AgentJSON
 		if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
 			t.Fatalf("stdout %q: %v", r.stdout, err)
 		}
@@ -274,9 +279,9 @@ func TestCommands(t *testing.T) {
 	})
 
 	t.Run("agents table", func(t *testing.T) {
-		r := runCmd(t, runAgents, srv...)
+		r := runCmd(t, inspect.RunAgents, srv...)
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		if r.code != exitOK || len(lines) != 5 {
+		if r.code != cli.ExitOK || len(lines) != 5 {
 			t.Fatalf("exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
 		}
 		for _, col := range []string{"ID", "TYPE", "CAPABILITIES", "ACTIVE/MAX", "STATUS", "HEARTBEAT AGE"} {
@@ -292,9 +297,9 @@ func TestCommands(t *testing.T) {
 
 // setPayloadInput makes a payload of "-" read input until the test ends.
 func setPayloadInput(t *testing.T, input string) {
-	old := payloadInput
-	payloadInput = func() io.Reader { return strings.NewReader(input) }
-	t.Cleanup(func() { payloadInput = old })
+	old := cli.PayloadInput
+	cli.PayloadInput = func() io.Reader { return strings.NewReader(input) }
+	t.Cleanup(func() { cli.PayloadInput = old })
 }
 
 // TestNoDispatcher checks that stats and breakers fail when no dispatcher
@@ -302,21 +307,21 @@ func setPayloadInput(t *testing.T, input string) {
 func TestNoDispatcher(t *testing.T) {
 	s := natstest.RunServer(t)
 	for _, tt := range []struct {
-		run  runFunc
+		run  cli.RunFunc
 		verb string
-	}{{runStats, "stats"}, {runBreakers, "breakers"}} {
+	}{{inspect.RunStats, "stats"}, {inspect.RunBreakers, "breakers"}} {
 		r := runCmd(t, tt.run, "--server", s.ClientURL(), "--gather", "200ms")
-		if want := "error: no dispatcher answered on reach.api." + tt.verb + " within 200ms"; r.code != exitFail ||
+		if want := "error: no dispatcher answered on reach.api." + tt.verb + " within 200ms"; r.code != cli.ExitFail ||
 			!strings.Contains(r.stderr, want) || r.stdout != "" {
-			t.Fatalf("%s: exit %d, stdout %q, stderr %q; want %d and %q", tt.verb, r.code, r.stdout, r.stderr, exitFail, want)
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q; want %d and %q", tt.verb, r.code, r.stdout, r.stderr, cli.ExitFail, want)
 		}
 	}
 }
 
 func TestCallNoServer(t *testing.T) {
 	// A port nobody listens on: connecting fails at once.
-	r := runCmd(t, runCall, "--server", "nats://127.0.0.1:1", "--timeout", "2s", "echo", "{}")
-	if r.code != exitFail || !strings.Contains(r.stderr, "error: connect to nats://127.0.0.1:1") {
+	r := runCmd(t, task.RunCall, "--server", "nats://127.0.0.1:1", "--timeout", "2s", "echo", "{}")
+	if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: connect to nats://127.0.0.1:1") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }

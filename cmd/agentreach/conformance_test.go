@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/agentkit/agenttest"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/conformance"
 )
 
 // The raw-protocol agent passes the suite through the command line, run
@@ -18,7 +20,7 @@ import (
 // passed.
 func TestConformanceRawAgent(t *testing.T) {
 	before := goroutines()
-	r := runCmd(t, runConformance, "--json", "--", "go", "run", "../../examples/rawagent")
+	r := runCmd(t, conformance.Run, "--json", "--", "go", "run", "../../examples/rawagent")
 	checkEveryRulePassed(t, r)
 	checkNoLeaks(t, before)
 }
@@ -28,7 +30,7 @@ func TestConformanceRawAgent(t *testing.T) {
 // signed through an authorizing dispatcher.
 func TestConformanceAuthGoAgent(t *testing.T) {
 	before := goroutines()
-	r := runCmd(t, runConformance, "--auth", "--json", "--", "go", "run", "../../examples/goagent")
+	r := runCmd(t, conformance.Run, "--auth", "--json", "--", "go", "run", "../../examples/goagent")
 	checkEveryRulePassed(t, r)
 	checkNoLeaks(t, before)
 }
@@ -42,13 +44,13 @@ func TestConformanceAuthRefusesAnAgentWithoutCredentials(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Run("without AGENTREACH_CREDS", func(t *testing.T) {
-		r := runCmd(t, runConformance, "--auth", "--rules", "register", "--", "sh", "-c", `unset AGENTREACH_CREDS; exec "$0"`, bin)
-		if r.code != exitFail || !strings.Contains(r.stdout, "FAIL register") || !strings.Contains(r.stderr, "Authorization Violation") {
-			t.Fatalf("exit %d\nstdout: %s\nstderr: %s\nwant exit %d, register failed, the server's Authorization Violation in the agent's output", r.code, r.stdout, r.stderr, exitFail)
+		r := runCmd(t, conformance.Run, "--auth", "--rules", "register", "--", "sh", "-c", `unset AGENTREACH_CREDS; exec "$0"`, bin)
+		if r.code != cli.ExitFail || !strings.Contains(r.stdout, "FAIL register") || !strings.Contains(r.stderr, "Authorization Violation") {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s\nwant exit %d, register failed, the server's Authorization Violation in the agent's output", r.code, r.stdout, r.stderr, cli.ExitFail)
 		}
 	})
 	t.Run("with AGENTREACH_CREDS", func(t *testing.T) {
-		r := runCmd(t, runConformance, "--auth", "--json", "--", bin)
+		r := runCmd(t, conformance.Run, "--auth", "--json", "--", bin)
 		checkEveryRulePassed(t, r)
 	})
 }
@@ -57,10 +59,10 @@ func TestConformanceAuthRefusesAnAgentWithoutCredentials(t *testing.T) {
 // rule passed, and the agent's output kept.
 func checkEveryRulePassed(t *testing.T, r result) {
 	t.Helper()
-	if r.code != exitOK {
+	if r.code != cli.ExitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	var out conformanceReport
+	var out conformance.ConformanceReport
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 		t.Fatalf("--json output does not decode: %v\n%s", err, r.stdout)
 	}
@@ -92,9 +94,9 @@ func TestConformanceUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r := runCmd(t, runConformance, tt.args...)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) || !strings.HasPrefix(r.stdout, tt.stdout) {
-				t.Fatalf("exit %d, stderr %q, stdout %q; want %d, %q and %q", r.code, r.stderr, r.stdout, exitUsage, tt.stderr, tt.stdout)
+			r := runCmd(t, conformance.Run, tt.args...)
+			if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.stderr) || !strings.HasPrefix(r.stdout, tt.stdout) {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want %d, %q and %q", r.code, r.stderr, r.stdout, cli.ExitUsage, tt.stderr, tt.stdout)
 			}
 		})
 	}
@@ -110,7 +112,7 @@ func TestPrintConformance(t *testing.T) {
 			Message: "rule drain: no put with status draining (see docs/conformance.md#drain)"},
 	}}
 	var b strings.Builder
-	printConformance(&b, report)
+	conformance.PrintConformance(&b, report)
 	want := "PASS ack 12ms\nPASS busy 400µs\nFAIL drain 6.5s: no put with status draining (see docs/conformance.md#drain)\n" +
 		"1 of 3 rules failed in 7.4s: drain\n"
 	if b.String() != want {
@@ -125,10 +127,10 @@ func TestConformanceAgentDoesNotStart(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("not a program\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := runCmd(t, runConformance, "--json", "--", bin)
-	var out failureOutput
-	if r.code != exitFail || !strings.Contains(r.stderr, "start the agent: start "+bin) ||
+	r := runCmd(t, conformance.Run, "--json", "--", bin)
+	var out cli.FailureOutput
+	if r.code != cli.ExitFail || !strings.Contains(r.stderr, "start the agent: start "+bin) ||
 		json.Unmarshal([]byte(r.stdout), &out) != nil || out.Error == nil || !strings.Contains(out.Error.Message, bin) {
-		t.Fatalf("exit %d, stderr %q, stdout %q; want %d and an error naming the agent that did not start", r.code, r.stderr, r.stdout, exitFail)
+		t.Fatalf("exit %d, stderr %q, stdout %q; want %d and an error naming the agent that did not start", r.code, r.stderr, r.stdout, cli.ExitFail)
 	}
 }

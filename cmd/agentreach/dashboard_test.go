@@ -14,6 +14,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -159,7 +161,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
 
 	b.close()
-	if code := u.stop(t); code != exitOK {
+	if code := u.Stop(t); code != cli.ExitOK {
 		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
 	}
 	checkNoLeaks(t, before)
@@ -179,7 +181,7 @@ func TestDashboardWithAuth(t *testing.T) {
 	waitOutput(t, u.stdout, "Agent-Reach is up")
 	base := "http://" + httpAddr + "/"
 	agentIDs := bannerAgents(t, u.stdout.String())
-	token := strings.TrimSpace(runCmd(t, runAuth, "--dir", filepath.Join(dir, "auth"), "token", upCallerIdentity).stdout)
+	token := strings.TrimSpace(runCmd(t, stack.RunAuth, "--dir", filepath.Join(dir, "auth"), "token", stack.UpCallerIdentity).stdout)
 
 	b := openBrowser(t)
 	if err := chromedp.Do(b.ctx, chromedp.Navigate(base)); err != nil {
@@ -200,7 +202,7 @@ func TestDashboardWithAuth(t *testing.T) {
 		t.Errorf("the address bar still holds %q (%v), want the token gone", hash, err)
 	}
 	b.close()
-	if code := u.stop(t); code != exitOK {
+	if code := u.Stop(t); code != cli.ExitOK {
 		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
 	}
 	checkNoLeaks(t, before)

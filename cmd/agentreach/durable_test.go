@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -51,13 +53,13 @@ func park(t *testing.T, url, subject, requestID, reason, body string, extra ...s
 }
 
 // listParked runs `<cmd> ls --json` and decodes the entries.
-func listParked(t *testing.T, run runFunc, srv []string) []parkedJSON {
+func listParked(t *testing.T, run cli.RunFunc, srv []string) []cli.ParkedJSON {
 	t.Helper()
 	r := runCmd(t, run, append(append([]string{}, srv...), "ls", "--json")...)
-	if r.code != exitOK {
+	if r.code != cli.ExitOK {
 		t.Fatalf("ls: exit %d: %s", r.code, r.stderr)
 	}
-	var out []parkedJSON
+	var out []cli.ParkedJSON
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 		t.Fatalf("ls --json: %q: %v", r.stdout, err)
 	}
@@ -67,9 +69,9 @@ func listParked(t *testing.T, run runFunc, srv []string) []parkedJSON {
 // setConfirmInput makes purge read its confirmation from answer, as if from
 // a terminal or not, until the test ends.
 func setConfirmInput(t *testing.T, answer string, terminal bool) {
-	old := confirmInput
-	confirmInput = func() (io.Reader, bool) { return strings.NewReader(answer), terminal }
-	t.Cleanup(func() { confirmInput = old })
+	old := cli.ConfirmInput
+	cli.ConfirmInput = func() (io.Reader, bool) { return strings.NewReader(answer), terminal }
+	t.Cleanup(func() { cli.ConfirmInput = old })
 }
 
 func TestDurableCommands(t *testing.T) {
@@ -78,16 +80,16 @@ func TestDurableCommands(t *testing.T) {
 	with := func(args ...string) []string { return append(append([]string{}, srv...), args...) }
 
 	t.Run("submit then result", func(t *testing.T) {
-		r := runCmd(t, runSubmit, with("echo", `{"text":"durable"}`)...)
-		if r.code != exitOK {
+		r := runCmd(t, task.RunSubmit, with("echo", `{"text":"durable"}`)...)
+		if r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		id := strings.TrimSpace(r.stdout)
 		if _, err := uuid.Parse(id); err != nil {
 			t.Fatalf("stdout %q is not a request id: %v", r.stdout, err)
 		}
-		r = runCmd(t, runResult, with("--wait", id)...)
-		if want := "{\n  \"text\": \"durable\"\n}\n"; r.code != exitOK || r.stdout != want {
+		r = runCmd(t, task.RunResult, with("--wait", id)...)
+		if want := "{\n  \"text\": \"durable\"\n}\n"; r.code != cli.ExitOK || r.stdout != want {
 			t.Fatalf("result --wait: exit %d, stdout %q (want %q), stderr %q", r.code, r.stdout, want, r.stderr)
 		}
 		for _, want := range []string{"status=FINISHED", "node=echo-", "attempt=1", "request_id=" + id} {
@@ -96,12 +98,12 @@ func TestDurableCommands(t *testing.T) {
 			}
 		}
 		// Recorded: without --wait too, and as JSON.
-		r = runCmd(t, runResult, with("--json", id)...)
+		r = runCmd(t, task.RunResult, with("--json", id)...)
 		var out struct {
 			Result map[string]any `json:"result"`
-			Meta   callMeta       `json:"meta"`
+			Meta   cli.CallMeta   `json:"meta"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK {
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitOK {
 			t.Fatalf("result --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
 		}
 		if out.Result["text"] != "durable" || out.Meta.Status != "FINISHED" || out.Meta.RequestID != id {
@@ -111,56 +113,56 @@ func TestDurableCommands(t *testing.T) {
 
 	t.Run("submit --wait", func(t *testing.T) {
 		id := "cli-" + uuid.NewString()
-		r := runCmd(t, runSubmit, with("--wait", "--request-id", id, "--header", "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		r := runCmd(t, task.RunSubmit, with("--wait", "--request-id", id, "--header", "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 			"echo", `{"n":[1,2]}`)...)
-		if r.code != exitOK || strings.Join(strings.Fields(r.stdout), "") != `{"n":[1,2]}` {
+		if r.code != cli.ExitOK || strings.Join(strings.Fields(r.stdout), "") != `{"n":[1,2]}` {
 			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		if !strings.Contains(r.stderr, "status=FINISHED") || !strings.Contains(r.stderr, "request_id="+id) {
 			t.Fatalf("stderr %q", r.stderr)
 		}
-		r = runCmd(t, runSubmit, with("--json", "--wait", "math.add", `{"a":1,"b":2}`)...)
-		var out callOutput
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK ||
+		r = runCmd(t, task.RunSubmit, with("--json", "--wait", "math.add", `{"a":1,"b":2}`)...)
+		var out task.CallOutput
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitOK ||
 			strings.Join(strings.Fields(string(out.Result)), "") != `{"sum":3}` || out.Meta == nil || out.Meta.RequestID == "" {
 			t.Fatalf("--json --wait: exit %d, stdout %q (%v), stderr %q", r.code, r.stdout, err, r.stderr)
 		}
-		r = runCmd(t, runSubmit, with("--json", "echo")...)
-		var sub submitOutput
-		if err := json.Unmarshal([]byte(r.stdout), &sub); err != nil || r.code != exitOK || sub.RequestID == "" {
+		r = runCmd(t, task.RunSubmit, with("--json", "echo")...)
+		var sub task.SubmitOutput
+		if err := json.Unmarshal([]byte(r.stdout), &sub); err != nil || r.code != cli.ExitOK || sub.RequestID == "" {
 			t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
 		}
 	})
 
 	t.Run("business rejection is an outcome", func(t *testing.T) {
-		r := runCmd(t, runSubmit, with("--wait", "math.add", `{"a":1}`)...)
-		if r.code != exitFail || !strings.Contains(r.stderr, "error: BIZ_REJECT: ") {
+		r := runCmd(t, task.RunSubmit, with("--wait", "math.add", `{"a":1}`)...)
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: BIZ_REJECT: ") {
 			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 		}
 	})
 
 	t.Run("no capable agent: the task waits", func(t *testing.T) {
-		r := runCmd(t, runSubmit, with("nobody.home", `{}`)...)
-		if r.code != exitOK {
+		r := runCmd(t, task.RunSubmit, with("nobody.home", `{}`)...)
+		if r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		id := strings.TrimSpace(r.stdout)
-		r = runCmd(t, runResult, with(id)...)
-		if r.code != exitFail || r.stdout != "" || !strings.Contains(r.stderr, "error: no outcome recorded for "+id+
+		r = runCmd(t, task.RunResult, with(id)...)
+		if r.code != cli.ExitFail || r.stdout != "" || !strings.Contains(r.stderr, "error: no outcome recorded for "+id+
 			": no result, dead letter or review entry; the task may still wait or run, or was never submitted\n") {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		r = runCmd(t, runResult, with("--json", id)...)
-		if e := decodeFailure(t, r); r.code != exitFail || e.Error.Code != codeNotFound || !strings.Contains(e.Error.Message, id) {
+		r = runCmd(t, task.RunResult, with("--json", id)...)
+		if e := decodeFailure(t, r); r.code != cli.ExitFail || e.Error.Code != cli.CodeNotFound || !strings.Contains(e.Error.Message, id) {
 			t.Fatalf("result --json: exit %d, stdout %q", r.code, r.stdout)
 		}
-		r = runCmd(t, runResult, with("--wait", "--timeout", "300ms", id)...)
-		if r.code != exitFail || !strings.Contains(r.stderr, "error: DEADLINE_EXCEEDED: ") ||
+		r = runCmd(t, task.RunResult, with("--wait", "--timeout", "300ms", id)...)
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: DEADLINE_EXCEEDED: ") ||
 			!strings.Contains(r.stderr, "or was never submitted") || !strings.Contains(r.stderr, "'agentreach result "+id+"'") {
 			t.Fatalf("result --wait: exit %d, stderr %q", r.code, r.stderr)
 		}
 		// It waits in REACH_TASKS, not in a queue for people.
-		for _, e := range append(listParked(t, runDLQ, srv), listParked(t, runReview, srv)...) {
+		for _, e := range append(listParked(t, task.RunDLQ, srv), listParked(t, task.RunReview, srv)...) {
 			if e.RequestID == id {
 				t.Fatalf("waiting task parked: %+v", e)
 			}
@@ -168,14 +170,14 @@ func TestDurableCommands(t *testing.T) {
 	})
 
 	t.Run("poison dead letter: ls, show, purge", func(t *testing.T) {
-		r := runCmd(t, runSubmit, with("math.add", `{"a":"x","b":1}`)...)
-		if r.code != exitOK {
+		r := runCmd(t, task.RunSubmit, with("math.add", `{"a":"x","b":1}`)...)
+		if r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		id := strings.TrimSpace(r.stdout)
-		var dead parkedJSON
+		var dead cli.ParkedJSON
 		natstest.WaitFor(t, 20*time.Second, func() error {
-			for _, e := range listParked(t, runDLQ, srv) {
+			for _, e := range listParked(t, task.RunDLQ, srv) {
 				if e.RequestID == id {
 					dead = e
 					return nil
@@ -190,9 +192,9 @@ func TestDurableCommands(t *testing.T) {
 		}
 		seq := strconv.FormatUint(dead.Seq, 10)
 
-		r = runCmd(t, runDLQ, with("ls")...)
+		r = runCmd(t, task.RunDLQ, with("ls")...)
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		if r.code != exitOK || len(lines) != 2 {
+		if r.code != cli.ExitOK || len(lines) != 2 {
 			t.Fatalf("ls: exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
 		}
 		for _, col := range []string{"SEQ", "CAPABILITY", "REQUEST ID", "REASON", "CODE", "ATTEMPTS", "COUNT", "AGE", "LAST ERROR"} {
@@ -204,57 +206,57 @@ func TestDurableCommands(t *testing.T) {
 			t.Errorf("row %q", lines[1])
 		}
 
-		r = runCmd(t, runDLQ, with("show", seq)...)
+		r = runCmd(t, task.RunDLQ, with("show", seq)...)
 		for _, want := range []string{"Stream:     REACH_DLQ\n", "Seq:        " + seq + "\n", "Reason:     poison\n", "Code:       BAD_REQUEST\n",
 			"Request ID: " + id + "\n", "Headers:\n", "  Reach-Request-Id: " + id + "\n", "  Reach-DLQ-Reason: poison\n",
 			"Payload:\n{\n  \"a\": \"x\",\n  \"b\": 1\n}\n"} {
-			if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			if r.code != cli.ExitOK || !strings.Contains(r.stdout, want) {
 				t.Errorf("show: exit %d, stdout lacks %q:\n%s", r.code, want, r.stdout)
 			}
 		}
-		r = runCmd(t, runDLQ, with("show", "--json", seq)...)
-		var shown parkedJSON
+		r = runCmd(t, task.RunDLQ, with("show", "--json", seq)...)
+		var shown cli.ParkedJSON
 		if err := json.Unmarshal([]byte(r.stdout), &shown); err != nil || shown.RequestID != id || shown.Header.Get(streams.HeaderRequestID) != id {
 			t.Fatalf("show --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
 		}
 
 		// result says where the task is, with --wait or without.
 		for _, wait := range [][]string{nil, {"--wait"}} {
-			r := runCmd(t, runResult, with(append(wait, id)...)...)
-			if want := "error: parked in REACH_DLQ (seq " + seq + ", reason poison): BAD_REQUEST: "; r.code != exitFail ||
+			r := runCmd(t, task.RunResult, with(append(wait, id)...)...)
+			if want := "error: parked in REACH_DLQ (seq " + seq + ", reason poison): BAD_REQUEST: "; r.code != cli.ExitFail ||
 				!strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "'agentreach dlq replay "+seq+"'") || r.stdout != "" {
 				t.Fatalf("result %v: exit %d, stdout %q, stderr %q; want %q", wait, r.code, r.stdout, r.stderr, want)
 			}
-			r = runCmd(t, runResult, with(append(wait, "--json", id)...)...)
+			r = runCmd(t, task.RunResult, with(append(wait, "--json", id)...)...)
 			e := decodeFailure(t, r)
-			if r.code != exitFail || e.Error.Code != streams.CodeBadRequest || e.Parked == nil || e.Parked.Seq != dead.Seq ||
+			if r.code != cli.ExitFail || e.Error.Code != streams.CodeBadRequest || e.Parked == nil || e.Parked.Seq != dead.Seq ||
 				e.Parked.Stream != streams.StreamDLQ || e.Parked.Reason != dispatcher.ReasonPoison || e.Meta == nil || e.Meta.RequestID != id {
 				t.Fatalf("result %v --json: exit %d, stdout %q", wait, r.code, r.stdout)
 			}
 		}
 
 		setConfirmInput(t, "", false)
-		r = runCmd(t, runDLQ, with("purge")...)
-		if r.code != exitUsage || !strings.Contains(r.stderr, "pass --yes") {
+		r = runCmd(t, task.RunDLQ, with("purge")...)
+		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "pass --yes") {
 			t.Fatalf("purge without a terminal: exit %d, stderr %q", r.code, r.stderr)
 		}
 		setConfirmInput(t, "n\n", true)
-		r = runCmd(t, runDLQ, with("purge")...)
-		if r.code != exitFail || !strings.Contains(r.stderr, "Purge 1 dead letter? [y/N] ") || !strings.Contains(r.stderr, "nothing purged") {
+		r = runCmd(t, task.RunDLQ, with("purge")...)
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "Purge 1 dead letter? [y/N] ") || !strings.Contains(r.stderr, "nothing purged") {
 			t.Fatalf("purge declined: exit %d, stderr %q", r.code, r.stderr)
 		}
-		if n := len(listParked(t, runDLQ, srv)); n != 1 {
+		if n := len(listParked(t, task.RunDLQ, srv)); n != 1 {
 			t.Fatalf("%d dead letters after a declined purge, want 1", n)
 		}
-		r = runCmd(t, runDLQ, with("purge", "--yes")...)
-		if r.code != exitOK || r.stdout != "purged 1 dead letter\n" {
+		r = runCmd(t, task.RunDLQ, with("purge", "--yes")...)
+		if r.code != cli.ExitOK || r.stdout != "purged 1 dead letter\n" {
 			t.Fatalf("purge --yes: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		if left := listParked(t, runDLQ, srv); len(left) != 0 {
+		if left := listParked(t, task.RunDLQ, srv); len(left) != 0 {
 			t.Fatalf("left after purge: %+v", left)
 		}
-		r = runCmd(t, runDLQ, with("show", seq)...)
-		if r.code != exitFail || !strings.Contains(r.stderr, "no dead letter with seq "+seq) {
+		r = runCmd(t, task.RunDLQ, with("show", seq)...)
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "no dead letter with seq "+seq) {
 			t.Fatalf("show purged: exit %d, stderr %q", r.code, r.stderr)
 		}
 	})
@@ -263,19 +265,19 @@ func TestDurableCommands(t *testing.T) {
 		keep := park(t, url, "reach.dlq.echo", "keep-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
 		gone := park(t, url, "reach.dlq.echo", "gone-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
 		setConfirmInput(t, "y\n", true)
-		r := runCmd(t, runDLQ, with("purge", strconv.FormatUint(gone, 10))...)
-		if r.code != exitOK || r.stdout != "purged 1 dead letter\n" {
+		r := runCmd(t, task.RunDLQ, with("purge", strconv.FormatUint(gone, 10))...)
+		if r.code != cli.ExitOK || r.stdout != "purged 1 dead letter\n" {
 			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		left := listParked(t, runDLQ, srv)
+		left := listParked(t, task.RunDLQ, srv)
 		if len(left) != 1 || left[0].Seq != keep {
 			t.Fatalf("left %+v, want only seq %d", left, keep)
 		}
 		setConfirmInput(t, "yes\n", true)
-		if r := runCmd(t, runDLQ, with("purge", "--json")...); r.code != exitOK || r.stdout != `{"purged":1}`+"\n" {
+		if r := runCmd(t, task.RunDLQ, with("purge", "--json")...); r.code != cli.ExitOK || r.stdout != `{"purged":1}`+"\n" {
 			t.Fatalf("purge all: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		if r := runCmd(t, runDLQ, with("purge", "--yes")...); r.code != exitOK || r.stdout != "purged 0 dead letters\n" {
+		if r := runCmd(t, task.RunDLQ, with("purge", "--yes")...); r.code != cli.ExitOK || r.stdout != "purged 0 dead letters\n" {
 			t.Fatalf("purge empty: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 	})
@@ -285,17 +287,17 @@ func TestDurableCommands(t *testing.T) {
 		for i, id := range ids {
 			park(t, url, "reach.dlq.echo", id, dispatcher.ReasonFailed, fmt.Sprintf(`{"replayed":%d}`, i))
 		}
-		r := runCmd(t, runDLQ, with("replay", "--all")...)
-		if r.code != exitOK || r.stdout != "resubmitted 2 dead letters\n" {
+		r := runCmd(t, task.RunDLQ, with("replay", "--all")...)
+		if r.code != cli.ExitOK || r.stdout != "resubmitted 2 dead letters\n" {
 			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		for i, id := range ids {
-			r := runCmd(t, runResult, with("--wait", id)...)
-			if want := fmt.Sprintf("{\n  \"replayed\": %d\n}\n", i); r.code != exitOK || r.stdout != want {
+			r := runCmd(t, task.RunResult, with("--wait", id)...)
+			if want := fmt.Sprintf("{\n  \"replayed\": %d\n}\n", i); r.code != cli.ExitOK || r.stdout != want {
 				t.Fatalf("result %s: exit %d, stdout %q, stderr %q", id, r.code, r.stdout, r.stderr)
 			}
 		}
-		if left := listParked(t, runDLQ, srv); len(left) != 0 {
+		if left := listParked(t, task.RunDLQ, srv); len(left) != 0 {
 			t.Fatalf("left after replay: %+v", left)
 		}
 	})
@@ -305,41 +307,41 @@ func TestDurableCommands(t *testing.T) {
 		id := "late-" + uuid.NewString()
 		seq := park(t, url, "reach.review.echo", id, dispatcher.ReasonDeadline, `{"late":true}`,
 			streams.HeaderDeadline, past, streams.HeaderError, string(streams.CodeDeadlineExceeded))
-		list := listParked(t, runReview, srv)
+		list := listParked(t, task.RunReview, srv)
 		if len(list) != 1 || list[0].Seq != seq || list[0].RequestID != id || list[0].Reason != "deadline" ||
 			list[0].Capability != "echo" || list[0].Stream != streams.StreamReview {
 			t.Fatalf("review ls: %+v", list)
 		}
-		r := runCmd(t, runReview, with("ls")...)
-		if r.code != exitOK || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "DEADLINE_EXCEEDED") {
+		r := runCmd(t, task.RunReview, with("ls")...)
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "DEADLINE_EXCEEDED") {
 			t.Fatalf("review ls: exit %d, stdout %q", r.code, r.stdout)
 		}
-		r = runCmd(t, runReview, with("show", strconv.FormatUint(seq, 10))...)
-		if r.code != exitOK || !strings.Contains(r.stdout, "Stream:     REACH_REVIEW\n") || !strings.Contains(r.stdout, "\"late\": true") {
+		r = runCmd(t, task.RunReview, with("show", strconv.FormatUint(seq, 10))...)
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, "Stream:     REACH_REVIEW\n") || !strings.Contains(r.stdout, "\"late\": true") {
 			t.Fatalf("review show: exit %d, stdout %q", r.code, r.stdout)
 		}
 		// Its deadline has passed: replayed as it is, it would only come
 		// back; --new-deadline gives it a new one.
-		r = runCmd(t, runReview, with("replay", "--new-deadline", "1h", strconv.FormatUint(seq, 10))...)
-		if r.code != exitOK || r.stdout != "resubmitted 1 review entry\n" {
+		r = runCmd(t, task.RunReview, with("replay", "--new-deadline", "1h", strconv.FormatUint(seq, 10))...)
+		if r.code != cli.ExitOK || r.stdout != "resubmitted 1 review entry\n" {
 			t.Fatalf("review replay: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		r = runCmd(t, runResult, with("--wait", id)...)
-		if r.code != exitOK || !strings.Contains(r.stdout, "\"late\": true") {
+		r = runCmd(t, task.RunResult, with("--wait", id)...)
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, "\"late\": true") {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 
 		seq = park(t, url, "reach.review.echo", "handled-"+uuid.NewString(), dispatcher.ReasonDeadline, `{}`)
 		s := strconv.FormatUint(seq, 10)
-		r = runCmd(t, runReview, with("resolve", "--drop", s)...)
-		if r.code != exitOK || r.stdout != "dropped 1 review entry\n" {
+		r = runCmd(t, task.RunReview, with("resolve", "--drop", s)...)
+		if r.code != cli.ExitOK || r.stdout != "dropped 1 review entry\n" {
 			t.Fatalf("resolve: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		if left := listParked(t, runReview, srv); len(left) != 0 {
+		if left := listParked(t, task.RunReview, srv); len(left) != 0 {
 			t.Fatalf("left after resolve: %+v", left)
 		}
-		r = runCmd(t, runReview, with("resolve", "--drop", s)...)
-		if r.code != exitFail || !strings.Contains(r.stderr, "no review entry with seq "+s) {
+		r = runCmd(t, task.RunReview, with("resolve", "--drop", s)...)
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "no review entry with seq "+s) {
 			t.Fatalf("resolve again: exit %d, stderr %q", r.code, r.stderr)
 		}
 	})
@@ -356,8 +358,8 @@ func TestReplayDeadline(t *testing.T) {
 	seq := park(t, url, "reach.review.echo", "late-1", dispatcher.ReasonDeadline, `{}`, streams.HeaderDeadline, past)
 
 	before := time.Now().Truncate(time.Millisecond) // Reach-Deadline has millisecond precision
-	r := runCmd(t, runReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
-	if r.code != exitOK || r.stdout != `{"resubmitted":1}`+"\n" {
+	r := runCmd(t, task.RunReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
+	if r.code != cli.ExitOK || r.stdout != `{"resubmitted":1}`+"\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	js, err := jetstream.New(nc)
@@ -381,7 +383,7 @@ func TestReplayDeadline(t *testing.T) {
 	if m.Header.Get(streams.HeaderRequestID) != "late-1" || m.Header.Get(streams.HeaderDLQCount) != "1" || m.Header.Get(streams.HeaderDLQReason) != "" {
 		t.Errorf("resubmitted headers %v", m.Header)
 	}
-	if r := runCmd(t, runReview, "--server", url, "ls", "--json"); r.code != exitOK || strings.TrimSpace(r.stdout) != "[]" {
+	if r := runCmd(t, task.RunReview, "--server", url, "ls", "--json"); r.code != cli.ExitOK || strings.TrimSpace(r.stdout) != "[]" {
 		t.Errorf("review ls after replay: exit %d, stdout %q", r.code, r.stdout)
 	}
 }
@@ -393,17 +395,17 @@ func TestSubmitBufferFull(t *testing.T) {
 	natstest.Provision(t, natstest.Connect(t, s), streams.Topology{Memory: true, PendingPerCapability: 2})
 	srv := []string{"--server", s.ClientURL()}
 	for range 2 { // nobody consumes: both wait in REACH_TASKS
-		if r := runCmd(t, runSubmit, append(srv, "echo", `{}`)...); r.code != exitOK {
+		if r := runCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...); r.code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 	}
-	r := runCmd(t, runSubmit, append(srv, "echo", `{}`)...)
-	if r.code != exitFail || !strings.Contains(r.stderr, "error: OVERLOADED: ") || r.stdout != "" {
+	r := runCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...)
+	if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: OVERLOADED: ") || r.stdout != "" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	r = runCmd(t, runSubmit, append(srv, "--json", "echo", `{}`)...)
-	var out callOutput
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitFail || out.Error == nil || out.Error.Code != streams.CodeOverloaded {
+	r = runCmd(t, task.RunSubmit, append(srv, "--json", "echo", `{}`)...)
+	var out task.CallOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitFail || out.Error == nil || out.Error.Code != streams.CodeOverloaded {
 		t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
 	}
 }
@@ -411,42 +413,42 @@ func TestSubmitBufferFull(t *testing.T) {
 func TestParkedUsage(t *testing.T) {
 	setConfirmInput(t, "", false)
 	tests := []struct {
-		run    runFunc
+		run    cli.RunFunc
 		args   []string
 		stderr string
 	}{
-		{runDLQ, nil, "want a sub-command: ls, show, replay or purge"},
-		{runDLQ, []string{"frob"}, `unknown sub-command "frob"`},
-		{runDLQ, []string{"resolve", "1"}, `unknown sub-command "resolve"`},
-		{runReview, []string{"purge"}, `unknown sub-command "purge" (want ls, show, replay or resolve)`},
-		{runDLQ, []string{"ls", "1"}, "unexpected argument"},
-		{runDLQ, []string{"show"}, "show: want a <seq>"},
-		{runDLQ, []string{"show", "x"}, "<seq> must be a positive"},
-		{runDLQ, []string{"show", "0"}, "<seq> must be a positive"},
-		{runDLQ, []string{"replay"}, "replay: want a <seq> or --all"},
-		{runDLQ, []string{"replay", "--all", "3"}, "not both"},
-		{runDLQ, []string{"replay", "1", "2"}, "at most one <seq>"},
-		{runDLQ, []string{"purge"}, "pass --yes"},
-		{runDLQ, []string{"purge", "4"}, "pass --yes"},
-		{runReview, []string{"resolve", "--drop"}, "resolve: want a <seq>"},
-		{runReview, []string{"resolve", "1"}, "resolve: want --rerun (run the task again) or --drop"},
-		{runReview, []string{"resolve", "--rerun", "--drop", "1"}, "give --rerun or --drop, not both"},
-		{runReview, []string{"resolve", "--drop", "--by", " ", "1"}, "--by is empty"},
-		{runReview, []string{"replay", "--rerun", "1"}, "--rerun and --drop go with resolve, not replay"},
-		{runSubmit, []string{"echo", "@"}, `payload "@" names no file`},
-		{runSubmit, []string{"echo", "@/nonexistent/task.json"}, "/nonexistent/task.json"},
-		{runReview, []string{"replay", "--new-deadline", "-1h", "1"}, "--new-deadline must not be negative"},
-		{runSubmit, nil, "want <capability>"},
-		{runSubmit, []string{"echo", "{nope"}, "payload is not valid JSON"},
-		{runSubmit, []string{"--request-id", "a.b", "echo"}, "--request-id"},
-		{runResult, nil, "want one <request-id>"},
-		{runResult, []string{"a>b"}, "request id"},
+		{task.RunDLQ, nil, "want a sub-command: ls, show, replay or purge"},
+		{task.RunDLQ, []string{"frob"}, `unknown sub-command "frob"`},
+		{task.RunDLQ, []string{"resolve", "1"}, `unknown sub-command "resolve"`},
+		{task.RunReview, []string{"purge"}, `unknown sub-command "purge" (want ls, show, replay or resolve)`},
+		{task.RunDLQ, []string{"ls", "1"}, "unexpected argument"},
+		{task.RunDLQ, []string{"show"}, "show: want a <seq>"},
+		{task.RunDLQ, []string{"show", "x"}, "<seq> must be a positive"},
+		{task.RunDLQ, []string{"show", "0"}, "<seq> must be a positive"},
+		{task.RunDLQ, []string{"replay"}, "replay: want a <seq> or --all"},
+		{task.RunDLQ, []string{"replay", "--all", "3"}, "not both"},
+		{task.RunDLQ, []string{"replay", "1", "2"}, "at most one <seq>"},
+		{task.RunDLQ, []string{"purge"}, "pass --yes"},
+		{task.RunDLQ, []string{"purge", "4"}, "pass --yes"},
+		{task.RunReview, []string{"resolve", "--drop"}, "resolve: want a <seq>"},
+		{task.RunReview, []string{"resolve", "1"}, "resolve: want --rerun (run the task again) or --drop"},
+		{task.RunReview, []string{"resolve", "--rerun", "--drop", "1"}, "give --rerun or --drop, not both"},
+		{task.RunReview, []string{"resolve", "--drop", "--by", " ", "1"}, "--by is empty"},
+		{task.RunReview, []string{"replay", "--rerun", "1"}, "--rerun and --drop go with resolve, not replay"},
+		{task.RunSubmit, []string{"echo", "@"}, `payload "@" names no file`},
+		{task.RunSubmit, []string{"echo", "@/nonexistent/task.json"}, "/nonexistent/task.json"},
+		{task.RunReview, []string{"replay", "--new-deadline", "-1h", "1"}, "--new-deadline must not be negative"},
+		{task.RunSubmit, nil, "want <capability>"},
+		{task.RunSubmit, []string{"echo", "{nope"}, "payload is not valid JSON"},
+		{task.RunSubmit, []string{"--request-id", "a.b", "echo"}, "--request-id"},
+		{task.RunResult, nil, "want one <request-id>"},
+		{task.RunResult, []string{"a>b"}, "request id"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			r := runCmd(t, tt.run, append([]string{"--server", "nats://127.0.0.1:1"}, tt.args...)...)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.stderr) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitUsage, tt.stderr)
+			if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.stderr) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, cli.ExitUsage, tt.stderr)
 			}
 		})
 	}
@@ -526,7 +528,7 @@ func TestReviewResolve(t *testing.T) {
 	}
 	gone := func(t *testing.T, id string) {
 		t.Helper()
-		for _, e := range listParked(t, runReview, srv) {
+		for _, e := range listParked(t, task.RunReview, srv) {
 			if e.RequestID == id {
 				t.Errorf("entry still in review: %+v", e)
 			}
@@ -536,13 +538,13 @@ func TestReviewResolve(t *testing.T) {
 	t.Run("rerun", func(t *testing.T) {
 		id := "doubt-" + uuid.NewString()
 		seq, claim := inDoubt(t, id)
-		r := runCmd(t, runReview, with("resolve", "--rerun", "--by", "tester", seq)...)
-		if r.code != exitOK || r.stdout != "resubmitted 1 review entry\n" {
+		r := runCmd(t, task.RunReview, with("resolve", "--rerun", "--by", "tester", seq)...)
+		if r.code != cli.ExitOK || r.stdout != "resubmitted 1 review entry\n" {
 			t.Fatalf("resolve --rerun: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		// It ran again: a result, and the claim is the new execution's.
-		r = runCmd(t, runResult, with("--wait", id)...)
-		if r.code != exitOK || !strings.Contains(r.stdout, `"in_doubt": true`) {
+		r = runCmd(t, task.RunResult, with("--wait", id)...)
+		if r.code != cli.ExitOK || !strings.Contains(r.stdout, `"in_doubt": true`) {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		e, err := kv.Get(ctx, claim)
@@ -564,14 +566,14 @@ func TestReviewResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := runCmd(t, runReview, with("resolve", "--drop", "--json", "--by", "tester", seq)...)
-		if r.code != exitOK || r.stdout != `{"dropped":1}`+"\n" {
+		r := runCmd(t, task.RunReview, with("resolve", "--drop", "--json", "--by", "tester", seq)...)
+		if r.code != cli.ExitOK || r.stdout != `{"dropped":1}`+"\n" {
 			t.Fatalf("resolve --drop: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		gone(t, id)
 		recorded(t, id, dispatcher.OutcomeReviewDrop)
 		// Nothing ran: no outcome, and the claim is as it was.
-		if r := runCmd(t, runResult, with(id)...); r.code != exitFail || !strings.Contains(r.stderr, "no outcome recorded for "+id) {
+		if r := runCmd(t, task.RunResult, with(id)...); r.code != cli.ExitFail || !strings.Contains(r.stderr, "no outcome recorded for "+id) {
 			t.Fatalf("result: exit %d, stderr %q", r.code, r.stderr)
 		}
 		after, err := kv.Get(ctx, claim)

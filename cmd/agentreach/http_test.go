@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -28,21 +30,21 @@ func TestHTTPFlag(t *testing.T) {
 	}
 	defer l.Close()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-	r := runCmd(t, runUp, "--nats-listen", listen, "--data-dir", t.TempDir(), "--http", l.Addr().String())
-	if r.code != exitFail || !strings.Contains(r.stderr, "--http "+l.Addr().String()+": cannot listen") ||
+	r := runCmd(t, stack.RunUp, "--nats-listen", listen, "--data-dir", t.TempDir(), "--http", l.Addr().String())
+	if r.code != cli.ExitFail || !strings.Contains(r.stderr, "--http "+l.Addr().String()+": cannot listen") ||
 		!strings.Contains(r.stderr, "move it with --http or AGENTREACH_HTTP=") || !strings.Contains(r.stderr, "--http off") {
 		t.Fatalf("taken port: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if strings.Contains(r.stdout, "Agent-Reach is up") {
 		t.Fatal("up printed its banner with its HTTP port taken")
 	}
-	for _, run := range []runFunc{runUp, runDispatcher} {
+	for _, run := range []cli.RunFunc{stack.RunUp, stack.RunDispatcher} {
 		for _, bad := range []string{"8080", "localhost:http", "127.0.0.1:99999"} {
-			if r := runCmd(t, run, "--http", bad); r.code != exitUsage || !strings.Contains(r.stderr, "--http") {
+			if r := runCmd(t, run, "--http", bad); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--http") {
 				t.Errorf("--http %s: exit %d, stderr %q", bad, r.code, r.stderr)
 			}
 		}
-		if r := runCmd(t, run, "--http", "127.0.0.1:0", "--http-hosts", "reach.example:8080"); r.code != exitUsage ||
+		if r := runCmd(t, run, "--http", "127.0.0.1:0", "--http-hosts", "reach.example:8080"); r.code != cli.ExitUsage ||
 			!strings.Contains(r.stderr, "--http-hosts") || !strings.Contains(r.stderr, "without a port") {
 			t.Errorf("--http-hosts with a port: exit %d, stderr %q", r.code, r.stderr)
 		}
@@ -106,7 +108,7 @@ func TestUpHTTPS(t *testing.T) {
 		t.Fatalf("no https dashboard in the banner:\n%s", u.stdout.String())
 	}
 	checkHTTPS(t, httpsClient(t, filepath.Join(dir, "tls", "ca.pem")), m[1])
-	if code := u.stop(t); code != exitOK {
+	if code := u.Stop(t); code != cli.ExitOK {
 		t.Fatalf("runUp exited %d; stderr:\n%s", code, u.stderr.String())
 	}
 	checkNoLeaks(t, before)
@@ -123,7 +125,7 @@ func TestDispatcherHTTPS(t *testing.T) {
 	}
 	t.Setenv("AGENTREACH_CERT_FILE", files.ServerCert)
 	t.Setenv("AGENTREACH_KEY_FILE", files.ServerKey)
-	stderr := background(t, "dispatcher", runDispatcher, "--server", s.ClientURL(), "--http", "127.0.0.1:0", "--log-level", "info")
+	stderr := background(t, "dispatcher", stack.RunDispatcher, "--server", s.ClientURL(), "--http", "127.0.0.1:0", "--log-level", "info")
 	waitOutput(t, stderr, "dispatcher running")
 	m := regexp.MustCompile(`"http":"(https://127\.0\.0\.1:\d+/)"`).FindStringSubmatch(stderr.String())
 	if m == nil {

@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -55,7 +57,7 @@ type result struct {
 }
 
 // runCmd runs a command to completion with a bounded context.
-func runCmd(t *testing.T, run runFunc, args ...string) result {
+func runCmd(t *testing.T, run cli.RunFunc, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -66,7 +68,7 @@ func runCmd(t *testing.T, run runFunc, args ...string) result {
 
 // background runs a long-running command until the test ends, then stops it
 // and checks that it exits 0 within a bound. It returns the command's stderr.
-func background(t *testing.T, name string, run runFunc, args ...string) *syncBuffer {
+func background(t *testing.T, name string, run cli.RunFunc, args ...string) *syncBuffer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := new(syncBuffer)
@@ -76,7 +78,7 @@ func background(t *testing.T, name string, run runFunc, args ...string) *syncBuf
 		cancel()
 		select {
 		case code := <-done:
-			if code != exitOK {
+			if code != cli.ExitOK {
 				t.Errorf("%s exited %d; stderr:\n%s", name, code, stderr.String())
 			}
 		case <-time.After(30 * time.Second):
@@ -104,7 +106,7 @@ func waitCallable(t *testing.T, url string, extra ...string) {
 	for _, c := range [][2]string{{"echo", `{"ping":true}`}, {"math.add", `{"a":1,"b":2}`}, {"slow", `{}`}} {
 		args := append(append([]string{"--server", url, "--timeout", "5s"}, extra...), c[0], c[1])
 		natstest.WaitFor(t, 20*time.Second, func() error {
-			if r := runCmd(t, runCall, args...); r.code != exitOK {
+			if r := runCmd(t, task.RunCall, args...); r.code != cli.ExitOK {
 				return fmt.Errorf("call %s: exit %d: %s", c[0], r.code, r.stderr)
 			}
 			return nil

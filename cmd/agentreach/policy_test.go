@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -23,7 +25,7 @@ require: {labels: {engine: postgres}}
 func TestPolicyCommands(t *testing.T) {
 	s, srv := provisioned(t)
 	policy := func(args ...string) result {
-		return runCmd(t, runPolicy, append(append([]string{}, srv...), args...)...)
+		return runCmd(t, document.RunPolicy, append(append([]string{}, srv...), args...)...)
 	}
 	dir := writeFiles(t, map[string]string{
 		"echo.yaml": echoPolicy,
@@ -32,15 +34,15 @@ func TestPolicyCommands(t *testing.T) {
 	good, bad := filepath.Join(dir, "echo.yaml"), filepath.Join(dir, "bad.yaml")
 
 	t.Run("validate", func(t *testing.T) {
-		expect(t, runCmd(t, runPolicy, "validate", "capability.echo", good), exitOK, "out:"+good+": a valid value for capability.echo")
-		expect(t, runCmd(t, runPolicy, "validate", "capability.echo", bad), exitFail,
+		expect(t, runCmd(t, document.RunPolicy, "validate", "capability.echo", good), cli.ExitOK, "out:"+good+": a valid value for capability.echo")
+		expect(t, runCmd(t, document.RunPolicy, "validate", "capability.echo", bad), cli.ExitFail,
 			"error: "+bad+`: invalid policy: capability.echo: strategy: unknown strategy "fastest"`, "retries: must be -1 (none) or more, got -2")
-		expect(t, runCmd(t, runPolicy, "validate", "capabilities.echo", good), exitUsage, `unknown key "capabilities.echo"`)
+		expect(t, runCmd(t, document.RunPolicy, "validate", "capabilities.echo", good), cli.ExitUsage, `unknown key "capabilities.echo"`)
 	})
 
 	t.Run("set and get", func(t *testing.T) {
-		expect(t, policy("set", "capability.echo", good), exitOK, "out:set capability.echo (revision ")
-		expect(t, policy("set", "capability.echo", bad), exitFail, "strategy: unknown strategy")
+		expect(t, policy("set", "capability.echo", good), cli.ExitOK, "out:set capability.echo (revision ")
+		expect(t, policy("set", "capability.echo", bad), cli.ExitFail, "strategy: unknown strategy")
 		r := policy("get", "capability.echo")
 		want := `strategy: round_robin
 retries: 1
@@ -51,7 +53,7 @@ require:
   labels:
     engine: postgres
 `
-		if r.code != exitOK || r.stdout != want {
+		if r.code != cli.ExitOK || r.stdout != want {
 			t.Fatalf("get: exit %d\n%s\nwant\n%s\nstderr: %s", r.code, r.stdout, want, r.stderr)
 		}
 		var v registry.CapabilityPolicy
@@ -59,17 +61,17 @@ require:
 			t.Fatalf("get --json: %+v (%v)", v, err)
 		}
 		setPayloadInput(t, `{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`)
-		expect(t, policy("set", "--json", "acl", "-"), exitOK, `out:{"changed":true,"key":"acl","revision":`)
-		expect(t, policy("get", "defaults"), exitFail, `REACH_POLICY holds nothing under "defaults"`)
+		expect(t, policy("set", "--json", "acl", "-"), cli.ExitOK, `out:{"changed":true,"key":"acl","revision":`)
+		expect(t, policy("get", "defaults"), cli.ExitFail, `REACH_POLICY holds nothing under "defaults"`)
 	})
 
 	t.Run("ls", func(t *testing.T) {
 		if _, err := bucket(t, s, streams.BucketPolicy).Put(context.Background(), "defaults", []byte(`{"retries": "two"}`)); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, policy("ls"), exitOK, "out:KEY", "out:acl", `out:{"strategy":"round_robin"`,
+		expect(t, policy("ls"), cli.ExitOK, "out:KEY", "out:acl", `out:{"strategy":"round_robin"`,
 			"out:ignored: invalid policy: defaults: retries: want an integer, got a string")
-		var list []policyEntryJSON
+		var list []document.PolicyEntryJSON
 		if err := json.Unmarshal([]byte(policy("ls", "--json").stdout), &list); err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +79,7 @@ require:
 			list[2].Error == "" || list[2].Value != nil {
 			t.Fatalf("ls --json: %+v", list)
 		}
-		expect(t, policy("get", "defaults"), exitFail, "REACH_POLICY holds an invalid value under defaults",
+		expect(t, policy("get", "defaults"), cli.ExitFail, "REACH_POLICY holds an invalid value under defaults",
 			"fix it with 'agentreach policy edit defaults'")
 	})
 
@@ -92,7 +94,7 @@ require:
 		{[]string{"set", "defaults", filepath.Join(dir, "missing.yaml")}, "missing.yaml: no such file"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			expect(t, policy(tc.args...), exitUsage, tc.want)
+			expect(t, policy(tc.args...), cli.ExitUsage, tc.want)
 		})
 	}
 }
@@ -140,48 +142,48 @@ func seen(t *testing.T, dir string, n int) string {
 func TestPolicyEdit(t *testing.T) {
 	_, srv := provisioned(t)
 	policy := func(args ...string) result {
-		return runCmd(t, runPolicy, append(append([]string{}, srv...), args...)...)
+		return runCmd(t, document.RunPolicy, append(append([]string{}, srv...), args...)...)
 	}
 
 	t.Run("a new key", func(t *testing.T) {
 		dir := fakeEditor(t, "retries: 4\n")
-		expect(t, policy("edit", "defaults"), exitOK, "out:set defaults (revision ")
+		expect(t, policy("edit", "defaults"), cli.ExitOK, "out:set defaults (revision ")
 		if got := seen(t, dir, 1); !strings.Contains(got, "# REACH_POLICY defaults (revision 0)") || !strings.HasSuffix(got, "{}\n") {
 			t.Fatalf("the editor was given:\n%s", got)
 		}
-		expect(t, policy("get", "defaults"), exitOK, "out:retries: 4")
+		expect(t, policy("get", "defaults"), cli.ExitOK, "out:retries: 4")
 	})
 
 	t.Run("unchanged", func(t *testing.T) {
 		fakeEditor(t)
-		expect(t, policy("edit", "defaults"), exitOK, "out:no change to defaults")
+		expect(t, policy("edit", "defaults"), cli.ExitOK, "out:no change to defaults")
 	})
 
 	t.Run("invalid, then fixed", func(t *testing.T) {
 		setConfirmInput(t, "\n", true) // the default answer: edit again
 		dir := fakeEditor(t, "retries: many\n", "retries: 5\nstrategy: hash\n")
 		r := policy("edit", "defaults")
-		expect(t, r, exitOK, "out:set defaults", "error: invalid policy: defaults: retries: want an integer, got a string", "Edit again? [Y/n]")
+		expect(t, r, cli.ExitOK, "out:set defaults", "error: invalid policy: defaults: retries: want an integer, got a string", "Edit again? [Y/n]")
 		if got := seen(t, dir, 1); !strings.Contains(got, "\nretries: 4\n") {
 			t.Fatalf("the editor did not get the stored value in YAML:\n%s", got)
 		}
 		if got := seen(t, dir, 2); !strings.HasPrefix(got, "# error: invalid policy: defaults: retries: want an integer") || !strings.Contains(got, "retries: many") {
 			t.Fatalf("the editor was not given the error and the person's text again:\n%s", got)
 		}
-		expect(t, policy("get", "defaults"), exitOK, "out:strategy: hash")
+		expect(t, policy("get", "defaults"), cli.ExitOK, "out:strategy: hash")
 	})
 
 	t.Run("invalid, given up", func(t *testing.T) {
 		setConfirmInput(t, "n\n", true)
 		fakeEditor(t, "retries: -3\n")
-		expect(t, policy("edit", "defaults"), exitFail, "nothing stored: the edited value is invalid", "retries: must be -1 (none) or more")
-		expect(t, policy("get", "defaults"), exitOK, "out:retries: 5")
+		expect(t, policy("edit", "defaults"), cli.ExitFail, "nothing stored: the edited value is invalid", "retries: must be -1 (none) or more")
+		expect(t, policy("get", "defaults"), cli.ExitOK, "out:retries: 5")
 	})
 
 	t.Run("invalid, not on a terminal", func(t *testing.T) {
 		setConfirmInput(t, "y\n", false)
 		dir := fakeEditor(t, "retries: -3\n", "retries: 1\n")
-		expect(t, policy("edit", "defaults"), exitFail, "nothing stored")
+		expect(t, policy("edit", "defaults"), cli.ExitFail, "nothing stored")
 		if seen(t, dir, 2) != "" {
 			t.Fatal("the editor was opened again without a terminal to ask on")
 		}
@@ -189,7 +191,7 @@ func TestPolicyEdit(t *testing.T) {
 
 	t.Run("editor fails", func(t *testing.T) {
 		t.Setenv("EDITOR", "false")
-		expect(t, policy("edit", "defaults"), exitFail, "editor false: exit status 1; nothing stored")
+		expect(t, policy("edit", "defaults"), cli.ExitFail, "editor false: exit status 1; nothing stored")
 	})
 }
 
@@ -206,7 +208,7 @@ func TestIsConflict(t *testing.T) {
 	_, created := registry.UpdatePolicy(ctx, kv, "defaults", []byte(`{}`), 0)
 	_, changed := registry.UpdatePolicy(ctx, kv, "defaults", []byte(`{}`), rev+1)
 	_, invalid := registry.UpdatePolicy(ctx, kv, "defaults", []byte(`{"retries":-5}`), rev)
-	if !isConflict(created) || !isConflict(changed) || isConflict(invalid) || isConflict(nil) {
+	if !document.IsConflict(created) || !document.IsConflict(changed) || document.IsConflict(invalid) || document.IsConflict(nil) {
 		t.Fatalf("isConflict: created %v, changed %v, invalid %v", created, changed, invalid)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -19,17 +22,17 @@ func TestStatsByDimension(t *testing.T) {
 	url := startStack(t) // its warm-up calls each demo capability once
 	srv := []string{"--server", url}
 	for range 4 {
-		if r := runCmd(t, runCall, append(srv, "math.add", `{"a":1,"b":2}`)...); r.code != exitOK {
+		if r := runCmd(t, task.RunCall, append(srv, "math.add", `{"a":1,"b":2}`)...); r.code != cli.ExitOK {
 			t.Fatalf("call: %d %s", r.code, r.stderr)
 		}
 	}
-	if r := runCmd(t, runCall, append(srv, "math.add", `{}`)...); r.code != exitFail { // BIZ_REJECT: a is missing
+	if r := runCmd(t, task.RunCall, append(srv, "math.add", `{}`)...); r.code != cli.ExitFail { // BIZ_REJECT: a is missing
 		t.Fatalf("call math.add {}: %d %s", r.code, r.stderr)
 	}
 	rows := func(by string) map[string]eventstats.Row {
-		r := runCmd(t, runStats, append(srv, "--by", by, "--since", "10m", "--json")...)
+		r := runCmd(t, inspect.RunStats, append(srv, "--by", by, "--since", "10m", "--json")...)
 		var s eventstats.Summary
-		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || r.code != exitOK {
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || r.code != cli.ExitOK {
 			t.Fatalf("stats --by %s: %d %q %s (%v)", by, r.code, r.stdout, r.stderr, err)
 		}
 		out := map[string]eventstats.Row{}
@@ -58,17 +61,17 @@ func TestStatsByDimension(t *testing.T) {
 	if echo != 1 {
 		t.Errorf("echo instances: %d tasks, want 1 (the warm-up call)", echo)
 	}
-	r := runCmd(t, runStats, append(srv, "--by", "agent")...)
-	if r.code != exitOK || !containsAll(r.stdout, "AGENT", "TASKS", "FINISHED", "REJECTED", "FAILED", "SUCCESS", "P95", "math-", "all") {
+	r := runCmd(t, inspect.RunStats, append(srv, "--by", "agent")...)
+	if r.code != cli.ExitOK || !containsAll(r.stdout, "AGENT", "TASKS", "FINISHED", "REJECTED", "FAILED", "SUCCESS", "P95", "math-", "all") {
 		t.Errorf("stats --by agent: %d %q", r.code, r.stdout)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error { // one replica, since its start: the same tasks as the record
-		r := runCmd(t, runStats, append(srv, "--json")...)
+		r := runCmd(t, inspect.RunStats, append(srv, "--json")...)
 		var replicas []dispatcher.Stats
 		if err := json.Unmarshal([]byte(r.stdout), &replicas); err != nil || len(replicas) != 1 {
 			return fmt.Errorf("stats --json: %d %q (%v)", r.code, r.stdout, err)
 		}
-		r = runCmd(t, runStats, append(srv, "--by", "capability", "--since", "10m", "--json")...)
+		r = runCmd(t, inspect.RunStats, append(srv, "--by", "capability", "--since", "10m", "--json")...)
 		var s eventstats.Summary
 		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
 			return fmt.Errorf("stats --by --json: %d %q (%v)", r.code, r.stdout, err)
@@ -80,13 +83,13 @@ func TestStatsByDimension(t *testing.T) {
 		}
 		return nil
 	})
-	r = runCmd(t, runStats, srv...)
-	if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != exitOK || !containsAll(header, "TASKS", "FINISHED", "REJECTED", "FAILED", "BROADCASTS") {
+	r = runCmd(t, inspect.RunStats, srv...)
+	if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != cli.ExitOK || !containsAll(header, "TASKS", "FINISHED", "REJECTED", "FAILED", "BROADCASTS") {
 		t.Errorf("stats: %d %q", r.code, r.stdout)
 	}
 	for _, args := range [][]string{{"--by", "region"}, {"--since", "1ms"}} {
-		if r := runCmd(t, runStats, append(srv, args...)...); r.code != exitUsage {
-			t.Errorf("stats %v: exit %d, want %d", args, r.code, exitUsage)
+		if r := runCmd(t, inspect.RunStats, append(srv, args...)...); r.code != cli.ExitUsage {
+			t.Errorf("stats %v: exit %d, want %d", args, r.code, cli.ExitUsage)
 		}
 	}
 }

@@ -15,6 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -30,14 +34,14 @@ func TestUp(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn", "--http", "off",
+		done <- stack.RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn", "--http", "off",
 			"--max-payload", strconv.Itoa(4 << 20)}, &stdout, &stderr)
 	}()
 
 	waitOutput(t, &stdout, "Agent-Reach is up") // printed once everything runs
 	waitCallable(t, url)
-	r := runCmd(t, runCall, "--server", url, "echo", `{"text":"hi"}`)
-	if r.code != exitOK || !strings.Contains(r.stdout, `"text": "hi"`) {
+	r := runCmd(t, task.RunCall, "--server", url, "echo", `{"text":"hi"}`)
+	if r.code != cli.ExitOK || !strings.Contains(r.stdout, `"text": "hi"`) {
 		t.Fatalf("call echo: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	// --max-payload raised the server's limit: 2 MiB fits.
@@ -45,13 +49,13 @@ func TestUp(t *testing.T) {
 	if err := os.WriteFile(big, []byte(`{"blob":"`+strings.Repeat("x", 2<<20)+`"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = runCmd(t, runCall, "--server", url, "--json", "echo", "@"+big)
-	var out callOutput
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != exitOK || len(out.Result) < 2<<20 {
+	r = runCmd(t, task.RunCall, "--server", url, "--json", "echo", "@"+big)
+	var out task.CallOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitOK || len(out.Result) < 2<<20 {
 		t.Fatalf("call echo @big.json: exit %d, %d result bytes (%v), stderr %q", r.code, len(out.Result), err, r.stderr)
 	}
 	// Broadcast and fan-out run beside the dispatcher.
-	r = runCmd(t, runBroadcast, "--server", url, "--json", "echo", `{"text":"all"}`)
+	r = runCmd(t, task.RunBroadcast, "--server", url, "--json", "echo", `{"text":"all"}`)
 	var agg struct {
 		Expected int  `json:"expected"`
 		Complete bool `json:"complete"`
@@ -59,7 +63,7 @@ func TestUp(t *testing.T) {
 			Result map[string]any `json:"result"`
 		} `json:"replies"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &agg); err != nil || r.code != exitOK || !agg.Complete || agg.Expected != 2 || // the two demo echo instances
+	if err := json.Unmarshal([]byte(r.stdout), &agg); err != nil || r.code != cli.ExitOK || !agg.Complete || agg.Expected != 2 || // the two demo echo instances
 
 		agg.Replies[0].Result["text"] != "all" {
 		t.Fatalf("broadcast echo: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
@@ -69,12 +73,12 @@ func TestUp(t *testing.T) {
 		{"name": "m", "capability": "math.add", "payload": {"a": 1, "b": 2}}], "mode": "all"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = runCmd(t, runFanOut, "--server", url, fan)
-	if r.code != exitOK || !strings.Contains(r.stdout, `{"sum":3}`) || !strings.Contains(r.stderr, "complete=true") {
+	r = runCmd(t, task.RunFanOut, "--server", url, fan)
+	if r.code != cli.ExitOK || !strings.Contains(r.stdout, `{"sum":3}`) || !strings.Contains(r.stderr, "complete=true") {
 		t.Fatalf("fanout: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	r = runCmd(t, runAgents, "--server", url, "--json")
-	var entries []agentJSON
+	r = runCmd(t, inspect.RunAgents, "--server", url, "--json")
+	var entries []inspect.AgentJSON
 	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 {
 		t.Fatalf("agents --json: exit %d, %d entries (%v), stderr %q", r.code, len(entries), err, r.stderr)
 	}
@@ -88,7 +92,7 @@ func TestUp(t *testing.T) {
 	cancel()
 	select {
 	case code := <-done:
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("runUp exited %d; stderr:\n%s", code, stderr.String())
 		}
 	case <-time.After(30 * time.Second):
@@ -123,8 +127,8 @@ func TestUpPortTaken(t *testing.T) {
 		} else {
 			args = append(args, "--nats-listen", l.Addr().String())
 		}
-		r := runCmd(t, runUp, args...)
-		if r.code != exitFail || !strings.Contains(r.stderr, "error: "+l.Addr().String()+" is in use: move NATS with --nats-listen or "+
+		r := runCmd(t, stack.RunUp, args...)
+		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: "+l.Addr().String()+" is in use: move NATS with --nats-listen or "+
 			"AGENTREACH_NATS_LISTEN="+next+" make run (") || !strings.Contains(r.stderr, "a second stack also needs its own --data-dir") {
 			t.Fatalf("from the environment %t: exit %d, stderr %q", env, r.code, r.stderr)
 		}
@@ -147,8 +151,8 @@ func startUp(t *testing.T, args ...string) *upRun {
 	u := &upRun{stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan int, 1), cancel: cancel}
 	// No HTTP unless args ask for it (the last --http wins): port 8080 may be anyone's.
 	args = append([]string{"--http", "off"}, args...)
-	go func() { u.done <- runUp(ctx, append(args, "--log-level", "warn"), u.stdout, u.stderr) }()
-	t.Cleanup(func() { u.stop(t) })
+	go func() { u.done <- stack.RunUp(ctx, append(args, "--log-level", "warn"), u.stdout, u.stderr) }()
+	t.Cleanup(func() { u.Stop(t) })
 	return u
 }
 
@@ -166,7 +170,7 @@ func (u *upRun) wait(timeout time.Duration) (code int, exited bool) {
 
 // stop stops up and returns its exit code; it fails t when up does not
 // stop within a bound.
-func (u *upRun) stop(t *testing.T) int {
+func (u *upRun) Stop(t *testing.T) int {
 	u.cancel()
 	code, exited := u.wait(30 * time.Second)
 	if !exited {
@@ -219,8 +223,8 @@ func TestUpDataDirLock(t *testing.T) {
 	t.Logf("the second up exited %d after %v", code, time.Since(start))
 	want := fmt.Sprintf("error: --data-dir %s is in use by process %d (another agentreach up?); stop it or choose another --data-dir",
 		dir, os.Getpid())
-	if code != exitFail || !strings.Contains(second.stderr.String(), want) {
-		t.Fatalf("second up: exit %d, stderr %q; want %d and %q", code, second.stderr.String(), exitFail, want)
+	if code != cli.ExitFail || !strings.Contains(second.stderr.String(), want) {
+		t.Fatalf("second up: exit %d, stderr %q; want %d and %q", code, second.stderr.String(), cli.ExitFail, want)
 	}
 
 	for _, id := range ids {
@@ -228,14 +232,14 @@ func TestUpDataDirLock(t *testing.T) {
 			t.Fatalf("task %s accepted by the first stack: %v, %v", id, res, err)
 		}
 	}
-	if code := first.stop(t); code != exitOK {
+	if code := first.Stop(t); code != cli.ExitOK {
 		t.Fatalf("first up exited %d; stderr:\n%s", code, first.stderr.String())
 	}
 
 	// Released: the next up on the dir starts.
 	third := startUp(t, "--nats-listen", "127.0.0.1:0", "--data-dir", dir)
 	waitOutput(t, third.stdout, "Agent-Reach is up")
-	if code := third.stop(t); code != exitOK {
+	if code := third.Stop(t); code != cli.ExitOK {
 		t.Fatalf("third up exited %d; stderr:\n%s", code, third.stderr.String())
 	}
 	nc.Close()

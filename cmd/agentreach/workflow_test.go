@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -43,58 +46,60 @@ func TestWorkflowAndRunsCommands(t *testing.T) {
 	shadow := file("shadow.yaml", "name: echo\nsteps:\n  - {name: a, call: math.add}\n")
 
 	// Validation needs no server, and names the step and field.
-	r := runCmd(t, runWorkflow, "validate", good)
-	if r.code != exitOK || !strings.Contains(r.stdout, "a valid workflow demo.flow (3 steps)") {
+	r := runCmd(t, document.RunWorkflow, "validate", good)
+	if r.code != cli.ExitOK || !strings.Contains(r.stdout, "a valid workflow demo.flow (3 steps)") {
 		t.Fatalf("validate: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
-	r = runCmd(t, runWorkflow, "validate", bad)
-	if r.code != exitFail || !strings.Contains(r.stderr, `step "big" (steps[1]).when.op: "above" is not a comparison`) {
+	r = runCmd(t, document.RunWorkflow, "validate", bad)
+	if r.code != cli.ExitFail || !strings.Contains(r.stderr, `step "big" (steps[1]).when.op: "above" is not a comparison`) {
 		t.Fatalf("validate bad: exit %d, %q", r.code, r.stderr)
 	}
 
 	url := startStack(t)
 	srv := []string{"--server", url, "--timeout", "10s"}
 	wf := func(args ...string) result {
-		return runCmd(t, runWorkflow, append(append([]string{}, srv...), args...)...)
+		return runCmd(t, document.RunWorkflow, append(append([]string{}, srv...), args...)...)
 	}
-	runs := func(args ...string) result { return runCmd(t, runRuns, append(append([]string{}, srv...), args...)...) }
+	runs := func(args ...string) result {
+		return runCmd(t, document.RunRuns, append(append([]string{}, srv...), args...)...)
+	}
 
-	if r := wf("put", bad); r.code != exitFail || !strings.Contains(r.stderr, "is not a comparison") {
+	if r := wf("put", bad); r.code != cli.ExitFail || !strings.Contains(r.stderr, "is not a comparison") {
 		t.Fatalf("put bad: exit %d, %q", r.code, r.stderr)
 	}
-	if r := wf("put", good); r.code != exitOK || !strings.Contains(r.stdout, "put workflow demo.flow (revision") || strings.Contains(r.stderr, "warning") {
+	if r := wf("put", good); r.code != cli.ExitOK || !strings.Contains(r.stdout, "put workflow demo.flow (revision") || strings.Contains(r.stderr, "warning") {
 		t.Fatalf("put: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
-	if r := wf("put", shadow); r.code != exitOK || !strings.Contains(r.stderr, "warning: workflow echo shadows the capability echo of instance echo-") {
+	if r := wf("put", shadow); r.code != cli.ExitOK || !strings.Contains(r.stderr, "warning: workflow echo shadows the capability echo of instance echo-") {
 		t.Fatalf("put a workflow named like a capability: exit %d, %q", r.code, r.stderr)
 	}
-	if r := wf("rm", "echo"); r.code != exitOK || !strings.Contains(r.stdout, "removed workflow echo") {
+	if r := wf("rm", "echo"); r.code != cli.ExitOK || !strings.Contains(r.stdout, "removed workflow echo") {
 		t.Fatalf("rm: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
-	if r := wf("rm", "echo"); r.code != exitFail || !strings.Contains(r.stderr, `holds no workflow "echo"`) {
+	if r := wf("rm", "echo"); r.code != cli.ExitFail || !strings.Contains(r.stderr, `holds no workflow "echo"`) {
 		t.Fatalf("rm again: exit %d, %q", r.code, r.stderr)
 	}
-	if r := wf("ls"); r.code != exitOK || !strings.Contains(r.stdout, "demo.flow") || !strings.Contains(r.stdout, "add,big,check") {
+	if r := wf("ls"); r.code != cli.ExitOK || !strings.Contains(r.stdout, "demo.flow") || !strings.Contains(r.stdout, "add,big,check") {
 		t.Fatalf("ls: exit %d, %q", r.code, r.stdout)
 	}
-	if r := wf("show", "demo.flow"); r.code != exitOK || !strings.Contains(r.stdout, "call: math.add") || !strings.Contains(r.stdout, "$steps.add.result.sum") {
+	if r := wf("show", "demo.flow"); r.code != cli.ExitOK || !strings.Contains(r.stdout, "call: math.add") || !strings.Contains(r.stdout, "$steps.add.result.sum") {
 		t.Fatalf("show: exit %d, %q", r.code, r.stdout)
 	}
 
 	// A call runs it as soon as the dispatcher has the definition.
 	var out struct {
 		Result map[string]any `json:"result"`
-		Meta   callMeta       `json:"meta"`
+		Meta   cli.CallMeta   `json:"meta"`
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		r := runCmd(t, runCall, append(append([]string{}, srv...), "--json", "demo.flow", `{"a": 7, "b": 8}`)...)
+		r := runCmd(t, task.RunCall, append(append([]string{}, srv...), "--json", "demo.flow", `{"a": 7, "b": 8}`)...)
 		return json.Unmarshal([]byte(r.stdout), &out)
 	})
 	if out.Result["sum"] != 15.0 || out.Meta.Status != "FINISHED" {
 		t.Fatalf("call demo.flow: %+v", out)
 	}
 	// A durable run is recorded in REACH_RUNS step by step.
-	r = runCmd(t, runSubmit, append(append([]string{}, srv...), "--json", "--wait", "demo.flow", `{"a": 7, "b": 8}`)...)
+	r = runCmd(t, task.RunSubmit, append(append([]string{}, srv...), "--json", "--wait", "demo.flow", `{"a": 7, "b": 8}`)...)
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Result["sum"] != 15.0 {
 		t.Fatalf("submit --wait demo.flow: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
@@ -130,10 +135,10 @@ func TestWorkflowAndRunsCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || len(rec.Steps) != 3 || len(rec.Decisions) != 2 {
 		t.Fatalf("runs show --json: %v, %+v", err, rec)
 	}
-	if r := runs("show", "no-such-run"); r.code != exitFail || !strings.Contains(r.stderr, "holds no run no-such-run") {
+	if r := runs("show", "no-such-run"); r.code != cli.ExitFail || !strings.Contains(r.stderr, "holds no run no-such-run") {
 		t.Fatalf("runs show of no run: exit %d, %q", r.code, r.stderr)
 	}
-	if r := runs("ls", "--status", "lost"); r.code != exitUsage || !strings.Contains(r.stderr, `unknown status "lost"`) {
+	if r := runs("ls", "--status", "lost"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, `unknown status "lost"`) {
 		t.Fatalf("runs ls --status lost: exit %d, %q", r.code, r.stderr)
 	}
 }
@@ -145,7 +150,7 @@ func TestExampleWorkflowsValidate(t *testing.T) {
 		t.Fatalf("no example workflows: %v", err)
 	}
 	for _, f := range files {
-		if r := runCmd(t, runWorkflow, "validate", f); r.code != exitOK {
+		if r := runCmd(t, document.RunWorkflow, "validate", f); r.code != cli.ExitOK {
 			t.Errorf("%s: exit %d, %q", f, r.code, r.stderr)
 		}
 	}
