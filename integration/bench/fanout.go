@@ -31,31 +31,6 @@ const (
 // fanCapability is the capability of branch k.
 func fanCapability(k int) string { return fmt.Sprintf("fan.c%d", k) }
 
-// startFanOut starts the fan-out service beside ds's dispatcher, on its
-// connection, with the dispatcher's profiling label.
-func (r *run) startFanOut(ds *dispatch) (svc *fanout.Service, err error) {
-	labelled(r.ctx, compDispatch, func(ctx context.Context) {
-		svc, err = fanout.New(ds.nc, ds.d, fanout.Config{})
-		if err == nil {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err = svc.Start(sctx)
-			cancel()
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fan-out service: %w", err)
-	}
-	return svc, nil
-}
-
-// stopFanOut drains the service (up to 3 s).
-func stopFanOut(svc *fanout.Service) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	_ = svc.Drain(ctx) // an error means gathers were still running: Close below ends them
-	_ = svc.Close()
-}
-
 // runFanOut measures a fan-out of ten branches over ten capabilities
 // against one routed call to one of them (issue 17): open loop at a light
 // load, the methods taking turns.

@@ -4,21 +4,16 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 const (
-	overheadAgents        = 4
-	overheadCallers       = 64
-	overheadRounds        = 5 // closed-loop rounds per point (1 in quick mode)
 	directSubject         = "bench.direct"
 	relaySubject          = "bench.relay"
 	relayAgentsSubj       = "bench.relay.agents"
@@ -26,7 +21,6 @@ const (
 	relayDirectSubj       = "bench.relay.direct"
 	relayProtoDirectSubj  = "bench.relay.proto.direct"
 	relayContractSubj     = "bench.relay.contract.direct"
-	echoCapability        = "echo"
 )
 
 // runOverhead measures what the dispatcher's hop costs: echo work through
@@ -491,199 +485,4 @@ func runOverhead(r *run) error {
 	r.goal("dispatcher_cpu", fmt.Sprintf("dispatcher ≤ 0.05 cores per 1k req/s: %.3f own (profiled); the whole "+
 		"routed-minus-direct difference is %.3f", ownAt, cpuPer1k), ownAt <= 0.05)
 	return nil
-}
-
-// taskCPU sums CPU by component over profiled points and the requests
-// they answered.
-type taskCPU struct {
-	byComp   map[string]time.Duration
-	answered int64
-}
-
-// taskCPUs holds a taskCPU per method.
-type taskCPUs map[string]*taskCPU
-
-// add adds one profiled point of method name.
-func (t taskCPUs) add(name string, byComp map[string]time.Duration, answered int64) {
-	tc := t[name]
-	if tc == nil {
-		tc = &taskCPU{byComp: map[string]time.Duration{}}
-		t[name] = tc
-	}
-	for k, v := range byComp {
-		tc.byComp[k] += v
-	}
-	tc.answered += answered
-}
-
-// perTask returns the microseconds of CPU per answered request of
-// component c, background GC shared out (see ownCPU).
-func (tc *taskCPU) perTask(c string) float64 {
-	return ratio(usf(ownCPU(tc.byComp, c)), float64(tc.answered))
-}
-
-// total returns the microseconds of CPU per answered request of every
-// component together.
-func (tc *taskCPU) total() float64 {
-	var d time.Duration
-	for _, v := range tc.byComp {
-		d += v
-	}
-	return ratio(usf(d), float64(tc.answered))
-}
-
-// cpuPerTask records the CPU per answered request of each method's
-// profiled 64-caller rounds, by component, and returns its table rows
-// (none when no profile could be taken).
-func cpuPerTask(r *run, methods []string, cpu taskCPUs) [][]string {
-	direct := cpu["direct"]
-	if direct == nil {
-		return nil
-	}
-	comps := []struct{ key, comp string }{{"server", compServer}, {"dispatcher", compDispatch}, {"agents", compAgents},
-		{"callers", compUnlabeled}}
-	var rows [][]string
-	for _, name := range methods {
-		tc := cpu[name]
-		if tc == nil {
-			continue
-		}
-		row := []string{name}
-		for _, c := range comps {
-			v := tc.perTask(c.comp)
-			r.set(fmt.Sprintf("%s_%s_us_per_req_c%d", name, c.key, overheadCallers), v)
-			row = append(row, f(v))
-		}
-		total := tc.total()
-		r.set(fmt.Sprintf("%s_cpu_us_per_req_c%d", name, overheadCallers), total)
-		rows = append(rows, append(row, f(total), fmt.Sprintf("%.2f", ratio(total, direct.total()))))
-	}
-	return rows
-}
-
-func usf(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-func us(d time.Duration) string { return f(usf(d)) }
-
-// startResponders starts the direct baseline's queue-group echo responders.
-func startResponders(e *env, hdr nats.Header) error {
-	for i := range overheadAgents {
-		if err := listen(e, fmt.Sprintf("direct-%d", i), func(nc *nats.Conn) (*nats.Subscription, error) {
-			return nc.QueueSubscribe(directSubject, "q", func(m *nats.Msg) {
-				_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: m.Data, Header: hdr})
-			})
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// listen opens a connection named name and subscribes on it with
-// subscribe, without pending limits, flushed so the server has the interest
-// before it returns.
-func listen(e *env, name string, subscribe func(nc *nats.Conn) (*nats.Subscription, error)) error {
-	nc, err := e.connect(name)
-	if err != nil {
-		return err
-	}
-	sub, err := subscribe(nc)
-	if err == nil {
-		err = sub.SetPendingLimits(-1, -1)
-	}
-	if err == nil {
-		err = nc.Flush()
-	}
-	return err
-}
-
-// startProtoAgents starts overheadAgents minimal agents on subjects
-// reach.agent.proto-<i>: each answers a delivery as agentkit answers one
-// that offers Reach-Reply-To — the echoed payload with a FINISHED result's
-// headers to the caller, then a bodiless Reach-Direct notice to the
-// delivery's reply subject — and does nothing else.
-func startProtoAgents(e *env) error {
-	for i := range overheadAgents {
-		id := fmt.Sprintf("proto-%d", i)
-		if err := listen(e, id, func(nc *nats.Conn) (*nats.Subscription, error) {
-			return nc.Subscribe(streams.Subjects{}.Agent(id), func(m *nats.Msg) { _ = protoAnswer(nc, m, id) })
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// relay is a bare relay: a queue-group subscriber on listen that forwards
-// each request to the subject to() names (with the headers set() adds, if
-// any), doing nothing else — no routing decision, no state but the map from
-// its own reply subjects to the callers'. The answer comes back through it,
-// or, when direct, goes from the worker to the caller. In front of the
-// direct responders it is the floor of any design that puts a hop between
-// caller and worker; in front of the echo agents, the floor of the
-// dispatcher.
-type relay struct {
-	listen string
-	to     func() string
-	set    func(h nats.Header, token string)
-	// direct hands the worker the caller's reply subject as its own: the
-	// answer never comes back through the relay.
-	direct bool
-	// offer passes the caller's reply subject in Reach-Reply-To, as the
-	// dispatcher does: an agent answers the caller itself and the relay
-	// drops its Reach-Direct notice.
-	offer bool
-}
-
-func startRelay(e *env, rl relay) error {
-	name := "relay-" + rl.listen
-	if rl.direct {
-		return listen(e, name, func(nc *nats.Conn) (*nats.Subscription, error) {
-			return nc.QueueSubscribe(rl.listen, "relay", func(m *nats.Msg) {
-				_ = nc.PublishMsg(&nats.Msg{Subject: rl.to(), Reply: m.Reply, Data: m.Data, Header: m.Header})
-			})
-		})
-	}
-	nc, err := e.connect(name)
-	if err != nil {
-		return err
-	}
-	prefix := nc.NewRespInbox() + "."
-	var mu sync.Mutex
-	pending := map[string]string{}
-	back, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
-		token := m.Subject[len(prefix):]
-		mu.Lock()
-		to, ok := pending[token]
-		delete(pending, token)
-		mu.Unlock()
-		if ok && m.Header.Get(streams.HeaderDirect) == "" {
-			_ = nc.PublishMsg(&nats.Msg{Subject: to, Data: m.Data, Header: m.Header})
-		}
-	})
-	if err != nil {
-		return err
-	}
-	fwd, err := nc.QueueSubscribe(rl.listen, "relay", func(m *nats.Msg) {
-		token := nuid.Next()
-		mu.Lock()
-		pending[token] = m.Reply
-		mu.Unlock()
-		if rl.set != nil {
-			rl.set(m.Header, token)
-		}
-		if rl.offer {
-			m.Header.Set(streams.HeaderReplyTo, m.Reply)
-		}
-		_ = nc.PublishMsg(&nats.Msg{Subject: rl.to(), Reply: prefix + token, Data: m.Data, Header: m.Header})
-	})
-	for _, s := range []*nats.Subscription{back, fwd} {
-		if err == nil {
-			err = s.SetPendingLimits(-1, -1)
-		}
-	}
-	if err == nil {
-		err = nc.Flush()
-	}
-	return err
 }
