@@ -27,15 +27,41 @@ const (
 	// ScenarioSecurity is routed throughput with auth, the ACL and TLS on
 	// against off (issue 19).
 	ScenarioSecurity = "security"
+	// ScenarioHTTP measures the HTTP gateway against NATS, and metrics with
+	// tracing against neither (issue 20).
+	ScenarioHTTP = "http"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
 var ErrUnknownScenario = errors.New("bench: unknown scenario")
 
+// scenarios is the registry: every scenario's name and the function that
+// runs it, in the order `make bench` runs them. A new scenario is one more
+// entry here (and its name's constant above).
+var scenarios = []struct {
+	name string
+	run  func(*run) error
+}{
+	{ScenarioOverhead, runOverhead},
+	{ScenarioSkew, runSkew},
+	{ScenarioDurable, runDurable},
+	{ScenarioRegistry, runRegistry},
+	{ScenarioWorkflow, runWorkflow},
+	{ScenarioMatch, runMatch},
+	{ScenarioHedge, runHedge},
+	{ScenarioFanOut, runFanOut},
+	{ScenarioBroadcast, runBroadcast},
+	{ScenarioSecurity, runSecurity},
+	{ScenarioHTTP, runHTTP},
+}
+
 // Scenarios lists the scenario names in the order `make bench` runs them.
 func Scenarios() []string {
-	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry, ScenarioWorkflow,
-		ScenarioMatch, ScenarioHedge, ScenarioFanOut, ScenarioBroadcast, ScenarioSecurity, ScenarioHTTP}
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return names
 }
 
 // Run runs one scenario in this process against a nats-server on loopback
@@ -43,32 +69,10 @@ func Scenarios() []string {
 // returns its report. It stops promptly, with ctx's error,
 // when ctx ends. Runs are not meant to overlap: each one loads the machine.
 func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
-	var fn func(*run) error
-	switch scenario {
-	case ScenarioOverhead:
-		fn = runOverhead
-	case ScenarioSkew:
-		fn = runSkew
-	case ScenarioDurable:
-		fn = runDurable
-	case ScenarioRegistry:
-		fn = runRegistry
-	case ScenarioWorkflow:
-		fn = runWorkflow
-	case ScenarioMatch:
-		fn = runMatch
-	case ScenarioHedge:
-		fn = runHedge
-	case ScenarioFanOut:
-		fn = runFanOut
-	case ScenarioBroadcast:
-		fn = runBroadcast
-	case ScenarioSecurity:
-		fn = runSecurity
-	case ScenarioHTTP:
-		fn = runHTTP
-	default:
-		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownScenario, scenario, strings.Join(Scenarios(), ", "))
+	for _, s := range scenarios {
+		if s.name == scenario {
+			return execute(ctx, scenario, o, s.run)
+		}
 	}
-	return execute(ctx, scenario, o, fn)
+	return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownScenario, scenario, strings.Join(Scenarios(), ", "))
 }

@@ -16,10 +16,6 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// ScenarioHTTP measures the HTTP gateway against NATS, and metrics with
-// tracing against neither (issue 20).
-const ScenarioHTTP = "http"
-
 const (
 	// sampledShare is the share of traces the sampled round records.
 	sampledShare = 0.1
