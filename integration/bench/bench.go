@@ -5,7 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/agent-reach/agentreach/integration/bench/harness"
+	"github.com/agent-reach/agentreach/integration/bench/routing"
+	"github.com/agent-reach/agentreach/integration/bench/scale"
+	"github.com/agent-reach/agentreach/integration/bench/tiers"
 )
+
+// Options configures a run (harness.Options). The zero value runs the
+// full-length scenario without progress display or log lines.
+type Options = harness.Options
+
+// Report is the outcome of one scenario (harness.Report).
+type Report = harness.Report
+
+// ServeChild turns this process into a bench nats-server when it was
+// started as one by a scenario that measures the server apart from itself
+// (registry); otherwise it returns at once. Programs that run scenarios
+// call it first thing in main (agentreach does) or TestMain
+// (harness.ServeChild).
+func ServeChild() { harness.ServeChild() }
 
 // Scenario names, as Run and `agentreach bench <scenario>` take them.
 const (
@@ -40,19 +59,19 @@ var ErrUnknownScenario = errors.New("bench: unknown scenario")
 // entry here (and its name's constant above).
 var scenarios = []struct {
 	name string
-	run  func(*run) error
+	run  func(*harness.Run) error
 }{
-	{ScenarioOverhead, runOverhead},
-	{ScenarioSkew, runSkew},
-	{ScenarioDurable, runDurable},
-	{ScenarioRegistry, runRegistry},
-	{ScenarioWorkflow, runWorkflow},
-	{ScenarioMatch, runMatch},
-	{ScenarioHedge, runHedge},
-	{ScenarioFanOut, runFanOut},
-	{ScenarioBroadcast, runBroadcast},
-	{ScenarioSecurity, runSecurity},
-	{ScenarioHTTP, runHTTP},
+	{ScenarioOverhead, routing.Overhead},
+	{ScenarioSkew, routing.Skew},
+	{ScenarioDurable, tiers.Durable},
+	{ScenarioRegistry, scale.Registry},
+	{ScenarioWorkflow, tiers.Workflow},
+	{ScenarioMatch, scale.Match},
+	{ScenarioHedge, routing.Hedge},
+	{ScenarioFanOut, routing.FanOut},
+	{ScenarioBroadcast, scale.Broadcast},
+	{ScenarioSecurity, routing.Security},
+	{ScenarioHTTP, tiers.HTTP},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.
@@ -71,7 +90,7 @@ func Scenarios() []string {
 func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 	for _, s := range scenarios {
 		if s.name == scenario {
-			return execute(ctx, scenario, o, s.run)
+			return harness.Execute(ctx, scenario, o, s.run)
 		}
 	}
 	return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownScenario, scenario, strings.Join(Scenarios(), ", "))
