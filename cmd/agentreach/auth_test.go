@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
@@ -24,52 +25,52 @@ import (
 
 func TestAuthCommands(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "auth")
-	auth := func(args ...string) result {
-		return runCmd(t, stack.RunAuth, append([]string{"--dir", dir}, args...)...)
+	auth := func(args ...string) clitest.Result {
+		return clitest.RunCmd(t, stack.RunAuth, append([]string{"--dir", dir}, args...)...)
 	}
-	expect(t, auth("ls"), cli.ExitFail, "no identity store", "agentreach auth init --dir")
-	expect(t, auth("init"), cli.ExitOK, "out:identity store made in "+dir, "out:keys/verifier.nk")
-	expect(t, auth("init"), cli.ExitFail, "identity store exists")
-	expect(t, auth("agent", "echo-1"), cli.ExitUsage, "--type is required")
-	expect(t, auth("agent", "echo 1", "--type", "echo"), cli.ExitUsage, `name: invalid name: instance id "echo 1"`)
-	expect(t, auth("agent", "echo-1", "--type", "Echo"), cli.ExitUsage, `type: invalid name: capability "Echo"`)
-	expect(t, auth("caller", "web", "--type", "echo"), cli.ExitUsage, "--type: only for 'auth agent'")
-	expect(t, auth("agent", "echo-1", "--type", "echo"), cli.ExitOK, "out:agent echo-1: credentials in "+filepath.Join(dir, "creds", "echo-1.creds"))
-	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.>.x"), cli.ExitUsage, `serves[0]: "risk.>.x": '>' may only be the last token`)
-	expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.*, fraud.score"), cli.ExitOK, "out:agent risk-1: credentials in")
-	expect(t, auth("caller", "web", "--serves", "echo"), cli.ExitUsage, "--serves: only for 'auth agent' and 'auth grant'")
-	expect(t, auth("grant", "risk-1"), cli.ExitUsage, "grant: --serves is required")
-	expect(t, auth("grant", "risk-1", "--serves", "Risk"), cli.ExitUsage, `serves[0]: "Risk"`)
-	expect(t, auth("grant", "nobody", "--serves", "risk.>"), cli.ExitFail, "unknown identity: nobody")
-	expect(t, auth("grant", "risk-1", "--serves", "risk.>,fraud.score"), cli.ExitOK, "out:agent risk-1 may be routed risk.>, fraud.score")
-	expect(t, auth("ls"), cli.ExitOK, "out:echo-1  agent  echo  echo,echo.>", "out:risk-1  agent  risk  risk.>,fraud.score")
-	expect(t, auth("revoke", "risk-1"), cli.ExitOK, "out:agent risk-1 revoked at")
-	expect(t, auth("grant", "risk-1", "--serves", "risk.>"), cli.ExitUsage, "risk-1 was revoked")
-	expect(t, auth("caller", "web"), cli.ExitOK, "out:caller web")
-	expect(t, auth("dispatcher", "d1", "--json"), cli.ExitOK, `out:"name":"d1","role":"dispatcher"`)
-	expect(t, auth("caller", "web"), cli.ExitFail, "identity exists: web")
-	expect(t, auth("caller"), cli.ExitUsage, "caller: want NAME")
-	expect(t, auth("frob"), cli.ExitUsage, `unknown sub-command "frob"`)
-	expect(t, auth("revoke", "nobody"), cli.ExitFail, "unknown identity: nobody")
-	expect(t, auth("revoke", "web"), cli.ExitOK, "out:caller web revoked at")
-	expect(t, auth("caller", "web"), cli.ExitFail, "names are never reused")
-	expect(t, auth("token", "web"), cli.ExitFail, "web was revoked")
-	expect(t, auth("token", "nobody"), cli.ExitFail, "unknown identity: nobody")
-	expect(t, auth("token", "d1"), cli.ExitOK, "out:ar1.d1.")
+	clitest.Expect(t, auth("ls"), cli.ExitFail, "no identity store", "agentreach auth init --dir")
+	clitest.Expect(t, auth("init"), cli.ExitOK, "out:identity store made in "+dir, "out:keys/verifier.nk")
+	clitest.Expect(t, auth("init"), cli.ExitFail, "identity store exists")
+	clitest.Expect(t, auth("agent", "echo-1"), cli.ExitUsage, "--type is required")
+	clitest.Expect(t, auth("agent", "echo 1", "--type", "echo"), cli.ExitUsage, `name: invalid name: instance id "echo 1"`)
+	clitest.Expect(t, auth("agent", "echo-1", "--type", "Echo"), cli.ExitUsage, `type: invalid name: capability "Echo"`)
+	clitest.Expect(t, auth("caller", "web", "--type", "echo"), cli.ExitUsage, "--type: only for 'auth agent'")
+	clitest.Expect(t, auth("agent", "echo-1", "--type", "echo"), cli.ExitOK, "out:agent echo-1: credentials in "+filepath.Join(dir, "creds", "echo-1.creds"))
+	clitest.Expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.>.x"), cli.ExitUsage, `serves[0]: "risk.>.x": '>' may only be the last token`)
+	clitest.Expect(t, auth("agent", "risk-1", "--type", "risk", "--serves", "risk.*, fraud.score"), cli.ExitOK, "out:agent risk-1: credentials in")
+	clitest.Expect(t, auth("caller", "web", "--serves", "echo"), cli.ExitUsage, "--serves: only for 'auth agent' and 'auth grant'")
+	clitest.Expect(t, auth("grant", "risk-1"), cli.ExitUsage, "grant: --serves is required")
+	clitest.Expect(t, auth("grant", "risk-1", "--serves", "Risk"), cli.ExitUsage, `serves[0]: "Risk"`)
+	clitest.Expect(t, auth("grant", "nobody", "--serves", "risk.>"), cli.ExitFail, "unknown identity: nobody")
+	clitest.Expect(t, auth("grant", "risk-1", "--serves", "risk.>,fraud.score"), cli.ExitOK, "out:agent risk-1 may be routed risk.>, fraud.score")
+	clitest.Expect(t, auth("ls"), cli.ExitOK, "out:echo-1  agent  echo  echo,echo.>", "out:risk-1  agent  risk  risk.>,fraud.score")
+	clitest.Expect(t, auth("revoke", "risk-1"), cli.ExitOK, "out:agent risk-1 revoked at")
+	clitest.Expect(t, auth("grant", "risk-1", "--serves", "risk.>"), cli.ExitUsage, "risk-1 was revoked")
+	clitest.Expect(t, auth("caller", "web"), cli.ExitOK, "out:caller web")
+	clitest.Expect(t, auth("dispatcher", "d1", "--json"), cli.ExitOK, `out:"name":"d1","role":"dispatcher"`)
+	clitest.Expect(t, auth("caller", "web"), cli.ExitFail, "identity exists: web")
+	clitest.Expect(t, auth("caller"), cli.ExitUsage, "caller: want NAME")
+	clitest.Expect(t, auth("frob"), cli.ExitUsage, `unknown sub-command "frob"`)
+	clitest.Expect(t, auth("revoke", "nobody"), cli.ExitFail, "unknown identity: nobody")
+	clitest.Expect(t, auth("revoke", "web"), cli.ExitOK, "out:caller web revoked at")
+	clitest.Expect(t, auth("caller", "web"), cli.ExitFail, "names are never reused")
+	clitest.Expect(t, auth("token", "web"), cli.ExitFail, "web was revoked")
+	clitest.Expect(t, auth("token", "nobody"), cli.ExitFail, "unknown identity: nobody")
+	clitest.Expect(t, auth("token", "d1"), cli.ExitOK, "out:ar1.d1.")
 	r := auth("ls", "--json")
 	var rows []stack.IdentityJSON
-	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 4 {
-		t.Fatalf("ls --json: %q (%v)", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil || len(rows) != 4 {
+		t.Fatalf("ls --json: %q (%v)", r.Stdout, err)
 	}
 	if rows[0].Name != "d1" || rows[1].Name != "echo-1" || rows[1].Type != "echo" || rows[2].Name != "risk-1" || rows[2].Serves[1] != "fraud.score" ||
 		rows[3].Name != "web" || rows[3].Active() || rows[3].Creds != "" {
 		t.Fatalf("ls --json rows: %+v", rows)
 	}
-	expect(t, auth("ls"), cli.ExitOK, "out:NAME", "out:echo-1  agent", "out:revoked ")
+	clitest.Expect(t, auth("ls"), cli.ExitOK, "out:NAME", "out:echo-1  agent", "out:revoked ")
 
 	certs := filepath.Join(t.TempDir(), "certs")
-	expect(t, auth("tls"), cli.ExitUsage, "--out is required")
-	expect(t, auth("tls", "--out", certs, "--hosts", "nats-1,127.0.0.1"), cli.ExitOK, "out:server certificate for nats-1, 127.0.0.1")
+	clitest.Expect(t, auth("tls"), cli.ExitUsage, "--out is required")
+	clitest.Expect(t, auth("tls", "--out", certs, "--hosts", "nats-1,127.0.0.1"), cli.ExitOK, "out:server certificate for nats-1, 127.0.0.1")
 	for _, f := range []string{"ca.pem", "ca-key.pem", "server.pem", "server-key.pem", "client.pem", "client-key.pem"} {
 		if _, err := os.Stat(filepath.Join(certs, f)); err != nil {
 			t.Errorf("auth tls wrote no %s: %v", f, err)
@@ -78,7 +79,7 @@ func TestAuthCommands(t *testing.T) {
 
 	// The server configuration of operator mode is one nats-server takes.
 	conf := filepath.Join(t.TempDir(), "auth.conf")
-	expect(t, auth("server-config", "--resolver-dir", filepath.Join(t.TempDir(), "jwt"), "--out", conf), cli.ExitOK, "written to "+conf)
+	clitest.Expect(t, auth("server-config", "--resolver-dir", filepath.Join(t.TempDir(), "jwt"), "--out", conf), cli.ExitOK, "written to "+conf)
 	main := filepath.Join(filepath.Dir(conf), "server.conf")
 	if err := os.WriteFile(main, []byte("listen: 127.0.0.1:-1\njetstream {store_dir: "+filepath.Join(t.TempDir(), "js")+"}\ninclude ./auth.conf\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -99,19 +100,19 @@ func TestAuthCommands(t *testing.T) {
 // call within the sync, and a revoked one cannot — over NATS and through
 // the HTTP gateway with the identity's bearer token.
 func TestUpWithAuthAndTLS(t *testing.T) {
-	before := goroutines()
+	before := clitest.Goroutines()
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	url := "tls://" + listen
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr clitest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- stack.RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
 			"--auth", "--tls", "--tls-verify", "--http", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
-	waitOutput(t, &stdout, "Agent-Reach is up")
+	clitest.WaitOutput(t, &stdout, "Agent-Reach is up")
 	tlsArgs := []string{"--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--tls-cert", filepath.Join(dir, "tls", "client.pem"),
 		"--tls-key", filepath.Join(dir, "tls", "client-key.pem")}
 	creds := func(name string) string { return filepath.Join(dir, "auth", "creds", name+".creds") }
@@ -128,39 +129,39 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	if strings.Contains(strings.ToLower(stderr.String()), "publish violation") {
 		t.Errorf("up --auth started with a refused publish:\n%s", stderr.String())
 	}
-	call := func(args ...string) result {
-		return runCmd(t, task.RunCall, append(append([]string{"--server", url, "--timeout", "2s"}, args...), "echo", `{"text":"hi"}`)...)
+	call := func(args ...string) clitest.Result {
+		return clitest.RunCmd(t, task.RunCall, append(append([]string{"--server", url, "--timeout", "2s"}, args...), "echo", `{"text":"hi"}`)...)
 	}
-	expect(t, call(tlsArgs...), cli.ExitFail, "Authorization Violation")
-	expect(t, call("--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--creds", creds("cli")), cli.ExitFail, "tls")
-	r := runCmd(t, inspect.RunAgents, append([]string{"--server", url, "--json"}, as(stack.UpDispatcherIdentity)...)...)
+	clitest.Expect(t, call(tlsArgs...), cli.ExitFail, "Authorization Violation")
+	clitest.Expect(t, call("--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--creds", creds("cli")), cli.ExitFail, "tls")
+	r := clitest.RunCmd(t, inspect.RunAgents, append([]string{"--server", url, "--json"}, as(stack.UpDispatcherIdentity)...)...)
 	var entries []inspect.AgentJSON
-	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 || entries[0].ID != "echo-1" {
-		t.Fatalf("agents --json: exit %d, %+v (%v), stderr %q", r.code, entries, err, r.stderr)
+	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil || len(entries) != 4 || entries[0].ID != "echo-1" {
+		t.Fatalf("agents --json: exit %d, %+v (%v), stderr %q", r.Code, entries, err, r.Stderr)
 	}
 	// A caller may not read the registry: the server's refusal is named at
 	// once, not left to a timeout, and nothing hints at provisioning.
-	refused := make(chan result, 1)
+	refused := make(chan clitest.Result, 1)
 	go func() {
-		refused <- runCmd(t, inspect.RunAgents, append([]string{"--server", url, "--timeout", "10m", "--json"}, as("cli")...)...)
+		refused <- clitest.RunCmd(t, inspect.RunAgents, append([]string{"--server", url, "--timeout", "10m", "--json"}, as("cli")...)...)
 	}()
 	select {
 	case r = <-refused:
 	case <-time.After(time.Minute): // a bound on the wait; TestBoundedEndsOnRefusal checks the mechanism
 		t.Fatal("agents as a caller waited for its --timeout instead of failing on the refusal")
 	}
-	if code := failureCode(t, r.stdout); r.code != cli.ExitFail || code != "UNAUTHORIZED" ||
-		!strings.Contains(r.stderr, `error: permission denied: Permissions Violation for Publish to "$JS.API.STREAM.INFO.KV_REACH_AGENTS"`) ||
-		strings.Contains(r.stderr, "provisioning") || strings.Contains(r.stderr, "deadline") {
-		t.Errorf("agents as a caller: exit %d, code %s, stderr %q", r.code, code, r.stderr)
+	if code := clitest.FailureCode(t, r.Stdout); r.Code != cli.ExitFail || code != "UNAUTHORIZED" ||
+		!strings.Contains(r.Stderr, `error: permission denied: Permissions Violation for Publish to "$JS.API.STREAM.INFO.KV_REACH_AGENTS"`) ||
+		strings.Contains(r.Stderr, "provisioning") || strings.Contains(r.Stderr, "deadline") {
+		t.Errorf("agents as a caller: exit %d, code %s, stderr %q", r.Code, code, r.Stderr)
 	}
 
 	// Identities change while it runs.
 	authDir := []string{"--dir", filepath.Join(dir, "auth")}
-	expect(t, runCmd(t, stack.RunAuth, append(authDir, "caller", "web")...), cli.ExitOK, "out:caller web")
+	clitest.Expect(t, clitest.RunCmd(t, stack.RunAuth, append(authDir, "caller", "web")...), cli.ExitOK, "out:caller web")
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if r := call(as("web")...); r.code != cli.ExitOK {
-			return errors.New(r.stderr)
+		if r := call(as("web")...); r.Code != cli.ExitOK {
+			return errors.New(r.Stderr)
 		}
 		return nil
 	})
@@ -168,7 +169,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	// The gateway: bearer tokens name identities under the same ACL.
 	base := bannerURL(t, stdout.String())
 	token := func(name string) string {
-		return strings.TrimSpace(runCmd(t, stack.RunAuth, append(authDir, "token", name)...).stdout)
+		return strings.TrimSpace(clitest.RunCmd(t, stack.RunAuth, append(authDir, "token", name)...).Stdout)
 	}
 	web := token("web")
 	if !strings.Contains(stdout.String(), "Authorization: Bearer $(agentreach auth token --dir "+filepath.Join(dir, "auth")+" cli)") {
@@ -222,9 +223,9 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		return nil
 	})
 
-	expect(t, runCmd(t, stack.RunAuth, append(authDir, "revoke", "web")...), cli.ExitOK, "out:caller web revoked")
+	clitest.Expect(t, clitest.RunCmd(t, stack.RunAuth, append(authDir, "revoke", "web")...), cli.ExitOK, "out:caller web revoked")
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if r := call(as("web")...); r.code == cli.ExitOK {
+		if r := call(as("web")...); r.Code == cli.ExitOK {
 			return errors.New("the revoked caller still calls")
 		}
 		if status, body := httpDo(t, "POST", base+"v1/call/echo", "Bearer "+web, `{}`); status != http.StatusForbidden {
@@ -232,7 +233,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		}
 		return nil
 	})
-	expect(t, call(as("cli")...), cli.ExitOK, `out:"text": "hi"`)
+	clitest.Expect(t, call(as("cli")...), cli.ExitOK, `out:"text": "hi"`)
 
 	cancel()
 	select {
@@ -243,7 +244,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("runUp did not stop within 30s")
 	}
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }
 
 // bannerURL returns the dashboard's URL from up's banner.

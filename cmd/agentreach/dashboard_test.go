@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
@@ -51,11 +52,11 @@ func chromium(t *testing.T) string {
 // $AGENTREACH_SCREENSHOT when set (docs/dashboard.png is made so).
 func TestDashboardInABrowser(t *testing.T) {
 	chromium(t) // before starting anything: the test never skips
-	before := goroutines()
+	before := clitest.Goroutines()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	u := startUp(t, "--nats-listen", listen, "--data-dir", t.TempDir(), "--demo", "--slow-delay", "300ms", "--http", httpAddr)
-	waitOutput(t, u.stdout, "Agent-Reach is up")
+	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
 	base := "http://" + httpAddr + "/"
 	if !strings.Contains(u.stdout.String(), "dashboard   "+base) {
 		t.Fatalf("the banner does not give the dashboard's URL %s:\n%s", base, u.stdout.String())
@@ -164,7 +165,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if code := u.Stop(t); code != cli.ExitOK {
 		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
 	}
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }
 
 // TestDashboardWithAuth opens the dashboard of `up --auth --demo` in
@@ -173,15 +174,15 @@ func TestDashboardInABrowser(t *testing.T) {
 // leaves the address bar.
 func TestDashboardWithAuth(t *testing.T) {
 	chromium(t)
-	before := goroutines()
+	before := clitest.Goroutines()
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	u := startUp(t, "--nats-listen", listen, "--data-dir", dir, "--auth", "--demo", "--http", httpAddr)
-	waitOutput(t, u.stdout, "Agent-Reach is up")
+	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
 	base := "http://" + httpAddr + "/"
 	agentIDs := bannerAgents(t, u.stdout.String())
-	token := strings.TrimSpace(runCmd(t, stack.RunAuth, "--dir", filepath.Join(dir, "auth"), "token", stack.UpCallerIdentity).stdout)
+	token := strings.TrimSpace(clitest.RunCmd(t, stack.RunAuth, "--dir", filepath.Join(dir, "auth"), "token", stack.UpCallerIdentity).Stdout)
 
 	b := openBrowser(t)
 	if err := chromedp.Do(b.ctx, chromedp.Navigate(base)); err != nil {
@@ -205,7 +206,7 @@ func TestDashboardWithAuth(t *testing.T) {
 	if code := u.Stop(t); code != cli.ExitOK {
 		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
 	}
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }
 
 // browser is a headless Chromium for one test.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -55,23 +55,15 @@ func park(t *testing.T, url, subject, requestID, reason, body string, extra ...s
 // listParked runs `<cmd> ls --json` and decodes the entries.
 func listParked(t *testing.T, run cli.RunFunc, srv []string) []cli.ParkedJSON {
 	t.Helper()
-	r := runCmd(t, run, append(append([]string{}, srv...), "ls", "--json")...)
-	if r.code != cli.ExitOK {
-		t.Fatalf("ls: exit %d: %s", r.code, r.stderr)
+	r := clitest.RunCmd(t, run, append(append([]string{}, srv...), "ls", "--json")...)
+	if r.Code != cli.ExitOK {
+		t.Fatalf("ls: exit %d: %s", r.Code, r.Stderr)
 	}
 	var out []cli.ParkedJSON
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		t.Fatalf("ls --json: %q: %v", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		t.Fatalf("ls --json: %q: %v", r.Stdout, err)
 	}
 	return out
-}
-
-// setConfirmInput makes purge read its confirmation from answer, as if from
-// a terminal or not, until the test ends.
-func setConfirmInput(t *testing.T, answer string, terminal bool) {
-	old := cli.ConfirmInput
-	cli.ConfirmInput = func() (io.Reader, bool) { return strings.NewReader(answer), terminal }
-	t.Cleanup(func() { cli.ConfirmInput = old })
 }
 
 func TestDurableCommands(t *testing.T) {
@@ -80,31 +72,31 @@ func TestDurableCommands(t *testing.T) {
 	with := func(args ...string) []string { return append(append([]string{}, srv...), args...) }
 
 	t.Run("submit then result", func(t *testing.T) {
-		r := runCmd(t, task.RunSubmit, with("echo", `{"text":"durable"}`)...)
-		if r.code != cli.ExitOK {
-			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		r := clitest.RunCmd(t, task.RunSubmit, with("echo", `{"text":"durable"}`)...)
+		if r.Code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
-		id := strings.TrimSpace(r.stdout)
+		id := strings.TrimSpace(r.Stdout)
 		if _, err := uuid.Parse(id); err != nil {
-			t.Fatalf("stdout %q is not a request id: %v", r.stdout, err)
+			t.Fatalf("stdout %q is not a request id: %v", r.Stdout, err)
 		}
-		r = runCmd(t, task.RunResult, with("--wait", id)...)
-		if want := "{\n  \"text\": \"durable\"\n}\n"; r.code != cli.ExitOK || r.stdout != want {
-			t.Fatalf("result --wait: exit %d, stdout %q (want %q), stderr %q", r.code, r.stdout, want, r.stderr)
+		r = clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+		if want := "{\n  \"text\": \"durable\"\n}\n"; r.Code != cli.ExitOK || r.Stdout != want {
+			t.Fatalf("result --wait: exit %d, stdout %q (want %q), stderr %q", r.Code, r.Stdout, want, r.Stderr)
 		}
 		for _, want := range []string{"status=FINISHED", "node=echo-", "attempt=1", "request_id=" + id} {
-			if !strings.Contains(r.stderr, want) {
-				t.Errorf("stderr %q lacks %q", r.stderr, want)
+			if !strings.Contains(r.Stderr, want) {
+				t.Errorf("stderr %q lacks %q", r.Stderr, want)
 			}
 		}
 		// Recorded: without --wait too, and as JSON.
-		r = runCmd(t, task.RunResult, with("--json", id)...)
+		r = clitest.RunCmd(t, task.RunResult, with("--json", id)...)
 		var out struct {
 			Result map[string]any `json:"result"`
 			Meta   cli.CallMeta   `json:"meta"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitOK {
-			t.Fatalf("result --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || r.Code != cli.ExitOK {
+			t.Fatalf("result --json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 		}
 		if out.Result["text"] != "durable" || out.Meta.Status != "FINISHED" || out.Meta.RequestID != id {
 			t.Fatalf("result --json: %+v", out)
@@ -113,53 +105,53 @@ func TestDurableCommands(t *testing.T) {
 
 	t.Run("submit --wait", func(t *testing.T) {
 		id := "cli-" + uuid.NewString()
-		r := runCmd(t, task.RunSubmit, with("--wait", "--request-id", id, "--header", "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		r := clitest.RunCmd(t, task.RunSubmit, with("--wait", "--request-id", id, "--header", "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 			"echo", `{"n":[1,2]}`)...)
-		if r.code != cli.ExitOK || strings.Join(strings.Fields(r.stdout), "") != `{"n":[1,2]}` {
-			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		if r.Code != cli.ExitOK || strings.Join(strings.Fields(r.Stdout), "") != `{"n":[1,2]}` {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		if !strings.Contains(r.stderr, "status=FINISHED") || !strings.Contains(r.stderr, "request_id="+id) {
-			t.Fatalf("stderr %q", r.stderr)
+		if !strings.Contains(r.Stderr, "status=FINISHED") || !strings.Contains(r.Stderr, "request_id="+id) {
+			t.Fatalf("stderr %q", r.Stderr)
 		}
-		r = runCmd(t, task.RunSubmit, with("--json", "--wait", "math.add", `{"a":1,"b":2}`)...)
+		r = clitest.RunCmd(t, task.RunSubmit, with("--json", "--wait", "math.add", `{"a":1,"b":2}`)...)
 		var out task.CallOutput
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitOK ||
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || r.Code != cli.ExitOK ||
 			strings.Join(strings.Fields(string(out.Result)), "") != `{"sum":3}` || out.Meta == nil || out.Meta.RequestID == "" {
-			t.Fatalf("--json --wait: exit %d, stdout %q (%v), stderr %q", r.code, r.stdout, err, r.stderr)
+			t.Fatalf("--json --wait: exit %d, stdout %q (%v), stderr %q", r.Code, r.Stdout, err, r.Stderr)
 		}
-		r = runCmd(t, task.RunSubmit, with("--json", "echo")...)
+		r = clitest.RunCmd(t, task.RunSubmit, with("--json", "echo")...)
 		var sub task.SubmitOutput
-		if err := json.Unmarshal([]byte(r.stdout), &sub); err != nil || r.code != cli.ExitOK || sub.RequestID == "" {
-			t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &sub); err != nil || r.Code != cli.ExitOK || sub.RequestID == "" {
+			t.Fatalf("--json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 		}
 	})
 
 	t.Run("business rejection is an outcome", func(t *testing.T) {
-		r := runCmd(t, task.RunSubmit, with("--wait", "math.add", `{"a":1}`)...)
-		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: BIZ_REJECT: ") {
-			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		r := clitest.RunCmd(t, task.RunSubmit, with("--wait", "math.add", `{"a":1}`)...)
+		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: BIZ_REJECT: ") {
+			t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 		}
 	})
 
 	t.Run("no capable agent: the task waits", func(t *testing.T) {
-		r := runCmd(t, task.RunSubmit, with("nobody.home", `{}`)...)
-		if r.code != cli.ExitOK {
-			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		r := clitest.RunCmd(t, task.RunSubmit, with("nobody.home", `{}`)...)
+		if r.Code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
-		id := strings.TrimSpace(r.stdout)
-		r = runCmd(t, task.RunResult, with(id)...)
-		if r.code != cli.ExitFail || r.stdout != "" || !strings.Contains(r.stderr, "error: no outcome recorded for "+id+
+		id := strings.TrimSpace(r.Stdout)
+		r = clitest.RunCmd(t, task.RunResult, with(id)...)
+		if r.Code != cli.ExitFail || r.Stdout != "" || !strings.Contains(r.Stderr, "error: no outcome recorded for "+id+
 			": no result, dead letter or review entry; the task may still wait or run, or was never submitted\n") {
-			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		r = runCmd(t, task.RunResult, with("--json", id)...)
-		if e := decodeFailure(t, r); r.code != cli.ExitFail || e.Error.Code != cli.CodeNotFound || !strings.Contains(e.Error.Message, id) {
-			t.Fatalf("result --json: exit %d, stdout %q", r.code, r.stdout)
+		r = clitest.RunCmd(t, task.RunResult, with("--json", id)...)
+		if e := clitest.DecodeFailure(t, r); r.Code != cli.ExitFail || e.Error.Code != cli.CodeNotFound || !strings.Contains(e.Error.Message, id) {
+			t.Fatalf("result --json: exit %d, stdout %q", r.Code, r.Stdout)
 		}
-		r = runCmd(t, task.RunResult, with("--wait", "--timeout", "300ms", id)...)
-		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: DEADLINE_EXCEEDED: ") ||
-			!strings.Contains(r.stderr, "or was never submitted") || !strings.Contains(r.stderr, "'agentreach result "+id+"'") {
-			t.Fatalf("result --wait: exit %d, stderr %q", r.code, r.stderr)
+		r = clitest.RunCmd(t, task.RunResult, with("--wait", "--timeout", "300ms", id)...)
+		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: DEADLINE_EXCEEDED: ") ||
+			!strings.Contains(r.Stderr, "or was never submitted") || !strings.Contains(r.Stderr, "'agentreach result "+id+"'") {
+			t.Fatalf("result --wait: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 		// It waits in REACH_TASKS, not in a queue for people.
 		for _, e := range append(listParked(t, task.RunDLQ, srv), listParked(t, task.RunReview, srv)...) {
@@ -170,11 +162,11 @@ func TestDurableCommands(t *testing.T) {
 	})
 
 	t.Run("poison dead letter: ls, show, purge", func(t *testing.T) {
-		r := runCmd(t, task.RunSubmit, with("math.add", `{"a":"x","b":1}`)...)
-		if r.code != cli.ExitOK {
-			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		r := clitest.RunCmd(t, task.RunSubmit, with("math.add", `{"a":"x","b":1}`)...)
+		if r.Code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
-		id := strings.TrimSpace(r.stdout)
+		id := strings.TrimSpace(r.Stdout)
 		var dead cli.ParkedJSON
 		natstest.WaitFor(t, 20*time.Second, func() error {
 			for _, e := range listParked(t, task.RunDLQ, srv) {
@@ -192,10 +184,10 @@ func TestDurableCommands(t *testing.T) {
 		}
 		seq := strconv.FormatUint(dead.Seq, 10)
 
-		r = runCmd(t, task.RunDLQ, with("ls")...)
-		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		if r.code != cli.ExitOK || len(lines) != 2 {
-			t.Fatalf("ls: exit %d, stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+		r = clitest.RunCmd(t, task.RunDLQ, with("ls")...)
+		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		if r.Code != cli.ExitOK || len(lines) != 2 {
+			t.Fatalf("ls: exit %d, stdout:\n%s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 		}
 		for _, col := range []string{"SEQ", "CAPABILITY", "REQUEST ID", "REASON", "CODE", "ATTEMPTS", "COUNT", "AGE", "LAST ERROR"} {
 			if !strings.Contains(lines[0], col) {
@@ -206,79 +198,79 @@ func TestDurableCommands(t *testing.T) {
 			t.Errorf("row %q", lines[1])
 		}
 
-		r = runCmd(t, task.RunDLQ, with("show", seq)...)
+		r = clitest.RunCmd(t, task.RunDLQ, with("show", seq)...)
 		for _, want := range []string{"Stream:     REACH_DLQ\n", "Seq:        " + seq + "\n", "Reason:     poison\n", "Code:       BAD_REQUEST\n",
 			"Request ID: " + id + "\n", "Headers:\n", "  Reach-Request-Id: " + id + "\n", "  Reach-DLQ-Reason: poison\n",
 			"Payload:\n{\n  \"a\": \"x\",\n  \"b\": 1\n}\n"} {
-			if r.code != cli.ExitOK || !strings.Contains(r.stdout, want) {
-				t.Errorf("show: exit %d, stdout lacks %q:\n%s", r.code, want, r.stdout)
+			if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, want) {
+				t.Errorf("show: exit %d, stdout lacks %q:\n%s", r.Code, want, r.Stdout)
 			}
 		}
-		r = runCmd(t, task.RunDLQ, with("show", "--json", seq)...)
+		r = clitest.RunCmd(t, task.RunDLQ, with("show", "--json", seq)...)
 		var shown cli.ParkedJSON
-		if err := json.Unmarshal([]byte(r.stdout), &shown); err != nil || shown.RequestID != id || shown.Header.Get(streams.HeaderRequestID) != id {
-			t.Fatalf("show --json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &shown); err != nil || shown.RequestID != id || shown.Header.Get(streams.HeaderRequestID) != id {
+			t.Fatalf("show --json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 		}
 
 		// result says where the task is, with --wait or without.
 		for _, wait := range [][]string{nil, {"--wait"}} {
-			r := runCmd(t, task.RunResult, with(append(wait, id)...)...)
-			if want := "error: parked in REACH_DLQ (seq " + seq + ", reason poison): BAD_REQUEST: "; r.code != cli.ExitFail ||
-				!strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "'agentreach dlq replay "+seq+"'") || r.stdout != "" {
-				t.Fatalf("result %v: exit %d, stdout %q, stderr %q; want %q", wait, r.code, r.stdout, r.stderr, want)
+			r := clitest.RunCmd(t, task.RunResult, with(append(wait, id)...)...)
+			if want := "error: parked in REACH_DLQ (seq " + seq + ", reason poison): BAD_REQUEST: "; r.Code != cli.ExitFail ||
+				!strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "'agentreach dlq replay "+seq+"'") || r.Stdout != "" {
+				t.Fatalf("result %v: exit %d, stdout %q, stderr %q; want %q", wait, r.Code, r.Stdout, r.Stderr, want)
 			}
-			r = runCmd(t, task.RunResult, with(append(wait, "--json", id)...)...)
-			e := decodeFailure(t, r)
-			if r.code != cli.ExitFail || e.Error.Code != streams.CodeBadRequest || e.Parked == nil || e.Parked.Seq != dead.Seq ||
+			r = clitest.RunCmd(t, task.RunResult, with(append(wait, "--json", id)...)...)
+			e := clitest.DecodeFailure(t, r)
+			if r.Code != cli.ExitFail || e.Error.Code != streams.CodeBadRequest || e.Parked == nil || e.Parked.Seq != dead.Seq ||
 				e.Parked.Stream != streams.StreamDLQ || e.Parked.Reason != dispatcher.ReasonPoison || e.Meta == nil || e.Meta.RequestID != id {
-				t.Fatalf("result %v --json: exit %d, stdout %q", wait, r.code, r.stdout)
+				t.Fatalf("result %v --json: exit %d, stdout %q", wait, r.Code, r.Stdout)
 			}
 		}
 
-		setConfirmInput(t, "", false)
-		r = runCmd(t, task.RunDLQ, with("purge")...)
-		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "pass --yes") {
-			t.Fatalf("purge without a terminal: exit %d, stderr %q", r.code, r.stderr)
+		clitest.SetConfirmInput(t, "", false)
+		r = clitest.RunCmd(t, task.RunDLQ, with("purge")...)
+		if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "pass --yes") {
+			t.Fatalf("purge without a terminal: exit %d, stderr %q", r.Code, r.Stderr)
 		}
-		setConfirmInput(t, "n\n", true)
-		r = runCmd(t, task.RunDLQ, with("purge")...)
-		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "Purge 1 dead letter? [y/N] ") || !strings.Contains(r.stderr, "nothing purged") {
-			t.Fatalf("purge declined: exit %d, stderr %q", r.code, r.stderr)
+		clitest.SetConfirmInput(t, "n\n", true)
+		r = clitest.RunCmd(t, task.RunDLQ, with("purge")...)
+		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "Purge 1 dead letter? [y/N] ") || !strings.Contains(r.Stderr, "nothing purged") {
+			t.Fatalf("purge declined: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 		if n := len(listParked(t, task.RunDLQ, srv)); n != 1 {
 			t.Fatalf("%d dead letters after a declined purge, want 1", n)
 		}
-		r = runCmd(t, task.RunDLQ, with("purge", "--yes")...)
-		if r.code != cli.ExitOK || r.stdout != "purged 1 dead letter\n" {
-			t.Fatalf("purge --yes: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r = clitest.RunCmd(t, task.RunDLQ, with("purge", "--yes")...)
+		if r.Code != cli.ExitOK || r.Stdout != "purged 1 dead letter\n" {
+			t.Fatalf("purge --yes: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		if left := listParked(t, task.RunDLQ, srv); len(left) != 0 {
 			t.Fatalf("left after purge: %+v", left)
 		}
-		r = runCmd(t, task.RunDLQ, with("show", seq)...)
-		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "no dead letter with seq "+seq) {
-			t.Fatalf("show purged: exit %d, stderr %q", r.code, r.stderr)
+		r = clitest.RunCmd(t, task.RunDLQ, with("show", seq)...)
+		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no dead letter with seq "+seq) {
+			t.Fatalf("show purged: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 	})
 
 	t.Run("purge one, confirmed", func(t *testing.T) {
 		keep := park(t, url, "reach.dlq.echo", "keep-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
 		gone := park(t, url, "reach.dlq.echo", "gone-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
-		setConfirmInput(t, "y\n", true)
-		r := runCmd(t, task.RunDLQ, with("purge", strconv.FormatUint(gone, 10))...)
-		if r.code != cli.ExitOK || r.stdout != "purged 1 dead letter\n" {
-			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		clitest.SetConfirmInput(t, "y\n", true)
+		r := clitest.RunCmd(t, task.RunDLQ, with("purge", strconv.FormatUint(gone, 10))...)
+		if r.Code != cli.ExitOK || r.Stdout != "purged 1 dead letter\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		left := listParked(t, task.RunDLQ, srv)
 		if len(left) != 1 || left[0].Seq != keep {
 			t.Fatalf("left %+v, want only seq %d", left, keep)
 		}
-		setConfirmInput(t, "yes\n", true)
-		if r := runCmd(t, task.RunDLQ, with("purge", "--json")...); r.code != cli.ExitOK || r.stdout != `{"purged":1}`+"\n" {
-			t.Fatalf("purge all: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		clitest.SetConfirmInput(t, "yes\n", true)
+		if r := clitest.RunCmd(t, task.RunDLQ, with("purge", "--json")...); r.Code != cli.ExitOK || r.Stdout != `{"purged":1}`+"\n" {
+			t.Fatalf("purge all: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		if r := runCmd(t, task.RunDLQ, with("purge", "--yes")...); r.code != cli.ExitOK || r.stdout != "purged 0 dead letters\n" {
-			t.Fatalf("purge empty: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		if r := clitest.RunCmd(t, task.RunDLQ, with("purge", "--yes")...); r.Code != cli.ExitOK || r.Stdout != "purged 0 dead letters\n" {
+			t.Fatalf("purge empty: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 	})
 
@@ -287,14 +279,14 @@ func TestDurableCommands(t *testing.T) {
 		for i, id := range ids {
 			park(t, url, "reach.dlq.echo", id, dispatcher.ReasonFailed, fmt.Sprintf(`{"replayed":%d}`, i))
 		}
-		r := runCmd(t, task.RunDLQ, with("replay", "--all")...)
-		if r.code != cli.ExitOK || r.stdout != "resubmitted 2 dead letters\n" {
-			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r := clitest.RunCmd(t, task.RunDLQ, with("replay", "--all")...)
+		if r.Code != cli.ExitOK || r.Stdout != "resubmitted 2 dead letters\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		for i, id := range ids {
-			r := runCmd(t, task.RunResult, with("--wait", id)...)
-			if want := fmt.Sprintf("{\n  \"replayed\": %d\n}\n", i); r.code != cli.ExitOK || r.stdout != want {
-				t.Fatalf("result %s: exit %d, stdout %q, stderr %q", id, r.code, r.stdout, r.stderr)
+			r := clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+			if want := fmt.Sprintf("{\n  \"replayed\": %d\n}\n", i); r.Code != cli.ExitOK || r.Stdout != want {
+				t.Fatalf("result %s: exit %d, stdout %q, stderr %q", id, r.Code, r.Stdout, r.Stderr)
 			}
 		}
 		if left := listParked(t, task.RunDLQ, srv); len(left) != 0 {
@@ -312,37 +304,37 @@ func TestDurableCommands(t *testing.T) {
 			list[0].Capability != "echo" || list[0].Stream != streams.StreamReview {
 			t.Fatalf("review ls: %+v", list)
 		}
-		r := runCmd(t, task.RunReview, with("ls")...)
-		if r.code != cli.ExitOK || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "DEADLINE_EXCEEDED") {
-			t.Fatalf("review ls: exit %d, stdout %q", r.code, r.stdout)
+		r := clitest.RunCmd(t, task.RunReview, with("ls")...)
+		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, id) || !strings.Contains(r.Stdout, "DEADLINE_EXCEEDED") {
+			t.Fatalf("review ls: exit %d, stdout %q", r.Code, r.Stdout)
 		}
-		r = runCmd(t, task.RunReview, with("show", strconv.FormatUint(seq, 10))...)
-		if r.code != cli.ExitOK || !strings.Contains(r.stdout, "Stream:     REACH_REVIEW\n") || !strings.Contains(r.stdout, "\"late\": true") {
-			t.Fatalf("review show: exit %d, stdout %q", r.code, r.stdout)
+		r = clitest.RunCmd(t, task.RunReview, with("show", strconv.FormatUint(seq, 10))...)
+		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, "Stream:     REACH_REVIEW\n") || !strings.Contains(r.Stdout, "\"late\": true") {
+			t.Fatalf("review show: exit %d, stdout %q", r.Code, r.Stdout)
 		}
 		// Its deadline has passed: replayed as it is, it would only come
 		// back; --new-deadline gives it a new one.
-		r = runCmd(t, task.RunReview, with("replay", "--new-deadline", "1h", strconv.FormatUint(seq, 10))...)
-		if r.code != cli.ExitOK || r.stdout != "resubmitted 1 review entry\n" {
-			t.Fatalf("review replay: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r = clitest.RunCmd(t, task.RunReview, with("replay", "--new-deadline", "1h", strconv.FormatUint(seq, 10))...)
+		if r.Code != cli.ExitOK || r.Stdout != "resubmitted 1 review entry\n" {
+			t.Fatalf("review replay: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		r = runCmd(t, task.RunResult, with("--wait", id)...)
-		if r.code != cli.ExitOK || !strings.Contains(r.stdout, "\"late\": true") {
-			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r = clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, "\"late\": true") {
+			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 
 		seq = park(t, url, "reach.review.echo", "handled-"+uuid.NewString(), dispatcher.ReasonDeadline, `{}`)
 		s := strconv.FormatUint(seq, 10)
-		r = runCmd(t, task.RunReview, with("resolve", "--drop", s)...)
-		if r.code != cli.ExitOK || r.stdout != "dropped 1 review entry\n" {
-			t.Fatalf("resolve: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r = clitest.RunCmd(t, task.RunReview, with("resolve", "--drop", s)...)
+		if r.Code != cli.ExitOK || r.Stdout != "dropped 1 review entry\n" {
+			t.Fatalf("resolve: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		if left := listParked(t, task.RunReview, srv); len(left) != 0 {
 			t.Fatalf("left after resolve: %+v", left)
 		}
-		r = runCmd(t, task.RunReview, with("resolve", "--drop", s)...)
-		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "no review entry with seq "+s) {
-			t.Fatalf("resolve again: exit %d, stderr %q", r.code, r.stderr)
+		r = clitest.RunCmd(t, task.RunReview, with("resolve", "--drop", s)...)
+		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no review entry with seq "+s) {
+			t.Fatalf("resolve again: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 	})
 }
@@ -358,9 +350,9 @@ func TestReplayDeadline(t *testing.T) {
 	seq := park(t, url, "reach.review.echo", "late-1", dispatcher.ReasonDeadline, `{}`, streams.HeaderDeadline, past)
 
 	before := time.Now().Truncate(time.Millisecond) // Reach-Deadline has millisecond precision
-	r := runCmd(t, task.RunReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
-	if r.code != cli.ExitOK || r.stdout != `{"resubmitted":1}`+"\n" {
-		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	r := clitest.RunCmd(t, task.RunReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
+	if r.Code != cli.ExitOK || r.Stdout != `{"resubmitted":1}`+"\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -383,8 +375,8 @@ func TestReplayDeadline(t *testing.T) {
 	if m.Header.Get(streams.HeaderRequestID) != "late-1" || m.Header.Get(streams.HeaderDLQCount) != "1" || m.Header.Get(streams.HeaderDLQReason) != "" {
 		t.Errorf("resubmitted headers %v", m.Header)
 	}
-	if r := runCmd(t, task.RunReview, "--server", url, "ls", "--json"); r.code != cli.ExitOK || strings.TrimSpace(r.stdout) != "[]" {
-		t.Errorf("review ls after replay: exit %d, stdout %q", r.code, r.stdout)
+	if r := clitest.RunCmd(t, task.RunReview, "--server", url, "ls", "--json"); r.Code != cli.ExitOK || strings.TrimSpace(r.Stdout) != "[]" {
+		t.Errorf("review ls after replay: exit %d, stdout %q", r.Code, r.Stdout)
 	}
 }
 
@@ -395,23 +387,23 @@ func TestSubmitBufferFull(t *testing.T) {
 	natstest.Provision(t, natstest.Connect(t, s), streams.Topology{Memory: true, PendingPerCapability: 2})
 	srv := []string{"--server", s.ClientURL()}
 	for range 2 { // nobody consumes: both wait in REACH_TASKS
-		if r := runCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...); r.code != cli.ExitOK {
-			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		if r := clitest.RunCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...); r.Code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
 	}
-	r := runCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...)
-	if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: OVERLOADED: ") || r.stdout != "" {
-		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	r := clitest.RunCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...)
+	if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: OVERLOADED: ") || r.Stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	r = runCmd(t, task.RunSubmit, append(srv, "--json", "echo", `{}`)...)
+	r = clitest.RunCmd(t, task.RunSubmit, append(srv, "--json", "echo", `{}`)...)
 	var out task.CallOutput
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitFail || out.Error == nil || out.Error.Code != streams.CodeOverloaded {
-		t.Fatalf("--json: exit %d, stdout %q (%v)", r.code, r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || r.Code != cli.ExitFail || out.Error == nil || out.Error.Code != streams.CodeOverloaded {
+		t.Fatalf("--json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 	}
 }
 
 func TestParkedUsage(t *testing.T) {
-	setConfirmInput(t, "", false)
+	clitest.SetConfirmInput(t, "", false)
 	tests := []struct {
 		run    cli.RunFunc
 		args   []string
@@ -446,9 +438,9 @@ func TestParkedUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r := runCmd(t, tt.run, append([]string{"--server", "nats://127.0.0.1:1"}, tt.args...)...)
-			if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.stderr) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, cli.ExitUsage, tt.stderr)
+			r := clitest.RunCmd(t, tt.run, append([]string{"--server", "nats://127.0.0.1:1"}, tt.args...)...)
+			if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, tt.stderr) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", r.Code, r.Stderr, cli.ExitUsage, tt.stderr)
 			}
 		})
 	}
@@ -538,14 +530,14 @@ func TestReviewResolve(t *testing.T) {
 	t.Run("rerun", func(t *testing.T) {
 		id := "doubt-" + uuid.NewString()
 		seq, claim := inDoubt(t, id)
-		r := runCmd(t, task.RunReview, with("resolve", "--rerun", "--by", "tester", seq)...)
-		if r.code != cli.ExitOK || r.stdout != "resubmitted 1 review entry\n" {
-			t.Fatalf("resolve --rerun: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r := clitest.RunCmd(t, task.RunReview, with("resolve", "--rerun", "--by", "tester", seq)...)
+		if r.Code != cli.ExitOK || r.Stdout != "resubmitted 1 review entry\n" {
+			t.Fatalf("resolve --rerun: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		// It ran again: a result, and the claim is the new execution's.
-		r = runCmd(t, task.RunResult, with("--wait", id)...)
-		if r.code != cli.ExitOK || !strings.Contains(r.stdout, `"in_doubt": true`) {
-			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r = clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, `"in_doubt": true`) {
+			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		e, err := kv.Get(ctx, claim)
 		if err != nil {
@@ -566,15 +558,15 @@ func TestReviewResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := runCmd(t, task.RunReview, with("resolve", "--drop", "--json", "--by", "tester", seq)...)
-		if r.code != cli.ExitOK || r.stdout != `{"dropped":1}`+"\n" {
-			t.Fatalf("resolve --drop: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		r := clitest.RunCmd(t, task.RunReview, with("resolve", "--drop", "--json", "--by", "tester", seq)...)
+		if r.Code != cli.ExitOK || r.Stdout != `{"dropped":1}`+"\n" {
+			t.Fatalf("resolve --drop: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		gone(t, id)
 		recorded(t, id, dispatcher.OutcomeReviewDrop)
 		// Nothing ran: no outcome, and the claim is as it was.
-		if r := runCmd(t, task.RunResult, with(id)...); r.code != cli.ExitFail || !strings.Contains(r.stderr, "no outcome recorded for "+id) {
-			t.Fatalf("result: exit %d, stderr %q", r.code, r.stderr)
+		if r := clitest.RunCmd(t, task.RunResult, with(id)...); r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no outcome recorded for "+id) {
+			t.Fatalf("result: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 		after, err := kv.Get(ctx, claim)
 		if err != nil || after.Revision() != before.Revision() {

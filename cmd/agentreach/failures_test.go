@@ -1,43 +1,22 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// decodeFailure decodes what a failure prints on stdout with --json,
-// failing t unless stdout holds exactly one JSON object with an error code
-// and message.
-func decodeFailure(t *testing.T, r result) cli.FailureOutput {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(r.stdout))
-	var out cli.FailureOutput
-	if err := dec.Decode(&out); err != nil {
-		t.Fatalf("stdout %q holds no JSON object: %v (stderr %q)", r.stdout, err, r.stderr)
-	}
-	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
-		t.Fatalf("stdout %q holds more than one JSON value", r.stdout)
-	}
-	if out.Error == nil || out.Error.Code == "" || out.Error.Message == "" {
-		t.Fatalf("stdout %q: no error code and message", r.stdout)
-	}
-	return out
-}
-
 // TestJSONFailures checks that with --json every kind of failure of every
 // command that has --json prints one JSON error object on stdout, the human
 // message on stderr, and exits as without --json.
 func TestJSONFailures(t *testing.T) {
-	setConfirmInput(t, "", false)
+	clitest.SetConfirmInput(t, "", false)
 	noServer := "nats://127.0.0.1:1" // nobody listens: connecting fails at once
 	bare := natstest.RunServer(t).ClientURL()
 	provisioned := natstest.RunServer(t)
@@ -87,11 +66,11 @@ func TestJSONFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"--server", tt.server, "--timeout", "5s"}, tt.args...)
-			r := runCmd(t, tt.run, args...)
-			if r.code != tt.exit || r.stderr == "" {
-				t.Fatalf("exit %d (want %d), stderr %q", r.code, tt.exit, r.stderr)
+			r := clitest.RunCmd(t, tt.run, args...)
+			if r.Code != tt.exit || r.Stderr == "" {
+				t.Fatalf("exit %d (want %d), stderr %q", r.Code, tt.exit, r.Stderr)
 			}
-			if e := decodeFailure(t, r); e.Error.Code != tt.code {
+			if e := clitest.DecodeFailure(t, r); e.Error.Code != tt.code {
 				t.Fatalf("code %s, want %s: %+v", e.Error.Code, tt.code, e.Error)
 			}
 			// The same without --json: nothing on stdout, the same exit.
@@ -101,21 +80,21 @@ func TestJSONFailures(t *testing.T) {
 					plain = append(plain, a)
 				}
 			}
-			if r := runCmd(t, tt.run, plain...); r.code != tt.exit || r.stdout != "" {
-				t.Fatalf("without --json: exit %d (want %d), stdout %q", r.code, tt.exit, r.stdout)
+			if r := clitest.RunCmd(t, tt.run, plain...); r.Code != tt.exit || r.Stdout != "" {
+				t.Fatalf("without --json: exit %d (want %d), stdout %q", r.Code, tt.exit, r.Stdout)
 			}
 		})
 	}
 
 	t.Run("AGENTREACH_JSON", func(t *testing.T) {
 		t.Setenv("AGENTREACH_JSON", "true")
-		r := runCmd(t, task.RunCall, "--server", noServer, "--no-such-flag")
-		if e := decodeFailure(t, r); r.code != cli.ExitUsage || e.Error.Code != cli.CodeUsage || !strings.Contains(e.Error.Message, "no-such-flag") {
-			t.Fatalf("exit %d, stdout %q", r.code, r.stdout)
+		r := clitest.RunCmd(t, task.RunCall, "--server", noServer, "--no-such-flag")
+		if e := clitest.DecodeFailure(t, r); r.Code != cli.ExitUsage || e.Error.Code != cli.CodeUsage || !strings.Contains(e.Error.Message, "no-such-flag") {
+			t.Fatalf("exit %d, stdout %q", r.Code, r.Stdout)
 		}
-		r = runCmd(t, task.RunCall, "--server", noServer, "--json=false", "--no-such-flag")
-		if r.code != cli.ExitUsage || r.stdout != "" {
-			t.Fatalf("--json=false: exit %d, stdout %q", r.code, r.stdout)
+		r = clitest.RunCmd(t, task.RunCall, "--server", noServer, "--json=false", "--no-such-flag")
+		if r.Code != cli.ExitUsage || r.Stdout != "" {
+			t.Fatalf("--json=false: exit %d, stdout %q", r.Code, r.Stdout)
 		}
 	})
 }
@@ -146,10 +125,10 @@ func TestUnprovisioned(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r := runCmd(t, tt.run, append([]string{"--server", tt.server, "--timeout", "5s"}, tt.args...)...)
-			if r.code != cli.ExitFail || !strings.Contains(r.stderr, tt.resource) || !strings.Contains(r.stderr, "agentreach up") ||
-				strings.Contains(r.stderr, "INTERNAL") {
-				t.Fatalf("exit %d, stderr %q; want %d naming %q and what provisions it", r.code, r.stderr, cli.ExitFail, tt.resource)
+			r := clitest.RunCmd(t, tt.run, append([]string{"--server", tt.server, "--timeout", "5s"}, tt.args...)...)
+			if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, tt.resource) || !strings.Contains(r.Stderr, "agentreach up") ||
+				strings.Contains(r.Stderr, "INTERNAL") {
+				t.Fatalf("exit %d, stderr %q; want %d naming %q and what provisions it", r.Code, r.Stderr, cli.ExitFail, tt.resource)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 )
@@ -15,14 +16,14 @@ import (
 // is a usage error that names it, and a flag hides the variable.
 func TestCommandEnv(t *testing.T) {
 	t.Setenv("AGENTREACH_TIMEOUT", "forever")
-	r := runCmd(t, inspect.RunAgents)
-	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "AGENTREACH_TIMEOUT") {
-		t.Fatalf("exit %d, stderr %q; want %d naming AGENTREACH_TIMEOUT", r.code, r.stderr, cli.ExitUsage)
+	r := clitest.RunCmd(t, inspect.RunAgents)
+	if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "AGENTREACH_TIMEOUT") {
+		t.Fatalf("exit %d, stderr %q; want %d naming AGENTREACH_TIMEOUT", r.Code, r.Stderr, cli.ExitUsage)
 	}
 	t.Setenv("AGENTREACH_STRATEGY", "fastest")
-	r = runCmd(t, stack.RunDispatcher, "--timeout", "1s")
-	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, `AGENTREACH_STRATEGY="fastest"`) || strings.Contains(r.stderr, "AGENTREACH_TIMEOUT") {
-		t.Fatalf("exit %d, stderr %q; want %d naming only AGENTREACH_STRATEGY", r.code, r.stderr, cli.ExitUsage)
+	r = clitest.RunCmd(t, stack.RunDispatcher, "--timeout", "1s")
+	if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, `AGENTREACH_STRATEGY="fastest"`) || strings.Contains(r.Stderr, "AGENTREACH_TIMEOUT") {
+		t.Fatalf("exit %d, stderr %q; want %d naming only AGENTREACH_STRATEGY", r.Code, r.Stderr, cli.ExitUsage)
 	}
 }
 
@@ -105,18 +106,18 @@ func TestEnvAliasesOfDispatcher(t *testing.T) {
 	t.Setenv("AGENTREACH_HTTP", "127.0.0.1:0")
 	t.Setenv("AGENTREACH_TLS_ENABLED", "true")
 	t.Setenv("AGENTREACH_BUFFER_QUEUE", "500")
-	r := runCmd(t, stack.RunDispatcher, "--timeout", "1s")
-	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--http-tls needs --http-cert and --http-key here") ||
-		!strings.Contains(r.stderr, "warning: environment variable AGENTREACH_BUFFER_QUEUE is not used: ") {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	r := clitest.RunCmd(t, stack.RunDispatcher, "--timeout", "1s")
+	if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "--http-tls needs --http-cert and --http-key here") ||
+		!strings.Contains(r.Stderr, "warning: environment variable AGENTREACH_BUFFER_QUEUE is not used: ") {
+		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	t.Setenv("AGENTREACH_CERT_FILE", "/c.pem")
-	if r := runCmd(t, stack.RunDispatcher, "--timeout", "1s"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--http-cert and --http-key go together") {
-		t.Fatalf("CERT_FILE without KEY_FILE: exit %d, stderr %q", r.code, r.stderr)
+	if r := clitest.RunCmd(t, stack.RunDispatcher, "--timeout", "1s"); r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "--http-cert and --http-key go together") {
+		t.Fatalf("CERT_FILE without KEY_FILE: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	t.Setenv("AGENTREACH_MAX_WORKERS", "-")
-	if r := runCmd(t, stack.RunDispatcher, "--timeout", "1s"); r.code != cli.ExitUsage || !strings.Contains(r.stderr, `AGENTREACH_MAX_WORKERS="-": invalid value for --max-in-flight`) {
-		t.Fatalf("bad MAX_WORKERS: exit %d, stderr %q", r.code, r.stderr)
+	if r := clitest.RunCmd(t, stack.RunDispatcher, "--timeout", "1s"); r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, `AGENTREACH_MAX_WORKERS="-": invalid value for --max-in-flight`) {
+		t.Fatalf("bad MAX_WORKERS: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }
 
@@ -125,19 +126,19 @@ func TestEnvAliasesOfDispatcher(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, c := range commands {
 		t.Run(c.name, func(t *testing.T) {
-			r := runCmd(t, c.run, "--help")
-			if r.code != cli.ExitOK {
-				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			r := clitest.RunCmd(t, c.run, "--help")
+			if r.Code != cli.ExitOK {
+				t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 			}
-			if !strings.HasPrefix(r.stdout, "Usage: agentreach "+c.name) {
-				t.Fatalf("help does not start with the synopsis:\n%s", r.stdout)
+			if !strings.HasPrefix(r.Stdout, "Usage: agentreach "+c.name) {
+				t.Fatalf("help does not start with the synopsis:\n%s", r.Stdout)
 			}
 			for _, f := range commandFlags(t, c.name) {
-				if !strings.Contains(r.stdout, "  --"+f+"\n") && !strings.Contains(r.stdout, "  --"+f+" ") {
+				if !strings.Contains(r.Stdout, "  --"+f+"\n") && !strings.Contains(r.Stdout, "  --"+f+" ") {
 					t.Errorf("help does not list --%s", f)
 				}
-				if !strings.Contains(r.stdout, "env "+cli.EnvName(f)+"\n") && !strings.Contains(r.stdout, "env "+cli.EnvName(f)+" (comma-separated)\n") &&
-					!strings.Contains(r.stdout, "env "+cli.EnvName(f)+" or AGENTREACH_") {
+				if !strings.Contains(r.Stdout, "env "+cli.EnvName(f)+"\n") && !strings.Contains(r.Stdout, "env "+cli.EnvName(f)+" (comma-separated)\n") &&
+					!strings.Contains(r.Stdout, "env "+cli.EnvName(f)+" or AGENTREACH_") {
 					t.Errorf("help does not name %s", cli.EnvName(f))
 				}
 			}
@@ -225,9 +226,9 @@ func TestTopLevel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r := runCmd(t, run, tt.args...)
-			if r.code != tt.code || !strings.Contains(r.stdout, tt.stdout) || !strings.Contains(r.stderr, tt.stderr) {
-				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s\nwant stdout ∋ %q, stderr ∋ %q", r.code, tt.code, r.stdout, r.stderr, tt.stdout, tt.stderr)
+			r := clitest.RunCmd(t, run, tt.args...)
+			if r.Code != tt.code || !strings.Contains(r.Stdout, tt.stdout) || !strings.Contains(r.Stderr, tt.stderr) {
+				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s\nwant stdout ∋ %q, stderr ∋ %q", r.Code, tt.code, r.Stdout, r.Stderr, tt.stdout, tt.stderr)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
@@ -30,23 +31,23 @@ func TestHTTPFlag(t *testing.T) {
 	}
 	defer l.Close()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-	r := runCmd(t, stack.RunUp, "--nats-listen", listen, "--data-dir", t.TempDir(), "--http", l.Addr().String())
-	if r.code != cli.ExitFail || !strings.Contains(r.stderr, "--http "+l.Addr().String()+": cannot listen") ||
-		!strings.Contains(r.stderr, "move it with --http or AGENTREACH_HTTP=") || !strings.Contains(r.stderr, "--http off") {
-		t.Fatalf("taken port: exit %d, stderr %q", r.code, r.stderr)
+	r := clitest.RunCmd(t, stack.RunUp, "--nats-listen", listen, "--data-dir", t.TempDir(), "--http", l.Addr().String())
+	if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "--http "+l.Addr().String()+": cannot listen") ||
+		!strings.Contains(r.Stderr, "move it with --http or AGENTREACH_HTTP=") || !strings.Contains(r.Stderr, "--http off") {
+		t.Fatalf("taken port: exit %d, stderr %q", r.Code, r.Stderr)
 	}
-	if strings.Contains(r.stdout, "Agent-Reach is up") {
+	if strings.Contains(r.Stdout, "Agent-Reach is up") {
 		t.Fatal("up printed its banner with its HTTP port taken")
 	}
 	for _, run := range []cli.RunFunc{stack.RunUp, stack.RunDispatcher} {
 		for _, bad := range []string{"8080", "localhost:http", "127.0.0.1:99999"} {
-			if r := runCmd(t, run, "--http", bad); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "--http") {
-				t.Errorf("--http %s: exit %d, stderr %q", bad, r.code, r.stderr)
+			if r := clitest.RunCmd(t, run, "--http", bad); r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "--http") {
+				t.Errorf("--http %s: exit %d, stderr %q", bad, r.Code, r.Stderr)
 			}
 		}
-		if r := runCmd(t, run, "--http", "127.0.0.1:0", "--http-hosts", "reach.example:8080"); r.code != cli.ExitUsage ||
-			!strings.Contains(r.stderr, "--http-hosts") || !strings.Contains(r.stderr, "without a port") {
-			t.Errorf("--http-hosts with a port: exit %d, stderr %q", r.code, r.stderr)
+		if r := clitest.RunCmd(t, run, "--http", "127.0.0.1:0", "--http-hosts", "reach.example:8080"); r.Code != cli.ExitUsage ||
+			!strings.Contains(r.Stderr, "--http-hosts") || !strings.Contains(r.Stderr, "without a port") {
+			t.Errorf("--http-hosts with a port: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 	}
 }
@@ -98,11 +99,11 @@ func checkHTTPS(t *testing.T, client *http.Client, base string) {
 // of the development CA in <data-dir>/tls, the banner says https, and
 // /healthz answers a client that trusts that CA.
 func TestUpHTTPS(t *testing.T) {
-	before := goroutines()
+	before := clitest.Goroutines()
 	dir := t.TempDir()
 	t.Setenv("AGENTREACH_TLS_ENABLED", "true")
 	u := startUp(t, "--nats-listen", "127.0.0.1:0", "--data-dir", dir, "--http", "127.0.0.1:0")
-	waitOutput(t, u.stdout, "Agent-Reach is up")
+	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
 	m := regexp.MustCompile(`dashboard\s+(https://127\.0\.0\.1:\d+/)`).FindStringSubmatch(u.stdout.String())
 	if m == nil {
 		t.Fatalf("no https dashboard in the banner:\n%s", u.stdout.String())
@@ -111,7 +112,7 @@ func TestUpHTTPS(t *testing.T) {
 	if code := u.Stop(t); code != cli.ExitOK {
 		t.Fatalf("runUp exited %d; stderr:\n%s", code, u.stderr.String())
 	}
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }
 
 // TestDispatcherHTTPS gives a dispatcher its certificate through
@@ -125,8 +126,8 @@ func TestDispatcherHTTPS(t *testing.T) {
 	}
 	t.Setenv("AGENTREACH_CERT_FILE", files.ServerCert)
 	t.Setenv("AGENTREACH_KEY_FILE", files.ServerKey)
-	stderr := background(t, "dispatcher", stack.RunDispatcher, "--server", s.ClientURL(), "--http", "127.0.0.1:0", "--log-level", "info")
-	waitOutput(t, stderr, "dispatcher running")
+	stderr := clitest.Background(t, "dispatcher", stack.RunDispatcher, "--server", s.ClientURL(), "--http", "127.0.0.1:0", "--log-level", "info")
+	clitest.WaitOutput(t, stderr, "dispatcher running")
 	m := regexp.MustCompile(`"http":"(https://127\.0\.0\.1:\d+/)"`).FindStringSubmatch(stderr.String())
 	if m == nil {
 		t.Fatalf("the dispatcher logs no https gateway:\n%s", stderr.String())

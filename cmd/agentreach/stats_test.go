@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/dispatcher"
@@ -22,18 +23,18 @@ func TestStatsByDimension(t *testing.T) {
 	url := startStack(t) // its warm-up calls each demo capability once
 	srv := []string{"--server", url}
 	for range 4 {
-		if r := runCmd(t, task.RunCall, append(srv, "math.add", `{"a":1,"b":2}`)...); r.code != cli.ExitOK {
-			t.Fatalf("call: %d %s", r.code, r.stderr)
+		if r := clitest.RunCmd(t, task.RunCall, append(srv, "math.add", `{"a":1,"b":2}`)...); r.Code != cli.ExitOK {
+			t.Fatalf("call: %d %s", r.Code, r.Stderr)
 		}
 	}
-	if r := runCmd(t, task.RunCall, append(srv, "math.add", `{}`)...); r.code != cli.ExitFail { // BIZ_REJECT: a is missing
-		t.Fatalf("call math.add {}: %d %s", r.code, r.stderr)
+	if r := clitest.RunCmd(t, task.RunCall, append(srv, "math.add", `{}`)...); r.Code != cli.ExitFail { // BIZ_REJECT: a is missing
+		t.Fatalf("call math.add {}: %d %s", r.Code, r.Stderr)
 	}
 	rows := func(by string) map[string]eventstats.Row {
-		r := runCmd(t, inspect.RunStats, append(srv, "--by", by, "--since", "10m", "--json")...)
+		r := clitest.RunCmd(t, inspect.RunStats, append(srv, "--by", by, "--since", "10m", "--json")...)
 		var s eventstats.Summary
-		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || r.code != cli.ExitOK {
-			t.Fatalf("stats --by %s: %d %q %s (%v)", by, r.code, r.stdout, r.stderr, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil || r.Code != cli.ExitOK {
+			t.Fatalf("stats --by %s: %d %q %s (%v)", by, r.Code, r.Stdout, r.Stderr, err)
 		}
 		out := map[string]eventstats.Row{}
 		for _, row := range s.Rows {
@@ -61,20 +62,20 @@ func TestStatsByDimension(t *testing.T) {
 	if echo != 1 {
 		t.Errorf("echo instances: %d tasks, want 1 (the warm-up call)", echo)
 	}
-	r := runCmd(t, inspect.RunStats, append(srv, "--by", "agent")...)
-	if r.code != cli.ExitOK || !containsAll(r.stdout, "AGENT", "TASKS", "FINISHED", "REJECTED", "FAILED", "SUCCESS", "P95", "math-", "all") {
-		t.Errorf("stats --by agent: %d %q", r.code, r.stdout)
+	r := clitest.RunCmd(t, inspect.RunStats, append(srv, "--by", "agent")...)
+	if r.Code != cli.ExitOK || !containsAll(r.Stdout, "AGENT", "TASKS", "FINISHED", "REJECTED", "FAILED", "SUCCESS", "P95", "math-", "all") {
+		t.Errorf("stats --by agent: %d %q", r.Code, r.Stdout)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error { // one replica, since its start: the same tasks as the record
-		r := runCmd(t, inspect.RunStats, append(srv, "--json")...)
+		r := clitest.RunCmd(t, inspect.RunStats, append(srv, "--json")...)
 		var replicas []dispatcher.Stats
-		if err := json.Unmarshal([]byte(r.stdout), &replicas); err != nil || len(replicas) != 1 {
-			return fmt.Errorf("stats --json: %d %q (%v)", r.code, r.stdout, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &replicas); err != nil || len(replicas) != 1 {
+			return fmt.Errorf("stats --json: %d %q (%v)", r.Code, r.Stdout, err)
 		}
-		r = runCmd(t, inspect.RunStats, append(srv, "--by", "capability", "--since", "10m", "--json")...)
+		r = clitest.RunCmd(t, inspect.RunStats, append(srv, "--by", "capability", "--since", "10m", "--json")...)
 		var s eventstats.Summary
-		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
-			return fmt.Errorf("stats --by --json: %d %q (%v)", r.code, r.stdout, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
+			return fmt.Errorf("stats --by --json: %d %q (%v)", r.Code, r.Stdout, err)
 		}
 		got, want := replicas[0].Counts, s.Total
 		if got.Tasks != want.Tasks || got.Finished != want.Finished || got.Rejected != want.Rejected || got.Failed != want.Failed ||
@@ -83,13 +84,13 @@ func TestStatsByDimension(t *testing.T) {
 		}
 		return nil
 	})
-	r = runCmd(t, inspect.RunStats, srv...)
-	if header := strings.SplitN(r.stdout, "\n", 2)[0]; r.code != cli.ExitOK || !containsAll(header, "TASKS", "FINISHED", "REJECTED", "FAILED", "BROADCASTS") {
-		t.Errorf("stats: %d %q", r.code, r.stdout)
+	r = clitest.RunCmd(t, inspect.RunStats, srv...)
+	if header := strings.SplitN(r.Stdout, "\n", 2)[0]; r.Code != cli.ExitOK || !containsAll(header, "TASKS", "FINISHED", "REJECTED", "FAILED", "BROADCASTS") {
+		t.Errorf("stats: %d %q", r.Code, r.Stdout)
 	}
 	for _, args := range [][]string{{"--by", "region"}, {"--since", "1ms"}} {
-		if r := runCmd(t, inspect.RunStats, append(srv, args...)...); r.code != cli.ExitUsage {
-			t.Errorf("stats %v: exit %d, want %d", args, r.code, cli.ExitUsage)
+		if r := clitest.RunCmd(t, inspect.RunStats, append(srv, args...)...); r.Code != cli.ExitUsage {
+			t.Errorf("stats %v: exit %d, want %d", args, r.Code, cli.ExitUsage)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
@@ -24,38 +25,38 @@ import (
 )
 
 func TestUp(t *testing.T) {
-	before := goroutines()
+	before := clitest.Goroutines()
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	url := "nats://" + listen
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr clitest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- stack.RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn", "--http", "off",
 			"--max-payload", strconv.Itoa(4 << 20)}, &stdout, &stderr)
 	}()
 
-	waitOutput(t, &stdout, "Agent-Reach is up") // printed once everything runs
+	clitest.WaitOutput(t, &stdout, "Agent-Reach is up") // printed once everything runs
 	waitCallable(t, url)
-	r := runCmd(t, task.RunCall, "--server", url, "echo", `{"text":"hi"}`)
-	if r.code != cli.ExitOK || !strings.Contains(r.stdout, `"text": "hi"`) {
-		t.Fatalf("call echo: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	r := clitest.RunCmd(t, task.RunCall, "--server", url, "echo", `{"text":"hi"}`)
+	if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, `"text": "hi"`) {
+		t.Fatalf("call echo: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	// --max-payload raised the server's limit: 2 MiB fits.
 	big := filepath.Join(t.TempDir(), "big.json")
 	if err := os.WriteFile(big, []byte(`{"blob":"`+strings.Repeat("x", 2<<20)+`"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = runCmd(t, task.RunCall, "--server", url, "--json", "echo", "@"+big)
+	r = clitest.RunCmd(t, task.RunCall, "--server", url, "--json", "echo", "@"+big)
 	var out task.CallOutput
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitOK || len(out.Result) < 2<<20 {
-		t.Fatalf("call echo @big.json: exit %d, %d result bytes (%v), stderr %q", r.code, len(out.Result), err, r.stderr)
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || r.Code != cli.ExitOK || len(out.Result) < 2<<20 {
+		t.Fatalf("call echo @big.json: exit %d, %d result bytes (%v), stderr %q", r.Code, len(out.Result), err, r.Stderr)
 	}
 	// Broadcast and fan-out run beside the dispatcher.
-	r = runCmd(t, task.RunBroadcast, "--server", url, "--json", "echo", `{"text":"all"}`)
+	r = clitest.RunCmd(t, task.RunBroadcast, "--server", url, "--json", "echo", `{"text":"all"}`)
 	var agg struct {
 		Expected int  `json:"expected"`
 		Complete bool `json:"complete"`
@@ -63,24 +64,24 @@ func TestUp(t *testing.T) {
 			Result map[string]any `json:"result"`
 		} `json:"replies"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &agg); err != nil || r.code != cli.ExitOK || !agg.Complete || agg.Expected != 2 || // the two demo echo instances
+	if err := json.Unmarshal([]byte(r.Stdout), &agg); err != nil || r.Code != cli.ExitOK || !agg.Complete || agg.Expected != 2 || // the two demo echo instances
 
 		agg.Replies[0].Result["text"] != "all" {
-		t.Fatalf("broadcast echo: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		t.Fatalf("broadcast echo: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	fan := filepath.Join(dir, "fan.json")
 	if err := os.WriteFile(fan, []byte(`{"branches": [{"name": "e", "capability": "echo", "payload": {"text": "x"}},
 		{"name": "m", "capability": "math.add", "payload": {"a": 1, "b": 2}}], "mode": "all"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = runCmd(t, task.RunFanOut, "--server", url, fan)
-	if r.code != cli.ExitOK || !strings.Contains(r.stdout, `{"sum":3}`) || !strings.Contains(r.stderr, "complete=true") {
-		t.Fatalf("fanout: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	r = clitest.RunCmd(t, task.RunFanOut, "--server", url, fan)
+	if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, `{"sum":3}`) || !strings.Contains(r.Stderr, "complete=true") {
+		t.Fatalf("fanout: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	r = runCmd(t, inspect.RunAgents, "--server", url, "--json")
+	r = clitest.RunCmd(t, inspect.RunAgents, "--server", url, "--json")
 	var entries []inspect.AgentJSON
-	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 {
-		t.Fatalf("agents --json: exit %d, %d entries (%v), stderr %q", r.code, len(entries), err, r.stderr)
+	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil || len(entries) != 4 {
+		t.Fatalf("agents --json: exit %d, %d entries (%v), stderr %q", r.Code, len(entries), err, r.Stderr)
 	}
 	for _, want := range []string{"Agent-Reach is up", url, "agentreach call --server " + url + ` echo '{"text":"hi"}'`,
 		"nats -s " + url + ` req reach.task.echo '{"text":"hi"}'`, "nats -s " + url + " kv ls REACH_AGENTS"} {
@@ -107,7 +108,7 @@ func TestUp(t *testing.T) {
 		t.Fatalf("port still taken after up stopped: %v", err)
 	}
 	l.Close()
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }
 
 func TestUpPortTaken(t *testing.T) {
@@ -127,17 +128,17 @@ func TestUpPortTaken(t *testing.T) {
 		} else {
 			args = append(args, "--nats-listen", l.Addr().String())
 		}
-		r := runCmd(t, stack.RunUp, args...)
-		if r.code != cli.ExitFail || !strings.Contains(r.stderr, "error: "+l.Addr().String()+" is in use: move NATS with --nats-listen or "+
-			"AGENTREACH_NATS_LISTEN="+next+" make run (") || !strings.Contains(r.stderr, "a second stack also needs its own --data-dir") {
-			t.Fatalf("from the environment %t: exit %d, stderr %q", env, r.code, r.stderr)
+		r := clitest.RunCmd(t, stack.RunUp, args...)
+		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: "+l.Addr().String()+" is in use: move NATS with --nats-listen or "+
+			"AGENTREACH_NATS_LISTEN="+next+" make run (") || !strings.Contains(r.Stderr, "a second stack also needs its own --data-dir") {
+			t.Fatalf("from the environment %t: exit %d, stderr %q", env, r.Code, r.Stderr)
 		}
 	}
 }
 
 // upRun is `up` running in a goroutine of the test.
 type upRun struct {
-	stdout, stderr *syncBuffer
+	stdout, stderr *clitest.SyncBuffer
 	done           chan int
 	cancel         context.CancelFunc
 	code           int
@@ -148,7 +149,7 @@ type upRun struct {
 func startUp(t *testing.T, args ...string) *upRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	u := &upRun{stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan int, 1), cancel: cancel}
+	u := &upRun{stdout: new(clitest.SyncBuffer), stderr: new(clitest.SyncBuffer), done: make(chan int, 1), cancel: cancel}
 	// No HTTP unless args ask for it (the last --http wins): port 8080 may be anyone's.
 	args = append([]string{"--http", "off"}, args...)
 	go func() { u.done <- stack.RunUp(ctx, append(args, "--log-level", "warn"), u.stdout, u.stderr) }()
@@ -183,12 +184,12 @@ func (u *upRun) Stop(t *testing.T) int {
 // one exits at once, naming the dir and the holder, without costing the
 // first any durable task it accepted; and that stopping releases the dir.
 func TestUpDataDirLock(t *testing.T) {
-	before := goroutines()
+	before := clitest.Goroutines()
 	dir := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	url := "nats://" + listen
 	first := startUp(t, "--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "500ms")
-	waitOutput(t, first.stdout, "Agent-Reach is up")
+	clitest.WaitOutput(t, first.stdout, "Agent-Reach is up")
 
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -238,10 +239,10 @@ func TestUpDataDirLock(t *testing.T) {
 
 	// Released: the next up on the dir starts.
 	third := startUp(t, "--nats-listen", "127.0.0.1:0", "--data-dir", dir)
-	waitOutput(t, third.stdout, "Agent-Reach is up")
+	clitest.WaitOutput(t, third.stdout, "Agent-Reach is up")
 	if code := third.Stop(t); code != cli.ExitOK {
 		t.Fatalf("third up exited %d; stderr:\n%s", code, third.stderr.String())
 	}
 	nc.Close()
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }

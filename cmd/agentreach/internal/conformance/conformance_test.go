@@ -1,4 +1,4 @@
-package main
+package conformance
 
 import (
 	"encoding/json"
@@ -12,27 +12,27 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit/agenttest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
-	"github.com/agent-reach/agentreach/cmd/agentreach/internal/conformance"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 )
 
 // The raw-protocol agent passes the suite through the command line, run
 // as the README says, with go run: exit 0 and a JSON report with every rule
 // passed.
 func TestConformanceRawAgent(t *testing.T) {
-	before := goroutines()
-	r := runCmd(t, conformance.Run, "--json", "--", "go", "run", "../../examples/rawagent")
+	before := clitest.Goroutines()
+	r := clitest.RunCmd(t, Run, "--json", "--", "go", "run", "../../../../examples/rawagent")
 	checkEveryRulePassed(t, r)
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }
 
 // The Go SDK's agent passes the suite with --auth: it connects as the
 // identity whose credentials AGENTREACH_CREDS names, every call reaches it
 // signed through an authorizing dispatcher.
 func TestConformanceAuthGoAgent(t *testing.T) {
-	before := goroutines()
-	r := runCmd(t, conformance.Run, "--auth", "--json", "--", "go", "run", "../../examples/goagent")
+	before := clitest.Goroutines()
+	r := clitest.RunCmd(t, Run, "--auth", "--json", "--", "go", "run", "../../../../examples/goagent")
 	checkEveryRulePassed(t, r)
-	checkNoLeaks(t, before)
+	clitest.CheckNoLeaks(t, before)
 }
 
 // With --auth the server takes no connection without credentials: the raw
@@ -40,31 +40,31 @@ func TestConformanceAuthGoAgent(t *testing.T) {
 // the control: the same binary with it passes every rule.
 func TestConformanceAuthRefusesAnAgentWithoutCredentials(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "rawagent")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/rawagent").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../../examples/rawagent").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Run("without AGENTREACH_CREDS", func(t *testing.T) {
-		r := runCmd(t, conformance.Run, "--auth", "--rules", "register", "--", "sh", "-c", `unset AGENTREACH_CREDS; exec "$0"`, bin)
-		if r.code != cli.ExitFail || !strings.Contains(r.stdout, "FAIL register") || !strings.Contains(r.stderr, "Authorization Violation") {
-			t.Fatalf("exit %d\nstdout: %s\nstderr: %s\nwant exit %d, register failed, the server's Authorization Violation in the agent's output", r.code, r.stdout, r.stderr, cli.ExitFail)
+		r := clitest.RunCmd(t, Run, "--auth", "--rules", "register", "--", "sh", "-c", `unset AGENTREACH_CREDS; exec "$0"`, bin)
+		if r.Code != cli.ExitFail || !strings.Contains(r.Stdout, "FAIL register") || !strings.Contains(r.Stderr, "Authorization Violation") {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s\nwant exit %d, register failed, the server's Authorization Violation in the agent's output", r.Code, r.Stdout, r.Stderr, cli.ExitFail)
 		}
 	})
 	t.Run("with AGENTREACH_CREDS", func(t *testing.T) {
-		r := runCmd(t, conformance.Run, "--auth", "--json", "--", bin)
+		r := clitest.RunCmd(t, Run, "--auth", "--json", "--", bin)
 		checkEveryRulePassed(t, r)
 	})
 }
 
 // checkEveryRulePassed checks the --json report of a run: exit 0, every
 // rule passed, and the agent's output kept.
-func checkEveryRulePassed(t *testing.T, r result) {
+func checkEveryRulePassed(t *testing.T, r clitest.Result) {
 	t.Helper()
-	if r.code != cli.ExitOK {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	if r.Code != cli.ExitOK {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 	}
-	var out conformance.ConformanceReport
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		t.Fatalf("--json output does not decode: %v\n%s", err, r.stdout)
+	var out ConformanceReport
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		t.Fatalf("--json output does not decode: %v\n%s", err, r.Stdout)
 	}
 	var rules []string
 	for _, res := range out.Results {
@@ -94,9 +94,9 @@ func TestConformanceUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			r := runCmd(t, conformance.Run, tt.args...)
-			if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tt.stderr) || !strings.HasPrefix(r.stdout, tt.stdout) {
-				t.Fatalf("exit %d, stderr %q, stdout %q; want %d, %q and %q", r.code, r.stderr, r.stdout, cli.ExitUsage, tt.stderr, tt.stdout)
+			r := clitest.RunCmd(t, Run, tt.args...)
+			if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, tt.stderr) || !strings.HasPrefix(r.Stdout, tt.stdout) {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want %d, %q and %q", r.Code, r.Stderr, r.Stdout, cli.ExitUsage, tt.stderr, tt.stdout)
 			}
 		})
 	}
@@ -112,7 +112,7 @@ func TestPrintConformance(t *testing.T) {
 			Message: "rule drain: no put with status draining (see docs/conformance.md#drain)"},
 	}}
 	var b strings.Builder
-	conformance.PrintConformance(&b, report)
+	PrintConformance(&b, report)
 	want := "PASS ack 12ms\nPASS busy 400µs\nFAIL drain 6.5s: no put with status draining (see docs/conformance.md#drain)\n" +
 		"1 of 3 rules failed in 7.4s: drain\n"
 	if b.String() != want {
@@ -127,10 +127,10 @@ func TestConformanceAgentDoesNotStart(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("not a program\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := runCmd(t, conformance.Run, "--json", "--", bin)
+	r := clitest.RunCmd(t, Run, "--json", "--", bin)
 	var out cli.FailureOutput
-	if r.code != cli.ExitFail || !strings.Contains(r.stderr, "start the agent: start "+bin) ||
-		json.Unmarshal([]byte(r.stdout), &out) != nil || out.Error == nil || !strings.Contains(out.Error.Message, bin) {
-		t.Fatalf("exit %d, stderr %q, stdout %q; want %d and an error naming the agent that did not start", r.code, r.stderr, r.stdout, cli.ExitFail)
+	if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "start the agent: start "+bin) ||
+		json.Unmarshal([]byte(r.Stdout), &out) != nil || out.Error == nil || !strings.Contains(out.Error.Message, bin) {
+		t.Fatalf("exit %d, stderr %q, stdout %q; want %d and an error naming the agent that did not start", r.Code, r.Stderr, r.Stdout, cli.ExitFail)
 	}
 }
