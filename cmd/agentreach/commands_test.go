@@ -23,16 +23,7 @@ import (
 // and demo commands against it, until the test ends. It returns the URL.
 func startStack(t *testing.T) string {
 	t.Helper()
-	s := natstest.RunServer(t)
-	natstest.Provision(t, natstest.Connect(t, s), streams.Topology{Memory: true})
-	url := s.ClientURL()
-	// The dispatcher provisions too: on existing resources it is a no-op.
-	// Calls wait until it has started (see the report on dispatcher.Start).
-	dlog := clitest.Background(t, "dispatcher", stack.RunDispatcher, "--server", url)
-	clitest.WaitOutput(t, dlog, "dispatcher running")
-	clitest.Background(t, "demo", demo.Run, "--server", url, "--slow-delay", "200ms", "--log-level", "warn")
-	waitCallable(t, url)
-	return url
+	return clitest.StartStack(t, stack.RunDispatcher, demo.Run, task.RunCall)
 }
 
 func TestCommands(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
-	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -35,7 +34,7 @@ func TestUp(t *testing.T) {
 	var stdout, stderr clitest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- stack.RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn", "--http", "off",
+		done <- RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn", "--http", "off",
 			"--max-payload", strconv.Itoa(4 << 20)}, &stdout, &stderr)
 	}()
 
@@ -128,7 +127,7 @@ func TestUpPortTaken(t *testing.T) {
 		} else {
 			args = append(args, "--nats-listen", l.Addr().String())
 		}
-		r := clitest.RunCmd(t, stack.RunUp, args...)
+		r := clitest.RunCmd(t, RunUp, args...)
 		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: "+l.Addr().String()+" is in use: move NATS with --nats-listen or "+
 			"AGENTREACH_NATS_LISTEN="+next+" make run (") || !strings.Contains(r.Stderr, "a second stack also needs its own --data-dir") {
 			t.Fatalf("from the environment %t: exit %d, stderr %q", env, r.Code, r.Stderr)
@@ -152,7 +151,7 @@ func startUp(t *testing.T, args ...string) *upRun {
 	u := &upRun{stdout: new(clitest.SyncBuffer), stderr: new(clitest.SyncBuffer), done: make(chan int, 1), cancel: cancel}
 	// No HTTP unless args ask for it (the last --http wins): port 8080 may be anyone's.
 	args = append([]string{"--http", "off"}, args...)
-	go func() { u.done <- stack.RunUp(ctx, append(args, "--log-level", "warn"), u.stdout, u.stderr) }()
+	go func() { u.done <- RunUp(ctx, append(args, "--log-level", "warn"), u.stdout, u.stderr) }()
 	t.Cleanup(func() { u.Stop(t) })
 	return u
 }

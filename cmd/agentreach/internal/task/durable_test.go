@@ -1,4 +1,4 @@
-package main
+package task
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
-	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -72,7 +71,7 @@ func TestDurableCommands(t *testing.T) {
 	with := func(args ...string) []string { return append(append([]string{}, srv...), args...) }
 
 	t.Run("submit then result", func(t *testing.T) {
-		r := clitest.RunCmd(t, task.RunSubmit, with("echo", `{"text":"durable"}`)...)
+		r := clitest.RunCmd(t, RunSubmit, with("echo", `{"text":"durable"}`)...)
 		if r.Code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
@@ -80,7 +79,7 @@ func TestDurableCommands(t *testing.T) {
 		if _, err := uuid.Parse(id); err != nil {
 			t.Fatalf("stdout %q is not a request id: %v", r.Stdout, err)
 		}
-		r = clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+		r = clitest.RunCmd(t, RunResult, with("--wait", id)...)
 		if want := "{\n  \"text\": \"durable\"\n}\n"; r.Code != cli.ExitOK || r.Stdout != want {
 			t.Fatalf("result --wait: exit %d, stdout %q (want %q), stderr %q", r.Code, r.Stdout, want, r.Stderr)
 		}
@@ -90,7 +89,7 @@ func TestDurableCommands(t *testing.T) {
 			}
 		}
 		// Recorded: without --wait too, and as JSON.
-		r = clitest.RunCmd(t, task.RunResult, with("--json", id)...)
+		r = clitest.RunCmd(t, RunResult, with("--json", id)...)
 		var out struct {
 			Result map[string]any `json:"result"`
 			Meta   cli.CallMeta   `json:"meta"`
@@ -105,7 +104,7 @@ func TestDurableCommands(t *testing.T) {
 
 	t.Run("submit --wait", func(t *testing.T) {
 		id := "cli-" + uuid.NewString()
-		r := clitest.RunCmd(t, task.RunSubmit, with("--wait", "--request-id", id, "--header", "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		r := clitest.RunCmd(t, RunSubmit, with("--wait", "--request-id", id, "--header", "traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 			"echo", `{"n":[1,2]}`)...)
 		if r.Code != cli.ExitOK || strings.Join(strings.Fields(r.Stdout), "") != `{"n":[1,2]}` {
 			t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
@@ -113,48 +112,48 @@ func TestDurableCommands(t *testing.T) {
 		if !strings.Contains(r.Stderr, "status=FINISHED") || !strings.Contains(r.Stderr, "request_id="+id) {
 			t.Fatalf("stderr %q", r.Stderr)
 		}
-		r = clitest.RunCmd(t, task.RunSubmit, with("--json", "--wait", "math.add", `{"a":1,"b":2}`)...)
-		var out task.CallOutput
+		r = clitest.RunCmd(t, RunSubmit, with("--json", "--wait", "math.add", `{"a":1,"b":2}`)...)
+		var out CallOutput
 		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || r.Code != cli.ExitOK ||
 			strings.Join(strings.Fields(string(out.Result)), "") != `{"sum":3}` || out.Meta == nil || out.Meta.RequestID == "" {
 			t.Fatalf("--json --wait: exit %d, stdout %q (%v), stderr %q", r.Code, r.Stdout, err, r.Stderr)
 		}
-		r = clitest.RunCmd(t, task.RunSubmit, with("--json", "echo")...)
-		var sub task.SubmitOutput
+		r = clitest.RunCmd(t, RunSubmit, with("--json", "echo")...)
+		var sub SubmitOutput
 		if err := json.Unmarshal([]byte(r.Stdout), &sub); err != nil || r.Code != cli.ExitOK || sub.RequestID == "" {
 			t.Fatalf("--json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 		}
 	})
 
 	t.Run("business rejection is an outcome", func(t *testing.T) {
-		r := clitest.RunCmd(t, task.RunSubmit, with("--wait", "math.add", `{"a":1}`)...)
+		r := clitest.RunCmd(t, RunSubmit, with("--wait", "math.add", `{"a":1}`)...)
 		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: BIZ_REJECT: ") {
 			t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 		}
 	})
 
 	t.Run("no capable agent: the task waits", func(t *testing.T) {
-		r := clitest.RunCmd(t, task.RunSubmit, with("nobody.home", `{}`)...)
+		r := clitest.RunCmd(t, RunSubmit, with("nobody.home", `{}`)...)
 		if r.Code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
 		id := strings.TrimSpace(r.Stdout)
-		r = clitest.RunCmd(t, task.RunResult, with(id)...)
+		r = clitest.RunCmd(t, RunResult, with(id)...)
 		if r.Code != cli.ExitFail || r.Stdout != "" || !strings.Contains(r.Stderr, "error: no outcome recorded for "+id+
 			": no result, dead letter or review entry; the task may still wait or run, or was never submitted\n") {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		r = clitest.RunCmd(t, task.RunResult, with("--json", id)...)
+		r = clitest.RunCmd(t, RunResult, with("--json", id)...)
 		if e := clitest.DecodeFailure(t, r); r.Code != cli.ExitFail || e.Error.Code != cli.CodeNotFound || !strings.Contains(e.Error.Message, id) {
 			t.Fatalf("result --json: exit %d, stdout %q", r.Code, r.Stdout)
 		}
-		r = clitest.RunCmd(t, task.RunResult, with("--wait", "--timeout", "300ms", id)...)
+		r = clitest.RunCmd(t, RunResult, with("--wait", "--timeout", "300ms", id)...)
 		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: DEADLINE_EXCEEDED: ") ||
 			!strings.Contains(r.Stderr, "or was never submitted") || !strings.Contains(r.Stderr, "'agentreach result "+id+"'") {
 			t.Fatalf("result --wait: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 		// It waits in REACH_TASKS, not in a queue for people.
-		for _, e := range append(listParked(t, task.RunDLQ, srv), listParked(t, task.RunReview, srv)...) {
+		for _, e := range append(listParked(t, RunDLQ, srv), listParked(t, RunReview, srv)...) {
 			if e.RequestID == id {
 				t.Fatalf("waiting task parked: %+v", e)
 			}
@@ -162,14 +161,14 @@ func TestDurableCommands(t *testing.T) {
 	})
 
 	t.Run("poison dead letter: ls, show, purge", func(t *testing.T) {
-		r := clitest.RunCmd(t, task.RunSubmit, with("math.add", `{"a":"x","b":1}`)...)
+		r := clitest.RunCmd(t, RunSubmit, with("math.add", `{"a":"x","b":1}`)...)
 		if r.Code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
 		id := strings.TrimSpace(r.Stdout)
 		var dead cli.ParkedJSON
 		natstest.WaitFor(t, 20*time.Second, func() error {
-			for _, e := range listParked(t, task.RunDLQ, srv) {
+			for _, e := range listParked(t, RunDLQ, srv) {
 				if e.RequestID == id {
 					dead = e
 					return nil
@@ -184,7 +183,7 @@ func TestDurableCommands(t *testing.T) {
 		}
 		seq := strconv.FormatUint(dead.Seq, 10)
 
-		r = clitest.RunCmd(t, task.RunDLQ, with("ls")...)
+		r = clitest.RunCmd(t, RunDLQ, with("ls")...)
 		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 		if r.Code != cli.ExitOK || len(lines) != 2 {
 			t.Fatalf("ls: exit %d, stdout:\n%s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
@@ -198,7 +197,7 @@ func TestDurableCommands(t *testing.T) {
 			t.Errorf("row %q", lines[1])
 		}
 
-		r = clitest.RunCmd(t, task.RunDLQ, with("show", seq)...)
+		r = clitest.RunCmd(t, RunDLQ, with("show", seq)...)
 		for _, want := range []string{"Stream:     REACH_DLQ\n", "Seq:        " + seq + "\n", "Reason:     poison\n", "Code:       BAD_REQUEST\n",
 			"Request ID: " + id + "\n", "Headers:\n", "  Reach-Request-Id: " + id + "\n", "  Reach-DLQ-Reason: poison\n",
 			"Payload:\n{\n  \"a\": \"x\",\n  \"b\": 1\n}\n"} {
@@ -206,7 +205,7 @@ func TestDurableCommands(t *testing.T) {
 				t.Errorf("show: exit %d, stdout lacks %q:\n%s", r.Code, want, r.Stdout)
 			}
 		}
-		r = clitest.RunCmd(t, task.RunDLQ, with("show", "--json", seq)...)
+		r = clitest.RunCmd(t, RunDLQ, with("show", "--json", seq)...)
 		var shown cli.ParkedJSON
 		if err := json.Unmarshal([]byte(r.Stdout), &shown); err != nil || shown.RequestID != id || shown.Header.Get(streams.HeaderRequestID) != id {
 			t.Fatalf("show --json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
@@ -214,12 +213,12 @@ func TestDurableCommands(t *testing.T) {
 
 		// result says where the task is, with --wait or without.
 		for _, wait := range [][]string{nil, {"--wait"}} {
-			r := clitest.RunCmd(t, task.RunResult, with(append(wait, id)...)...)
+			r := clitest.RunCmd(t, RunResult, with(append(wait, id)...)...)
 			if want := "error: parked in REACH_DLQ (seq " + seq + ", reason poison): BAD_REQUEST: "; r.Code != cli.ExitFail ||
 				!strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "'agentreach dlq replay "+seq+"'") || r.Stdout != "" {
 				t.Fatalf("result %v: exit %d, stdout %q, stderr %q; want %q", wait, r.Code, r.Stdout, r.Stderr, want)
 			}
-			r = clitest.RunCmd(t, task.RunResult, with(append(wait, "--json", id)...)...)
+			r = clitest.RunCmd(t, RunResult, with(append(wait, "--json", id)...)...)
 			e := clitest.DecodeFailure(t, r)
 			if r.Code != cli.ExitFail || e.Error.Code != streams.CodeBadRequest || e.Parked == nil || e.Parked.Seq != dead.Seq ||
 				e.Parked.Stream != streams.StreamDLQ || e.Parked.Reason != dispatcher.ReasonPoison || e.Meta == nil || e.Meta.RequestID != id {
@@ -228,26 +227,26 @@ func TestDurableCommands(t *testing.T) {
 		}
 
 		clitest.SetConfirmInput(t, "", false)
-		r = clitest.RunCmd(t, task.RunDLQ, with("purge")...)
+		r = clitest.RunCmd(t, RunDLQ, with("purge")...)
 		if r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "pass --yes") {
 			t.Fatalf("purge without a terminal: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 		clitest.SetConfirmInput(t, "n\n", true)
-		r = clitest.RunCmd(t, task.RunDLQ, with("purge")...)
+		r = clitest.RunCmd(t, RunDLQ, with("purge")...)
 		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "Purge 1 dead letter? [y/N] ") || !strings.Contains(r.Stderr, "nothing purged") {
 			t.Fatalf("purge declined: exit %d, stderr %q", r.Code, r.Stderr)
 		}
-		if n := len(listParked(t, task.RunDLQ, srv)); n != 1 {
+		if n := len(listParked(t, RunDLQ, srv)); n != 1 {
 			t.Fatalf("%d dead letters after a declined purge, want 1", n)
 		}
-		r = clitest.RunCmd(t, task.RunDLQ, with("purge", "--yes")...)
+		r = clitest.RunCmd(t, RunDLQ, with("purge", "--yes")...)
 		if r.Code != cli.ExitOK || r.Stdout != "purged 1 dead letter\n" {
 			t.Fatalf("purge --yes: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		if left := listParked(t, task.RunDLQ, srv); len(left) != 0 {
+		if left := listParked(t, RunDLQ, srv); len(left) != 0 {
 			t.Fatalf("left after purge: %+v", left)
 		}
-		r = clitest.RunCmd(t, task.RunDLQ, with("show", seq)...)
+		r = clitest.RunCmd(t, RunDLQ, with("show", seq)...)
 		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no dead letter with seq "+seq) {
 			t.Fatalf("show purged: exit %d, stderr %q", r.Code, r.Stderr)
 		}
@@ -257,19 +256,19 @@ func TestDurableCommands(t *testing.T) {
 		keep := park(t, url, "reach.dlq.echo", "keep-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
 		gone := park(t, url, "reach.dlq.echo", "gone-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
 		clitest.SetConfirmInput(t, "y\n", true)
-		r := clitest.RunCmd(t, task.RunDLQ, with("purge", strconv.FormatUint(gone, 10))...)
+		r := clitest.RunCmd(t, RunDLQ, with("purge", strconv.FormatUint(gone, 10))...)
 		if r.Code != cli.ExitOK || r.Stdout != "purged 1 dead letter\n" {
 			t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		left := listParked(t, task.RunDLQ, srv)
+		left := listParked(t, RunDLQ, srv)
 		if len(left) != 1 || left[0].Seq != keep {
 			t.Fatalf("left %+v, want only seq %d", left, keep)
 		}
 		clitest.SetConfirmInput(t, "yes\n", true)
-		if r := clitest.RunCmd(t, task.RunDLQ, with("purge", "--json")...); r.Code != cli.ExitOK || r.Stdout != `{"purged":1}`+"\n" {
+		if r := clitest.RunCmd(t, RunDLQ, with("purge", "--json")...); r.Code != cli.ExitOK || r.Stdout != `{"purged":1}`+"\n" {
 			t.Fatalf("purge all: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		if r := clitest.RunCmd(t, task.RunDLQ, with("purge", "--yes")...); r.Code != cli.ExitOK || r.Stdout != "purged 0 dead letters\n" {
+		if r := clitest.RunCmd(t, RunDLQ, with("purge", "--yes")...); r.Code != cli.ExitOK || r.Stdout != "purged 0 dead letters\n" {
 			t.Fatalf("purge empty: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 	})
@@ -279,17 +278,17 @@ func TestDurableCommands(t *testing.T) {
 		for i, id := range ids {
 			park(t, url, "reach.dlq.echo", id, dispatcher.ReasonFailed, fmt.Sprintf(`{"replayed":%d}`, i))
 		}
-		r := clitest.RunCmd(t, task.RunDLQ, with("replay", "--all")...)
+		r := clitest.RunCmd(t, RunDLQ, with("replay", "--all")...)
 		if r.Code != cli.ExitOK || r.Stdout != "resubmitted 2 dead letters\n" {
 			t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		for i, id := range ids {
-			r := clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+			r := clitest.RunCmd(t, RunResult, with("--wait", id)...)
 			if want := fmt.Sprintf("{\n  \"replayed\": %d\n}\n", i); r.Code != cli.ExitOK || r.Stdout != want {
 				t.Fatalf("result %s: exit %d, stdout %q, stderr %q", id, r.Code, r.Stdout, r.Stderr)
 			}
 		}
-		if left := listParked(t, task.RunDLQ, srv); len(left) != 0 {
+		if left := listParked(t, RunDLQ, srv); len(left) != 0 {
 			t.Fatalf("left after replay: %+v", left)
 		}
 	})
@@ -299,40 +298,40 @@ func TestDurableCommands(t *testing.T) {
 		id := "late-" + uuid.NewString()
 		seq := park(t, url, "reach.review.echo", id, dispatcher.ReasonDeadline, `{"late":true}`,
 			streams.HeaderDeadline, past, streams.HeaderError, string(streams.CodeDeadlineExceeded))
-		list := listParked(t, task.RunReview, srv)
+		list := listParked(t, RunReview, srv)
 		if len(list) != 1 || list[0].Seq != seq || list[0].RequestID != id || list[0].Reason != "deadline" ||
 			list[0].Capability != "echo" || list[0].Stream != streams.StreamReview {
 			t.Fatalf("review ls: %+v", list)
 		}
-		r := clitest.RunCmd(t, task.RunReview, with("ls")...)
+		r := clitest.RunCmd(t, RunReview, with("ls")...)
 		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, id) || !strings.Contains(r.Stdout, "DEADLINE_EXCEEDED") {
 			t.Fatalf("review ls: exit %d, stdout %q", r.Code, r.Stdout)
 		}
-		r = clitest.RunCmd(t, task.RunReview, with("show", strconv.FormatUint(seq, 10))...)
+		r = clitest.RunCmd(t, RunReview, with("show", strconv.FormatUint(seq, 10))...)
 		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, "Stream:     REACH_REVIEW\n") || !strings.Contains(r.Stdout, "\"late\": true") {
 			t.Fatalf("review show: exit %d, stdout %q", r.Code, r.Stdout)
 		}
 		// Its deadline has passed: replayed as it is, it would only come
 		// back; --new-deadline gives it a new one.
-		r = clitest.RunCmd(t, task.RunReview, with("replay", "--new-deadline", "1h", strconv.FormatUint(seq, 10))...)
+		r = clitest.RunCmd(t, RunReview, with("replay", "--new-deadline", "1h", strconv.FormatUint(seq, 10))...)
 		if r.Code != cli.ExitOK || r.Stdout != "resubmitted 1 review entry\n" {
 			t.Fatalf("review replay: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		r = clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+		r = clitest.RunCmd(t, RunResult, with("--wait", id)...)
 		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, "\"late\": true") {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 
 		seq = park(t, url, "reach.review.echo", "handled-"+uuid.NewString(), dispatcher.ReasonDeadline, `{}`)
 		s := strconv.FormatUint(seq, 10)
-		r = clitest.RunCmd(t, task.RunReview, with("resolve", "--drop", s)...)
+		r = clitest.RunCmd(t, RunReview, with("resolve", "--drop", s)...)
 		if r.Code != cli.ExitOK || r.Stdout != "dropped 1 review entry\n" {
 			t.Fatalf("resolve: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
-		if left := listParked(t, task.RunReview, srv); len(left) != 0 {
+		if left := listParked(t, RunReview, srv); len(left) != 0 {
 			t.Fatalf("left after resolve: %+v", left)
 		}
-		r = clitest.RunCmd(t, task.RunReview, with("resolve", "--drop", s)...)
+		r = clitest.RunCmd(t, RunReview, with("resolve", "--drop", s)...)
 		if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no review entry with seq "+s) {
 			t.Fatalf("resolve again: exit %d, stderr %q", r.Code, r.Stderr)
 		}
@@ -350,7 +349,7 @@ func TestReplayDeadline(t *testing.T) {
 	seq := park(t, url, "reach.review.echo", "late-1", dispatcher.ReasonDeadline, `{}`, streams.HeaderDeadline, past)
 
 	before := time.Now().Truncate(time.Millisecond) // Reach-Deadline has millisecond precision
-	r := clitest.RunCmd(t, task.RunReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
+	r := clitest.RunCmd(t, RunReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
 	if r.Code != cli.ExitOK || r.Stdout != `{"resubmitted":1}`+"\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
@@ -375,7 +374,7 @@ func TestReplayDeadline(t *testing.T) {
 	if m.Header.Get(streams.HeaderRequestID) != "late-1" || m.Header.Get(streams.HeaderDLQCount) != "1" || m.Header.Get(streams.HeaderDLQReason) != "" {
 		t.Errorf("resubmitted headers %v", m.Header)
 	}
-	if r := clitest.RunCmd(t, task.RunReview, "--server", url, "ls", "--json"); r.Code != cli.ExitOK || strings.TrimSpace(r.Stdout) != "[]" {
+	if r := clitest.RunCmd(t, RunReview, "--server", url, "ls", "--json"); r.Code != cli.ExitOK || strings.TrimSpace(r.Stdout) != "[]" {
 		t.Errorf("review ls after replay: exit %d, stdout %q", r.Code, r.Stdout)
 	}
 }
@@ -387,16 +386,16 @@ func TestSubmitBufferFull(t *testing.T) {
 	natstest.Provision(t, natstest.Connect(t, s), streams.Topology{Memory: true, PendingPerCapability: 2})
 	srv := []string{"--server", s.ClientURL()}
 	for range 2 { // nobody consumes: both wait in REACH_TASKS
-		if r := clitest.RunCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...); r.Code != cli.ExitOK {
+		if r := clitest.RunCmd(t, RunSubmit, append(srv, "echo", `{}`)...); r.Code != cli.ExitOK {
 			t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 		}
 	}
-	r := clitest.RunCmd(t, task.RunSubmit, append(srv, "echo", `{}`)...)
+	r := clitest.RunCmd(t, RunSubmit, append(srv, "echo", `{}`)...)
 	if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "error: OVERLOADED: ") || r.Stdout != "" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	r = clitest.RunCmd(t, task.RunSubmit, append(srv, "--json", "echo", `{}`)...)
-	var out task.CallOutput
+	r = clitest.RunCmd(t, RunSubmit, append(srv, "--json", "echo", `{}`)...)
+	var out CallOutput
 	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || r.Code != cli.ExitFail || out.Error == nil || out.Error.Code != streams.CodeOverloaded {
 		t.Fatalf("--json: exit %d, stdout %q (%v)", r.Code, r.Stdout, err)
 	}
@@ -409,32 +408,32 @@ func TestParkedUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{task.RunDLQ, nil, "want a sub-command: ls, show, replay or purge"},
-		{task.RunDLQ, []string{"frob"}, `unknown sub-command "frob"`},
-		{task.RunDLQ, []string{"resolve", "1"}, `unknown sub-command "resolve"`},
-		{task.RunReview, []string{"purge"}, `unknown sub-command "purge" (want ls, show, replay or resolve)`},
-		{task.RunDLQ, []string{"ls", "1"}, "unexpected argument"},
-		{task.RunDLQ, []string{"show"}, "show: want a <seq>"},
-		{task.RunDLQ, []string{"show", "x"}, "<seq> must be a positive"},
-		{task.RunDLQ, []string{"show", "0"}, "<seq> must be a positive"},
-		{task.RunDLQ, []string{"replay"}, "replay: want a <seq> or --all"},
-		{task.RunDLQ, []string{"replay", "--all", "3"}, "not both"},
-		{task.RunDLQ, []string{"replay", "1", "2"}, "at most one <seq>"},
-		{task.RunDLQ, []string{"purge"}, "pass --yes"},
-		{task.RunDLQ, []string{"purge", "4"}, "pass --yes"},
-		{task.RunReview, []string{"resolve", "--drop"}, "resolve: want a <seq>"},
-		{task.RunReview, []string{"resolve", "1"}, "resolve: want --rerun (run the task again) or --drop"},
-		{task.RunReview, []string{"resolve", "--rerun", "--drop", "1"}, "give --rerun or --drop, not both"},
-		{task.RunReview, []string{"resolve", "--drop", "--by", " ", "1"}, "--by is empty"},
-		{task.RunReview, []string{"replay", "--rerun", "1"}, "--rerun and --drop go with resolve, not replay"},
-		{task.RunSubmit, []string{"echo", "@"}, `payload "@" names no file`},
-		{task.RunSubmit, []string{"echo", "@/nonexistent/task.json"}, "/nonexistent/task.json"},
-		{task.RunReview, []string{"replay", "--new-deadline", "-1h", "1"}, "--new-deadline must not be negative"},
-		{task.RunSubmit, nil, "want <capability>"},
-		{task.RunSubmit, []string{"echo", "{nope"}, "payload is not valid JSON"},
-		{task.RunSubmit, []string{"--request-id", "a.b", "echo"}, "--request-id"},
-		{task.RunResult, nil, "want one <request-id>"},
-		{task.RunResult, []string{"a>b"}, "request id"},
+		{RunDLQ, nil, "want a sub-command: ls, show, replay or purge"},
+		{RunDLQ, []string{"frob"}, `unknown sub-command "frob"`},
+		{RunDLQ, []string{"resolve", "1"}, `unknown sub-command "resolve"`},
+		{RunReview, []string{"purge"}, `unknown sub-command "purge" (want ls, show, replay or resolve)`},
+		{RunDLQ, []string{"ls", "1"}, "unexpected argument"},
+		{RunDLQ, []string{"show"}, "show: want a <seq>"},
+		{RunDLQ, []string{"show", "x"}, "<seq> must be a positive"},
+		{RunDLQ, []string{"show", "0"}, "<seq> must be a positive"},
+		{RunDLQ, []string{"replay"}, "replay: want a <seq> or --all"},
+		{RunDLQ, []string{"replay", "--all", "3"}, "not both"},
+		{RunDLQ, []string{"replay", "1", "2"}, "at most one <seq>"},
+		{RunDLQ, []string{"purge"}, "pass --yes"},
+		{RunDLQ, []string{"purge", "4"}, "pass --yes"},
+		{RunReview, []string{"resolve", "--drop"}, "resolve: want a <seq>"},
+		{RunReview, []string{"resolve", "1"}, "resolve: want --rerun (run the task again) or --drop"},
+		{RunReview, []string{"resolve", "--rerun", "--drop", "1"}, "give --rerun or --drop, not both"},
+		{RunReview, []string{"resolve", "--drop", "--by", " ", "1"}, "--by is empty"},
+		{RunReview, []string{"replay", "--rerun", "1"}, "--rerun and --drop go with resolve, not replay"},
+		{RunSubmit, []string{"echo", "@"}, `payload "@" names no file`},
+		{RunSubmit, []string{"echo", "@/nonexistent/task.json"}, "/nonexistent/task.json"},
+		{RunReview, []string{"replay", "--new-deadline", "-1h", "1"}, "--new-deadline must not be negative"},
+		{RunSubmit, nil, "want <capability>"},
+		{RunSubmit, []string{"echo", "{nope"}, "payload is not valid JSON"},
+		{RunSubmit, []string{"--request-id", "a.b", "echo"}, "--request-id"},
+		{RunResult, nil, "want one <request-id>"},
+		{RunResult, []string{"a>b"}, "request id"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -520,7 +519,7 @@ func TestReviewResolve(t *testing.T) {
 	}
 	gone := func(t *testing.T, id string) {
 		t.Helper()
-		for _, e := range listParked(t, task.RunReview, srv) {
+		for _, e := range listParked(t, RunReview, srv) {
 			if e.RequestID == id {
 				t.Errorf("entry still in review: %+v", e)
 			}
@@ -530,12 +529,12 @@ func TestReviewResolve(t *testing.T) {
 	t.Run("rerun", func(t *testing.T) {
 		id := "doubt-" + uuid.NewString()
 		seq, claim := inDoubt(t, id)
-		r := clitest.RunCmd(t, task.RunReview, with("resolve", "--rerun", "--by", "tester", seq)...)
+		r := clitest.RunCmd(t, RunReview, with("resolve", "--rerun", "--by", "tester", seq)...)
 		if r.Code != cli.ExitOK || r.Stdout != "resubmitted 1 review entry\n" {
 			t.Fatalf("resolve --rerun: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		// It ran again: a result, and the claim is the new execution's.
-		r = clitest.RunCmd(t, task.RunResult, with("--wait", id)...)
+		r = clitest.RunCmd(t, RunResult, with("--wait", id)...)
 		if r.Code != cli.ExitOK || !strings.Contains(r.Stdout, `"in_doubt": true`) {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
@@ -558,14 +557,14 @@ func TestReviewResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := clitest.RunCmd(t, task.RunReview, with("resolve", "--drop", "--json", "--by", "tester", seq)...)
+		r := clitest.RunCmd(t, RunReview, with("resolve", "--drop", "--json", "--by", "tester", seq)...)
 		if r.Code != cli.ExitOK || r.Stdout != `{"dropped":1}`+"\n" {
 			t.Fatalf("resolve --drop: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		gone(t, id)
 		recorded(t, id, dispatcher.OutcomeReviewDrop)
 		// Nothing ran: no outcome, and the claim is as it was.
-		if r := clitest.RunCmd(t, task.RunResult, with(id)...); r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no outcome recorded for "+id) {
+		if r := clitest.RunCmd(t, RunResult, with(id)...); r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no outcome recorded for "+id) {
 			t.Fatalf("result: exit %d, stderr %q", r.Code, r.Stderr)
 		}
 		after, err := kv.Get(ctx, claim)

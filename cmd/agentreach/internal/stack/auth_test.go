@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
-	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
@@ -26,7 +25,7 @@ import (
 func TestAuthCommands(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "auth")
 	auth := func(args ...string) clitest.Result {
-		return clitest.RunCmd(t, stack.RunAuth, append([]string{"--dir", dir}, args...)...)
+		return clitest.RunCmd(t, RunAuth, append([]string{"--dir", dir}, args...)...)
 	}
 	clitest.Expect(t, auth("ls"), cli.ExitFail, "no identity store", "agentreach auth init --dir")
 	clitest.Expect(t, auth("init"), cli.ExitOK, "out:identity store made in "+dir, "out:keys/verifier.nk")
@@ -58,7 +57,7 @@ func TestAuthCommands(t *testing.T) {
 	clitest.Expect(t, auth("token", "nobody"), cli.ExitFail, "unknown identity: nobody")
 	clitest.Expect(t, auth("token", "d1"), cli.ExitOK, "out:ar1.d1.")
 	r := auth("ls", "--json")
-	var rows []stack.IdentityJSON
+	var rows []IdentityJSON
 	if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil || len(rows) != 4 {
 		t.Fatalf("ls --json: %q (%v)", r.Stdout, err)
 	}
@@ -109,7 +108,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	var stdout, stderr clitest.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- stack.RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
+		done <- RunUp(ctx, []string{"--nats-listen", listen, "--data-dir", dir, "--demo", "--slow-delay", "100ms", "--log-level", "warn",
 			"--auth", "--tls", "--tls-verify", "--http", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
 	clitest.WaitOutput(t, &stdout, "Agent-Reach is up")
@@ -134,7 +133,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	}
 	clitest.Expect(t, call(tlsArgs...), cli.ExitFail, "Authorization Violation")
 	clitest.Expect(t, call("--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--creds", creds("cli")), cli.ExitFail, "tls")
-	r := clitest.RunCmd(t, inspect.RunAgents, append([]string{"--server", url, "--json"}, as(stack.UpDispatcherIdentity)...)...)
+	r := clitest.RunCmd(t, inspect.RunAgents, append([]string{"--server", url, "--json"}, as(UpDispatcherIdentity)...)...)
 	var entries []inspect.AgentJSON
 	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil || len(entries) != 4 || entries[0].ID != "echo-1" {
 		t.Fatalf("agents --json: exit %d, %+v (%v), stderr %q", r.Code, entries, err, r.Stderr)
@@ -158,7 +157,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 
 	// Identities change while it runs.
 	authDir := []string{"--dir", filepath.Join(dir, "auth")}
-	clitest.Expect(t, clitest.RunCmd(t, stack.RunAuth, append(authDir, "caller", "web")...), cli.ExitOK, "out:caller web")
+	clitest.Expect(t, clitest.RunCmd(t, RunAuth, append(authDir, "caller", "web")...), cli.ExitOK, "out:caller web")
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if r := call(as("web")...); r.Code != cli.ExitOK {
 			return errors.New(r.Stderr)
@@ -169,7 +168,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	// The gateway: bearer tokens name identities under the same ACL.
 	base := bannerURL(t, stdout.String())
 	token := func(name string) string {
-		return strings.TrimSpace(clitest.RunCmd(t, stack.RunAuth, append(authDir, "token", name)...).Stdout)
+		return strings.TrimSpace(clitest.RunCmd(t, RunAuth, append(authDir, "token", name)...).Stdout)
 	}
 	web := token("web")
 	if !strings.Contains(stdout.String(), "Authorization: Bearer $(agentreach auth token --dir "+filepath.Join(dir, "auth")+" cli)") {
@@ -223,7 +222,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 		return nil
 	})
 
-	clitest.Expect(t, clitest.RunCmd(t, stack.RunAuth, append(authDir, "revoke", "web")...), cli.ExitOK, "out:caller web revoked")
+	clitest.Expect(t, clitest.RunCmd(t, RunAuth, append(authDir, "revoke", "web")...), cli.ExitOK, "out:caller web revoked")
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if r := call(as("web")...); r.Code == cli.ExitOK {
 			return errors.New("the revoked caller still calls")

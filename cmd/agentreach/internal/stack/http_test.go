@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"crypto/tls"
@@ -17,7 +17,6 @@ import (
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
-	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -31,7 +30,7 @@ func TestHTTPFlag(t *testing.T) {
 	}
 	defer l.Close()
 	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-	r := clitest.RunCmd(t, stack.RunUp, "--nats-listen", listen, "--data-dir", t.TempDir(), "--http", l.Addr().String())
+	r := clitest.RunCmd(t, RunUp, "--nats-listen", listen, "--data-dir", t.TempDir(), "--http", l.Addr().String())
 	if r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "--http "+l.Addr().String()+": cannot listen") ||
 		!strings.Contains(r.Stderr, "move it with --http or AGENTREACH_HTTP=") || !strings.Contains(r.Stderr, "--http off") {
 		t.Fatalf("taken port: exit %d, stderr %q", r.Code, r.Stderr)
@@ -39,7 +38,7 @@ func TestHTTPFlag(t *testing.T) {
 	if strings.Contains(r.Stdout, "Agent-Reach is up") {
 		t.Fatal("up printed its banner with its HTTP port taken")
 	}
-	for _, run := range []cli.RunFunc{stack.RunUp, stack.RunDispatcher} {
+	for _, run := range []cli.RunFunc{RunUp, RunDispatcher} {
 		for _, bad := range []string{"8080", "localhost:http", "127.0.0.1:99999"} {
 			if r := clitest.RunCmd(t, run, "--http", bad); r.Code != cli.ExitUsage || !strings.Contains(r.Stderr, "--http") {
 				t.Errorf("--http %s: exit %d, stderr %q", bad, r.Code, r.Stderr)
@@ -126,7 +125,7 @@ func TestDispatcherHTTPS(t *testing.T) {
 	}
 	t.Setenv("AGENTREACH_CERT_FILE", files.ServerCert)
 	t.Setenv("AGENTREACH_KEY_FILE", files.ServerKey)
-	stderr := clitest.Background(t, "dispatcher", stack.RunDispatcher, "--server", s.ClientURL(), "--http", "127.0.0.1:0", "--log-level", "info")
+	stderr := clitest.Background(t, "dispatcher", RunDispatcher, "--server", s.ClientURL(), "--http", "127.0.0.1:0", "--log-level", "info")
 	clitest.WaitOutput(t, stderr, "dispatcher running")
 	m := regexp.MustCompile(`"http":"(https://127\.0\.0\.1:\d+/)"`).FindStringSubmatch(stderr.String())
 	if m == nil {

@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
-	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -182,7 +181,7 @@ func TestDashboardWithAuth(t *testing.T) {
 	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
 	base := "http://" + httpAddr + "/"
 	agentIDs := bannerAgents(t, u.stdout.String())
-	token := strings.TrimSpace(clitest.RunCmd(t, stack.RunAuth, "--dir", filepath.Join(dir, "auth"), "token", stack.UpCallerIdentity).Stdout)
+	token := strings.TrimSpace(clitest.RunCmd(t, RunAuth, "--dir", filepath.Join(dir, "auth"), "token", UpCallerIdentity).Stdout)
 
 	b := openBrowser(t)
 	if err := chromedp.Do(b.ctx, chromedp.Navigate(base)); err != nil {

@@ -1,4 +1,4 @@
-package main
+package inspect
 
 import (
 	"encoding/json"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
-	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
@@ -31,7 +30,7 @@ func TestStatsByDimension(t *testing.T) {
 		t.Fatalf("call math.add {}: %d %s", r.Code, r.Stderr)
 	}
 	rows := func(by string) map[string]eventstats.Row {
-		r := clitest.RunCmd(t, inspect.RunStats, append(srv, "--by", by, "--since", "10m", "--json")...)
+		r := clitest.RunCmd(t, RunStats, append(srv, "--by", by, "--since", "10m", "--json")...)
 		var s eventstats.Summary
 		if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil || r.Code != cli.ExitOK {
 			t.Fatalf("stats --by %s: %d %q %s (%v)", by, r.Code, r.Stdout, r.Stderr, err)
@@ -62,17 +61,17 @@ func TestStatsByDimension(t *testing.T) {
 	if echo != 1 {
 		t.Errorf("echo instances: %d tasks, want 1 (the warm-up call)", echo)
 	}
-	r := clitest.RunCmd(t, inspect.RunStats, append(srv, "--by", "agent")...)
+	r := clitest.RunCmd(t, RunStats, append(srv, "--by", "agent")...)
 	if r.Code != cli.ExitOK || !containsAll(r.Stdout, "AGENT", "TASKS", "FINISHED", "REJECTED", "FAILED", "SUCCESS", "P95", "math-", "all") {
 		t.Errorf("stats --by agent: %d %q", r.Code, r.Stdout)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error { // one replica, since its start: the same tasks as the record
-		r := clitest.RunCmd(t, inspect.RunStats, append(srv, "--json")...)
+		r := clitest.RunCmd(t, RunStats, append(srv, "--json")...)
 		var replicas []dispatcher.Stats
 		if err := json.Unmarshal([]byte(r.Stdout), &replicas); err != nil || len(replicas) != 1 {
 			return fmt.Errorf("stats --json: %d %q (%v)", r.Code, r.Stdout, err)
 		}
-		r = clitest.RunCmd(t, inspect.RunStats, append(srv, "--by", "capability", "--since", "10m", "--json")...)
+		r = clitest.RunCmd(t, RunStats, append(srv, "--by", "capability", "--since", "10m", "--json")...)
 		var s eventstats.Summary
 		if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
 			return fmt.Errorf("stats --by --json: %d %q (%v)", r.Code, r.Stdout, err)
@@ -84,12 +83,12 @@ func TestStatsByDimension(t *testing.T) {
 		}
 		return nil
 	})
-	r = clitest.RunCmd(t, inspect.RunStats, srv...)
+	r = clitest.RunCmd(t, RunStats, srv...)
 	if header := strings.SplitN(r.Stdout, "\n", 2)[0]; r.Code != cli.ExitOK || !containsAll(header, "TASKS", "FINISHED", "REJECTED", "FAILED", "BROADCASTS") {
 		t.Errorf("stats: %d %q", r.Code, r.Stdout)
 	}
 	for _, args := range [][]string{{"--by", "region"}, {"--since", "1ms"}} {
-		if r := clitest.RunCmd(t, inspect.RunStats, append(srv, args...)...); r.Code != cli.ExitUsage {
+		if r := clitest.RunCmd(t, RunStats, append(srv, args...)...); r.Code != cli.ExitUsage {
 			t.Errorf("stats %v: exit %d, want %d", args, r.Code, cli.ExitUsage)
 		}
 	}
