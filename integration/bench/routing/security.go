@@ -168,7 +168,7 @@ func minMax(vs []float64) (lo, hi float64) {
 	return lo, hi
 }
 
-// securityStack starts one configuration: withAuth, an identity store, the
+// startSecurityStack starts one configuration: withAuth, an identity store, the
 // server in operator mode, a syncer, a dispatcher that authorizes and
 // callers that sign; withTLS, mutual TLS on every connection.
 func startSecurityStack(r *harness.Run, name string, withAuth, withTLS, inProcess bool, payload []byte) (*securityStack, error) {
