@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -21,8 +22,8 @@ func TestBannerCommands(t *testing.T) {
 	for _, c := range []struct{ auth, tls bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 		t.Run(fmt.Sprintf("auth=%t tls=%t", c.auth, c.tls), func(t *testing.T) {
 			dir := t.TempDir()
-			f := &upFlags{listen: "127.0.0.1:4222", auth: c.auth, tls: c.tls, tlsVerify: c.tls, demo: true}
-			sec, err := f.security(dir, zerolog.Nop())
+			f := &stack.UpFlags{Listen: "127.0.0.1:4222", Auth: c.auth, TLS: c.tls, TLSVerify: c.tls, Demo: true}
+			sec, err := f.Security(dir, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -35,8 +36,8 @@ func TestBannerCommands(t *testing.T) {
 				http, httpCA = "https://127.0.0.1:8080/", dir+"/tls/ca.pem"
 			}
 			var out bytes.Buffer
-			printBanner(&out, banner{url: url, dataDir: dir, subjects: streams.Subjects{}, dispatcher: "d1", http: http,
-				httpCA: httpCA, demo: true, agentIDs: []string{"echo-1"}, sec: sec})
+			stack.PrintBanner(&out, stack.Banner{URL: url, DataDir: dir, Subjects: streams.Subjects{}, Dispatcher: "d1", HTTP: http,
+				HTTPCA: httpCA, Demo: true, AgentIDs: []string{"echo-1"}, Sec: sec})
 			var seen []string
 			for _, line := range strings.Split(out.String(), "\n") {
 				for _, at := range command.FindAllStringIndex(line, -1) {

@@ -27,7 +27,7 @@
 // With --json a command prints machine output on stdout for every outcome:
 // a failure is one object {"error": {"code", "message"}} with a wire code or
 // one of the CLI's own (USAGE, CONNECT, NOT_PROVISIONED, NOT_FOUND,
-// NO_DISPATCHER; errors.go). docs/cli.md is the user's page.
+// NO_DISPATCHER; internal/cli/errors.go). docs/cli.md is the user's page.
 //
 // Long-running commands stop gracefully on SIGTERM or Ctrl-C: agents and
 // dispatchers drain before the process exits. `up` locks its data dir while

@@ -8,48 +8,49 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/benchmark"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/conformance"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/demo"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/integration/bench"
 )
 
-// Exit codes.
-const (
-	exitOK    = 0
-	exitFail  = 1 // the command failed, e.g. a call answered with an error code
-	exitUsage = 2 // bad command line, flag or environment variable
-)
-
-// runFunc runs one command with its arguments and returns the exit code.
-type runFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) int
-
+// command is one entry of the command table: its name, its line in the
+// help, and the function that runs it (cli.RunFunc). A new command is one
+// more entry in commands, its function in a package of its group.
 type command struct {
 	name    string
 	summary string
-	run     runFunc
+	run     cli.RunFunc
 }
 
 // commands is the dispatch table, in the order the help lists it.
 var commands = []command{
-	{"up", "run a local stack: embedded NATS with JetStream, a dispatcher and (--demo) demo agents", runUp},
-	{"dispatcher", "run a dispatcher against an existing NATS server or cluster", runDispatcher},
-	{"auth", "make and revoke the identities of agents, callers and dispatchers; TLS certificates", runAuth},
-	{"demo", "run the demo agents (echo, slow, math.add) against an existing server", runDemo},
-	{"agents", "list the live agent instances from the registry", runAgents},
-	{"call", "call a capability with a JSON payload and print the result", runCall},
-	{"broadcast", "send a payload to every routable instance of a capability and print each one's answer", runBroadcast},
-	{"fanout", "send a fan-out request (branches over several capabilities) and print each branch's answer", runFanOut},
-	{"submit", "submit a durable task (JetStream) and print its request id; --wait for the outcome", runSubmit},
-	{"result", "print the recorded outcome of a durable task by request id", runResult},
-	{"dlq", "list, show, replay or purge dead letters (REACH_DLQ)", runDLQ},
-	{"review", "list, show, replay or resolve tasks past their deadline (REACH_REVIEW)", runReview},
-	{"caps", "put, validate, list, show or remove capability declarations (REACH_CAPS)", runCaps},
-	{"policy", "get, set, edit, validate or list the routing policy (REACH_POLICY)", runPolicy},
-	{"workflow", "put, validate, list, show or remove workflow definitions (REACH_POLICY workflow.<name>)", runWorkflow},
-	{"runs", "list workflow runs or show one step by step with every decision (REACH_RUNS)", runRuns},
-	{"stats", "print every dispatcher replica's counters, or the task record by capability, agent or type (--by)", runStats},
-	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
-	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", runConformance},
-	{"bench", "run the benchmark suite against plain NATS baselines (see BENCHMARKS.md)", runBench},
-	{"version", "print the version", runVersion},
+	{"up", "run a local stack: embedded NATS with JetStream, a dispatcher and (--demo) demo agents", stack.RunUp},
+	{"dispatcher", "run a dispatcher against an existing NATS server or cluster", stack.RunDispatcher},
+	{"auth", "make and revoke the identities of agents, callers and dispatchers; TLS certificates", stack.RunAuth},
+	{"demo", "run the demo agents (echo, slow, math.add) against an existing server", demo.Run},
+	{"agents", "list the live agent instances from the registry", inspect.RunAgents},
+	{"call", "call a capability with a JSON payload and print the result", task.RunCall},
+	{"broadcast", "send a payload to every routable instance of a capability and print each one's answer", task.RunBroadcast},
+	{"fanout", "send a fan-out request (branches over several capabilities) and print each branch's answer", task.RunFanOut},
+	{"submit", "submit a durable task (JetStream) and print its request id; --wait for the outcome", task.RunSubmit},
+	{"result", "print the recorded outcome of a durable task by request id", task.RunResult},
+	{"dlq", "list, show, replay or purge dead letters (REACH_DLQ)", task.RunDLQ},
+	{"review", "list, show, replay or resolve tasks past their deadline (REACH_REVIEW)", task.RunReview},
+	{"caps", "put, validate, list, show or remove capability declarations (REACH_CAPS)", document.RunCaps},
+	{"policy", "get, set, edit, validate or list the routing policy (REACH_POLICY)", document.RunPolicy},
+	{"workflow", "put, validate, list, show or remove workflow definitions (REACH_POLICY workflow.<name>)", document.RunWorkflow},
+	{"runs", "list workflow runs or show one step by step with every decision (REACH_RUNS)", document.RunRuns},
+	{"stats", "print every dispatcher replica's counters, or the task record by capability, agent or type (--by)", inspect.RunStats},
+	{"breakers", "print the circuit breakers every dispatcher replica holds", inspect.RunBreakers},
+	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", conformance.Run},
+	{"bench", "run the benchmark suite against plain NATS baselines (see BENCHMARKS.md)", benchmark.Run},
+	{"version", "print the version", cli.RunVersion},
 }
 
 func main() {
@@ -66,18 +67,18 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
 		usage(stdout)
-		return exitOK
+		return cli.ExitOK
 	case "-version", "--version":
-		return runVersion(ctx, args[1:], stdout, stderr)
+		return cli.RunVersion(ctx, args[1:], stdout, stderr)
 	case "help":
 		if len(args) == 1 {
 			usage(stdout)
-			return exitOK
+			return cli.ExitOK
 		}
 		return run(ctx, []string{args[1], "--help"}, stdout, stderr)
 	}
@@ -90,9 +91,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for i, c := range commands {
 		names[i] = c.name
 	}
-	fmt.Fprintf(stderr, "agentreach: unknown command %q%s\n\n", args[0], didYouMean(args[0], names))
+	fmt.Fprintf(stderr, "agentreach: unknown command %q%s\n\n", args[0], cli.DidYouMean(args[0], names))
 	usage(stderr)
-	return exitUsage
+	return cli.ExitUsage
 }
 
 func usage(w io.Writer) {

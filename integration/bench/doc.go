@@ -35,4 +35,12 @@
 //     scatter-gather to the same subscribers.
 //
 // The CLI runs them as `agentreach bench <scenario> [--json-file FILE] [--quick]`.
+//
+// Layout: this package is the registry (Run, Scenarios, the table in
+// bench.go); harness is the shared machinery (the reporter, the load
+// generator, the stack builder, CPU accounting); the scenarios live in
+// routing (overhead, skew, hedge, fanout, security), scale (registry,
+// match, broadcast) and tiers (durable, workflow, http). A new scenario is
+// a func(*harness.Run) error in the package of its kind, a Scenario…
+// constant and one entry in the scenarios table.
 package bench

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// TestBoundedEndsOnRefusal: a context from bounded ends when the server
+// refuses the identity something, long before --timeout, and the failure
+// is UNAUTHORIZED naming the refusal, not the cancellation it caused.
+func TestBoundedEndsOnRefusal(t *testing.T) {
+	c := &ConnFlags{Timeout: time.Hour}
+	if _, err := c.Options("test"); err != nil { // sets up the refusal record
+		t.Fatal(err)
+	}
+	untouched, cancelUntouched := c.Bounded(context.Background())
+	defer cancelUntouched()
+	ctx, cancel := c.Bounded(context.Background())
+	defer cancel()
+	if c.PermissionDenied(context.Canceled) != nil || ctx.Err() != nil {
+		t.Fatal("refused before any refusal")
+	}
+	c.denied.record(`nats: permissions violation: Permissions Violation for Publish to "$JS.API.STREAM.INFO.KV_REACH_AGENTS"`)
+	c.denied.record("a second violation") // the first one is kept
+	<-ctx.Done()                          // the test's own timeout bounds this wait
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("ctx ended with %v, want it cancelled by the refusal", ctx.Err())
+	}
+	err := c.NotProvisioned(ctx.Err(), "bucket REACH_AGENTS")
+	if o := ErrorObject(err); o.Code != streams.CodeUnauthorized ||
+		o.Message != `permission denied: Permissions Violation for Publish to "$JS.API.STREAM.INFO.KV_REACH_AGENTS"; `+
+			`an identity's role and the acl decide what it may do (docs/security.md)` {
+		t.Fatalf("got %+v", o)
+	}
+	// Every bounded context of the command ends, and one made after the
+	// refusal ends at once.
+	<-untouched.Done()
+	late, cancelLate := c.Bounded(context.Background())
+	defer cancelLate()
+	<-late.Done()
+}
+
+// TestNotProvisionedTellsCausesApart: the four causes of a failed JetStream
+// request get four answers, and a timeout is not taken for a missing
+// resource because the error it came wrapped in guessed so.
+func TestNotProvisionedTellsCausesApart(t *testing.T) {
+	c := &ConnFlags{servers: "nats://127.0.0.1:4222", Timeout: 10 * time.Second}
+	guess := func(err error) error {
+		return fmt.Errorf("registry: open REACH_AGENTS (run provisioning first): %w", err)
+	}
+	timeout := c.NotProvisioned(guess(context.DeadlineExceeded), "bucket REACH_AGENTS")
+	if o := ErrorObject(timeout); o.Code != streams.CodeDeadlineExceeded || o.Message != "JetStream on nats://127.0.0.1:4222 did not answer "+
+		"about bucket REACH_AGENTS within --timeout 10s: is the server or its cluster overloaded, or without a JetStream leader? "+
+		"a longer --timeout waits more" {
+		t.Errorf("timeout: %+v", o)
+	}
+	if _, err := c.Options("test"); err != nil {
+		t.Fatal(err)
+	}
+	c.denied.record("nats: permissions violation: Permissions Violation for Publish to \"$JS.API.STREAM.INFO.KV_REACH_AGENTS\"")
+	if o := ErrorObject(c.NotProvisioned(guess(context.Canceled), "bucket REACH_AGENTS")); o.Code != streams.CodeUnauthorized {
+		t.Errorf("refusal: %+v", o)
+	}
+}

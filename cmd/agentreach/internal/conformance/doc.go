@@ -1,0 +1,3 @@
+// Package conformance holds the conformance command: it checks an agent
+// in any language against the wire contract (docs/conformance.md).
+package conformance

@@ -1,0 +1,272 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
+
+// chromiumPath is Debian's Chromium, which `make test` installs when it is
+// missing; AGENTREACH_CHROMIUM names another.
+const chromiumPath = "/usr/bin/chromium"
+
+// chromium returns the browser to run, or fails the test saying how to
+// get one: the dashboard test never skips.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("AGENTREACH_CHROMIUM"); p != "" {
+		return p
+	}
+	if _, err := os.Stat(chromiumPath); err == nil {
+		return chromiumPath
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	t.Fatalf("no Chromium at %s or on PATH: the dashboard test drives a real browser. `make test` installs Debian's "+
+		"(apt-get install -y chromium); or set AGENTREACH_CHROMIUM to a Chromium or Chrome binary", chromiumPath)
+	return ""
+}
+
+// TestDashboardInABrowser starts `up` with the demo agents and HTTP on a
+// free port, opens the dashboard in headless Chromium, and checks that it
+// lists the demo agents and shows a call made during the test within 5 s;
+// that the agents' latency is labelled a moving average and shows "–"
+// until an instance has enough samples; and that a caller's mistake
+// (BIZ_REJECT) is shown as rejected, apart from the service's failures.
+// The screenshot is kept in the test's temporary directory, or at
+// $AGENTREACH_SCREENSHOT when set (docs/dashboard.png is made so).
+func TestDashboardInABrowser(t *testing.T) {
+	chromium(t) // before starting anything: the test never skips
+	before := clitest.Goroutines()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	u := startUp(t, "--nats-listen", listen, "--data-dir", t.TempDir(), "--demo", "--slow-delay", "300ms", "--http", httpAddr)
+	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
+	base := "http://" + httpAddr + "/"
+	if !strings.Contains(u.stdout.String(), "dashboard   "+base) {
+		t.Fatalf("the banner does not give the dashboard's URL %s:\n%s", base, u.stdout.String())
+	}
+	agentIDs := bannerAgents(t, u.stdout.String())
+
+	b := openBrowser(t)
+	bctx := b.ctx
+	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
+		t.Fatalf("open %s in Chromium: %v", base, err)
+	}
+	b.step(t, fmt.Sprintf("the dashboard lists the %d demo agents", len(agentIDs)), 15*time.Second,
+		chromedp.WaitVisible(`#health.ok`),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelectorAll('#agents tr[data-id]').length === %d`, len(agentIDs))))
+	shown, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#agents tr[data-id]')).map(r => r.dataset.id)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(shown)
+	if !slices.Equal(shown, agentIDs) {
+		t.Fatalf("the dashboard lists %v, want the demo agents %v", shown, agentIDs)
+	}
+	latencyOf := func(id string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(
+			`document.querySelector('#agents tr[data-id=%q] td.latency').textContent`, id)))
+		if err != nil {
+			t.Fatalf("latency of %s: %v", id, err)
+		}
+		return v
+	}
+	header, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById('agents-latency').textContent`))
+	if err != nil || header != "latency (moving avg)" {
+		t.Errorf("the agents' latency column is headed %q (%v), want %q", header, err, "latency (moving avg)")
+	}
+	for _, id := range agentIDs { // at most the warm-up's one sample each: fewer than the average needs
+		if got := latencyOf(id); got != "–" {
+			t.Errorf("%s's moving average before enough samples: %q, want –", id, got)
+		}
+	}
+
+	// A call made now shows within 5 s (the gateway's aggregate follows
+	// REACH_EVENTS, which the dashboard polls every second).
+	post(t, base+"v1/call/math.add", `{"a":2,"b":3}`, http.StatusOK)
+	start := time.Now()
+	b.step(t, "the call to math.add is on the dashboard within 5s", 5*time.Second, chromedp.Poll[chromedp.Void](
+		`(document.querySelector('#capabilities tr[data-capability="math.add"] .tasks') || {}).textContent === "1"`))
+	t.Logf("the call showed on the dashboard after %v", time.Since(start).Round(time.Millisecond))
+
+	// Some traffic and a failure for the picture.
+	for i := range 12 {
+		post(t, base+"v1/call/echo", fmt.Sprintf(`{"n":%d}`, i), http.StatusOK)
+	}
+	post(t, base+"v1/call/slow", `{}`, http.StatusOK)
+	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound)  // NO_AGENT: the service's
+	post(t, base+"v1/call/math.add", `{"a":1}`, http.StatusUnprocessableEntity) // BIZ_REJECT: the caller's
+	b.step(t, "the failure, the rejection and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('#failures tr[data-request]').length === 2 && document.querySelectorAll('#charts .chart').length === 4`))
+	classes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#failures tr[data-request] td.class')).map(c => c.textContent).sort()`))
+	if err != nil || !slices.Equal(classes, []string{"failed", "rejected"}) {
+		t.Errorf("recent failures are classed %v (%v), want one failed (NO_AGENT) and one rejected (BIZ_REJECT)", classes, err)
+	}
+	tiles, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`['tile-rejected', 'tile-failed', 'tile-refused'].map(id => document.getElementById(id).textContent)`))
+	if err != nil || !slices.Equal(tiles, []string{"1", "1", "0"}) {
+		t.Errorf("tiles rejected, failed, refused: %v (%v), want 1, 1, 0", tiles, err)
+	}
+	rejected, err := chromedp.Run(bctx, chromedp.Evaluate[string](
+		`document.querySelector('#capabilities tr[data-capability="math.add"] .rejected').textContent`))
+	if err != nil || rejected != "1" {
+		t.Errorf("math.add's rejected: %q (%v), want 1", rejected, err)
+	}
+	// 12 calls over the two echo instances: one has had at least 6, enough
+	// for its average; the slow agent, with one call, still has none.
+	echoes := []string{}
+	for _, id := range agentIDs {
+		if strings.HasPrefix(id, "echo-") {
+			echoes = append(echoes, id)
+		}
+	}
+	b.step(t, "an echo instance's moving average shows", 5*time.Second, chromedp.Poll[chromedp.Void](fmt.Sprintf(
+		`%q.split(",").some(id => document.querySelector('#agents tr[data-id="' + id + '"] td.latency').textContent.endsWith(" ms"))`,
+		strings.Join(echoes, ","))))
+	for _, id := range agentIDs {
+		if strings.HasPrefix(id, "slow-") {
+			if got := latencyOf(id); got != "–" {
+				t.Errorf("%s's moving average after one task: %q, want –", id, got)
+			}
+		}
+	}
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := os.Getenv("AGENTREACH_SCREENSHOT")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+
+	b.close()
+	if code := u.Stop(t); code != cli.ExitOK {
+		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
+	}
+	clitest.CheckNoLeaks(t, before)
+}
+
+// TestDashboardWithAuth opens the dashboard of `up --auth --demo` in
+// headless Chromium: without a token it shows no data and says how to open
+// it; opened as /#token=<token> it lists the demo agents, and the token
+// leaves the address bar.
+func TestDashboardWithAuth(t *testing.T) {
+	chromium(t)
+	before := clitest.Goroutines()
+	dir := t.TempDir()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	u := startUp(t, "--nats-listen", listen, "--data-dir", dir, "--auth", "--demo", "--http", httpAddr)
+	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
+	base := "http://" + httpAddr + "/"
+	agentIDs := bannerAgents(t, u.stdout.String())
+	token := strings.TrimSpace(clitest.RunCmd(t, RunAuth, "--dir", filepath.Join(dir, "auth"), "token", UpCallerIdentity).Stdout)
+
+	b := openBrowser(t)
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(base)); err != nil {
+		t.Fatalf("open %s in Chromium: %v", base, err)
+	}
+	b.step(t, "without a token the dashboard says how to open it", 15*time.Second,
+		chromedp.Poll[chromedp.Void](`document.getElementById('updated').textContent.includes('#token=')`))
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll('#agents tr[data-id]').length`)); err != nil || n != 0 {
+		t.Errorf("without a token the dashboard lists %d agents (%v), want none", n, err)
+	}
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(base+"#token="+token), chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, fmt.Sprintf("with the token the dashboard lists the %d demo agents", len(agentIDs)), 15*time.Second,
+		chromedp.WaitVisible(`#health.ok`),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.querySelectorAll('#agents tr[data-id]').length === %d`, len(agentIDs))))
+	if hash, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`location.hash`)); err != nil || hash != "" {
+		t.Errorf("the address bar still holds %q (%v), want the token gone", hash, err)
+	}
+	b.close()
+	if code := u.Stop(t); code != cli.ExitOK {
+		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
+	}
+	clitest.CheckNoLeaks(t, before)
+}
+
+// browser is a headless Chromium for one test.
+type browser struct {
+	ctx   context.Context // lives until close: the browser does
+	close func()
+}
+
+// openBrowser starts headless Chromium; its first action (a Navigate)
+// starts the browser process, which close ends.
+func openBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1100),
+		// Without these Chromium reaches out to the network, which this
+		// machine refuses.
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	b := &browser{ctx: bctx, close: func() { cancelBrowser(); cancelAlloc() }}
+	t.Cleanup(b.close)
+	return b
+}
+
+// step runs steps within timeout, failing the test with what.
+func (b *browser) step(t *testing.T, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// bannerAgents returns the agent ids the banner of `up --demo` lists,
+// sorted.
+func bannerAgents(t *testing.T, banner string) []string {
+	t.Helper()
+	for _, line := range strings.Split(banner, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "agents"); ok {
+			ids := strings.Split(strings.TrimSpace(rest), ", ")
+			slices.Sort(ids)
+			return ids
+		}
+	}
+	t.Fatalf("no agents line in the banner:\n%s", banner)
+	return nil
+}
+
+// post sends body to url and checks the status.
+func post(t *testing.T, url, body string, want int) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != want {
+		t.Fatalf("POST %s: %d, want %d", url, res.StatusCode, want)
+	}
+}
