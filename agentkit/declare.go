@@ -63,6 +63,11 @@ func (a *Agent) declare(ctx context.Context, js jetstream.JetStream) error {
 				registry.ErrInvalidDeclaration, i, c.Name, slices.Sorted(maps.Keys(a.handlers)))
 		}
 	}
+	return a.putDeclaration(ctx, js, d)
+}
+
+// putDeclaration writes d to REACH_CAPS unless the bucket holds it already.
+func (a *Agent) putDeclaration(ctx context.Context, js jetstream.JetStream, d *registry.Declaration) error {
 	kv, err := js.KeyValue(ctx, streams.BucketCaps)
 	if err != nil {
 		return streams.OpenError("agentkit", streams.BucketCaps, err)
