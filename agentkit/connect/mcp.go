@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -228,13 +229,24 @@ func (c *MCP) session(ctx context.Context) (up bool, err error) {
 		case <-ping.C:
 		case <-c.lost:
 		}
-		pctx, pcancel := context.WithTimeout(ctx, c.cfg.PingInterval)
-		err := cs.Ping(pctx, nil)
-		pcancel()
-		if err != nil && ctx.Err() == nil {
-			return true, fmt.Errorf("ping: %w", err)
+		if err := c.ping(ctx, cs); err != nil {
+			return true, err
 		}
 	}
+}
+
+// ping checks that the upstream answers. Any JSON-RPC answer will do, an
+// error too: some servers of the stateless revision refuse a ping without
+// the request envelope the SDK does not add to it.
+func (c *MCP) ping(ctx context.Context, cs *mcp.ClientSession) error {
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.PingInterval)
+	defer cancel()
+	err := cs.Ping(pctx, nil)
+	var rpc *jsonrpc.Error
+	if err == nil || errors.As(err, &rpc) || ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("ping: %w", err)
 }
 
 // sync lists the tools and makes the instance serve them: registering it
