@@ -119,6 +119,14 @@ func NewOpenAPI(nc *nats.Conn, cfg OpenAPIConfig) (*OpenAPI, error) {
 	return o, nil
 }
 
+// CheckOpenAPI reports what NewOpenAPI would refuse in cfg (a spec that
+// does not parse, naming its line; a bad name or base URL) without
+// connecting anything.
+func CheckOpenAPI(cfg OpenAPIConfig) error {
+	_, err := newOpenAPI(cfg)
+	return err
+}
+
 func newOpenAPI(cfg OpenAPIConfig) (*OpenAPI, error) {
 	if err := streams.ValidateCapability(cfg.Name); err != nil {
 		return nil, fmt.Errorf("%w: name: %v", ErrConfig, err)

@@ -47,6 +47,7 @@ var commands = []command{
 	{"runs", "list workflow runs or show one step by step with every decision (REACH_RUNS)", runRuns},
 	{"stats", "print every dispatcher replica's counters, or the task record by capability, agent or type (--by)", runStats},
 	{"breakers", "print the circuit breakers every dispatcher replica holds", runBreakers},
+	{"connect", "join an MCP server (its tools) or an HTTP API (OpenAPI operations) as an agent", runConnect},
 	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", runConformance},
 	{"bench", "run the benchmark suite against plain NATS baselines (see BENCHMARKS.md)", runBench},
 	{"version", "print the version", runVersion},
