@@ -71,7 +71,7 @@ type Report struct {
 // Scenarios lists the scenario names in the order `make bench` runs them.
 func Scenarios() []string {
 	return []string{ScenarioOverhead, ScenarioSkew, ScenarioDurable, ScenarioRegistry, ScenarioWorkflow,
-		ScenarioMatch, ScenarioHedge, ScenarioFanOut, ScenarioBroadcast, ScenarioSecurity, ScenarioHTTP}
+		ScenarioMatch, ScenarioHedge, ScenarioFanOut, ScenarioBroadcast, ScenarioSecurity, ScenarioHTTP, ScenarioConnect}
 }
 
 // Run runs one scenario in this process against a nats-server on loopback
@@ -103,6 +103,8 @@ func Run(ctx context.Context, scenario string, o Options) (*Report, error) {
 		fn = runSecurity
 	case ScenarioHTTP:
 		fn = runHTTP
+	case ScenarioConnect:
+		fn = runConnect
 	default:
 		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknownScenario, scenario, strings.Join(Scenarios(), ", "))
 	}
