@@ -17,7 +17,8 @@ import (
 var ErrDrained = errors.New("agentkit: agent has drained")
 
 // Redeclare replaces, on a started agent, what it serves: handlers becomes
-// its whole set of capabilities and decl (nil: none) its declaration, for an
+// its whole set of capabilities and decl its declaration (nil writes none,
+// leaving REACH_CAPS as it is), for an
 // agent whose capabilities follow something outside it (a connector following
 // an upstream's tool list). The declaration is checked as at Start (its type
 // the agent's, every capability it names handled) and written to REACH_CAPS
