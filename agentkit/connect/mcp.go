@@ -78,9 +78,12 @@ type MCP struct {
 
 	agent    *agentkit.Agent // nil while the instance is not registered
 	serving  []string
-	declared []byte     // the declaration the agent serves, as JSON
-	mu       sync.Mutex // guards skipped
-	skipped  []Skipped
+	declared []byte // the declaration the agent serves, as JSON
+	// registered is set once the instance has registered: from then on a
+	// failure to register again is retried, not returned.
+	registered bool
+	mu         sync.Mutex // guards skipped
+	skipped    []Skipped
 }
 
 // ErrConfig wraps every invalid configuration.
@@ -141,7 +144,8 @@ func (e errStart) Unwrap() error { return e.err }
 // drains. While the upstream is unreachable the instance is not registered:
 // Run reconnects with back-off and registers again once it answers. It
 // returns nil when ctx ends, or the error that keeps the agent from
-// registering at all (a refused identity, a missing bucket).
+// registering the first time (a refused identity, a missing bucket); once
+// it has registered, such errors are retried like a lost upstream.
 func (c *MCP) Run(ctx context.Context) error {
 	defer c.leave()
 	wait := c.cfg.RetryMin
@@ -150,8 +154,8 @@ func (c *MCP) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if se := (errStart{}); errors.As(err, &se) {
-			return se.err
+		if se := (errStart{}); errors.As(err, &se) && !c.registered {
+			return se.err // never registered: the configuration is wrong, not the weather
 		}
 		c.leave()
 		if up {
@@ -296,6 +300,7 @@ func (c *MCP) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	} else if err := c.start(ctx, handlers, decl); err != nil {
 		return errStart{err}
 	}
+	c.registered = true
 	c.serving = caps
 	c.declared, _ = json.Marshal(decl)
 	c.log.Info().Strs("capabilities", caps).Int("skipped", len(skipped)).Msg("serving the server's tools")
