@@ -2,7 +2,6 @@ package agentkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,29 +12,16 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// ErrDrained is returned by Redeclare once the agent has drained.
-var ErrDrained = errors.New("agentkit: agent has drained")
-
-// Redeclare replaces, on a started agent, what it serves: handlers becomes
-// its whole set of capabilities and decl its declaration (nil writes none,
-// leaving REACH_CAPS as it is), for an
-// agent whose capabilities follow something outside it (a connector following
-// an upstream's tool list). The declaration is checked as at Start (its type
-// the agent's, every capability it names handled) and written to REACH_CAPS
-// first; then the handlers are swapped and the record rewritten at once, so
-// dispatchers route the new set from the next record they read. A delivery
-// for a capability just removed is answered NO_AGENT and retried elsewhere.
-// An invalid set changes nothing. Calls must not overlap.
+// Redeclare replaces what a started agent serves (a connector following an
+// upstream's tool list): handlers become all its capabilities and decl its
+// declaration (nil writes none), checked as at Start. The declaration is
+// written first, then the handlers swapped and the record put at once; a
+// delivery for a capability just dropped is answered NO_AGENT. A refused
+// change changes nothing. Calls must not overlap.
 func (a *Agent) Redeclare(ctx context.Context, handlers map[string]Handler, decl *registry.Declaration) error {
-	if len(handlers) == 0 {
-		return ErrNoHandlers
-	}
 	for c, h := range handlers {
-		if err := streams.ValidateCapability(c); err != nil {
-			return fmt.Errorf("agentkit: %w", err)
-		}
-		if h == nil {
-			return fmt.Errorf("agentkit: nil handler for %q", c)
+		if err := streams.ValidateCapability(c); err != nil || h == nil {
+			return fmt.Errorf("agentkit: handler of %q: %v", c, err)
 		}
 	}
 	cfg := a.cfg
@@ -44,36 +30,25 @@ func (a *Agent) Redeclare(ctx context.Context, handlers map[string]Handler, decl
 	if err != nil {
 		return err
 	}
-	if d != nil {
-		for i, c := range d.Capabilities {
-			if _, ok := handlers[c.Name]; !ok {
-				return fmt.Errorf("agentkit: declaration: %w: capabilities[%d].name: %q has no handler (have %v)",
-					registry.ErrInvalidDeclaration, i, c.Name, slices.Sorted(maps.Keys(handlers)))
-			}
-		}
-	}
 	a.mu.Lock()
-	started, drained, hb := a.started, a.drained, a.hb
+	hb, running := a.hb, a.started && !a.drained
 	a.mu.Unlock()
 	switch {
-	case !started:
+	case !running:
 		return ErrNotStarted
-	case drained:
-		return ErrDrained
+	case len(handlers) == 0:
+		return ErrNoHandlers
 	}
-	if d != nil {
-		js, err := jetstream.New(a.hbConn)
-		if err != nil {
-			return err
-		}
-		if err := a.putDeclaration(ctx, js, d); err != nil {
-			return err
-		}
+	js, err := jetstream.New(a.hbConn)
+	if err == nil {
+		err = a.declare(ctx, js, d, handlers)
 	}
-	hs := maps.Clone(handlers)
-	caps := slices.Sorted(maps.Keys(hs))
+	if err != nil {
+		return err
+	}
+	caps := slices.Sorted(maps.Keys(handlers))
 	a.mu.Lock()
-	a.handlers, a.decl = hs, d
+	a.handlers, a.decl = maps.Clone(handlers), d
 	a.mu.Unlock()
 	hb.Update(func(r *registry.Record) { r.Capabilities = caps })
 	a.log.Info().Strs("capabilities", caps).Msg("capabilities redeclared")

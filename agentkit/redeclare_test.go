@@ -117,7 +117,7 @@ func TestRedeclareChangesWhatARunningAgentServes(t *testing.T) {
 	if err := a.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Redeclare(ctx, map[string]agentkit.Handler{"up.b": answer("b")}, nil); !errors.Is(err, agentkit.ErrDrained) {
-		t.Errorf("Redeclare after Drain: %v, want ErrDrained", err)
+	if err := a.Redeclare(ctx, map[string]agentkit.Handler{"up.b": answer("b")}, nil); !errors.Is(err, agentkit.ErrNotStarted) {
+		t.Errorf("Redeclare after Drain: %v, want ErrNotStarted", err)
 	}
 }
