@@ -40,10 +40,12 @@ test:
 ## go-test: every Go test with -race. The nats CLI is installed into ./bin
 ## first: a test checks the wire contract with it; and Chromium, when
 ## missing: a test drives the dashboard in it and keeps its screenshot as
-## .artifacts/dashboard.png.
-go-test: tools chromium
+## .artifacts/dashboard.png; and ./.venv: the MCP connector's tests run a
+## fastmcp server in it.
+go-test: tools chromium $(VENV)/.installed
 	mkdir -p $(CURDIR)/.artifacts
 	AGENTREACH_NATS_CLI=$(NATS) AGENTREACH_SCREENSHOT=$(CURDIR)/.artifacts/dashboard.png \
+		AGENTREACH_PYTHON=$(VENV)/bin/python \
 		$(GO) test -race -count=1 -timeout $(TESTTIME) ./...
 
 ## chaos: the chaos suite (integration/chaos, build tag chaos; not part of

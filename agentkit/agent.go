@@ -307,7 +307,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.declare(ctx, js); err != nil {
+	if err := a.declare(ctx, js, a.decl, a.handlers); err != nil {
 		return err
 	}
 	wjs, err := jetstream.New(a.nc)

@@ -49,18 +49,17 @@ func readDeclaration(cfg Config) (*registry.Declaration, error) {
 	return d, nil
 }
 
-// declare writes the agent's declaration to REACH_CAPS, unless the bucket
+// declare writes declaration d of handlers to REACH_CAPS, unless the bucket
 // holds it already (every instance of a type writes the same one; an
 // unchanged value is left alone, so dispatchers' caches stay warm).
-func (a *Agent) declare(ctx context.Context, js jetstream.JetStream) error {
-	d := a.decl
+func (a *Agent) declare(ctx context.Context, js jetstream.JetStream, d *registry.Declaration, handlers map[string]Handler) error {
 	if d == nil {
 		return nil
 	}
 	for i, c := range d.Capabilities {
-		if _, ok := a.handlers[c.Name]; !ok {
+		if _, ok := handlers[c.Name]; !ok {
 			return fmt.Errorf("agentkit: declaration: %w: capabilities[%d].name: %q has no handler (have %v)",
-				registry.ErrInvalidDeclaration, i, c.Name, slices.Sorted(maps.Keys(a.handlers)))
+				registry.ErrInvalidDeclaration, i, c.Name, slices.Sorted(maps.Keys(handlers)))
 		}
 	}
 	kv, err := js.KeyValue(ctx, streams.BucketCaps)

@@ -187,8 +187,12 @@ func commandFlags(t *testing.T, name string) []string {
 		return []string{"quick", "json-file"}
 	case "conformance":
 		return []string{"rules", "json", "timeout"}
-	case "version":
+	case "version", "connect":
 		return nil
+	case "connect mcp":
+		return append(conn, "name", "url", "bearer", "ping", "id", "max-concurrent", "heartbeat")
+	case "connect openapi":
+		return append(conn, "name", "spec", "base-url", "header", "max-retry-after", "id", "max-concurrent", "heartbeat")
 	}
 	t.Fatalf("no flag list for command %q", name)
 	return nil

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/benchmark"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/bridge"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/conformance"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/demo"
@@ -48,6 +49,7 @@ var commands = []command{
 	{"runs", "list workflow runs or show one step by step with every decision (REACH_RUNS)", document.RunRuns},
 	{"stats", "print every dispatcher replica's counters, or the task record by capability, agent or type (--by)", inspect.RunStats},
 	{"breakers", "print the circuit breakers every dispatcher replica holds", inspect.RunBreakers},
+	{"connect", "join an MCP server (its tools) or an HTTP API (OpenAPI operations) as an agent", bridge.RunConnect},
 	{"conformance", "check an agent in any language against the wire contract (docs/conformance.md)", conformance.Run},
 	{"bench", "run the benchmark suite against plain NATS baselines (see BENCHMARKS.md)", benchmark.Run},
 	{"version", "print the version", cli.RunVersion},

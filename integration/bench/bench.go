@@ -49,6 +49,9 @@ const (
 	// ScenarioHTTP measures the HTTP gateway against NATS, and metrics with
 	// tracing against neither (issue 20).
 	ScenarioHTTP = "http"
+	// ScenarioConnect is a call through the MCP connector against a direct
+	// call to the same MCP server (issue 29).
+	ScenarioConnect = "connect"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -72,6 +75,7 @@ var scenarios = []struct {
 	{ScenarioBroadcast, scale.Broadcast},
 	{ScenarioSecurity, routing.Security},
 	{ScenarioHTTP, tiers.HTTP},
+	{ScenarioConnect, tiers.Connect},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.

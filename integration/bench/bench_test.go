@@ -101,6 +101,9 @@ func TestQuickSuite(t *testing.T) {
 			[]string{"nats_rps", "http_rps", "http_throughput_ratio", "observability_off_rps", "observability_on_rps",
 				"observability_throughput_ratio", "observability_spans_per_task"},
 			[]string{"http_p99_ms", "http_failed"}},
+		{bench.ScenarioConnect,
+			[]string{"go_direct_p50_us", "go_connector_p50_us", "go_p50_ratio", "mcp_connector_p50_ratio"},
+			[]string{"goal_mcp_connector_p50"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

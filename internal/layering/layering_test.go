@@ -56,7 +56,7 @@ var oversize = map[string]int{
 	"registry":            3753, // records / declarations and requirements / policy
 	"dispatcher/workflow": 3214, // definitions / execution
 	"auth":                2847,
-	"agentkit":            2670,
+	"agentkit":            2725, // Agent.Redeclare (the MCP connector); the client side is the next to move
 	"dispatcher":          4315, // the pipeline core: the durable settle path and the lifecycle are next
 }
 
