@@ -30,7 +30,6 @@ const probeTimeout = time.Second
 type convergence struct {
 	total                  time.Duration // the listing, the tables and a call at once
 	listing, tables, calls time.Duration // each on its own (end of its first pass)
-	bucket                 time.Duration // REACH_AGENTS's content, read without a leader
 	// The last failure of each probe and when, after the heal: where the
 	// time went.
 	last map[string]string
@@ -38,9 +37,8 @@ type convergence struct {
 
 func (c convergence) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v (listing %v, tables %v, call %v; the bucket's content %v)", c.total.Round(time.Millisecond),
-		c.listing.Round(time.Millisecond), c.tables.Round(time.Millisecond), c.calls.Round(time.Millisecond),
-		c.bucket.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%v (listing %v, tables %v, call %v)", c.total.Round(time.Millisecond),
+		c.listing.Round(time.Millisecond), c.tables.Round(time.Millisecond), c.calls.Round(time.Millisecond))
 	return b.String()
 }
 
@@ -51,14 +49,11 @@ type probe struct {
 
 // converge measures, within bound, how long until the listing, every
 // dispatcher's table and a call agree at once.
-func (s *stack) converge(bound time.Duration) (c convergence, err error) {
+func (s *stack) converge(bound time.Duration) (convergence, error) {
 	probes := []probe{{"listing", s.listingProbe}, {"tables", s.tablesProbe}, {"call", s.callProbe}}
-	// The bucket's content is measured beside them, not waited for: it
-	// says whether a slow listing is the data or the API.
-	bucket := make(chan time.Duration, 1)
 	start := time.Now()
 	deadline := start.Add(bound)
-	c = convergence{last: map[string]string{}}
+	c := convergence{last: map[string]string{}}
 	var mu sync.Mutex
 	passed := make([]time.Duration, len(probes))
 	// untilPass repeats p until it passes or the bound runs out; it
@@ -82,14 +77,6 @@ func (s *stack) converge(bound time.Duration) (c convergence, err error) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	go func() {
-		d, err := untilPass(probe{"bucket", s.bucketProbe})
-		if err != nil {
-			d = -1
-		}
-		bucket <- d
-	}()
-	defer func() { c.bucket = <-bucket }()
 	for {
 		var wg sync.WaitGroup
 		errs := make([]error, len(probes))

@@ -310,47 +310,6 @@ func (s *stack) listingProbe(ctx context.Context) error {
 	return nil
 }
 
-// bucketProbe is nil when REACH_AGENTS holds exactly the live agents' keys,
-// read with a direct get of every key's last value: any replica answers, so
-// this needs neither the JetStream meta leader nor the stream's leader,
-// which the listing (a watcher: stream info and a consumer) does. The two
-// side by side tell the data's convergence from the listing API's.
-func (s *stack) bucketProbe(ctx context.Context) error {
-	stream := "KV_" + streams.BucketAgents
-	inbox := nats.NewInbox()
-	sub, err := s.nc.SubscribeSync(inbox)
-	if err != nil {
-		return err
-	}
-	defer sub.Unsubscribe()
-	req, _ := json.Marshal(map[string]any{"multi_last": []string{"$KV." + streams.BucketAgents + ".>"}})
-	if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
-		return err
-	}
-	var keys []string
-	for {
-		m, err := sub.NextMsg(time.Until(deadlineOf(ctx)))
-		if err != nil {
-			return fmt.Errorf("REACH_AGENTS direct get: %w", err)
-		}
-		if st := m.Header.Get("Status"); st != "" {
-			if st == "204" || st == "404" { // end of the batch; no key at all
-				break
-			}
-			return fmt.Errorf("REACH_AGENTS direct get: %s %s", st, m.Header.Get("Description"))
-		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			continue
-		}
-		keys = append(keys, strings.TrimPrefix(m.Header.Get("Nats-Subject"), "$KV."+streams.BucketAgents+"."))
-	}
-	sort.Strings(keys)
-	if want := s.agents.all(); !slices.Equal(keys, want) {
-		return fmt.Errorf("REACH_AGENTS holds %v, want %v", keys, want)
-	}
-	return nil
-}
-
 // tablesProbe is nil when every dispatcher's table holds exactly as many
 // agents as are live.
 func (s *stack) tablesProbe(ctx context.Context) error {
