@@ -521,6 +521,8 @@ type figures struct {
 	// Durable tasks executed, and submits accepted, per second: before the
 	// fault (steady) and from the fault to the convergence after it.
 	ranSteady, ranDuring, acceptedSteady, acceptedDuring float64
+	// The same in the 10 s from the fault's start, whatever its length.
+	ran10, accepted10 float64
 }
 
 // ledger waits (bounded) until every accepted task has an outcome, then
@@ -600,12 +602,14 @@ func scenarioOn(t *testing.T, name string, net *network, prepare, fault func(s *
 	// 4 s at 40 a second), not a time slept.
 	waitCalls(t, l, 160)
 	steadyFrom := l.firstCall()
-	faultAt := time.Now()
+	faultAt, callsAtFault := time.Now(), l.made()
 	fault(s)
 	healed := time.Now()
 	conv, cerr := s.converge(convergeBound)
 	convergedAt := healed.Add(conv.total)
-	waitCalls(t, l, l.made()+200)
+	// Load after the convergence: 200 calls, and at least until 10 s after
+	// the fault began, for the throughput in those 10 s.
+	waitCalls(t, l, max(l.made()+200, callsAtFault+400))
 	l.halt()
 	var f figures
 	f.converge = conv
@@ -620,13 +624,14 @@ func scenarioOn(t *testing.T, name string, net *network, prepare, fault func(s *
 	l.mu.Unlock()
 	f.ranSteady, f.ranDuring = perSecond(ran, steadyFrom, faultAt), perSecond(ran, faultAt, convergedAt)
 	f.acceptedSteady, f.acceptedDuring = perSecond(acceptAt, steadyFrom, faultAt), perSecond(acceptAt, faultAt, convergedAt)
+	f.ran10, f.accepted10 = perSecond(ran, faultAt, faultAt.Add(10*time.Second)), perSecond(acceptAt, faultAt, faultAt.Add(10*time.Second))
 	rate := 0.0
 	if f.calls > 0 {
 		rate = 100 * float64(f.callsFailed) / float64(f.calls)
 	}
-	t.Logf("%s: fault lasted %v; submitted %d, accepted %d, completed %d, dead-lettered %d, in review %d; lost %d, doubled %d, executed twice %d; converged %v after the heal; direct calls during the fault %d, failed %d (%.1f%%); durable tasks run %.1f/s steady, %.1f/s during the fault (accepted %.1f/s, %.1f/s)",
+	t.Logf("%s: fault lasted %v; submitted %d, accepted %d, completed %d, dead-lettered %d, in review %d; lost %d, doubled %d, executed twice %d; converged %v after the heal; direct calls during the fault %d, failed %d (%.1f%%); durable tasks run %.1f/s steady, %.1f/s during the fault, %.1f/s in the 10 s from its start (accepted %.1f/s, %.1f/s, %.1f/s)",
 		name, healed.Sub(faultAt).Round(time.Millisecond), f.submitted, f.accepted, f.completed, f.deadLettered, f.inReview,
-		f.lost, f.doubled, f.twice, conv, f.calls, f.callsFailed, rate, f.ranSteady, f.ranDuring, f.acceptedSteady, f.acceptedDuring)
+		f.lost, f.doubled, f.twice, conv, f.calls, f.callsFailed, rate, f.ranSteady, f.ranDuring, f.ran10, f.acceptedSteady, f.acceptedDuring, f.accepted10)
 	for _, p := range slices.Sorted(maps.Keys(conv.last)) {
 		t.Logf("  converging, %s: %s", p, conv.last[p])
 	}
