@@ -149,6 +149,15 @@ func newNetwork(t testing.TB, n int) *network {
 		ns := fmt.Sprintf("%sn%d", w.prefix, i+1)
 		mk(ns)
 		w.nodes = append(w.nodes, ns)
+		if v := os.Getenv("AGENTREACH_CHAOS_RTO_MAX_MS"); v != "" {
+			// An experiment, off by default: cap TCP's retransmission
+			// backoff in the node's namespace (Linux 6.15 and later), so a
+			// connection stalled by an outage shorter than the routes'
+			// ping budget resumes within that cap of the heal.
+			if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-w", "net.ipv4.tcp_rto_max_ms="+v).CombinedOutput(); err != nil {
+				t.Fatalf("tcp_rto_max_ms in %s: %v: %s", ns, err, out)
+			}
+		}
 		w.plug(ns, "eth0", fmt.Sprintf("s%d", i+1), w.addr(i))
 	}
 	// The test's own end: made here, its peer moved to the switch.
