@@ -522,7 +522,8 @@ type figures struct {
 	// fault (steady) and from the fault to the convergence after it.
 	ranSteady, ranDuring, acceptedSteady, acceptedDuring float64
 	// The same in the 10 s from the fault's start, whatever its length.
-	ran10, accepted10 float64
+	ran10, accepted10      float64
+	calls10, callsFailed10 int
 }
 
 // ledger waits (bounded) until every accepted task has an outcome, then
@@ -615,6 +616,7 @@ func scenarioOn(t *testing.T, name string, net *network, prepare, fault func(s *
 	f.converge = conv
 	var why map[string]int
 	f.calls, f.callsFailed, why = l.callErrors(faultAt, convergedAt)
+	f.calls10, f.callsFailed10, _ = l.callErrors(faultAt, faultAt.Add(10*time.Second))
 	doubled := l.ledger(&f)
 	var twiceKeys []string
 	f.twice, twiceKeys = s.agents.twice()
@@ -629,9 +631,9 @@ func scenarioOn(t *testing.T, name string, net *network, prepare, fault func(s *
 	if f.calls > 0 {
 		rate = 100 * float64(f.callsFailed) / float64(f.calls)
 	}
-	t.Logf("%s: fault lasted %v; submitted %d, accepted %d, completed %d, dead-lettered %d, in review %d; lost %d, doubled %d, executed twice %d; converged %v after the heal; direct calls during the fault %d, failed %d (%.1f%%); durable tasks run %.1f/s steady, %.1f/s during the fault, %.1f/s in the 10 s from its start (accepted %.1f/s, %.1f/s, %.1f/s)",
+	t.Logf("%s: fault lasted %v; submitted %d, accepted %d, completed %d, dead-lettered %d, in review %d; lost %d, doubled %d, executed twice %d; converged %v after the heal; direct calls during the fault %d, failed %d (%.1f%%), in the 10 s from its start %d, failed %d; durable tasks run %.1f/s steady, %.1f/s during the fault, %.1f/s in the 10 s from its start (accepted %.1f/s, %.1f/s, %.1f/s)",
 		name, healed.Sub(faultAt).Round(time.Millisecond), f.submitted, f.accepted, f.completed, f.deadLettered, f.inReview,
-		f.lost, f.doubled, f.twice, conv, f.calls, f.callsFailed, rate, f.ranSteady, f.ranDuring, f.ran10, f.acceptedSteady, f.acceptedDuring, f.accepted10)
+		f.lost, f.doubled, f.twice, conv, f.calls, f.callsFailed, rate, f.calls10, f.callsFailed10, f.ranSteady, f.ranDuring, f.ran10, f.acceptedSteady, f.acceptedDuring, f.accepted10)
 	for _, p := range slices.Sorted(maps.Keys(conv.last)) {
 		t.Logf("  converging, %s: %s", p, conv.last[p])
 	}
