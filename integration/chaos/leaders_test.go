@@ -105,3 +105,33 @@ func (s *stack) leadersTo(i int) {
 		return nil
 	})
 }
+
+// led is nil when the JetStream meta group and every stream have a leader.
+func (s *stack) led() error {
+	for i := range s.c.nodes {
+		l, err := s.c.metaLeader(i)
+		if err != nil {
+			return err
+		}
+		if l == "" {
+			return fmt.Errorf("%s sees no meta leader", s.c.nodes[i].name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	lister := s.js.ListStreams(ctx)
+	n := 0
+	for info := range lister.Info() {
+		n++
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return fmt.Errorf("stream %s has no leader", info.Config.Name)
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("no stream listed")
+	}
+	return nil
+}

@@ -14,13 +14,21 @@ import (
 )
 
 // TestNodeBounce SIGKILLs a nats-server under load and restarts it on the
-// same ports and store; the heal is the node current again.
+// same ports and store. The heal is the node current again and every
+// JetStream group led again: the groups the node led elect new leaders
+// only after NATS's election timeout (4–9 s, compiled into nats-server),
+// whatever Agent-Reach does, and the scenario prints how long that took.
 func TestNodeBounce(t *testing.T) {
 	scenario(t, "node bounce", func(s *stack) {
 		n := s.c.nodes[0] // dispatcher-1's node, and agent 1's and 4's
+		killed := time.Now()
 		n.kill()
 		n.start()
 		s.c.waitHealthy(2 * time.Minute)
+		back := time.Since(killed)
+		natstest.WaitFor(t, 2*time.Minute, s.led)
+		t.Logf("node bounce: the node current again %v after the kill, every JetStream group led %v after it",
+			back.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 	})
 }
 
