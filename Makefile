@@ -57,7 +57,7 @@ go-test: tools chromium
 ## doubled, executed twice), its time to converge and what the fault cost;
 ## any lost, doubled or twice-executed task, or convergence over 5 s, fails
 ## it. The nats-server is the one go.mod pins, built into ./bin
-## (docs/operations.md#chaos).
+## (docs/operations.md, "Chaos: what each fault costs").
 CHAOSTIME ?= 30m
 chaos: build
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
