@@ -151,7 +151,7 @@ func newNetwork(t testing.TB, n int) *network {
 		w.nodes = append(w.nodes, ns)
 		if v := os.Getenv("AGENTREACH_CHAOS_RTO_MAX_MS"); v != "" {
 			// An experiment, off by default: cap TCP's retransmission
-			// backoff in the node's namespace (Linux 6.15 and later), so a
+			// backoff in the node's namespace (Linux 6.15 and later; at least 1000), so a
 			// connection stalled by an outage shorter than the routes'
 			// ping budget resumes within that cap of the heal.
 			if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-w", "net.ipv4.tcp_rto_max_ms="+v).CombinedOutput(); err != nil {
