@@ -6,7 +6,7 @@ FUZZTIME ?= 1m
 NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
 
-.PHONY: run test go-test fuzz build vet fmt-check bench tools chromium clean chaos \
+.PHONY: run test go-test fuzz build vet fmt-check bench tools chromium clean chaos chaos-short \
 	sdk-test mypy pytest conformance-python conformance-node conformance-python-auth conformance-node-auth
 
 ## bench: every benchmark scenario (about 12 minutes on 2 cores; see BENCHMARKS.md).
@@ -26,13 +26,13 @@ build:
 
 ## test: every part of the check, in this order: vet, the format check,
 ## every Go test with the race detector (which replays every fuzz target's
-## seeds and committed corpus), then mypy --strict and the pytest suite of
+## seeds and committed corpus), the chaos suite's short form, then mypy --strict and the pytest suite of
 ## the Python SDK, and the conformance suite against the Python and the
 ## Node.js agents, without and with --auth. Each part runs even when an earlier one failed; the run
 ## fails at the end, listing every part that failed (.ci/parts).
 ## It does not explore new fuzz inputs: that is random, so a run could fail
 ## on an input no change brought in — `make fuzz` does it.
-TEST_PARTS := vet fmt-check go-test mypy pytest conformance-python conformance-node \
+TEST_PARTS := vet fmt-check go-test chaos-short mypy pytest conformance-python conformance-node \
 	conformance-python-auth conformance-node-auth
 test:
 	@MAKE="$(MAKE)" .ci/parts $(TEST_PARTS)
@@ -48,20 +48,30 @@ go-test: tools chromium $(VENV)/.installed
 		AGENTREACH_PYTHON=$(VENV)/bin/python \
 		$(GO) test -race -count=1 -timeout $(TESTTIME) ./...
 
-## chaos: the chaos suite (integration/chaos, build tag chaos; not part of
-## `make test`): a 3-node nats-server cluster of real processes with
-## deploy/nats/common.conf's settings (R3, sync_interval always, cluster
-## ping_interval 2 s), two dispatcher processes, four agents and a steady
-## durable and direct load, through a node bounce, a dispatcher SIGKILL and
-## SIGSTOP, every agent killed together, and a minority partition (network
-## namespaces, as root). Each scenario prints its ledger
-## (accepted, lost, doubled, executed twice) and its time to converge; any
-## lost, doubled or twice-executed task fails it. The nats-server is the one
-## go.mod pins, built into ./bin (docs/operations.md#chaos).
+## chaos: the chaos suite (integration/chaos, build tag chaos): a 3-node
+## nats-server cluster of real processes with deploy/nats/common.conf's
+## settings (R3, sync_interval always, cluster ping_interval 2 s), two
+## dispatcher processes, four agents and a steady durable and direct load,
+## through a node bounce, a dispatcher SIGKILL and SIGSTOP, every agent
+## killed together, and — in network namespaces, as root — a minority
+## partition, the isolation of the node leading every JetStream group, and
+## a flapping link. Each scenario prints its ledger (accepted, lost,
+## doubled, executed twice), its time to converge and what the fault cost;
+## any lost, doubled or twice-executed task, or convergence over 5 s, fails
+## it. The nats-server is the one go.mod pins, built into ./bin
+## (docs/operations.md, "Chaos: what each fault costs").
 CHAOSTIME ?= 30m
 chaos: build
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 	AGENTREACH_CHAOS_BIN=$(BIN) $(GO) test -tags chaos -count=1 -v -timeout $(CHAOSTIME) ./integration/chaos
+
+## chaos-short: the chaos suite's short form, a part of `make test` (about
+## 2 minutes on 2 cores): the scenarios that need no network namespace —
+## node bounce, dispatcher SIGKILL, agents killed together — on loopback.
+CHAOS_SHORT := ^(TestNodeBounce|TestDispatcherKill|TestAgentsKilledTogether)$$
+chaos-short: build
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	AGENTREACH_CHAOS_BIN=$(BIN) $(GO) test -tags chaos -count=1 -v -timeout 5m -run '$(CHAOS_SHORT)' ./integration/chaos
 
 ## fuzz: every fuzz target (each package's fuzz_test.go; .ci/fuzz finds them
 ## with go test -list) for $(FUZZTIME) each, one go test -fuzz per target.

@@ -791,6 +791,47 @@ func loadCompose(t *testing.T) (*types.Project, []string) {
 	return p, sortedKeys(vars)
 }
 
+// TestComposeLoaderRefuses shows that the checks left to compose-go are
+// made: the shipped file with one change each — a service with neither
+// image nor build, a fixed container_name on the replicated dispatcher, a
+// depends_on naming no service, an undeclared named volume — is refused by
+// the loader; the shipped file itself (the control) loads.
+func TestComposeLoaderRefuses(t *testing.T) {
+	shipped := readFile(t, composeFile)
+	load := func(body string) error {
+		_, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+			WorkingDir:  ".",
+			ConfigFiles: []types.ConfigFile{{Filename: composeFile, Content: []byte(body)}},
+			Environment: types.Mapping{},
+		}, func(o *loader.Options) {
+			o.ResolvePaths = false
+			o.Profiles = []string{"*"}
+			o.SkipResolveEnvironment = true
+		})
+		return err
+	}
+	if err := load(shipped); err != nil {
+		t.Fatalf("the shipped %s: %v", composeFile, err)
+	}
+	for name, edit := range map[string][2]string{
+		"neither image nor build":       {"    image: natsio/nats-box:latest\n", ""},
+		"container_name on 2 replicas":  {"  dispatcher:\n", "  dispatcher:\n    container_name: dispatcher\n"},
+		"depends_on an unknown service": {"      auth-sync:\n        condition: service_started\n", "      auth-synk:\n        condition: service_started\n"},
+		"an undeclared volume":          {"      - nats-3-data:/data\n", "      - nats-4-data:/data\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if !strings.Contains(shipped, edit[0]) {
+				t.Fatalf("%s no longer holds %q: update the test", composeFile, edit[0])
+			}
+			if err := load(strings.Replace(shipped, edit[0], edit[1], 1)); err == nil {
+				t.Errorf("the loader accepts the file with %s", name)
+			} else {
+				t.Logf("refused: %v", err)
+			}
+		})
+	}
+}
+
 // service returns the compose service name; the test fails without it.
 func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
 	t.Helper()
@@ -853,9 +894,7 @@ func TestCompose(t *testing.T) {
 	for _, name := range sortedKeys(p.Services) {
 		svc := p.Services[name]
 		profiled := len(svc.Profiles) > 0
-		if svc.Image == "" && svc.Build == nil {
-			t.Errorf("service %s: needs image or build", name)
-		}
+		// compose-go has refused a service with neither image nor build.
 		if b := svc.Build; b != nil {
 			ctxDir := filepath.Join(".", b.Context)
 			if st, err := os.Stat(ctxDir); err != nil || !st.IsDir() {
@@ -1170,9 +1209,7 @@ func TestComposeAgentreachServices(t *testing.T) {
 				if svc.Deploy == nil || svc.Deploy.Replicas == nil || *svc.Deploy.Replicas < 2 {
 					t.Error("dispatcher deploy.replicas: want at least 2")
 				}
-				if svc.ContainerName != "" {
-					t.Error("container_name prevents `docker compose up --scale dispatcher=N`")
-				}
+				// compose-go refuses container_name beside replicas > 1.
 				if v, ok := hostPath(svc, value("verifier")); !ok || filepath.Clean(g.source(v)) != filepath.Clean(g.store.VerifierFile()) {
 					t.Errorf("--verifier %q is not the store's verifier key: the dispatchers would not check Reach-Source or the ACL", value("verifier"))
 				}

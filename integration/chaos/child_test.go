@@ -28,7 +28,8 @@ const (
 )
 
 // runChildAgent serves capability as agent id until killed, appending the
-// idempotency key of every execution, one a line, to the record file.
+// idempotency key of every execution to the record file, one "key
+// unix-nanoseconds kind" a line (kind: durable or direct).
 func runChildAgent(id string) error {
 	rec, err := os.OpenFile(os.Getenv(envChildRecord), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -51,8 +52,12 @@ func runChildAgent(id string) error {
 	var mu sync.Mutex
 	err = a.Handle(capability, func(_ context.Context, r *agentkit.Request) (any, error) {
 		if k := r.Header.Get(streams.HeaderIdempotencyKey); k != "" {
+			kind := "direct"
+			if string(r.Data) == durablePayload {
+				kind = "durable"
+			}
 			mu.Lock()
-			_, err := fmt.Fprintln(rec, strings.TrimSpace(k))
+			_, err := fmt.Fprintln(rec, strings.TrimSpace(k), time.Now().UnixNano(), kind)
 			mu.Unlock()
 			if err != nil {
 				return nil, err

@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,6 +87,13 @@ type proc struct {
 }
 
 func newProc(t testing.TB, dir, name, ready, bin string, args ...string) *proc {
+	if keep := os.Getenv("AGENTREACH_CHAOS_LOGS"); keep != "" {
+		// Logs kept after the run, one directory per test.
+		dir = filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := &proc{t: t, name: name, bin: bin, args: args, ready: ready, log: filepath.Join(dir, name+".log")}
 	t.Cleanup(func() {
 		p.kill()
@@ -248,6 +256,15 @@ cluster {
   ping_interval: "2s"
   ping_max: 3
 }
+# Everyone without credentials is "app", in an account of its own with
+# JetStream; the system account is there for the JetStream meta group's
+# stepdown (the leader-isolation scenario moves every leader to one node).
+accounts {
+  APP: { jetstream: enabled, users: [{user: app, password: app}] }
+  SYS: { users: [{user: sys, password: sys}] }
+}
+system_account: SYS
+no_auth_user: app
 `
 
 // newCluster starts the cluster on loopback (net nil) or with node i in
@@ -310,6 +327,33 @@ func (c *cluster) waitHealthy(timeout time.Duration) {
 		}
 		return nil
 	})
+}
+
+// metaLeader names the node that leads the JetStream meta group, as node
+// i's monitoring endpoint sees it ("" while there is none).
+func (c *cluster) metaLeader(i int) (string, error) {
+	n := c.nodes[i]
+	hc := http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get(fmt.Sprintf("http://%s:%d/jsz", n.host, n.hport))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Meta struct {
+			Leader string `json:"leader"`
+		} `json:"meta_cluster"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&jsz); err != nil {
+		return "", fmt.Errorf("%s /jsz: %w", n.name, err)
+	}
+	return jsz.Meta.Leader, nil
+}
+
+// sysURL is node i's client URL for the system account.
+func (c *cluster) sysURL(i int) string {
+	n := c.nodes[i]
+	return fmt.Sprintf("nats://sys:sys@%s:%d", n.host, n.port)
 }
 
 // urls lists every node's client URL, from node first onwards.
