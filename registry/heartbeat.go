@@ -118,16 +118,25 @@ func (h *Heartbeat) putTimeout() time.Duration {
 }
 
 // retryDelay is the wait before the next put after n failed ones in a
-// row: from a twentieth of the interval (at least 50 ms) doubling up to half
-// an interval, each drawn at random from its upper half, so agents that
+// row: from a twentieth of the interval (at least 50 ms) doubling up to
+// maxRetryDelay, each drawn at random from its upper half, so agents that
 // failed together do not retry together.
 func (h *Heartbeat) retryDelay(n int) time.Duration {
-	d := max(h.interval/20, 50*time.Millisecond)
-	for i := 1; i < n && d < h.interval/2; i++ {
-		d *= 2
+	limit := h.maxRetryDelay()
+	d := min(max(h.interval/20, 50*time.Millisecond), limit)
+	for i := 1; i < n && d < limit; i++ {
+		d = min(2*d, limit)
 	}
-	d = min(d, max(h.interval/2, 50*time.Millisecond))
 	return d/2 + jitter(d/2)
+}
+
+// maxRetryDelay caps the backoff of failed puts at half an interval and at
+// one second: a record that expired while the store had no leader is back
+// within about a second of the store answering again (the chaos suite's
+// 5 s convergence after a partition), at the cost of at most one put per
+// agent per second while it has none.
+func (h *Heartbeat) maxRetryDelay() time.Duration {
+	return max(min(h.interval/2, time.Second), 50*time.Millisecond)
 }
 
 // jitter returns a random duration in [0, d).
