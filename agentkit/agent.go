@@ -115,6 +115,7 @@ type Agent struct {
 	sub      *nats.Subscription
 	hb       *registry.Heartbeat
 	idem     *idempotency
+	incarn   string // this run of the instance (registry.Record.Incarnation)
 	// replyPrefix is the inbox prefix this connection may publish under,
 	// found at Start; "" keeps every result on the dispatcher's path.
 	replyPrefix string
@@ -167,6 +168,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 		nc:       nc,
 		cfg:      cfg,
 		id:       cfg.ID,
+		incarn:   newIncarnation(),
 		log:      defaultLogger(),
 		handlers: make(map[string]Handler),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
@@ -234,7 +236,7 @@ func (a *Agent) record() registry.Record {
 	return registry.Record{
 		ID: a.id, Type: a.cfg.Type, Capabilities: caps, MaxConcurrent: a.cfg.MaxConcurrent,
 		Weight: a.cfg.Weight, Status: registry.StatusReady, TimeoutHintMS: a.cfg.TimeoutHint.Milliseconds(),
-		HeartbeatMS: a.cfg.Heartbeat.Milliseconds(), Version: a.cfg.Version,
+		HeartbeatMS: a.cfg.Heartbeat.Milliseconds(), Version: a.cfg.Version, Incarnation: a.incarn,
 	}
 }
 
@@ -318,7 +320,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return streams.OpenError("agentkit", streams.BucketIdempotency, err)
 	}
-	a.idem = &idempotency{kv: ikv, reg: reg, owner: a.id, check: a.cfg.Heartbeat}
+	a.idem = &idempotency{kv: ikv, reg: reg, owner: a.id, incarnation: a.incarn, check: a.cfg.Heartbeat, log: a.log}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.workers = newWorkers(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
@@ -533,7 +535,12 @@ func (a *Agent) run(h Handler, req *Request) {
 	var key string
 	if k := req.Header.Get(streams.HeaderIdempotencyKey); k != "" {
 		key = streams.IdempotencyKey(req.Capability, req.Header.Get(streams.HeaderSource), k)
+		// While the claim is retried or reconciled (the store has no
+		// leader), or another execution of the key is waited for,
+		// PROCESSING keeps the dispatcher's per-call timeout from expiring.
+		informed := a.keepInformed(req)
 		stored, err := a.idem.begin(ctx, key, req.RequestID)
+		informed()
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeTimeout, "waiting for another execution of idempotency key %q", k)))
