@@ -62,7 +62,7 @@ func cluster(t *testing.T) ([]*server.Server, []*server.Options) {
 func TestTheRegistrySaysNoLeaderDuringAnOutage(t *testing.T) {
 	servers, opts := cluster(t)
 	nc := natstest.Connect(t, servers[2], nats.MaxReconnects(-1))
-	natstest.Provision(t, nc, streams.Topology{Replicas: 3})
+	natstest.Provision(t, nc, streams.Topology{Replicas: 3, Heartbeat: time.Minute}) // the record outlives the outage
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
