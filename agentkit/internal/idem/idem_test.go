@@ -1,4 +1,4 @@
-package agentkit
+package idem
 
 import (
 	"context"
@@ -57,19 +57,19 @@ func TestAClaimStoredWithoutAnswerIsReconciled(t *testing.T) {
 	kv, reg := idemStore(t)
 	lossy := &lostAnswers{KeyValue: kv}
 	lossy.lose.Store(1)
-	w1 := &idempotency{kv: lossy, reg: reg, owner: "w1", incarnation: newIncarnation(), check: 500 * time.Millisecond, log: zerolog.Nop()}
+	w1 := &Store{KV: lossy, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	rec, err := w1.begin(ctx, "pay.charge.=.k1", "req-1")
+	rec, err := w1.Begin(ctx, "pay.charge.=.k1", "req-1")
 	if rec != nil || err != nil || lossy.lose.Load() != 0 {
 		t.Fatalf("begin: %+v %v (lost answers left %d), want to execute", rec, err, lossy.lose.Load())
 	}
-	if err := w1.store(ctx, "pay.charge.=.k1", &idemRecord{RequestID: "req-1", ContentType: streams.ContentTypeJSON, Data: []byte(`1`)}); err != nil {
+	if err := w1.Save(ctx, "pay.charge.=.k1", &Record{RequestID: "req-1", ContentType: streams.ContentTypeJSON, Data: []byte(`1`)}); err != nil {
 		t.Fatal(err)
 	}
-	w2 := &idempotency{kv: kv, reg: reg, owner: "w2", incarnation: newIncarnation(), check: 500 * time.Millisecond, log: zerolog.Nop()}
-	rec, err = w2.begin(ctx, "pay.charge.=.k1", "req-2")
-	if err != nil || rec == nil || rec.State != idemDone || string(rec.Data) != `1` || rec.Incarnation != w1.incarnation {
+	w2 := &Store{KV: kv, Reg: reg, Owner: "w2", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
+	rec, err = w2.Begin(ctx, "pay.charge.=.k1", "req-2")
+	if err != nil || rec == nil || rec.State != StateDone || string(rec.Data) != `1` || rec.Incarnation != w1.Incarnation {
 		t.Fatalf("another instance: %+v %v, want the stored outcome", rec, err)
 	}
 }
@@ -80,9 +80,9 @@ func TestAClaimStoredWithoutAnswerIsReconciled(t *testing.T) {
 // a claim a task of this instance holds (adopted) is left alone.
 func TestAnUnansweredClaimIsAbandoned(t *testing.T) {
 	kv, reg := idemStore(t)
-	id := &idempotency{kv: kv, reg: reg, owner: "w1", incarnation: newIncarnation(), check: 500 * time.Millisecond, log: zerolog.Nop()}
+	id := &Store{KV: kv, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
 	ctx := context.Background()
-	claim, _ := msgpack.Marshal(&idemRecord{State: idemPending, Owner: id.owner, Incarnation: id.incarnation, RequestID: "req-1"})
+	claim, _ := msgpack.Marshal(&Record{State: StatePending, Owner: id.Owner, Incarnation: id.Incarnation, RequestID: "req-1"})
 	for _, key := range []string{"pay.charge.=.left", "pay.charge.=.held"} {
 		if _, err := kv.Create(ctx, key, claim); err != nil {
 			t.Fatal(err)
