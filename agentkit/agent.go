@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/agentkit/internal/idem"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -114,7 +115,8 @@ type Agent struct {
 	drained  bool // set by Drain once the subscription is done: deliver refuses
 	sub      *nats.Subscription
 	hb       *registry.Heartbeat
-	idem     *idempotency
+	idem     *idem.Store
+	incarn   string // this run of the instance (registry.Record.Incarnation)
 	// replyPrefix is the inbox prefix this connection may publish under,
 	// found at Start; "" keeps every result on the dispatcher's path.
 	replyPrefix string
@@ -167,6 +169,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 		nc:       nc,
 		cfg:      cfg,
 		id:       cfg.ID,
+		incarn:   idem.NewIncarnation(),
 		log:      defaultLogger(),
 		handlers: make(map[string]Handler),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
@@ -234,7 +237,7 @@ func (a *Agent) record() registry.Record {
 	return registry.Record{
 		ID: a.id, Type: a.cfg.Type, Capabilities: caps, MaxConcurrent: a.cfg.MaxConcurrent,
 		Weight: a.cfg.Weight, Status: registry.StatusReady, TimeoutHintMS: a.cfg.TimeoutHint.Milliseconds(),
-		HeartbeatMS: a.cfg.Heartbeat.Milliseconds(), Version: a.cfg.Version,
+		HeartbeatMS: a.cfg.Heartbeat.Milliseconds(), Version: a.cfg.Version, Incarnation: a.incarn,
 	}
 }
 
@@ -318,7 +321,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return streams.OpenError("agentkit", streams.BucketIdempotency, err)
 	}
-	a.idem = &idempotency{kv: ikv, reg: reg, owner: a.id, check: a.cfg.Heartbeat}
+	a.idem = &idem.Store{KV: ikv, Reg: reg, Owner: a.id, Incarnation: a.incarn, Check: a.cfg.Heartbeat, Log: a.log}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.workers = newWorkers(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
@@ -533,12 +536,17 @@ func (a *Agent) run(h Handler, req *Request) {
 	var key string
 	if k := req.Header.Get(streams.HeaderIdempotencyKey); k != "" {
 		key = streams.IdempotencyKey(req.Capability, req.Header.Get(streams.HeaderSource), k)
-		stored, err := a.idem.begin(ctx, key, req.RequestID)
+		// While the claim is retried or reconciled (the store has no
+		// leader), or another execution of the key is waited for,
+		// PROCESSING keeps the dispatcher's per-call timeout from expiring.
+		informed := a.keepInformed(req)
+		stored, err := a.idem.Begin(ctx, key, req.RequestID)
+		informed()
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			a.publish(req, a.errorMsg(req, streams.NewError(streams.CodeTimeout, "waiting for another execution of idempotency key %q", k)))
 			return
-		case errors.Is(err, errInDoubt):
+		case errors.Is(err, idem.ErrInDoubt):
 			m := a.errorMsg(req, streams.NewError(streams.CodeInternal, "idempotency key %q: %v", k, err))
 			m.Header.Set(streams.HeaderInDoubt, "true")
 			a.publish(req, m)
@@ -585,13 +593,13 @@ func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
 	var err error
 	switch {
 	case e == nil:
-		err = a.idem.store(ctx, key, &idemRecord{RequestID: req.RequestID, ContentType: req.ContentType, Data: m.Data,
+		err = a.idem.Save(ctx, key, &idem.Record{RequestID: req.RequestID, ContentType: req.ContentType, Data: m.Data,
 			Cost: m.Header.Get(streams.HeaderCost)})
 	case e.Code == streams.CodeBizReject:
-		err = a.idem.store(ctx, key, &idemRecord{RequestID: req.RequestID, ContentType: req.ContentType, Error: e,
+		err = a.idem.Save(ctx, key, &idem.Record{RequestID: req.RequestID, ContentType: req.ContentType, Error: e,
 			Cost: m.Header.Get(streams.HeaderCost)})
 	default:
-		err = a.idem.release(ctx, key)
+		err = a.idem.Release(ctx, key)
 	}
 	if err != nil {
 		a.log.Error().Err(err).Str("request_id", req.RequestID).Str("key", key).Msg("idempotency outcome not recorded")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/agent-reach/agentreach/agentkit/internal/idem"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -17,14 +18,14 @@ import (
 // and either the stored result as stored or an error reply whose code and
 // message read back.
 func FuzzIdemRecord(f *testing.F) {
-	for _, rec := range []idemRecord{
-		{State: idemPending, Owner: "w1", RequestID: "r1"},
-		{State: idemDone, Owner: "w1", RequestID: "r1", ContentType: streams.ContentTypeJSON, Data: []byte(`{"effect":1}`), Cost: "0.002"},
-		{State: idemDone, Owner: "w2", RequestID: "r2", ContentType: streams.ContentTypeMsgpack, Data: []byte{0x81, 0xa1, 'a', 0x01}},
-		{State: idemDone, RequestID: "r3", ContentType: streams.ContentTypeMsgpack,
+	for _, rec := range []idem.Record{
+		{State: idem.StatePending, Owner: "w1", RequestID: "r1"},
+		{State: idem.StateDone, Owner: "w1", RequestID: "r1", ContentType: streams.ContentTypeJSON, Data: []byte(`{"effect":1}`), Cost: "0.002"},
+		{State: idem.StateDone, Owner: "w2", RequestID: "r2", ContentType: streams.ContentTypeMsgpack, Data: []byte{0x81, 0xa1, 'a', 0x01}},
+		{State: idem.StateDone, RequestID: "r3", ContentType: streams.ContentTypeMsgpack,
 			Error: streams.NewError(streams.CodeBizReject, "no stock")},
-		{State: idemDone, RequestID: "r4", Error: streams.NewError(streams.CodeTimeout, "\xff slow")},
-		{State: idemDone},
+		{State: idem.StateDone, RequestID: "r4", Error: streams.NewError(streams.CodeTimeout, "\xff slow")},
+		{State: idem.StateDone},
 	} {
 		b, err := msgpack.Marshal(&rec)
 		if err != nil {
@@ -53,8 +54,8 @@ func FuzzIdemRecord(f *testing.F) {
 	f.Add([]byte{0x85, 0xa5, 's', 't', 'a', 't', 'e'})
 	f.Add([]byte("\x82\xa5state\xa4done\xa4data\xc6\xff\xff\xff\xf0")) // 4 GiB of data: claimed, not there
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rec, err := decodeIdemRecord(data)
-		if err != nil || rec.State != idemDone {
+		rec, err := idem.Decode(data)
+		if err != nil || rec.State != idem.StateDone {
 			return
 		}
 		if rec.Error != nil && rec.Error.Code == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -196,10 +197,32 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (reply *
 	if err = streams.CheckSize(m, c.nc.MaxPayload()); err != nil { // every header is on it now, a trace's too
 		return nil, err
 	}
-	if c.signer != nil && !c.mayPublish(m.Subject) {
-		reply, err = c.firstRequest(ctx, m)
-	} else {
-		reply, err = c.nc.RequestMsgWithContext(ctx, m)
+	// "No responders": no dispatcher listens right now — they restart,
+	// or this connection came back before theirs. Nothing received the
+	// request, so it is sent again, backing off with jitter, until one
+	// listens or ctx ends.
+	for wait := noDispatcherFirst; ; wait = min(2*wait, noDispatcherMax) {
+		if c.signer != nil && !c.mayPublish(m.Subject) {
+			reply, err = c.firstRequest(ctx, m)
+		} else {
+			reply, err = c.nc.RequestMsgWithContext(ctx, m)
+		}
+		if !errors.Is(err, nats.ErrNoResponders) {
+			break
+		}
+		d := wait/2 + rand.N(wait/2+1)
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) < d {
+			break // no deadline to retry within, or not enough of it left
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			break
+		}
 	}
 	var refused *refusal
 	if errors.As(err, &refused) {
@@ -212,7 +235,7 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (reply *
 	case err == nil:
 		return reply, nil
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, streams.NewError(streams.CodeNoAgent, "no dispatcher is listening on %s", m.Subject)
+		return nil, streams.NewError(streams.CodeNoAgent, "no dispatcher is listening on %s (retried within the caller's deadline)", m.Subject)
 	case errors.Is(err, context.Canceled):
 		return nil, streams.NewError(streams.CodeCancelled, "%s cancelled: %v", what, context.Cause(ctx))
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
@@ -223,6 +246,14 @@ func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (reply *
 	}
 	return nil, fmt.Errorf("agentkit: %s: %w", what, err)
 }
+
+// Backoff of a request nobody listens to (request): from
+// noDispatcherFirst, doubling up to noDispatcherMax, each wait drawn
+// between half and all of it.
+const (
+	noDispatcherFirst = 50 * time.Millisecond
+	noDispatcherMax   = time.Second
+)
 
 // refused returns the connection's last error when it is the server
 // refusing a publish to subject: a request the server drops for want of

@@ -12,6 +12,10 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
+// errNotProvisioned marks a submission no stream captures because
+// REACH_TASKS does not exist.
+var errNotProvisioned = errors.New("not provisioned")
+
 var (
 	// ErrNoResult is returned by Result while a durable task has no recorded
 	// outcome yet.
@@ -55,12 +59,27 @@ func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (st
 	if err := streams.CheckSize(m, c.nc.MaxPayload()); err != nil {
 		return id, err
 	}
-	_, err = c.js.PublishMsg(ctx, m)
+	// While REACH_TASKS has no leader (an election, a partition) the
+	// publish is retried within ctx: it is deduplicated by its
+	// Nats-Msg-Id, so one stored although its answer was lost is not
+	// stored twice. Only a stream that does not exist is "run provisioning".
+	var missing error // the publish's error when REACH_TASKS does not exist
+	err = streams.RetryUnavailable(ctx, func(ctx context.Context) error {
+		_, err := c.js.PublishMsg(ctx, m)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			if _, serr := c.js.Stream(ctx, streams.StreamTasks); errors.Is(serr, jetstream.ErrStreamNotFound) {
+				missing = err
+				return errNotProvisioned // not retried
+			}
+		}
+		return err
+	})
 	switch {
 	case streams.IsBufferFull(err):
 		return id, streams.NewError(streams.CodeOverloaded, "the durable buffer of %s is full; try again later", capability)
-	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return id, fmt.Errorf("agentkit: submit %s: no JetStream stream captures %s (run provisioning first): %w", capability, m.Subject, err)
+	case missing != nil:
+		return id, fmt.Errorf("agentkit: submit %s: no JetStream stream captures %s (%s does not exist: run provisioning first): %w",
+			capability, m.Subject, streams.StreamTasks, missing)
 	case err != nil:
 		return id, fmt.Errorf("agentkit: submit %s: %w", capability, err)
 	}

@@ -44,6 +44,11 @@ type Record struct {
 	// (depends_on): DepUp, DepDegraded or DepDown. An instance with a
 	// dependency down takes no tasks that need it.
 	Deps map[string]string `json:"deps,omitempty"`
+	// Incarnation names this run of the instance: a new value each time
+	// a process starts under the id. An idempotency claim carries the
+	// incarnation that made it, so a claim of an earlier run of a
+	// restarted instance is not taken for one it is still executing.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Normalize fills defaults: weight 100, status "ready".
@@ -98,6 +103,11 @@ func (r *Record) Validate() error {
 		return bad("timeout_hint_ms must not be negative, got %d", r.TimeoutHintMS)
 	case r.HeartbeatMS < 100:
 		return bad("heartbeat_ms must be at least 100, got %d", r.HeartbeatMS)
+	}
+	if r.Incarnation != "" {
+		if err := streams.ValidateInstanceID(r.Incarnation); err != nil {
+			return bad("incarnation: %v", err)
+		}
 	}
 	for _, dep := range sortedKeys(r.Deps) {
 		state := r.Deps[dep]

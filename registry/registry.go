@@ -22,7 +22,11 @@ type Registry struct {
 
 // Open binds to the REACH_AGENTS bucket, which streams.Provision creates.
 func Open(ctx context.Context, js jetstream.JetStream) (*Registry, error) {
-	kv, err := js.KeyValue(ctx, streams.BucketAgents)
+	var kv jetstream.KeyValue
+	err := streams.RetryUnavailable(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, streams.BucketAgents)
+		return err
+	})
 	if err != nil {
 		return nil, streams.OpenError("registry", streams.BucketAgents, err)
 	}
@@ -65,10 +69,27 @@ func (r *Registry) Get(ctx context.Context, id string) (Entry, error) {
 
 // List returns every live record, sorted by id. Records that fail to decode
 // are skipped and reported in the returned error list.
+//
+// While the bucket has no leader (an election, a partition) the listing is
+// retried until ctx ends, and then fails with streams.ErrUnavailable.
 func (r *Registry) List(ctx context.Context) ([]Entry, error) {
-	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	var out []Entry
+	var undecoded error
+	err := streams.RetryUnavailable(ctx, func(ctx context.Context) (err error) {
+		out, undecoded, err = r.list(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
+	}
+	return out, undecoded
+}
+
+// list is one attempt of List: the records, and those that did not decode.
+func (r *Registry) list(ctx context.Context) ([]Entry, error, error) {
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, err
 	}
 	defer w.Stop()
 	var out []Entry
@@ -76,14 +97,14 @@ func (r *Registry) List(ctx context.Context) ([]Entry, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case kve, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("registry: listing watcher closed")
+				return nil, nil, errors.New("registry: listing watcher closed")
 			}
 			if kve == nil {
 				sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-				return out, errors.Join(errs...)
+				return out, errors.Join(errs...), nil
 			}
 			e, err := toEntry(kve)
 			if err != nil {

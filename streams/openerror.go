@@ -29,6 +29,8 @@ func OpenError(who, name string, err error) error {
 
 func openHint(err error) string {
 	switch {
+	case errors.Is(err, ErrUnavailable):
+		return "" // it says so itself: no leader, provisioning would not help
 	case errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		return " (it does not exist: run provisioning first, e.g. `agentreach up` or a dispatcher)"
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),

@@ -37,7 +37,7 @@ func TestJSONFailures(t *testing.T) {
 		{"call bad payload", task.RunCall, noServer, []string{"--json", "echo", "{nope"}, cli.ExitUsage, cli.CodeUsage},
 		{"call missing payload file", task.RunCall, noServer, []string{"--json", "echo", "@/nonexistent/p.json"}, cli.ExitUsage, cli.CodeUsage},
 		{"call no server", task.RunCall, noServer, []string{"--json", "echo"}, cli.ExitFail, cli.CodeConnect},
-		{"call no dispatcher", task.RunCall, noDispatcher, []string{"--json", "echo"}, cli.ExitFail, streams.CodeNoAgent},
+		{"call no dispatcher", task.RunCall, noDispatcher, []string{"--json", "--timeout", "1s", "echo"}, cli.ExitFail, streams.CodeNoAgent},
 		{"submit bad request id", task.RunSubmit, noServer, []string{"--json", "--request-id", "a.b", "echo"}, cli.ExitUsage, cli.CodeUsage},
 		{"submit no server", task.RunSubmit, noServer, []string{"--json", "echo"}, cli.ExitFail, cli.CodeConnect},
 		{"submit unprovisioned", task.RunSubmit, bare, []string{"--json", "echo"}, cli.ExitFail, cli.CodeNotProvisioned},

@@ -226,12 +226,24 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	_, err = g.js.PublishMsg(ctx, m)
+	// Retried while REACH_TASKS has no leader (deduplicated by its
+	// Nats-Msg-Id); "provision first" only when the stream does not exist.
+	missing := false
+	err = streams.RetryUnavailable(ctx, func(ctx context.Context) error {
+		_, err := g.js.PublishMsg(ctx, m)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			_, serr := g.js.Stream(ctx, streams.StreamTasks)
+			if missing = errors.Is(serr, jetstream.ErrStreamNotFound); missing {
+				return serr
+			}
+		}
+		return err
+	})
 	switch {
 	case streams.IsBufferFull(err):
 		g.answer(w, r, fail(0, streams.CodeOverloaded, "the durable buffer of %s is full; try again later", capability))
 		return
-	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+	case missing:
 		g.answer(w, r, fail(http.StatusServiceUnavailable, streams.CodeInternal, "no JetStream stream captures %s (provision first): %v", m.Subject, err))
 		return
 	case err != nil:

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -72,6 +73,7 @@ type Engine struct {
 	subjects streams.Subjects
 	js       jetstream.JetStream
 	runs     jetstream.KeyValue // REACH_RUNS
+	outcomes jetstream.KeyValue // REACH_OUTCOMES: a durable run's outcome claim
 	results  jetstream.Stream   // REACH_RESULTS
 
 	defs      atomic.Pointer[map[string]*version]
@@ -139,6 +141,9 @@ func (e *Engine) Start(ctx context.Context, d *dispatcher.Dispatcher) error {
 	}
 	if e.results, err = js.Stream(ctx, streams.StreamResults); err != nil {
 		return streams.OpenError("workflow", streams.StreamResults, err)
+	}
+	if e.outcomes, err = js.KeyValue(ctx, streams.BucketOutcomes); err != nil {
+		return streams.OpenError("workflow", streams.BucketOutcomes, err)
 	}
 	policy, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
@@ -451,10 +456,7 @@ func (e *Engine) resume(r *Run, msg jetstream.Msg, replay int, delivered uint64)
 func (e *Engine) settle(r *Run, msg jetstream.Msg) verdict {
 	r.Outcome, r.Reason = r.placement()
 	r.Owner, r.Updated = "", time.Now()
-	ctx, cancel := bounded()
-	err := writeRun(ctx, e.runs, r)
-	cancel()
-	switch {
+	switch err := e.write(r); {
 	case errors.Is(err, errLostRun):
 		return verdict{kind: lost, id: r.ID}
 	case err != nil:
@@ -464,9 +466,63 @@ func (e *Engine) settle(r *Run, msg jetstream.Msg) verdict {
 	return e.publishOutcome(r, msg, false)
 }
 
+// claimOutcome claims the outcome of the REACH_TASKS message msg — the
+// run's final outcome — in REACH_OUTCOMES, under the key and in the form
+// the dispatcher claims a durable task's (durable.Claims): one outcome
+// per message, whoever records it. A replay is a message of its own.
+func (e *Engine) claimOutcome(r *Run, msg jetstream.Msg) (durable.Claim, error) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return durable.Claim{}, err
+	}
+	c := durable.Claim{Outcome: r.Outcome, Reason: r.Reason}
+	if r.Error != nil {
+		c.Code, c.Message = string(r.Error.Code), r.Error.Message
+	}
+	claims := durable.Claims{KV: e.outcomes, By: e.d.Name()}
+	return claims.Take(durable.ClaimKey(md.Sequence.Stream, r.ID), r.ID, c)
+}
+
+// write stores a durable run's record (writeRun) and then records the
+// events of the step outcomes and decisions it holds. When another
+// replica's write won (errLostRun), this replica's step outcomes and
+// decisions since its last write are discarded: the winner's stand.
+func (e *Engine) write(r *Run) error {
+	ctx, cancel := bounded()
+	err := writeRun(ctx, e.runs, r)
+	cancel()
+	switch {
+	case err == nil:
+		for _, ev := range r.pending {
+			e.d.RecordEvent(ev)
+		}
+		r.pending = nil
+	case errors.Is(err, errLostRun):
+		if len(r.pending) > 0 {
+			e.log.Info().Str("request_id", r.ID).Int("discarded", len(r.pending)).
+				Msg("another replica recorded the run first: this replica's step outcomes and decisions since its last write are discarded")
+		}
+		r.pending = nil
+	}
+	return err
+}
+
 // publishOutcome records a final run's outcome (again, after a crash:
 // the stores deduplicate it) and its event.
 func (e *Engine) publishOutcome(r *Run, msg jetstream.Msg, again bool) verdict {
+	switch held, err := e.claimOutcome(r, msg); {
+	case errors.Is(err, durable.ErrClaimed) && held.Outcome != r.Outcome:
+		// Another outcome was recorded for this message first (by a
+		// replica, or the dispatcher itself): this one is discarded.
+		e.log.Warn().Str("request_id", r.ID).Str("outcome", r.Outcome).Str("claimed", held.Outcome).Str("by", held.By).
+			Msg("durable run's outcome discarded: the message's outcome was claimed already")
+		return verdict{kind: settled, id: r.ID}
+	case errors.Is(err, durable.ErrClaimed):
+		again = true // claimed before (a redelivery): recorded again, deduplicated
+	case err != nil:
+		e.log.Warn().Err(err).Str("request_id", r.ID).Msg("durable run's outcome not claimed; it will be redelivered")
+		return verdict{kind: retry, id: r.ID}
+	}
 	if err := e.recordOutcome(r, msg, again); err != nil {
 		e.log.Error().Err(err).Str("request_id", r.ID).Msg("durable run outcome not recorded; it will be redelivered")
 		return verdict{kind: retry, id: r.ID}

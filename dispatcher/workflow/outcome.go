@@ -292,7 +292,19 @@ func (e *Engine) decide(r *Run, step, kind, detail string, cause *streams.Error)
 	if cause != nil {
 		ev.Status, ev.Code = dispatcher.StatusOf(cause), string(cause.Code)
 	}
-	e.d.RecordEvent(ev)
+	e.event(r, ev)
+}
+
+// event records ev of run r: at once for a direct-tier run; for a durable
+// one with the run's next record (write), so that a replica whose write
+// loses to another's records none of the step outcomes and decisions it
+// made meanwhile.
+func (e *Engine) event(r *Run, ev dispatcher.Event) {
+	if r.Tier != "durable" {
+		e.d.RecordEvent(ev)
+		return
+	}
+	r.pending = append(r.pending, ev)
 }
 
 // stepEvent records that step i of run r ended (done, failed, skipped or
@@ -312,7 +324,7 @@ func (e *Engine) stepEvent(r *Run, i int) {
 	if sr.Error != nil && sr.Status != StepDone && sr.Status != StepCompensated {
 		ev.Status, ev.Code = dispatcher.StatusOf(sr.Error), string(sr.Error.Code)
 	}
-	e.d.RecordEvent(ev)
+	e.event(r, ev)
 }
 
 // runEvent records that run r ended, and where its answer went.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -112,6 +113,11 @@ type Run struct {
 
 	def      *Definition
 	revision uint64 // of the record in REACH_RUNS, as last read or written
+	// pending are a durable run's step and decision events not recorded
+	// yet: they go to REACH_EVENTS once the record that holds their step
+	// outcomes and decisions is written (Engine.write), and are discarded
+	// when another replica's write won — so each is recorded once.
+	pending []dispatcher.Event
 }
 
 // StepRun is one step of a Run.

@@ -159,9 +159,7 @@ func (x *runner) persist() error {
 		return nil
 	}
 	x.r.Updated = time.Now()
-	ctx, cancel := bounded()
-	defer cancel()
-	return writeRun(ctx, x.e.runs, x.r)
+	return x.e.write(x.r)
 }
 
 // persisted is persist, turned into how execute stops when it fails.

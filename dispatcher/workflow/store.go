@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,6 +88,11 @@ func writeRun(ctx context.Context, kv jetstream.KeyValue, r *Run) error {
 	} else {
 		rev, err = kv.Update(ctx, r.ID, b, r.revision)
 	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		// The write may have been stored although its answer was lost
+		// (a timeout, a leader change): read it back before failing.
+		rev, err = reconcileRun(kv, r, b, err)
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return fmt.Errorf("%w (%v)", errLostRun, err)
 	}
@@ -95,4 +101,25 @@ func writeRun(ctx context.Context, kv jetstream.KeyValue, r *Run) error {
 	}
 	r.revision = rev
 	return nil
+}
+
+// reconcileRun reads back r's record after a write of b failed with
+// werr: the record as written (its revision), a record that moved on from
+// the revision r was at (jetstream.ErrKeyRevisionMismatch: another
+// replica's), or werr when the write did not land or cannot be told.
+func reconcileRun(kv jetstream.KeyValue, r *Run, b []byte, werr error) (uint64, error) {
+	ctx, cancel := bounded()
+	defer cancel()
+	kve, err := kv.Get(ctx, r.ID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, werr
+	case err != nil:
+		return 0, werr
+	case bytes.Equal(kve.Value(), b):
+		return kve.Revision(), nil
+	case kve.Revision() != r.revision:
+		return 0, jetstream.ErrKeyRevisionMismatch
+	}
+	return 0, werr
 }

@@ -39,7 +39,8 @@ async def test_register_and_heartbeat(nc, stack):
         rec = await record_of(nc, agent.id)
         assert rec == {"id": agent.id, "type": "regtest", "capabilities": [cap], "max_concurrent": 3, "weight": 250,
                        "active": 0, "status": "ready", "timeout_hint_ms": 0, "version": "2.0.0",
-                       "heartbeat_ms": int(HEARTBEAT * 1000)}
+                       "heartbeat_ms": int(HEARTBEAT * 1000), "incarnation": agent.incarnation}
+        assert len(agent.incarnation) == 16
         # Heartbeats: the server's timestamps of successive puts, one heartbeat apart.
         kv = await nc.jetstream().key_value("REACH_AGENTS")
         watcher = await kv.watch(agent.id)

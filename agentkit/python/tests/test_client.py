@@ -9,6 +9,8 @@ import re
 import subprocess
 import time
 
+from typing import Any
+
 import msgpack
 import pytest
 
@@ -71,8 +73,9 @@ async def test_idempotent_execution(nc, client, stack):
         assert not first.replayed and again.replayed and again.cost == 0.25
         kv = await nc.jetstream().key_value("REACH_IDEMPOTENCY")
         rec = msgpack.unpackb((await kv.get(f"{cap}.=.k-1")).value)  # the client sets no Reach-Source
-        assert set(rec) == {"state", "owner", "request_id", "content_type", "data", "error", "cost"}
+        assert set(rec) == {"state", "owner", "incarnation", "request_id", "content_type", "data", "error", "cost"}
         assert (rec["state"], rec["owner"], rec["request_id"]) == ("done", agent.id, first.request_id)
+        assert rec["incarnation"] == agent.incarnation
         assert (rec["content_type"], rec["data"], rec["cost"]) == ("application/msgpack", first.data, "0.25")
         # A key that is no KV token is hashed; two at once execute it once.
         both = await asyncio.gather(*(client.call(cap, "y", idempotency_key="a key/with spaces", timeout=10)
@@ -90,6 +93,56 @@ async def test_idempotent_execution(nc, client, stack):
         with pytest.raises(Internal) as e:
             await client.call(cap, "z", idempotency_key="k-ghost", timeout=10)
         assert e.value.in_doubt and "k-ghost" not in executions
+        # A claim of an earlier run of this very instance (it restarted under
+        # its id) is in doubt too, though the instance is alive.
+        claim = msgpack.packb({"state": "pending", "owner": agent.id, "incarnation": "an-earlier-run",
+                               "request_id": "r-old"})
+        await kv.create(f"{cap}.=.k-old", claim)
+        with pytest.raises(Internal) as e:
+            await client.call(cap, "z", idempotency_key="k-old", timeout=10)
+        assert e.value.in_doubt and "k-old" not in executions
+        # So is one of another live instance that restarted since: its
+        # record names another incarnation than the claim.
+        other = Agent(stack.url, type="idemtest-other")
+
+        @other.handler(unique("idem.other"))
+        async def nothing(ctx: Context, p: Any) -> None:
+            return None
+
+        async with running(other):
+            claim = msgpack.packb({"state": "pending", "owner": other.id, "incarnation": "an-earlier-run",
+                                   "request_id": "r-other"})
+            await kv.create(f"{cap}.=.k-other", claim)
+            with pytest.raises(Internal) as e:
+                await client.call(cap, "z", idempotency_key="k-other", timeout=10)
+            assert e.value.in_doubt and "k-other" not in executions
+        # A claim create stored although its answer was lost is read back
+        # and taken as the task's: executed once, not in doubt.
+        idem = agent._idem
+        assert idem is not None
+        real = idem._kv
+
+        class LostAnswer:
+            lost = 0
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            async def create(self, key: str, value: bytes, **kw: Any) -> Any:
+                rev = await real.create(key, value, **kw)
+                if LostAnswer.lost == 0:
+                    LostAnswer.lost = 1
+                    raise asyncio.TimeoutError()
+                return rev
+
+        idem._kv = LostAnswer()
+        try:
+            lost = await client.call(cap, "x", idempotency_key="k-lost", timeout=10)
+        finally:
+            idem._kv = real
+        assert LostAnswer.lost == 1 and lost.value == {"n": 1} and executions["k-lost"] == 1 and not lost.replayed
+        rec = msgpack.unpackb((await kv.get(f"{cap}.=.k-lost")).value)
+        assert rec["state"] == "done" and rec["incarnation"] == agent.incarnation
 
 
 async def test_cancellation_reaches_ctx(client, stack):

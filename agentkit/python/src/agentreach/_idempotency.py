@@ -1,15 +1,17 @@
 """Idempotent execution through REACH_IDEMPOTENCY (docs/protocol.md, Idempotency).
 
-A key is claimed with a KV create of ``{state: pending, owner, request_id}``
-(msgpack), executed, and its outcome stored as ``{state: done, owner,
-request_id, content_type, data, error, cost}`` before the reply; a key
-claimed already is polled with KV gets until its outcome is stored, then
-replayed.
+A key is claimed with a KV create of ``{state: pending, owner, incarnation,
+request_id}`` (msgpack), executed, and its outcome stored as ``{state: done,
+owner, incarnation, request_id, content_type, data, error, cost}`` before
+the reply; a key claimed already is polled with KV gets until its outcome is
+stored, then replayed. A create that gets no answer is retried and read
+back: a claim of this run that nothing executed under is the task's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, cast
@@ -20,6 +22,9 @@ import nats
 PENDING = "pending"
 DONE = "done"
 SETTLE_TIMEOUT = 30.0  # seconds an outcome is retried into the bucket
+CLAIM_RETRY = 10.0  # seconds a claim that gets no answer is retried and read back
+ABANDON_FOR = 60.0  # seconds an unanswered claim nobody took is looked after, to delete it
+PROGRESS_EVERY = 1.0  # seconds between PROCESSING while a claim is retried
 POLL_FIRST = 0.02  # seconds before the first look at a pending claim, doubling
 POLL_MAX = 0.25  # up to this
 
@@ -43,10 +48,13 @@ class Outcome:
     cost: str = ""
     owner: str = ""
     state: str = DONE
+    incarnation: str = ""
 
     def pack(self) -> bytes:
         """Returns the record as msgpack with exactly the protocol's field names."""
         rec: dict[str, Any] = {"state": self.state, "owner": self.owner, "request_id": self.request_id}
+        if self.incarnation:
+            rec["incarnation"] = self.incarnation
         if self.state == DONE:
             rec.update(content_type=self.content_type, data=self.data, error=self.error, cost=self.cost)
         return cast(bytes, msgpack.packb(rec, use_bin_type=True))
@@ -63,18 +71,26 @@ class Outcome:
         err = rec.get("error")
         return cls(request_id=str(rec.get("request_id") or ""), content_type=str(rec.get("content_type") or ""),
                    data=bytes(data), error=err if isinstance(err, dict) else None, cost=str(rec.get("cost") or ""),
-                   owner=str(rec.get("owner") or ""), state=str(rec.get("state") or ""))
+                   owner=str(rec.get("owner") or ""), state=str(rec.get("state") or ""),
+                   incarnation=str(rec.get("incarnation") or ""))
 
 
 class Idempotency:
     """Idempotency executes each key at most once across every instance."""
 
-    def __init__(self, kv: Any, agents: Any, owner: str, check: float):
+    def __init__(self, kv: Any, agents: Any, owner: str, check: float, incarnation: str = ""):
         self._kv = kv
         self._agents = agents
         self.owner = owner
+        self.incarnation = incarnation  # this run of the owner (its record's incarnation)
         self._check = check  # seconds between checks that a claim's owner is alive
+        # The keys this instance claims, executes or releases: also its
+        # per-key lock (one task of this process claims a key at a time).
         self._executing: set[str] = set()
+        # The keys whose claim create got no answer: it may be stored, and
+        # nothing ran under it, so this instance may take it or delete it.
+        self._unsure: set[str] = set()
+        self._abandons: set[asyncio.Task[None]] = set()
 
     async def begin(self, key: str, request_id: str, deadline: float,
                     progress: Callable[[], None]) -> Optional[Outcome]:
@@ -83,38 +99,119 @@ class Idempotency:
         Raises ClaimFailed (nothing ran), InDoubt, or asyncio.TimeoutError
         when the deadline passes while another execution runs.
         """
-        claim = Outcome(request_id=request_id, owner=self.owner, state=PENDING).pack()
+        claim = Outcome(request_id=request_id, owner=self.owner, incarnation=self.incarnation, state=PENDING).pack()
         while True:
-            try:
-                await self._kv.create(key, claim, validate_keys=False)
+            if key not in self._executing:
                 self._executing.add(key)
-                return None
-            except nats.js.errors.KeyWrongLastSequenceError:
-                pass
-            except Exception as e:
-                raise ClaimFailed(f"claim: {e!r}") from e
+                try:
+                    mine = await self._claim(key, claim, progress)
+                except BaseException:
+                    self._executing.discard(key)
+                    raise
+                if mine:
+                    return None
+                self._executing.discard(key)
             stored = await self._wait(key, deadline, progress)
             if stored is not None:
                 return stored
             # The claim was given back without an outcome: claim it again.
+
+    async def _claim(self, key: str, claim: bytes, progress: Callable[[], None]) -> bool:
+        """Creates key's claim: True when it is this task's, False when
+        another execution holds it. A create that gets no answer is retried
+        for CLAIM_RETRY seconds, reading the key back after each (it may have
+        been stored), with PROCESSING every PROGRESS_EVERY seconds; then
+        ClaimFailed, and the claim is deleted once the store answers."""
+        end = time.monotonic() + CLAIM_RETRY
+        last_progress = time.monotonic()
+        wait = 0.05
+        while True:
+            try:
+                await asyncio.wait_for(self._kv.create(key, claim, validate_keys=False), 2.0)
+                self._unsure.discard(key)
+                return True
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return await self._adopt(key)
+            except Exception as e:
+                err = e
+            self._unsure.add(key)  # no answer: it may be stored
+            if await self._adopt(key):
+                return True
+            if time.monotonic() + wait > end:
+                task = asyncio.ensure_future(self._abandon(key))
+                self._abandons.add(task)
+                task.add_done_callback(self._abandons.discard)
+                raise ClaimFailed(f"claim: {err!r}") from err
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, 1.0)
+            if time.monotonic() - last_progress >= PROGRESS_EVERY:
+                last_progress = time.monotonic()
+                progress()
+
+    def _mine(self, rec: Outcome) -> bool:
+        return rec.state == PENDING and rec.owner == self.owner and rec.incarnation == self.incarnation
+
+    async def _adopt(self, key: str) -> bool:
+        """True when key holds a pending claim of this run whose create got
+        no answer: nothing executed under it, so the task holding the key's
+        lock takes it (a create stored although its answer was lost)."""
+        if key not in self._unsure:
+            return False
+        try:
+            entry = await asyncio.wait_for(self._kv.get(key, validate_keys=False), 2.0)
+            rec = Outcome.unpack(entry.value or b"")
+        except Exception:
+            return False
+        if not self._mine(rec):
+            return False
+        self._unsure.discard(key)
+        return True
+
+    async def _abandon(self, key: str) -> None:
+        """Deletes key's unanswered claim of this run once the store answers,
+        unless a task of this instance took the key meanwhile."""
+        end = time.monotonic() + ABANDON_FOR
+        wait = 0.05
+        while key in self._unsure and time.monotonic() < end:
+            if key not in self._executing:
+                self._executing.add(key)
+                try:
+                    entry = await asyncio.wait_for(self._kv.get(key, validate_keys=False), 2.0)
+                    if self._mine(Outcome.unpack(entry.value or b"")):
+                        await asyncio.wait_for(self._kv.delete(key, last=entry.revision, validate_keys=False), 2.0)
+                    self._unsure.discard(key)
+                    return
+                except nats.js.errors.KeyNotFoundError:
+                    self._unsure.discard(key)
+                    return
+                except Exception:
+                    pass
+                finally:
+                    self._executing.discard(key)
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, 1.0)
 
     async def _wait(self, key: str, deadline: float, progress: Callable[[], None]) -> Optional[Outcome]:
         """Polls key with KV gets (agents may create no consumer, so no watch),
         from every POLL_FIRST to every POLL_MAX seconds, until its outcome is
         stored (returned), the claim is given back (None), its owner is gone
         (InDoubt) or the deadline passes (asyncio.TimeoutError)."""
-        owner = ""
+        owner, incarnation = "", ""
         poll = POLL_FIRST
         next_check = time.monotonic() + self._check
+        next_progress = time.monotonic() + PROGRESS_EVERY
         while True:
             left = deadline - time.time()
             if left <= 0:
                 raise asyncio.TimeoutError()
             await asyncio.sleep(min(poll, left))
+            if time.monotonic() >= next_progress:
+                next_progress = time.monotonic() + PROGRESS_EVERY
+                progress()
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + self._check
-                progress()
-                await self._check_owner(key, owner)
+                if await self._check_owner(key, owner, incarnation):
+                    return None  # a claim of this run nothing ran under: claim (take) it
             try:
                 entry = await self._kv.get(key, validate_keys=False)
             except nats.js.errors.KeyNotFoundError:
@@ -126,25 +223,40 @@ class Idempotency:
             rec = Outcome.unpack(entry.value or b"")
             if rec.state == DONE:
                 return rec
-            owner = rec.owner
+            owner, incarnation = rec.owner, rec.incarnation
             poll = min(2 * poll, POLL_MAX)
 
-    async def _check_owner(self, key: str, owner: str) -> None:
+    async def _check_owner(self, key: str, owner: str, incarnation: str) -> bool:
+        """Raises InDoubt when the claim's owner is gone, or is this instance
+        not executing it; True for an unanswered claim of this run."""
         if not owner:
-            return
+            return False
         if owner == self.owner:
-            if key not in self._executing:
-                raise InDoubt("this instance claimed the key and did not store its outcome (the store failed, "
-                              "or it restarted under the same id); it is not executed again")
-            return
+            if incarnation != self.incarnation:
+                raise InDoubt("an earlier run of this instance (it restarted under the same id) claimed the key "
+                              "and did not store its outcome; it is not executed again")
+            if key in self._executing:
+                return False
+            if key in self._unsure:
+                return True
+            raise InDoubt("this instance claimed the key and did not store its outcome (the store failed); "
+                          "it is not executed again")
         try:
-            await self._agents.get(owner)
+            entry = await self._agents.get(owner)
         except nats.js.errors.NotFoundError:
             raise InDoubt(f"instance {owner} left while executing it; it is not executed again") from None
+        try:
+            current = str(json.loads(entry.value or b"{}").get("incarnation") or "")
+        except (ValueError, AttributeError):
+            current = ""
+        if incarnation and current and current != incarnation:
+            raise InDoubt(f"instance {owner} restarted (incarnation {current}, the claim's {incarnation}) while "
+                          "executing it; it is not executed again")
+        return False
 
     async def store(self, key: str, outcome: Outcome) -> None:
         """Records key's outcome for replay, retrying for up to 30 s."""
-        outcome.state, outcome.owner = DONE, self.owner
+        outcome.state, outcome.owner, outcome.incarnation = DONE, self.owner, self.incarnation
         b = outcome.pack()
         try:
             await _retry(lambda: self._kv.put(key, b, validate_keys=False))

@@ -222,6 +222,10 @@ class Agent:
         self.max_concurrent = max_concurrent
         self.weight = weight
         self.version = version
+        # This run of the instance: new at each start under the id. Its
+        # idempotency claims carry it, so a claim of an earlier run is not
+        # taken for one it is executing (docs/protocol.md, Idempotency).
+        self.incarnation = secrets.token_hex(8)
         self.timeout_hint = timeout_hint
         self.declaration = declaration
         self.drain_timeout = drain_timeout
@@ -283,7 +287,8 @@ class Agent:
         return {"id": self.id, "type": self.type, "capabilities": self.capabilities,
                 "max_concurrent": self.max_concurrent, "weight": self.weight, "active": self.active,
                 "status": "draining" if self._draining else "ready",
-                "timeout_hint_ms": int(self.timeout_hint * 1000), "version": self.version}
+                "timeout_hint_ms": int(self.timeout_hint * 1000), "version": self.version,
+                "incarnation": self.incarnation}
 
     @property
     def heartbeat_ms(self) -> int:
@@ -348,7 +353,7 @@ class Agent:
             agents_kv = await js.key_value(w.BUCKET_AGENTS)
         except nats.js.errors.NotFoundError as e:
             raise RuntimeError(f"the {w.BUCKET_IDEMPOTENCY} bucket is missing (is the topology provisioned?)") from e
-        self._idem = Idempotency(idem_kv, agents_kv, self.id, heartbeat_ms / 1000.0)
+        self._idem = Idempotency(idem_kv, agents_kv, self.id, heartbeat_ms / 1000.0, self.incarnation)
         if decl is not None:
             caps = await js.key_value(w.BUCKET_CAPS)
             await caps.put(self.type, json.dumps(decl).encode())

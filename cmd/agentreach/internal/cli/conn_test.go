@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,13 @@ func TestNotProvisionedTellsCausesApart(t *testing.T) {
 		"about bucket REACH_AGENTS within --timeout 10s: is the server or its cluster overloaded, or without a JetStream leader? "+
 		"a longer --timeout waits more" {
 		t.Errorf("timeout: %+v", o)
+	}
+	// Retried within the deadline against a JetStream without a leader
+	// (streams.RetryUnavailable): "no leader", never the provisioning hint.
+	noLeader := c.NotProvisioned(guess(fmt.Errorf("%w: %w", streams.ErrUnavailable, context.DeadlineExceeded)), "bucket REACH_AGENTS")
+	if o := ErrorObject(noLeader); o.Code != "UNAVAILABLE" || !strings.Contains(o.Message, "had no leader for bucket REACH_AGENTS within --timeout 10s") ||
+		!strings.Contains(o.Message, "nothing needs provisioning") {
+		t.Errorf("no leader: %+v", o)
 	}
 	if _, err := c.Options("test"); err != nil {
 		t.Fatal(err)

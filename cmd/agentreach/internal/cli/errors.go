@@ -28,6 +28,9 @@ const (
 	// codeNotProvisioned: a stream or bucket Agent-Reach needs does not
 	// exist on the server, or JetStream is off.
 	CodeNotProvisioned streams.Code = "NOT_PROVISIONED"
+	// CodeUnavailable: JetStream had no leader for a stream or bucket
+	// (an election, a partition) until the deadline; it exists.
+	CodeUnavailable streams.Code = "UNAVAILABLE"
 	// codeNoDispatcher: no dispatcher answered an inspection request.
 	CodeNoDispatcher streams.Code = "NO_DISPATCHER"
 )
@@ -89,6 +92,11 @@ func (c *ConnFlags) NotProvisioned(err error, resource string) error {
 		return err
 	case denied != nil:
 		return denied
+	case errors.Is(err, streams.ErrUnavailable):
+		// Retried within --timeout: no leader answered all along.
+		return WithCode(CodeUnavailable, fmt.Errorf("JetStream on %s had no leader for %s within --timeout %v: an election, "+
+			"a partition or a restarting node; it passes by itself, nothing needs provisioning; a longer --timeout waits more (%w)",
+			server, resource, c.Timeout, err))
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound),
 		errors.Is(err, jetstream.ErrNoStreamResponse):
 		check := "--server"

@@ -1,0 +1,345 @@
+// Package idem executes each idempotency key at most once across every
+// agent instance, through REACH_IDEMPOTENCY (docs/protocol.md,
+// Idempotency): a create-only claim, the outcome stored before the reply,
+// waiting for another execution's outcome, claims reconciled after a
+// create without answer, and a claim of a dead or restarted owner in
+// doubt.
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// Idempotency record states.
+const (
+	StatePending = "pending"
+	StateDone    = "done"
+)
+
+// Record is what REACH_IDEMPOTENCY holds per key (msgpack): a claim by
+// the executing instance, then the outcome to replay.
+type Record struct {
+	State       string         `msgpack:"state"`
+	Owner       string         `msgpack:"owner"`
+	Incarnation string         `msgpack:"incarnation,omitempty"` // the run of Owner that claimed it
+	RequestID   string         `msgpack:"request_id"`
+	ContentType string         `msgpack:"content_type,omitempty"`
+	Data        []byte         `msgpack:"data,omitempty"`
+	Error       *streams.Error `msgpack:"error,omitempty"`
+	Cost        string         `msgpack:"cost,omitempty"`
+}
+
+// Store executes each key at most once across every instance.
+type Store struct {
+	KV          jetstream.KeyValue
+	Reg         *registry.Registry
+	Owner       string
+	Incarnation string        // this run of the owner (registry.Record.Incarnation)
+	Check       time.Duration // how often a waiter checks the owner is alive
+	Log         zerolog.Logger
+	// executing holds the keys this instance claims, has claimed and not
+	// settled, or is releasing: a claim of its own that is not in here
+	// lost its outcome. It is also the per-key lock of this instance: one
+	// task at a time claims a key here.
+	executing sync.Map
+	// unsure holds the keys whose claim create failed without an answer:
+	// it may have been stored. Nothing ran under such a claim, so this
+	// instance may take it as its own (reconcile) or delete it (abandon).
+	unsure sync.Map
+}
+
+// ErrInDoubt is returned when the instance executing a key died before
+// recording its outcome: the side effect may or may not have happened, so
+// the key is not executed again.
+var ErrInDoubt = errors.New("outcome in doubt")
+
+// errClaimed says another execution holds the key: wait for it.
+var errClaimed = errors.New("claimed by another execution")
+
+// claimRetry bounds how long a claim create that fails without an answer
+// (the store has no leader) is retried and read back before the task is
+// answered TARGET_BUSY; PROCESSING goes out meanwhile.
+const claimRetry = 10 * time.Second
+
+// NewIncarnation names one run of an agent process.
+func NewIncarnation() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Begin claims key for this instance. It returns (nil, nil) when the caller
+// should execute, a stored outcome to replay, or an error. A key claimed by a
+// live instance is waited for until it is done or ctx ends.
+func (id *Store) Begin(ctx context.Context, key, requestID string) (*Record, error) {
+	claim, _ := msgpack.Marshal(&Record{State: StatePending, Owner: id.Owner, Incarnation: id.Incarnation, RequestID: requestID})
+	for {
+		if _, busy := id.executing.LoadOrStore(key, struct{}{}); !busy {
+			err := id.claim(ctx, key, claim)
+			if err == nil {
+				return nil, nil // executing holds key until store or release
+			}
+			id.executing.Delete(key)
+			if !errors.Is(err, errClaimed) {
+				return nil, err
+			}
+		}
+		// Another execution holds the key (here or elsewhere): wait for
+		// its outcome.
+		rec, err := id.wait(ctx, key)
+		if rec != nil || err != nil {
+			return rec, err
+		}
+		// The claim was released (the owner gave the task back): try again.
+	}
+}
+
+// claim creates key's claim, retrying a create that gets no answer for up
+// to claimRetry: such a create may have been stored, so the key is read
+// back first (reconciled) and a claim of this run that nothing executed
+// under is taken as this task's. nil: execute; errClaimed: another holds
+// it; else the store stayed unavailable (the claim, if it landed, is
+// deleted in the background once the store answers).
+func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
+	rctx, cancel := context.WithTimeout(ctx, claimRetry)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(rctx, 2*time.Second)
+		_, err := id.KV.Create(actx, key, claim)
+		acancel()
+		switch {
+		case err == nil:
+			id.unsure.Delete(key)
+			return nil
+		case errors.Is(err, jetstream.ErrKeyExists):
+			if id.adopt(rctx, key) {
+				return nil
+			}
+			return errClaimed
+		}
+		// No answer: the claim may or may not be stored.
+		id.unsure.Store(key, struct{}{})
+		id.Log.Warn().Err(err).Str("key", key).Msg("idempotency claim not answered; reading it back")
+		if id.adopt(rctx, key) {
+			return nil
+		}
+		select {
+		case <-rctx.Done():
+			go id.abandon(key)
+			return fmt.Errorf("claim idempotency key: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// adopt reports whether key holds a pending claim of this run whose
+// create got no answer (unsure): nothing executed under it, so the task
+// holding the key's lock takes it as its own.
+func (id *Store) adopt(ctx context.Context, key string) bool {
+	if _, ok := id.unsure.Load(key); !ok {
+		return false
+	}
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	e, err := id.KV.Get(actx, key)
+	if err != nil {
+		return false
+	}
+	rec, err := Decode(e.Value())
+	if err != nil || !id.mine(rec) {
+		return false
+	}
+	id.unsure.Delete(key)
+	id.Log.Info().Str("key", key).Msg("idempotency claim reconciled: stored though its answer was lost")
+	return true
+}
+
+// mine reports whether rec is a pending claim of this run of the instance.
+func (id *Store) mine(rec Record) bool {
+	return rec.State == StatePending && rec.Owner == id.Owner && rec.Incarnation == id.Incarnation
+}
+
+// abandonFor bounds how long a claim whose create got no answer is
+// looked after, to delete it once the store answers again.
+const abandonFor = time.Minute
+
+// abandon deletes key's claim of this run whose create got no answer,
+// once the store answers — unless a task of this instance took the key
+// meanwhile (it adopts the claim). Without it, the claim would make every
+// later attempt wait for this live instance, which is not executing it.
+func (id *Store) abandon(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonFor)
+	defer cancel()
+	err := retryKV(ctx, func(ctx context.Context) error {
+		if _, busy := id.executing.LoadOrStore(key, struct{}{}); busy {
+			return nil // a task of this instance holds the key: it adopts or waits
+		}
+		defer id.executing.Delete(key)
+		if _, ok := id.unsure.Load(key); !ok {
+			return nil // adopted and settled meanwhile
+		}
+		e, err := id.KV.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			id.unsure.Delete(key)
+			return nil
+		case err != nil:
+			return err
+		}
+		if rec, err := Decode(e.Value()); err != nil || !id.mine(rec) {
+			id.unsure.Delete(key)
+			return nil // not this run's claim
+		}
+		if err := id.KV.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+			return err
+		}
+		id.unsure.Delete(key)
+		id.Log.Info().Str("key", key).Msg("idempotency claim whose create got no answer released")
+		return nil
+	})
+	if err != nil {
+		id.Log.Warn().Err(err).Str("key", key).Msg("idempotency claim whose create got no answer may be left pending")
+	}
+}
+
+// Polling a pending claim (wait): the first look after pollFirst, each
+// next one twice as late, up to pollMax. A KV get is a direct get of one
+// key, which an agent's permissions allow for the capabilities it serves; a
+// watch would be a JetStream consumer, whose deliver subject its creator
+// picks, and agents may create none (docs/security.md).
+const (
+	pollFirst = 20 * time.Millisecond
+	pollMax   = 250 * time.Millisecond
+)
+
+// wait polls key until its outcome is stored (returned), the claim is
+// released (nil, nil), its owner is gone (ErrInDoubt), or ctx ends.
+func (id *Store) wait(ctx context.Context, key string) (*Record, error) {
+	poll := time.NewTimer(pollFirst)
+	defer poll.Stop()
+	tick := time.NewTicker(id.Check)
+	defer tick.Stop()
+	next := pollFirst
+	var owner, incarnation string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+			if owner == id.Owner {
+				if incarnation != id.Incarnation {
+					return nil, fmt.Errorf("%w: an earlier run of this instance (it restarted under the same id) claimed the key and did not store its outcome; it is not executed again", ErrInDoubt)
+				}
+				if _, running := id.executing.Load(key); running {
+					continue
+				}
+				if _, ok := id.unsure.Load(key); ok {
+					return nil, nil // a claim of this run nothing executed under: take it (adopt)
+				}
+				return nil, fmt.Errorf("%w: this instance claimed the key and did not store its outcome (the store failed); it is not executed again", ErrInDoubt)
+			}
+			if owner == "" {
+				continue
+			}
+			e, err := id.Reg.Get(ctx, owner)
+			if errors.Is(err, registry.ErrNotFound) {
+				return nil, fmt.Errorf("%w: instance %s died while executing this key; it is not executed again", ErrInDoubt, owner)
+			}
+			if err == nil && incarnation != "" && e.Incarnation != "" && e.Incarnation != incarnation {
+				return nil, fmt.Errorf("%w: instance %s restarted (incarnation %s, the claim's %s) while executing this key; it is not executed again",
+					ErrInDoubt, owner, e.Incarnation, incarnation)
+			}
+		case <-poll.C:
+			e, err := id.KV.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound): // deleted or purged: the claim was released
+				return nil, nil
+			case err != nil && ctx.Err() != nil:
+				return nil, ctx.Err()
+			case err != nil:
+				return nil, fmt.Errorf("read idempotency key: %w", err)
+			}
+			rec, err := Decode(e.Value())
+			if err != nil {
+				return nil, fmt.Errorf("unreadable idempotency record %s: %w", key, err)
+			}
+			if rec.State == StateDone {
+				return &rec, nil
+			}
+			owner, incarnation = rec.Owner, rec.Incarnation
+			next = min(2*next, pollMax)
+			poll.Reset(next)
+		}
+	}
+}
+
+// Decode reads a stored record, which any agent may have
+// written: checked to be one well-formed msgpack value first, so that no
+// container header sizes an allocation by itself.
+func Decode(b []byte) (Record, error) {
+	var rec Record
+	if !streams.ValidMsgpack(b) {
+		return rec, errors.New("not one well-formed msgpack value")
+	}
+	if err := msgpack.Unmarshal(b, &rec); err != nil {
+		return rec, err
+	}
+	if rec.Error != nil && rec.Error.Code == "" {
+		return rec, errors.New("a stored error without a code") // it would replay as no error
+	}
+	return rec, nil
+}
+
+// Release gives a claim back without an outcome (the task never ran), so a
+// retry may execute it.
+func (id *Store) Release(ctx context.Context, key string) error {
+	defer id.executing.Delete(key)
+	return retryKV(ctx, func(ctx context.Context) error { return id.KV.Delete(ctx, key) })
+}
+
+// Save records the outcome of key for replay.
+func (id *Store) Save(ctx context.Context, key string, rec *Record) error {
+	defer id.executing.Delete(key)
+	rec.State, rec.Owner, rec.Incarnation = StateDone, id.Owner, id.Incarnation
+	b, err := msgpack.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return retryKV(ctx, func(ctx context.Context) error { _, err := id.KV.Put(ctx, key, b); return err })
+}
+
+// retryKV runs op until it succeeds or ctx ends, backing off from 50 ms to
+// 1 s: an outcome is worth waiting for across a server restart or a leader
+// election, since without it the key ends in doubt.
+func retryKV(ctx context.Context, op func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := op(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}

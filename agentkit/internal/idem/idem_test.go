@@ -1,0 +1,104 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// lostAnswers is the idempotency bucket with the answer of its next
+// creates lost: each is stored, and its caller told it timed out — as
+// when the server stores a write and the answer does not make it back.
+type lostAnswers struct {
+	jetstream.KeyValue
+	lose atomic.Int64
+}
+
+func (k *lostAnswers) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := k.KeyValue.Create(ctx, key, value, opts...)
+	if err == nil && k.lose.Add(-1) >= 0 {
+		return 0, context.DeadlineExceeded
+	}
+	return rev, err
+}
+
+func idemStore(t *testing.T) (jetstream.KeyValue, *registry.Registry) {
+	s := natstest.RunServer(t)
+	nc := natstest.Connect(t, s)
+	natstest.Provision(t, nc, streams.Topology{Heartbeat: 500 * time.Millisecond, Memory: true})
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(context.Background(), streams.BucketIdempotency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.Open(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv, reg
+}
+
+// A claim create whose answer was lost although the claim was stored is
+// read back and taken as the task's own: the task runs and its outcome is
+// stored, and another instance replays it — instead of the claim, which
+// nothing ran under, putting the key in doubt (the chaos runs' "in doubt"
+// for tasks that never ran).
+func TestAClaimStoredWithoutAnswerIsReconciled(t *testing.T) {
+	kv, reg := idemStore(t)
+	lossy := &lostAnswers{KeyValue: kv}
+	lossy.lose.Store(1)
+	w1 := &Store{KV: lossy, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rec, err := w1.Begin(ctx, "pay.charge.=.k1", "req-1")
+	if rec != nil || err != nil || lossy.lose.Load() != 0 {
+		t.Fatalf("begin: %+v %v (lost answers left %d), want to execute", rec, err, lossy.lose.Load())
+	}
+	if err := w1.Save(ctx, "pay.charge.=.k1", &Record{RequestID: "req-1", ContentType: streams.ContentTypeJSON, Data: []byte(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	w2 := &Store{KV: kv, Reg: reg, Owner: "w2", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
+	rec, err = w2.Begin(ctx, "pay.charge.=.k1", "req-2")
+	if err != nil || rec == nil || rec.State != StateDone || string(rec.Data) != `1` || rec.Incarnation != w1.Incarnation {
+		t.Fatalf("another instance: %+v %v, want the stored outcome", rec, err)
+	}
+}
+
+// A claim of this run whose create got no answer, that no task took, is
+// deleted once the store answers (abandon): otherwise every later attempt
+// would wait for this live instance, which is not executing it. Control:
+// a claim a task of this instance holds (adopted) is left alone.
+func TestAnUnansweredClaimIsAbandoned(t *testing.T) {
+	kv, reg := idemStore(t)
+	id := &Store{KV: kv, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
+	ctx := context.Background()
+	claim, _ := msgpack.Marshal(&Record{State: StatePending, Owner: id.Owner, Incarnation: id.Incarnation, RequestID: "req-1"})
+	for _, key := range []string{"pay.charge.=.left", "pay.charge.=.held"} {
+		if _, err := kv.Create(ctx, key, claim); err != nil {
+			t.Fatal(err)
+		}
+		id.unsure.Store(key, struct{}{})
+	}
+	id.executing.Store("pay.charge.=.held", struct{}{}) // a task of this instance holds it
+	id.abandon("pay.charge.=.left")
+	id.abandon("pay.charge.=.held")
+	if _, err := kv.Get(ctx, "pay.charge.=.left"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the abandoned claim: %v, want it deleted", err)
+	}
+	if _, err := kv.Get(ctx, "pay.charge.=.held"); err != nil {
+		t.Fatalf("the held claim: %v, want it kept", err)
+	}
+	if _, ok := id.unsure.Load("pay.charge.=.left"); ok {
+		t.Fatal("the abandoned claim is still unsure")
+	}
+}

@@ -1,0 +1,114 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// cluster starts a 3-node JetStream cluster on loopback (as
+// natstest.RunCluster) and returns its nodes and their options, with
+// which a stopped node starts again on its port and store.
+func cluster(t *testing.T) ([]*server.Server, []*server.Options) {
+	ports := make([]int, 3)
+	for i := range ports {
+		for ports[i] == 0 || (i > 0 && ports[i] == ports[0]) || (i > 1 && ports[i] == ports[1]) {
+			ports[i] = natstest.FreePort(t)
+		}
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	servers, opts := make([]*server.Server, 3), make([]*server.Options, 3)
+	for i := range 3 {
+		o := natstest.Options(t.TempDir())
+		o.ServerName = fmt.Sprintf("n%d", i+1)
+		o.Port = natstest.FreePort(t)
+		o.Cluster = server.ClusterOpts{Name: "reach-test", Host: "127.0.0.1", Port: ports[i]}
+		o.Routes = routes
+		opts[i] = o.Clone()
+		servers[i] = natstest.RunServerWith(t, o)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == 3 {
+				return nil
+			}
+		}
+		return errors.New("no JetStream meta leader seeing 3 peers yet")
+	})
+	return servers, opts
+}
+
+// A 3-node cluster loses two nodes: the REACH_AGENTS bucket (R3) has no
+// leader. Listing the registry (what `agentreach agents` does) fails,
+// past its deadline, saying JetStream is unavailable — not "run
+// provisioning first". With the nodes back,
+// opening and listing retry within their deadline while the cluster elects
+// its leaders, and find the record stored before.
+func TestTheRegistrySaysNoLeaderDuringAnOutage(t *testing.T) {
+	servers, opts := cluster(t)
+	nc := natstest.Connect(t, servers[2], nats.MaxReconnects(-1))
+	natstest.Provision(t, nc, streams.Topology{Replicas: 3, Heartbeat: time.Minute}) // the record outlives the outage
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	reg, err := registry.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Put(ctx, registry.Record{ID: "a-1", Type: "a", Capabilities: []string{"a.b"}, MaxConcurrent: 1, HeartbeatMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Stop(servers[0])
+	natstest.Stop(servers[1])
+	// Until the last node notices it lost its quorum, it still answers.
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		if servers[2].JetStreamIsLeader() || servers[2].JetStreamIsStreamLeader("$G", "KV_"+streams.BucketAgents) {
+			return errors.New("n3 still leads")
+		}
+		return nil
+	})
+
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	if reg, err = registry.Open(short, js); err == nil { // the node may answer a stream info by itself
+		_, err = reg.List(short)
+	}
+	cancelShort()
+	if !errors.Is(err, streams.ErrUnavailable) || strings.Contains(err.Error(), "provisioning") {
+		t.Fatalf("the registry without a leader: %v, want JetStream unavailable and no provisioning hint", err)
+	}
+	t.Log(err)
+
+	for _, o := range opts[:2] {
+		s, err := natstest.Start(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { natstest.Stop(s) })
+	}
+	reg, err = registry.Open(ctx, js)
+	if err != nil {
+		t.Fatalf("open once the nodes are back: %v", err)
+	}
+	list, err := reg.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "a-1" {
+		t.Fatalf("listing once the nodes are back: %v, %v", list, err)
+	}
+}
