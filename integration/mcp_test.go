@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -395,5 +396,49 @@ func TestMCPACLFiltersTools(t *testing.T) {
 	}
 	if names, _ := listTools(t, alice); !slices.Equal(names, []string{"echo", "secret_read"}) {
 		t.Fatalf("after the grant alice is served %v", names)
+	}
+}
+
+// TestMCPStatelessCallOnTheWire: a tools/call of 2026-07-28 as bytes on the
+// wire. Well-formed, it is answered as JSON with the result; headers that
+// do not mirror the body, or an unknown tool, get the protocol's errors
+// (-32020, unknown tool), never a result.
+func TestMCPStatelessCallOnTheWire(t *testing.T) {
+	st := newMCPStack(t)
+	post := func(name, header string) (int, string, string) {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + name + `","arguments":{"text":"hi"},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		req, _ := http.NewRequest(http.MethodPost, st.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", header)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("Content-Type"), string(b)
+	}
+	status, ct, body := post("echo", "echo")
+	if status != http.StatusOK || ct != "application/json" ||
+		!strings.HasPrefix(body, `{"jsonrpc":"2.0","id":7,"result":{`) || !strings.Contains(body, `"structuredContent":{"text":"hi"}`) ||
+		!strings.Contains(body, `"resultType":"complete"`) {
+		t.Fatalf("well-formed: %d %s %s", status, ct, body)
+	}
+	var parsed struct {
+		Result sdk.CallToolResult `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(body), &parsed); err != nil || parsed.Result.IsError {
+		t.Fatalf("the SDK's types do not read %s: %v", body, err)
+	}
+	if _, _, body := post("echo", "refuse"); !strings.Contains(body, "-32020") || strings.Contains(body, `"result"`) {
+		t.Fatalf("Mcp-Name not mirroring the body: %s", body)
+	}
+	if _, _, body := post("nope", "nope"); !strings.Contains(body, `unknown tool`) || strings.Contains(body, `"result"`) {
+		t.Fatalf("unknown tool: %s", body)
 	}
 }

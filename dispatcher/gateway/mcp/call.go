@@ -90,11 +90,8 @@ func resultOf(reply *nats.Msg) *sdk.CallToolResult {
 		data = b
 	}
 	res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: string(data)}}}
-	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' {
-		var obj map[string]any
-		if json.Unmarshal(trimmed, &obj) == nil {
-			res.StructuredContent = obj
-		}
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed) {
+		res.StructuredContent = json.RawMessage(trimmed)
 	}
 	if id := reply.Header.Get(streams.HeaderRequestID); id != "" {
 		res.Meta = sdk.Meta{MetaRequestID: id}

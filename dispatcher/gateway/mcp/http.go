@@ -109,26 +109,35 @@ func (h *httpHandler) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	switch method(body) {
+	env, _ := envelope(body)
+	switch env.Method {
 	case "initialize":
 		h.stateful.ServeHTTP(w, r)
 	case "subscriptions/listen":
 		endless(w)
 		h.stateless.ServeHTTP(w, r)
+	case "tools/call":
+		if !h.fastCall(w, r, env, caller) {
+			h.stateless.ServeHTTP(w, r)
+		}
 	default:
 		h.stateless.ServeHTTP(w, r)
 	}
 }
 
-// method returns the JSON-RPC method of a request body ("" when none).
-func method(body []byte) string {
-	var m struct {
-		Method string `json:"method"`
-	}
-	if json.Unmarshal(body, &m) != nil {
-		return ""
-	}
-	return m.Method
+// rpcRequest is the envelope of a JSON-RPC request.
+type rpcRequest struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// envelope reads a request body's JSON-RPC envelope (zero when it is none).
+func envelope(body []byte) (rpcRequest, bool) {
+	var req rpcRequest
+	err := json.Unmarshal(body, &req)
+	return req, err == nil
 }
 
 // endless lifts the HTTP server's write deadline from a response that is a
