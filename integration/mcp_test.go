@@ -385,6 +385,28 @@ func TestMCPACLFiltersTools(t *testing.T) {
 		}
 	}
 
+	// A 2025-11-25 session is bound to its identity: bob's token on
+	// alice's session is refused (attack); alice's own token passes
+	// (control).
+	session := mcpConnect(t, url, "2025-11-25", token["alice"], nil).ID()
+	for name, want := range map[string]int{"bob": http.StatusForbidden, "alice": http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		req.Header.Set("Authorization", "Bearer "+token[name])
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != want || (want == http.StatusOK && strings.Contains(string(b), "secret_read")) {
+			t.Fatalf("%s's token on alice's session: %d %s, want %d", name, res.StatusCode, b, want)
+		}
+	}
+
 	// An ACL change is pushed: alice is granted secret.* too.
 	changed := make(chan struct{}, 1)
 	alice := mcpConnect(t, url, "2026-07-28", token["alice"], changed)
