@@ -464,3 +464,18 @@ func TestMCPStatelessCallOnTheWire(t *testing.T) {
 		t.Fatalf("unknown tool: %s", body)
 	}
 }
+
+// TestMCPShutdownEndsStreams: the gateway's shutdown ends the notification
+// streams of connected clients of both revisions instead of waiting for
+// them.
+func TestMCPShutdownEndsStreams(t *testing.T) {
+	st := newMCPStack(t)
+	for _, rev := range mcpRevisions {
+		mcpConnect(t, st.url, rev, "", make(chan struct{}, 1))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := st.g.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with clients listening: %v", err)
+	}
+}
