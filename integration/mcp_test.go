@@ -479,3 +479,46 @@ func TestMCPShutdownEndsStreams(t *testing.T) {
 		t.Fatalf("shutdown with clients listening: %v", err)
 	}
 }
+
+// TestMCPListChangedOnEveryReplica: clients of two gateway replicas (each
+// beside its own dispatcher) are both told of an agent joining: each
+// replica follows the registry itself.
+func TestMCPListChangedOnEveryReplica(t *testing.T) {
+	st := NewStack(t, time.Second)
+	var urls []string
+	for range 2 {
+		d := st.Dispatcher(dispatcher.Config{})
+		g, err := gateway.New(st.Conn(), d, gateway.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(g.Handler())
+		t.Cleanup(func() {
+			_ = g.Shutdown(context.Background())
+			srv.Close()
+		})
+		urls = append(urls, srv.URL+"/mcp")
+	}
+	var sessions []*sdk.ClientSession
+	var changed []chan struct{}
+	for i, url := range urls {
+		changed = append(changed, make(chan struct{}, 1))
+		sessions = append(sessions, mcpConnect(t, url, mcpRevisions[i%2], "", changed[i]))
+	}
+	st.Agent(agentkit.Config{Type: "joiner", ID: "joiner-1"}, map[string]agentkit.Handler{
+		"joiner.work": func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil }})
+	for i, cs := range sessions {
+		select {
+		case <-changed[i]:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("replica %d: no list_changed", i)
+		}
+		for names, _ := listTools(t, cs); !slices.Contains(names, "joiner_work"); names, _ = listTools(t, cs) {
+			select {
+			case <-changed[i]:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("replica %d: no list_changed; tools %v", i, names)
+			}
+		}
+	}
+}
