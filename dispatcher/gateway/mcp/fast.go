@@ -51,9 +51,9 @@ func (h *httpHandler) fastCall(w http.ResponseWriter, r *http.Request, req rpcRe
 	if v == nil {
 		return false
 	}
-	v.mu.Lock()
+	v.mu.RLock()
 	t, ok := v.tools[params.Name]
-	v.mu.Unlock()
+	v.mu.RUnlock()
 	if !ok {
 		return false
 	}

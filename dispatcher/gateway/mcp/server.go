@@ -62,6 +62,9 @@ type Server struct {
 
 	mu    sync.Mutex
 	views map[string]*view // caller → its view; "" is the anonymous caller (auth off)
+	// ready holds the views made, for lookups without mu (every request
+	// makes one).
+	ready sync.Map // caller → *view
 	snap  *snapshot
 	// synced is closed and replaced after each pass of the watch loop
 	// that changed some view (tests and benchmarks wait on it).
@@ -91,7 +94,7 @@ type toolSpec struct {
 type view struct {
 	caller string
 	srv    *sdk.Server
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	tools  map[string]*toolSpec // tool name → what the server holds
 }
 
@@ -203,6 +206,9 @@ func (snap *snapshot) allows(caller, capability string) bool {
 // view returns caller's view, made (and filled) on first use; nil once
 // the server is closed.
 func (s *Server) view(caller string) *view {
+	if v, ok := s.ready.Load(caller); ok {
+		return v.(*view)
+	}
 	s.mu.Lock()
 	if v, ok := s.views[caller]; ok || s.closed {
 		s.mu.Unlock()
@@ -223,6 +229,7 @@ func (s *Server) view(caller string) *view {
 	// older snapshot after this one (it syncs the views it saw after
 	// storing its snapshot, and this view is not among them).
 	s.sync(v, snap)
+	s.ready.Store(caller, v)
 	s.mu.Unlock()
 	return v
 }
@@ -304,8 +311,8 @@ func (s *Server) Tools(caller string) []*sdk.Tool {
 	if v == nil {
 		return nil
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	out := make([]*sdk.Tool, 0, len(v.tools))
 	for _, t := range v.tools {
 		out = append(out, t.tool)
