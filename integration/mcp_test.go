@@ -15,6 +15,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
@@ -407,6 +408,17 @@ func TestMCPACLFiltersTools(t *testing.T) {
 		}
 	}
 
+	// `agentreach mcp --url` relays the endpoint as alice sees it (stdio
+	// here in memory): her tools only, calls forwarded.
+	relayChanged := make(chan struct{}, 1)
+	relayed := mcpRelay(t, url, token["alice"], relayChanged)
+	if names, _ := listTools(t, relayed); !slices.Equal(names, []string{"echo"}) {
+		t.Fatalf("the relay of alice serves %v, want [echo]", names)
+	}
+	if res, text := callTool(t, relayed, "echo", map[string]any{"r": 1}); res.IsError || text != `{"r":1}` {
+		t.Fatalf("echo through the relay: %v %q", res.IsError, text)
+	}
+
 	// An ACL change is pushed: alice is granted secret.* too.
 	changed := make(chan struct{}, 1)
 	alice := mcpConnect(t, url, "2026-07-28", token["alice"], changed)
@@ -419,6 +431,51 @@ func TestMCPACLFiltersTools(t *testing.T) {
 	if names, _ := listTools(t, alice); !slices.Equal(names, []string{"echo", "secret_read"}) {
 		t.Fatalf("after the grant alice is served %v", names)
 	}
+	select {
+	case <-relayChanged:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no list_changed through the relay after the ACL change")
+	}
+	for names, _ := listTools(t, relayed); !slices.Equal(names, []string{"echo", "secret_read"}); names, _ = listTools(t, relayed) {
+		select {
+		case <-relayChanged:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("after the grant the relay serves %v", names)
+		}
+	}
+}
+
+// mcpRelay runs mcp.Relay of url with token as bearer on an in-memory
+// transport and returns a client of it (changed told of list_changed).
+func mcpRelay(t *testing.T, url, token string, changed chan<- struct{}) *sdk.ClientSession {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	serverSide, clientSide := sdk.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- mcp.Relay(ctx, url, &http.Client{Transport: bearer{token: token, next: tr}}, serverSide, "test", zerolog.Nop())
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	c := sdk.NewClient(&sdk.Implementation{Name: "desktop", Version: "1"}, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}})
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	cs, err := c.Connect(cctx, clientSide, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
 }
 
 // TestMCPStatelessCallOnTheWire: a tools/call of 2026-07-28 as bytes on the
