@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -104,12 +105,20 @@ func (h *httpHandler) route(w http.ResponseWriter, r *http.Request) {
 		limit = sdk.DefaultMaxRequestBodyBytes
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		http.Error(w, "reading the body: "+err.Error(), http.StatusRequestEntityTooLarge)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		http.Error(w, fmt.Sprintf("the body is more than %d bytes", limit), http.StatusRequestEntityTooLarge)
+		return
+	case err != nil:
+		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	env, _ := envelope(body)
+	env, ok := envelope(body)
+	if !ok {
+		env = rpcRequest{} // the SDK answers what does not parse
+	}
 	switch env.Method {
 	case "initialize":
 		h.stateful.ServeHTTP(w, r)
