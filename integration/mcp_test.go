@@ -63,6 +63,14 @@ func newMCPStack(t *testing.T) *mcpStack {
 		}})
 	WaitRoutable(t, "echo", 1, st.d)
 	WaitRoutable(t, "math.add", 1, st.d)
+	// The declaration comes by its own watch (REACH_CAPS), maybe after the
+	// record: the tools are made from what the dispatcher has read.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if _, ok := st.d.Catalog().Lookup("math"); !ok {
+			return fmt.Errorf("the dispatcher has not read math's declaration")
+		}
+		return nil
+	})
 	var err error
 	if st.g, err = gateway.New(st.Conn(), st.d, gateway.Config{}); err != nil {
 		t.Fatal(err)
