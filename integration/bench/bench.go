@@ -49,6 +49,8 @@ const (
 	// ScenarioHTTP measures the HTTP gateway against NATS, and metrics with
 	// tracing against neither (issue 20).
 	ScenarioHTTP = "http"
+	// ScenarioMCP measures the MCP server at /mcp (issue 29).
+	ScenarioMCP = "mcp"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -72,6 +74,7 @@ var scenarios = []struct {
 	{ScenarioBroadcast, scale.Broadcast},
 	{ScenarioSecurity, routing.Security},
 	{ScenarioHTTP, tiers.HTTP},
+	{ScenarioMCP, tiers.MCP},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.

@@ -101,6 +101,10 @@ func TestQuickSuite(t *testing.T) {
 			[]string{"nats_rps", "http_rps", "http_throughput_ratio", "observability_off_rps", "observability_on_rps",
 				"observability_throughput_ratio", "observability_spans_per_task"},
 			[]string{"http_p99_ms", "http_failed"}},
+		{bench.ScenarioMCP,
+			[]string{"mcp_http_rps", "mcp_rps", "mcp_throughput_ratio", "mcp_list_changed_p50_ms", "mcp_list_changed_p99_ms",
+				"mcp_list_changed_capabilities"},
+			[]string{"mcp_failed", "mcp_list_changed_missed"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))
