@@ -163,6 +163,8 @@ func commandFlags(t *testing.T, name string) []string {
 		return append(conn, "dir", "type", "out", "hosts", "resolver-dir", "once", "seed-acl", "json")
 	case "agents":
 		return append(conn, "json")
+	case "mcp":
+		return append(conn, "url")
 	case "call":
 		return append(conn, "agent", "affinity-key", "header", "json")
 	case "submit":

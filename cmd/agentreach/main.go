@@ -15,6 +15,7 @@ import (
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/demo"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/inspect"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/mcpserve"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/stack"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/task"
 	"github.com/agent-reach/agentreach/integration/bench"
@@ -37,6 +38,7 @@ var commands = []command{
 	{"demo", "run the demo agents (echo, slow, math.add) against an existing server", demo.Run},
 	{"agents", "list the live agent instances from the registry", inspect.RunAgents},
 	{"call", "call a capability with a JSON payload and print the result", task.RunCall},
+	{"mcp", "serve every routable capability as an MCP tool on stdin/stdout, for a desktop MCP client", mcpserve.Run},
 	{"broadcast", "send a payload to every routable instance of a capability and print each one's answer", task.RunBroadcast},
 	{"fanout", "send a fan-out request (branches over several capabilities) and print each branch's answer", task.RunFanOut},
 	{"submit", "submit a durable task (JetStream) and print its request id; --wait for the outcome", task.RunSubmit},

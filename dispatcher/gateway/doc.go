@@ -7,6 +7,8 @@
 // to REACH_TASKS, reads results from REACH_RESULTS, and sends broadcasts
 // and fan-outs as NATS requests to reach.broadcast.<capability> and
 // reach.fanout, where the fan-out service of any replica answers them.
+// At /mcp it serves the routable capabilities as MCP tools (package mcp,
+// docs/mcp.md).
 //
 // Every error is JSON {"code", "message"} with the HTTP status of its code
 // (Status); the mapping is in docs/operations.md. Request headers of the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/mcp"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 )
 
@@ -101,6 +102,7 @@ type Gateway struct {
 	stats      *eventstats.Aggregator
 	counter    *metrics.StreamCounter
 	handler    http.Handler
+	mcp        *mcp.Server            // the MCP endpoint at /mcp (mcp.go)
 	hosts      hostSet                // Config.Hosts; nil: any Host (host.go)
 	listenHost atomic.Pointer[string] // the host given to Listen
 
@@ -157,6 +159,7 @@ func New(nc *nats.Conn, d *dispatcher.Dispatcher, cfg Config, opts ...Option) (*
 	if g.counter == nil {
 		g.counter = metrics.NewStreamCounter(js, d.Config().Subjects, metrics.DefaultStreamsEvery)
 	}
+	g.startMCP()
 	g.handler = g.checkHost(g.routes())
 	return g, nil
 }
@@ -249,6 +252,7 @@ func (g *Gateway) URL() string {
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.draining.Store(true)
 	g.stopOnce.Do(func() {
+		g.mcp.Close() // its notification streams would hold the shutdown
 		g.mu.Lock()
 		srv, served := g.srv, g.served
 		g.mu.Unlock()

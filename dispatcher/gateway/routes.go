@@ -41,6 +41,7 @@ func (g *Gateway) routes() http.Handler {
 			writeError(w, req, streams.NewError(CodeMethodNotAllowed, "%s %s: use %s", req.Method, req.URL.Path, allowed))
 		})
 	}
+	mux.Handle("/mcp", g.mcpHandler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, req, streams.NewError(CodeNotFound, "no route %s %s (see docs/operations.md)", req.Method, req.URL.Path))
 	})

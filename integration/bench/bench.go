@@ -52,6 +52,8 @@ const (
 	// ScenarioConnect is a call through the MCP connector against a direct
 	// call to the same MCP server (issue 29).
 	ScenarioConnect = "connect"
+	// ScenarioMCP measures the MCP server at /mcp (issue 29).
+	ScenarioMCP = "mcp"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -76,6 +78,7 @@ var scenarios = []struct {
 	{ScenarioSecurity, routing.Security},
 	{ScenarioHTTP, tiers.HTTP},
 	{ScenarioConnect, tiers.Connect},
+	{ScenarioMCP, tiers.MCP},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.

@@ -104,6 +104,10 @@ func TestQuickSuite(t *testing.T) {
 		{bench.ScenarioConnect,
 			[]string{"go_direct_p50_us", "go_connector_p50_us", "go_p50_ratio", "mcp_connector_p50_ratio"},
 			[]string{"goal_mcp_connector_p50"}},
+		{bench.ScenarioMCP,
+			[]string{"mcp_http_rps", "mcp_rps", "mcp_throughput_ratio", "mcp_list_changed_p50_ms", "mcp_list_changed_p99_ms",
+				"mcp_list_changed_capabilities"},
+			[]string{"mcp_failed", "mcp_list_changed_missed"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

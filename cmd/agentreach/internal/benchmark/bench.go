@@ -44,6 +44,8 @@ reports ratios, so the comparison holds on noisy hardware:
             over NATS; metrics and tracing on vs off (throughput)
   connect   a call through the MCP connector vs a direct MCP call of the same
             server (p50 ratio; a Go SDK server, and fastmcp when ./.venv has it)
+  mcp       MCP tools/call of echo at /mcp vs POST /v1/call/echo at 64 clients;
+            tools/list_changed to 100 clients with 1,000 capabilities
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load
