@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 )
 
@@ -100,6 +101,7 @@ type Gateway struct {
 	metrics    *metrics.Metrics
 	stats      *eventstats.Aggregator
 	counter    *metrics.StreamCounter
+	a2a        *a2a.Server // the A2A binding (docs/a2a.md)
 	handler    http.Handler
 	hosts      hostSet                // Config.Hosts; nil: any Host (host.go)
 	listenHost atomic.Pointer[string] // the host given to Listen
@@ -156,6 +158,13 @@ func New(nc *nats.Conn, d *dispatcher.Dispatcher, cfg Config, opts ...Option) (*
 	}
 	if g.counter == nil {
 		g.counter = metrics.NewStreamCounter(js, d.Config().Subjects, metrics.DefaultStreamsEvery)
+	}
+	a2aCfg := a2a.Config{MaxBody: cfg.MaxBody, CallTimeout: cfg.WriteTimeout - writeSlack}
+	if g.identifier != nil {
+		a2aCfg.Identify = g.identifier.Identify
+	}
+	if g.a2a, err = a2a.New(d, a2aCfg); err != nil {
+		return nil, err
 	}
 	g.handler = g.checkHost(g.routes())
 	return g, nil
@@ -249,6 +258,7 @@ func (g *Gateway) URL() string {
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.draining.Store(true)
 	g.stopOnce.Do(func() {
+		defer g.a2a.Close()
 		g.mu.Lock()
 		srv, served := g.srv, g.served
 		g.mu.Unlock()

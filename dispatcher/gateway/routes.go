@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -40,6 +41,9 @@ func (g *Gateway) routes() http.Handler {
 			w.Header().Set("Allow", allowed)
 			writeError(w, req, streams.NewError(CodeMethodNotAllowed, "%s %s: use %s", req.Method, req.URL.Path, allowed))
 		})
+	}
+	for _, p := range a2a.Patterns {
+		mux.Handle(p, g.a2a)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, req, streams.NewError(CodeNotFound, "no route %s %s (see docs/operations.md)", req.Method, req.URL.Path))
