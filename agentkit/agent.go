@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/agentkit/internal/micro"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -106,6 +107,8 @@ type Agent struct {
 	hbConn    *nats.Conn
 	ownHBConn bool
 	noSignals bool
+	noMicro   bool                  // WithoutServiceDiscovery
+	svc       *micro.Service        // answers $SRV.*; nil without
 	decl      *registry.Declaration // written to REACH_CAPS at Start
 
 	mu       sync.Mutex
@@ -322,17 +325,23 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.workers = newWorkers(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
+	if a.svc, err = a.startService(); err != nil {
+		return fmt.Errorf("agentkit: subscribe to $SRV: %w", err)
+	}
 	sub, err := a.nc.Subscribe(a.cfg.Subjects.Agent(a.id), a.deliver)
 	if err != nil {
+		a.svc.Stop()
 		return fmt.Errorf("agentkit: subscribe: %w", err)
 	}
 	// Make sure the server has the subscription before anyone can route here.
 	if err := a.nc.FlushWithContext(ctx); err != nil {
 		_ = sub.Unsubscribe()
+		a.svc.Stop()
 		return err
 	}
 	if err := hb.Start(ctx); err != nil {
 		_ = sub.Unsubscribe()
+		a.svc.Stop()
 		// The put may have reached the bucket before ctx ended: take the
 		// record back, or dispatchers would route to an agent that is not
 		// there until it expires.
@@ -420,6 +429,7 @@ func (a *Agent) Drain(ctx context.Context) error {
 		}
 		a.stop() // cancel whatever is still running
 		<-done
+		a.svc.Stop()
 		if err := a.hb.Stop(ctx, true); err != nil {
 			errs = append(errs, fmt.Errorf("deregister: %w", err))
 		}
@@ -554,14 +564,17 @@ func (a *Agent) run(h Handler, req *Request) {
 	}
 	start := time.Now()
 	var m *nats.Msg
+	failed := ""
 	if out, err := a.call(ctx, h, req); err != nil {
 		e := classify(err)
+		failed = string(e.Code) + ": " + e.Message
 		a.log.Debug().Str("request_id", req.RequestID).Str("code", string(e.Code)).Str("error", e.Message).Msg("task failed")
 		m = a.errorMsg(req, e)
 	} else {
 		m = a.resultMsg(req, out)
 		a.log.Debug().Str("request_id", req.RequestID).Dur("took", time.Since(start)).Msg("task finished")
 	}
+	a.svc.Count(req.Capability, time.Since(start), failed)
 	if key != "" {
 		a.settle(key, req, m)
 	}
