@@ -49,6 +49,10 @@ const (
 	// ScenarioHTTP measures the HTTP gateway against NATS, and metrics with
 	// tracing against neither (issue 20).
 	ScenarioHTTP = "http"
+	// ScenarioA2A measures the A2A binding against the HTTP call, and
+	// agents answering the NATS micro protocol against agents that do not
+	// (issue 30).
+	ScenarioA2A = "a2a"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -72,6 +76,7 @@ var scenarios = []struct {
 	{ScenarioBroadcast, scale.Broadcast},
 	{ScenarioSecurity, routing.Security},
 	{ScenarioHTTP, tiers.HTTP},
+	{ScenarioA2A, tiers.A2A},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.

@@ -101,6 +101,9 @@ func TestQuickSuite(t *testing.T) {
 			[]string{"nats_rps", "http_rps", "http_throughput_ratio", "observability_off_rps", "observability_on_rps",
 				"observability_throughput_ratio", "observability_spans_per_task"},
 			[]string{"http_p99_ms", "http_failed"}},
+		{bench.ScenarioA2A,
+			[]string{"a2a_http_rps", "a2a_rps", "a2a_throughput_ratio", "micro_on_rps", "micro_off_rps", "micro_throughput_ratio"},
+			[]string{"a2a_failed", "a2a_p99_ms", "goal_a2a_throughput"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

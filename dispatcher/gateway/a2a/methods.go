@@ -56,7 +56,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, req Request
 		contextID = id
 	}
 	t := Task{ID: id, ContextID: contextID, Status: TaskStatus{State: StateWorking, Timestamp: now()},
-		Metadata: map[string]any{"agentreach": map[string]any{"capability": capability, "request_id": id}}}
+		Metadata: &TaskMetadata{AgentReach: ReachMetadata{Capability: capability, RequestID: id}}}
 	ent := &entry{task: t, caller: m.Header.Get(streams.HeaderSource)}
 	background := p.Configuration != nil && p.Configuration.ReturnImmediately
 	if background {
@@ -174,19 +174,14 @@ func StateOf(code streams.Code) TaskState {
 func taskOf(t Task, reply *nats.Msg) Task {
 	code := streams.Code(reply.Header.Get(streams.HeaderError))
 	t.Status = TaskStatus{State: StateOf(code), Timestamp: now()}
-	meta := map[string]any{}
-	for k, v := range t.Metadata["agentreach"].(map[string]any) {
-		meta[k] = v
-	}
-	if n := reply.Header.Get(streams.HeaderNode); n != "" {
-		meta["node"] = n
-	}
-	t.Metadata = map[string]any{"agentreach": meta}
+	meta := *t.Metadata // a copy: t's is shared with the stored task
+	meta.AgentReach.Node = reply.Header.Get(streams.HeaderNode)
+	t.Metadata = &meta
 	if code == "" {
 		t.Artifacts = []Artifact{{ArtifactID: "result", Name: "result", Parts: []Part{resultPart(reply)}}}
 		return t
 	}
-	meta["code"] = string(code)
+	meta.AgentReach.Code = string(code)
 	text := string(code) + ": " + failureText(reply)
 	data, _ := json.Marshal(map[string]string{"code": string(code), "message": failureText(reply)})
 	t.Status.Message = &Message{MessageID: t.ID + "-status", ContextID: t.ContextID, TaskID: t.ID, Role: RoleAgent,

@@ -3,6 +3,7 @@ package a2a
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -78,11 +79,11 @@ type response struct {
 // the error response.
 func DecodeRequest(body []byte) (Request, *RPCError) {
 	var req Request
-	if !json.Valid(body) {
-		return req, rpcError(CodeParseError, "the body is not JSON")
-	}
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 || body[0] != '{' {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		if !json.Valid(body) {
+			return req, rpcError(CodeParseError, "the body is not JSON")
+		}
 		return req, rpcError(CodeInvalidRequest, "the body is not a JSON-RPC request object (batches are not served)")
 	}
 	var raw struct {
@@ -91,7 +92,12 @@ func DecodeRequest(body []byte) (Request, *RPCError) {
 		Method  *string         `json:"method"`
 		Params  json.RawMessage `json:"params"`
 	}
-	if err := json.Unmarshal(body, &raw); err != nil {
+	// Unmarshal checks the whole body is JSON before it decodes anything.
+	if err := json.Unmarshal(trimmed, &raw); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return req, rpcError(CodeParseError, "the body is not JSON: %v", err)
+		}
 		return req, rpcError(CodeInvalidRequest, "the request object: %v", err)
 	}
 	switch id := bytes.TrimSpace(raw.ID); {

@@ -51,6 +51,7 @@ type Server struct {
 	d     *dispatcher.Dispatcher
 	cfg   Config
 	tasks *tasks
+	cache skillCache
 
 	ctx  context.Context // ends at Close: the background tasks' parent
 	stop context.CancelFunc
@@ -111,6 +112,46 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// skillCache holds each known type's capabilities until the routing
+// table or the declarations change: a message needs them to find its
+// skill, and computing them takes a walk of the table.
+type skillCache struct {
+	mu      sync.Mutex
+	changed <-chan struct{} // the table's Changed when byType was begun
+	catalog uint64          // the declarations' version then
+	byType  map[string][]string
+}
+
+// skills returns the capabilities of agentType, declared or live; false
+// when it is neither. Unknown types are not remembered, so a caller
+// naming many cannot grow the cache.
+func (s *Server) skills(agentType string) ([]string, bool) {
+	changed := s.d.Table().Changed()
+	var version uint64
+	if c := s.d.Catalog(); c != nil {
+		version = c.Version()
+	}
+	s.cache.mu.Lock()
+	if s.cache.changed != changed || s.cache.catalog != version {
+		s.cache.changed, s.cache.catalog, s.cache.byType = changed, version, map[string][]string{}
+	}
+	caps, ok := s.cache.byType[agentType]
+	s.cache.mu.Unlock()
+	if ok {
+		return caps, true
+	}
+	v, known := s.view(agentType, time.Now())
+	if !known {
+		return nil, false
+	}
+	s.cache.mu.Lock()
+	if s.cache.changed == changed && s.cache.catalog == version {
+		s.cache.byType[agentType] = v.caps
+	}
+	s.cache.mu.Unlock()
+	return v.caps, true
+}
+
 // knownType checks that agentType is a valid type name, answering 404
 // when it is not.
 func knownType(w http.ResponseWriter, agentType string) bool {
@@ -156,13 +197,13 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, agentType stri
 		writeHTTPError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", r.Method+" "+r.URL.Path+": use POST (JSON-RPC)")
 		return
 	}
-	var v typeView
+	v := typeView{name: agentType}
 	if agentType != "" {
 		if !knownType(w, agentType) {
 			return
 		}
 		var ok bool
-		if v, ok = s.view(agentType, time.Now()); !ok {
+		if v.caps, ok = s.skills(agentType); !ok {
 			writeHTTPError(w, http.StatusNotFound, "NOT_FOUND", fmt.Sprintf("no agent type %q: none is declared or registered", agentType))
 			return
 		}

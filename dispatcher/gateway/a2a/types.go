@@ -168,12 +168,27 @@ type Part struct {
 
 // Task is the unit of work a message starts.
 type Task struct {
-	ID        string         `json:"id"`
-	ContextID string         `json:"contextId"`
-	Status    TaskStatus     `json:"status"`
-	Artifacts []Artifact     `json:"artifacts,omitempty"`
-	History   []Message      `json:"history,omitempty"`
-	Metadata  map[string]any `json:"metadata,omitempty"`
+	ID        string        `json:"id"`
+	ContextID string        `json:"contextId"`
+	Status    TaskStatus    `json:"status"`
+	Artifacts []Artifact    `json:"artifacts,omitempty"`
+	History   []Message     `json:"history,omitempty"`
+	Metadata  *TaskMetadata `json:"metadata,omitempty"`
+}
+
+// TaskMetadata is a task's metadata: what Agent-Reach did with it.
+type TaskMetadata struct {
+	AgentReach ReachMetadata `json:"agentreach"`
+}
+
+// ReachMetadata is the routed call behind a task: its capability and
+// request id, the instance that answered (Reach-Node) and the error code
+// of a task that did not complete.
+type ReachMetadata struct {
+	Capability string `json:"capability"`
+	RequestID  string `json:"request_id"`
+	Node       string `json:"node,omitempty"`
+	Code       string `json:"code,omitempty"`
 }
 
 // TaskStatus is a task's state, with the agent's message about it.

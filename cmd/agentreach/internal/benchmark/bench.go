@@ -42,6 +42,8 @@ reports ratios, so the comparison holds on noisy hardware:
             all of it off (throughput at 64 callers)
   http      POST /v1/call/echo with keep-alive at 64 clients vs reach.task.echo
             over NATS; metrics and tracing on vs off (throughput)
+  a2a       A2A SendMessage to echo vs POST /v1/call/echo at 64 clients;
+            agents answering NATS micro ($SRV) vs not (throughput)
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load
