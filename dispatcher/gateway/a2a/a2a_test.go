@@ -342,3 +342,15 @@ func TestBadRequests(t *testing.T) {
 		t.Fatalf("unknown type: %d %s", res.StatusCode, body)
 	}
 }
+
+func TestStateOf(t *testing.T) {
+	for code, want := range map[streams.Code]a2a.TaskState{
+		"": a2a.StateCompleted, streams.CodeBizReject: a2a.StateRejected, streams.CodeUnauthorized: a2a.StateAuthRequired,
+		streams.CodeCancelled: a2a.StateCanceled, streams.CodeTimeout: a2a.StateFailed, streams.CodeNoAgent: a2a.StateFailed,
+		streams.CodeInternal: a2a.StateFailed,
+	} {
+		if got := a2a.StateOf(code); got != want {
+			t.Errorf("StateOf(%q) = %s, want %s", code, got, want)
+		}
+	}
+}
