@@ -23,8 +23,10 @@ func TestMicroWithNatsCLI(t *testing.T) {
 	cli := natsCLI(t)
 	st := NewStack(t, time.Second)
 	d := st.Dispatcher(dispatcher.Config{})
-	for _, id := range []string{"echo-1", "echo-2"} {
-		st.Agent(agentkit.Config{Type: "echo", ID: id, Version: "1.0.0"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	// echo-2's version is no semantic version, which the CLI would refuse:
+	// it answers 0.0.0 with its own in the metadata.
+	for id, version := range map[string]string{"echo-1": "1.0.0", "echo-2": "dev"} {
+		st.Agent(agentkit.Config{Type: "echo", ID: id, Version: version}, map[string]agentkit.Handler{"echo": echoHandler()})
 	}
 	st.Agent(agentkit.Config{Type: "math.tools", ID: "math-1", Version: "2.0.0"}, map[string]agentkit.Handler{
 		"math.add": echoHandler(),
@@ -52,6 +54,9 @@ func TestMicroWithNatsCLI(t *testing.T) {
 	seen := map[string]int{}
 	for _, s := range list {
 		seen[s.Name+"/"+s.ID]++
+		if s.ID == "echo-2" && (s.Version != "0.0.0" || s.Metadata["version"] != "dev") {
+			t.Errorf("echo-2 listed with version %q, metadata %v", s.Version, s.Metadata)
+		}
 	}
 	for _, want := range []string{"echo/echo-1", "echo/echo-2", "math_tools/math-1"} {
 		if seen[want] != 1 {

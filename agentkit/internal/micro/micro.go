@@ -12,6 +12,7 @@ package micro
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,10 @@ type counter struct {
 	requests, errors, nanos atomic.Int64
 	lastError               atomic.Pointer[string]
 }
+
+// semver is what the micro protocol's tools accept as a version (the
+// nats CLI refuses an answer with another).
+var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
 // Name is the micro name of an agent type or capability: '.' as '_'.
 func Name(s string) string { return strings.ReplaceAll(s, ".", "_") }
@@ -124,6 +129,9 @@ var errVerb = errors.New("micro: unknown verb")
 // Response returns the answer to verb: PING, INFO or STATS.
 func (s *Service) Response(verb string) (any, error) {
 	id := micro.ServiceIdentity{Name: s.name, ID: s.cfg.ID, Version: s.cfg.Version, Metadata: map[string]string{"type": s.cfg.Type}}
+	if !semver.MatchString(id.Version) { // "dev": 0.0.0, the version as given in the metadata
+		id.Version, id.Metadata["version"] = "0.0.0", s.cfg.Version
+	}
 	switch verb {
 	case "PING":
 		return micro.Ping{ServiceIdentity: id, Type: micro.PingResponseType}, nil

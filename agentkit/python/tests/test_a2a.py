@@ -140,6 +140,9 @@ async def test_streaming_message(web: Stack, agents: Agent) -> None:
         task = events[0].task
         assert task.status.state == TaskState.TASK_STATE_COMPLETED
         assert json_format.MessageToDict(task.artifacts[0].parts[0].data) == [1, 2, 3]
+        # As docs/a2a.md shows it: a text message made by the SDK's helper.
+        events = [e async for e in client.send_message(SendMessageRequest(message=new_text_message("hi", role=Role.ROLE_USER)))]
+        assert json_format.MessageToDict(events[0].task.artifacts[0].parts[0].data) == {"text": "hi"}
     finally:
         await client.close()
 

@@ -12,6 +12,7 @@ service, none per capability.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -20,6 +21,11 @@ from nats.aio.msg import Msg
 
 _TYPES = {"PING": "io.nats.micro.v1.ping_response", "INFO": "io.nats.micro.v1.info_response",
           "STATS": "io.nats.micro.v1.stats_response"}
+
+
+# What the micro protocol's tools accept as a version (the nats CLI refuses an answer with another).
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+                     r"(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$")
 
 
 def name(s: str) -> str:
@@ -88,8 +94,11 @@ class Service:
         kind = _TYPES.get(verb)
         if kind is None:
             return None
-        out: dict[str, Any] = {"name": self._name, "id": self._id, "version": self._version,
-                               "metadata": {"type": self._type}, "type": kind}
+        meta = {"type": self._type}
+        version = self._version
+        if not _SEMVER.match(version):  # "dev": 0.0.0, the version as given in the metadata
+            meta["version"], version = version, "0.0.0"
+        out: dict[str, Any] = {"name": self._name, "id": self._id, "version": version, "metadata": meta, "type": kind}
         if verb == "INFO":
             out["description"] = self._description
             out["endpoints"] = [{"name": name(c), "subject": self._subject, "queue_group": "",
