@@ -76,7 +76,7 @@ func startStack(t *testing.T) *stack {
 		},
 	})
 	agent(agentkit.Config{Type: "echo", ID: "echo-1"}, map[string]agentkit.Handler{"echo": echo})
-	natstest.WaitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		if d.Table().Len() != 2 {
 			return fmt.Errorf("the dispatcher sees %d agents", d.Table().Len())
 		}
@@ -205,7 +205,7 @@ func TestCards(t *testing.T) {
 		Capabilities: []registry.DeclaredCapability{{Name: "ghost.walk"}}}); err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 5*time.Second, func() error {
+	natstest.WaitFor(t, 20*time.Second, func() error {
 		status, b = st.get(t, "/a2a/ghost/.well-known/agent-card.json")
 		if status != 200 || !bytes.Contains(b, []byte(`"state":"unavailable"`)) {
 			return fmt.Errorf("ghost card: %d %s", status, b)
