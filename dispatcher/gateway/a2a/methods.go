@@ -61,7 +61,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, req Request
 	background := p.Configuration != nil && p.Configuration.ReturnImmediately
 	if background {
 		ctx, cancel := context.WithTimeout(s.ctx, s.d.Config().Deadline)
-		ent.cancel = cancel
+		ent.cancel, ent.done = cancel, make(chan struct{})
 		if !s.start() {
 			cancel()
 			writeRPC(w, req.ID, nil, rpcError(CodeInternalError, "the server is closing").withReachCode(streams.CodeOverloaded))
@@ -78,6 +78,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, req Request
 			defer s.wg.Done()
 			defer cancel()
 			s.tasks.update(taskOf(t, s.d.Call(ctx, capability, m)))
+			close(ent.done)
 		}()
 		s.answerTask(w, req, t)
 		return
@@ -230,7 +231,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, req Request) {
 	if !ok {
 		return
 	}
-	t, _, found := s.tasks.get(caller, p.ID)
+	t, _, _, found := s.tasks.get(caller, p.ID)
 	if !found {
 		writeRPC(w, req.ID, nil, rpcError(CodeTaskNotFound, "no task %q of this caller (tasks are kept by the gateway replica that ran them, %d at most)", p.ID, s.cfg.MaxTasks))
 		return
@@ -251,7 +252,7 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request, req Request)
 	if !ok {
 		return
 	}
-	t, cancel, found := s.tasks.get(caller, p.ID)
+	t, cancel, done, found := s.tasks.get(caller, p.ID)
 	switch {
 	case !found:
 		writeRPC(w, req.ID, nil, rpcError(CodeTaskNotFound, "no task %q of this caller", p.ID))
@@ -262,22 +263,23 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request, req Request)
 	}
 	cancel()
 	// The task ends CANCELLED as soon as the dispatcher takes it back;
-	// the answer waits for that, boundedly.
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !t.Status.State.Terminal() {
-		select {
-		case <-deadline.C:
-			writeRPC(w, req.ID, t, nil)
-			return
-		case <-tick.C:
-			t, _, _ = s.tasks.get(caller, p.ID)
-		}
+	// the answer waits for that (at most cancelWait: then it is the task
+	// as it is, still WORKING).
+	wait := time.NewTimer(cancelWait)
+	defer wait.Stop()
+	select {
+	case <-done:
+	case <-wait.C:
+	case <-r.Context().Done():
+	}
+	if now, _, _, ok := s.tasks.get(caller, p.ID); ok {
+		t = now
 	}
 	writeRPC(w, req.ID, t, nil)
 }
+
+// cancelWait bounds how long CancelTask waits for the task to end.
+const cancelWait = 5 * time.Second
 
 // listTasks is ListTasks: the caller's tasks, newest first, filtered by
 // context and state, paged by pageSize (at most 100) and pageToken.

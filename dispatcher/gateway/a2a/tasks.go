@@ -15,6 +15,7 @@ type entry struct {
 	task   Task
 	caller string
 	cancel context.CancelFunc // nil once it ended, or for a call answered at once
+	done   chan struct{}      // closed when a background task has ended; nil for a call answered at once
 }
 
 // tasks holds the latest Task of each task this server ran, at most max,
@@ -69,15 +70,16 @@ func (s *tasks) update(t Task) {
 	}
 }
 
-// get returns the task id of caller.
-func (s *tasks) get(caller, id string) (Task, context.CancelFunc, bool) {
+// get returns the task id of caller, with its cancel and done (nil for a
+// task that has ended).
+func (s *tasks) get(caller, id string) (Task, context.CancelFunc, <-chan struct{}, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.byID[id]
 	if !ok || e.caller != caller {
-		return Task{}, nil, false
+		return Task{}, nil, nil, false
 	}
-	return e.task, e.cancel, true
+	return e.task, e.cancel, e.done, true
 }
 
 // list returns caller's tasks, newest first, that keep says to.
