@@ -272,8 +272,8 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request, req Request)
 	case <-wait.C:
 	case <-r.Context().Done():
 	}
-	if now, _, _, ok := s.tasks.get(caller, p.ID); ok {
-		t = now
+	if latest, _, _, ok := s.tasks.get(caller, p.ID); ok {
+		t = latest
 	}
 	writeRPC(w, req.ID, t, nil)
 }
