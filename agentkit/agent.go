@@ -70,6 +70,8 @@ type Config struct {
 	// DeclarationFile is a YAML or JSON file with the Declaration, read at
 	// Start (one of the two, not both).
 	DeclarationFile string
+	// NoServiceDiscovery stops the agent answering $SRV.PING, INFO and STATS (docs/protocol.md, NATS micro).
+	NoServiceDiscovery bool
 }
 
 // Option configures an Agent.
@@ -107,9 +109,8 @@ type Agent struct {
 	hbConn    *nats.Conn
 	ownHBConn bool
 	noSignals bool
-	noMicro   bool                  // WithoutServiceDiscovery
-	svc       *micro.Service        // answers $SRV.*; nil without
 	decl      *registry.Declaration // written to REACH_CAPS at Start
+	svc       *micro.Service        // answers $SRV once registered; nil with NoServiceDiscovery
 
 	mu       sync.Mutex
 	handlers map[string]Handler
@@ -142,7 +143,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 		return nil, fmt.Errorf("agentkit: type: %w", err)
 	}
 	if cfg.ID == "" {
-		cfg.ID = fmt.Sprintf("%s-%s", dotless(cfg.Type), nuid.Next()[14:])
+		cfg.ID = strings.ReplaceAll(cfg.Type, ".", "-") + "-" + nuid.Next()[14:]
 	}
 	if err := streams.ValidateInstanceID(cfg.ID); err != nil {
 		return nil, fmt.Errorf("agentkit: %w", err)
@@ -180,16 +181,6 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 	}
 	a.log = a.log.With().Str("agent", a.id).Logger()
 	return a, nil
-}
-
-func dotless(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c == '.' {
-			b[i] = '-'
-		}
-	}
-	return string(b)
 }
 
 // ID returns the instance id.
@@ -325,23 +316,20 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.workers = newWorkers(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
-	if a.svc, err = a.startService(); err != nil {
-		return fmt.Errorf("agentkit: subscribe to $SRV: %w", err)
+	if !a.cfg.NoServiceDiscovery {
+		a.svc = micro.New(micro.Config{Type: a.cfg.Type, ID: a.id, Version: a.cfg.Version, Subject: a.cfg.Subjects.Agent(a.id), Capabilities: rec.Capabilities, Declaration: a.decl})
 	}
 	sub, err := a.nc.Subscribe(a.cfg.Subjects.Agent(a.id), a.deliver)
 	if err != nil {
-		a.svc.Stop()
 		return fmt.Errorf("agentkit: subscribe: %w", err)
 	}
 	// Make sure the server has the subscription before anyone can route here.
 	if err := a.nc.FlushWithContext(ctx); err != nil {
 		_ = sub.Unsubscribe()
-		a.svc.Stop()
 		return err
 	}
 	if err := hb.Start(ctx); err != nil {
 		_ = sub.Unsubscribe()
-		a.svc.Stop()
 		// The put may have reached the bucket before ctx ended: take the
 		// record back, or dispatchers would route to an agent that is not
 		// there until it expires.
@@ -352,6 +340,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	registered = true
 	a.sub, a.hb, a.started = sub, hb, true
+	a.svc.Start(a.nc, a.log)
 	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).
 		Int64("heartbeat_ms", rec.HeartbeatMS).Bool("direct_results", a.replyPrefix != "").Msg("agent registered")
 	return nil
@@ -564,17 +553,15 @@ func (a *Agent) run(h Handler, req *Request) {
 	}
 	start := time.Now()
 	var m *nats.Msg
-	failed := ""
 	if out, err := a.call(ctx, h, req); err != nil {
 		e := classify(err)
-		failed = string(e.Code) + ": " + e.Message
 		a.log.Debug().Str("request_id", req.RequestID).Str("code", string(e.Code)).Str("error", e.Message).Msg("task failed")
 		m = a.errorMsg(req, e)
 	} else {
 		m = a.resultMsg(req, out)
 		a.log.Debug().Str("request_id", req.RequestID).Dur("took", time.Since(start)).Msg("task finished")
 	}
-	a.svc.Count(req.Capability, time.Since(start), failed)
+	a.svc.Count(req.Capability, time.Since(start), m.Header.Get(streams.HeaderError))
 	if key != "" {
 		a.settle(key, req, m)
 	}

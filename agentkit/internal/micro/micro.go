@@ -19,24 +19,30 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/registry"
 )
 
 // Config describes the service.
 type Config struct {
-	Type, ID, Version, Description string
+	Type, ID, Version string
 	// Subject is the instance's delivery subject (reach.agent.<id>).
 	Subject      string
 	Capabilities []string
+	// Declaration, when set, gives the description.
+	Declaration *registry.Declaration
 }
 
 // Service answers the micro protocol's requests for one agent. Count is
 // safe for concurrent use; Start and Stop are called by the agent's owner.
 type Service struct {
-	cfg     Config
-	name    string
-	started time.Time
-	stats   map[string]*counter
-	subs    []*nats.Subscription
+	cfg         Config
+	description string
+	name        string
+	started     time.Time
+	stats       map[string]*counter
+	subs        []*nats.Subscription
 }
 
 // counter is one capability's counts.
@@ -54,7 +60,11 @@ func Name(s string) string { return strings.ReplaceAll(s, ".", "_") }
 
 // New returns the service of cfg, not yet answering.
 func New(cfg Config) *Service {
-	s := &Service{cfg: cfg, name: Name(cfg.Type), started: time.Now().UTC(), stats: make(map[string]*counter)}
+	s := &Service{cfg: cfg, name: Name(cfg.Type), started: time.Now().UTC(), stats: make(map[string]*counter),
+		description: "Agent-Reach agent type " + cfg.Type}
+	if cfg.Declaration != nil && cfg.Declaration.Description != "" {
+		s.description = cfg.Declaration.Description
+	}
 	for _, c := range cfg.Capabilities {
 		s.stats[c] = &counter{}
 	}
@@ -81,18 +91,23 @@ func (s *Service) Count(capability string, took time.Duration, errText string) {
 
 // Start subscribes on nc to $SRV.PING, $SRV.INFO, $SRV.STATS,
 // $SRV.*.<name> and $SRV.*.<name>.<id> (the verbs spelled out: that is
-// what an agent's credentials allow, docs/security.md).
-func (s *Service) Start(nc *nats.Conn) error {
+// what an agent's credentials allow, docs/security.md). When it cannot,
+// it logs why and answers nothing: the agent serves on, unlisted. A nil
+// Service does nothing.
+func (s *Service) Start(nc *nats.Conn, log zerolog.Logger) {
+	if s == nil {
+		return
+	}
 	srv := micro.APIPrefix + ".*." + s.name
 	for _, subject := range []string{"$SRV.PING", "$SRV.INFO", "$SRV.STATS", srv, srv + "." + s.cfg.ID} {
 		sub, err := nc.Subscribe(subject, s.answer)
 		if err != nil {
 			s.Stop()
-			return err
+			log.Warn().Err(err).Msg("not answering the NATS micro protocol ($SRV)")
+			return
 		}
 		s.subs = append(s.subs, sub)
 	}
-	return nil
 }
 
 // Stop ends the subscriptions. A nil Service does nothing, in Count too.
@@ -136,7 +151,7 @@ func (s *Service) Response(verb string) (any, error) {
 	case "PING":
 		return micro.Ping{ServiceIdentity: id, Type: micro.PingResponseType}, nil
 	case "INFO":
-		info := micro.Info{ServiceIdentity: id, Type: micro.InfoResponseType, Description: s.cfg.Description, Endpoints: []micro.EndpointInfo{}}
+		info := micro.Info{ServiceIdentity: id, Type: micro.InfoResponseType, Description: s.description, Endpoints: []micro.EndpointInfo{}}
 		for _, c := range s.cfg.Capabilities {
 			info.Endpoints = append(info.Endpoints, micro.EndpointInfo{Name: Name(c), Subject: s.cfg.Subject,
 				Metadata: map[string]string{"capability": c}})

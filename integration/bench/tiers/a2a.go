@@ -181,7 +181,7 @@ func A2A(r *harness.Run) error {
 		"from the same minimal keep-alive HTTP/1.1 client as the HTTP calls, to the same gateway, dispatcher and agents; " +
 		"an answer counts only when its task completed.")
 	r.Note("NATS micro: %d echo agents answering $SRV.PING, INFO and STATS (asked for their STATS every second "+
-		"during their rounds) against %d started without it (WithoutServiceDiscovery), alike otherwise, each set serving "+
+		"during their rounds) against %d started without it (Config.NoServiceDiscovery), alike otherwise, each set serving "+
 		"a capability of its own on the same dispatcher; the rounds alternate which set goes first.", harness.OverheadAgents, harness.OverheadAgents)
 	r.Note("Goal: answering $SRV costs agents no measurable throughput: micro_throughput_ratio %.2f, CPU per task %.1f against %.1f µs.",
 		microRatio, perTask(microRes), perTask(plainRes))
@@ -206,12 +206,9 @@ func startEchoAgents(r *harness.Run, e *harness.Env, typ, capability string, n i
 			return nil, err
 		}
 		set.conns = append(set.conns, hb)
-		opts := []agentkit.Option{agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb), agentkit.WithLogger(zerolog.Nop())}
-		if !micro {
-			opts = append(opts, agentkit.WithoutServiceDiscovery())
-		}
 		a, err := agentkit.New(nc, agentkit.Config{Type: typ, ID: fmt.Sprintf("%s-%d", typ, i), MaxConcurrent: 1024,
-			Heartbeat: e.Topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond}, opts...)
+			Heartbeat: e.Topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond, NoServiceDiscovery: !micro},
+			agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb), agentkit.WithLogger(zerolog.Nop()))
 		if err == nil {
 			err = a.Handle(capability, echoHandler(i))
 		}
