@@ -30,9 +30,7 @@ const (
 //     (InboxPrefix), so none can read another's; an agent or a caller may
 //     not publish there (nor to reach.agent.<its name>), so it can send
 //     itself no message whose reply subject it chose.
-//   - An agent subscribes to its own reach.agent.<name> only (and to the
-//     NATS micro requests $SRV.<verb> (PING, INFO, STATS), $SRV.<verb>.<type> and
-//     $SRV.<verb>.<type>.<name>, the type with '.' as '_'), writes its own
+//   - An agent subscribes to its own reach.agent.<name> only, writes its own
 //     key in REACH_AGENTS and its type's in REACH_CAPS, reads and writes the
 //     REACH_IDEMPOTENCY keys of the capabilities its grant lets it serve
 //     (IdempotencyKeys) by key only — no consumers —, and answers only what
@@ -43,8 +41,6 @@ const (
 //     reach.result.<name>.>, direct get of one subject under it from
 //     REACH_RESULTS), and the dead letters and review entries of the
 //     capabilities they may call.
-//   - A dispatcher (the operator's identity) may send the NATS micro
-//     requests ($SRV.>) that `nats micro ls` sends.
 //   - A dispatcher serves the task subjects, delivers to agents, answers
 //     callers, sends its HTTP gateway's durable tasks, broadcasts and
 //     fan-outs, and provisions and uses every bucket and stream.
@@ -57,26 +53,17 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 			subjects.Agent("*"), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
 			subjects.EventWildcard(), subjects.SubmitWildcard(), subjects.Cancel(), subjects.API(">"),
 			subjects.BroadcastWildcard(), subjects.FanOut(), // the HTTP gateway's broadcasts and fan-outs
-			"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>",
-			"$SRV.>") // the NATS micro requests of `nats micro ls` (the operator's identity)
+			"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$SRV.>") // $SRV: `nats micro ls` as the operator
 		p.Sub.Allow.Add(
 			subjects.TaskWildcard(), subjects.BroadcastWildcard(), subjects.FanOut(), subjects.Cancel(), subjects.API(">"),
 			subjects.Feedback(), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
 			inbox, "$JS.EVENT.>")
 	case RoleAgent:
 		callerPermissions(&p, id, acl, subjects)
-		p.Sub.Allow.Add(subjects.Agent(id.Name))
-		// The NATS micro protocol's requests to every service, to its type
-		// and to itself (answered under allow_responses); not another
-		// type's, which it could answer in its name. The verbs are
-		// spelled out: an allowed "$SRV.*" would let "$SRV.>" through
-		// (the server matches a subscription's '>' token as one token).
-		srv := "$SRV.*." + strings.ReplaceAll(id.Type, ".", "_")
-		p.Sub.Allow.Add("$SRV.PING", "$SRV.INFO", "$SRV.STATS", srv, srv+"."+id.Name)
+		srv := "$SRV.*." + strings.ReplaceAll(id.Type, ".", "_") // nats micro: its type only; "$SRV.*" would let "$SRV.>" in
+		p.Sub.Allow.Add(subjects.Agent(id.Name), "$SRV.PING", "$SRV.INFO", "$SRV.STATS", srv, srv+"."+id.Name)
 		kv := func(bucket string) string { return "KV_" + bucket }
-		p.Pub.Allow.Add(
-			"$KV."+streams.BucketAgents+"."+id.Name,
-			"$KV."+streams.BucketCaps+"."+id.Type)
+		p.Pub.Allow.Add("$KV."+streams.BucketAgents+"."+id.Name, "$KV."+streams.BucketCaps+"."+id.Type)
 		for _, b := range []string{streams.BucketAgents, streams.BucketCaps} {
 			p.Pub.Allow.Add(
 				"$JS.API.STREAM.INFO."+kv(b),
