@@ -95,8 +95,8 @@ sdk-test:
 mypy: $(VENV)/.installed
 	cd $(PYPKG) && $(VENV)/bin/python -m mypy src
 
-pytest: build $(VENV)/.installed
-	cd $(PYPKG) && AGENTREACH_BIN=$(BIN)/agentreach $(VENV)/bin/python -m pytest -q
+pytest: build tools $(VENV)/.installed
+	cd $(PYPKG) && AGENTREACH_BIN=$(BIN)/agentreach AGENTREACH_NATS_CLI=$(NATS) $(VENV)/bin/python -m pytest -q
 
 conformance-python: build $(VENV)/.installed
 	$(BIN)/agentreach conformance -- $(VENV)/bin/python -m agentreach.conformance

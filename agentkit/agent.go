@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit/internal/idem"
+	"github.com/agent-reach/agentreach/agentkit/internal/micro"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -70,6 +71,8 @@ type Config struct {
 	// DeclarationFile is a YAML or JSON file with the Declaration, read at
 	// Start (one of the two, not both).
 	DeclarationFile string
+	// NoServiceDiscovery stops the agent answering $SRV.PING, INFO and STATS (docs/protocol.md, NATS micro).
+	NoServiceDiscovery bool
 }
 
 // Option configures an Agent.
@@ -108,6 +111,7 @@ type Agent struct {
 	ownHBConn bool
 	noSignals bool
 	decl      *registry.Declaration // written to REACH_CAPS at Start
+	svc       *micro.Service        // answers $SRV once registered; nil with NoServiceDiscovery
 
 	mu       sync.Mutex
 	handlers map[string]Handler
@@ -141,7 +145,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 		return nil, fmt.Errorf("agentkit: type: %w", err)
 	}
 	if cfg.ID == "" {
-		cfg.ID = fmt.Sprintf("%s-%s", dotless(cfg.Type), nuid.Next()[14:])
+		cfg.ID = strings.ReplaceAll(cfg.Type, ".", "-") + "-" + nuid.Next()[14:]
 	}
 	if err := streams.ValidateInstanceID(cfg.ID); err != nil {
 		return nil, fmt.Errorf("agentkit: %w", err)
@@ -180,16 +184,6 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Agent, error) {
 	}
 	a.log = a.log.With().Str("agent", a.id).Logger()
 	return a, nil
-}
-
-func dotless(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c == '.' {
-			b[i] = '-'
-		}
-	}
-	return string(b)
 }
 
 // ID returns the instance id.
@@ -325,6 +319,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.workers = newWorkers(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
+	if !a.cfg.NoServiceDiscovery {
+		a.svc = micro.New(micro.Config{Type: a.cfg.Type, ID: a.id, Version: a.cfg.Version, Subject: a.cfg.Subjects.Agent(a.id), Capabilities: rec.Capabilities, Declaration: a.decl})
+	}
 	sub, err := a.nc.Subscribe(a.cfg.Subjects.Agent(a.id), a.deliver)
 	if err != nil {
 		return fmt.Errorf("agentkit: subscribe: %w", err)
@@ -346,6 +343,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	registered = true
 	a.sub, a.hb, a.started = sub, hb, true
+	a.svc.Start(a.nc, a.log)
 	a.log.Info().Strs("capabilities", rec.Capabilities).Int("max_concurrent", rec.MaxConcurrent).
 		Int64("heartbeat_ms", rec.HeartbeatMS).Bool("direct_results", a.replyPrefix != "").Msg("agent registered")
 	return nil
@@ -423,6 +421,7 @@ func (a *Agent) Drain(ctx context.Context) error {
 		}
 		a.stop() // cancel whatever is still running
 		<-done
+		a.svc.Stop()
 		if err := a.hb.Stop(ctx, true); err != nil {
 			errs = append(errs, fmt.Errorf("deregister: %w", err))
 		}
@@ -570,6 +569,7 @@ func (a *Agent) run(h Handler, req *Request) {
 		m = a.resultMsg(req, out)
 		a.log.Debug().Str("request_id", req.RequestID).Dur("took", time.Since(start)).Msg("task finished")
 	}
+	a.svc.Count(req.Capability, time.Since(start), m.Header.Get(streams.HeaderError))
 	if key != "" {
 		a.settle(key, req, m)
 	}

@@ -53,18 +53,17 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 			subjects.Agent("*"), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
 			subjects.EventWildcard(), subjects.SubmitWildcard(), subjects.Cancel(), subjects.API(">"),
 			subjects.BroadcastWildcard(), subjects.FanOut(), // the HTTP gateway's broadcasts and fan-outs
-			"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>")
+			"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$SRV.>") // $SRV: `nats micro ls` as the operator
 		p.Sub.Allow.Add(
 			subjects.TaskWildcard(), subjects.BroadcastWildcard(), subjects.FanOut(), subjects.Cancel(), subjects.API(">"),
 			subjects.Feedback(), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
 			inbox, "$JS.EVENT.>")
 	case RoleAgent:
 		callerPermissions(&p, id, acl, subjects)
-		p.Sub.Allow.Add(subjects.Agent(id.Name))
+		srv := "$SRV.*." + strings.ReplaceAll(id.Type, ".", "_") // nats micro: its type only; "$SRV.*" would let "$SRV.>" in
+		p.Sub.Allow.Add(subjects.Agent(id.Name), "$SRV.PING", "$SRV.INFO", "$SRV.STATS", srv, srv+"."+id.Name)
 		kv := func(bucket string) string { return "KV_" + bucket }
-		p.Pub.Allow.Add(
-			"$KV."+streams.BucketAgents+"."+id.Name,
-			"$KV."+streams.BucketCaps+"."+id.Type)
+		p.Pub.Allow.Add("$KV."+streams.BucketAgents+"."+id.Name, "$KV."+streams.BucketCaps+"."+id.Type)
 		for _, b := range []string{streams.BucketAgents, streams.BucketCaps} {
 			p.Pub.Allow.Add(
 				"$JS.API.STREAM.INFO."+kv(b),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/mcp"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 )
@@ -101,6 +102,7 @@ type Gateway struct {
 	metrics    *metrics.Metrics
 	stats      *eventstats.Aggregator
 	counter    *metrics.StreamCounter
+	a2a        *a2a.Server // the A2A binding (docs/a2a.md)
 	handler    http.Handler
 	mcp        *mcp.Server            // the MCP endpoint at /mcp (mcp.go)
 	hosts      hostSet                // Config.Hosts; nil: any Host (host.go)
@@ -158,6 +160,13 @@ func New(nc *nats.Conn, d *dispatcher.Dispatcher, cfg Config, opts ...Option) (*
 	}
 	if g.counter == nil {
 		g.counter = metrics.NewStreamCounter(js, d.Config().Subjects, metrics.DefaultStreamsEvery)
+	}
+	a2aCfg := a2a.Config{MaxBody: cfg.MaxBody, CallTimeout: cfg.WriteTimeout - writeSlack}
+	if g.identifier != nil {
+		a2aCfg.Identify = g.identifier.Identify
+	}
+	if g.a2a, err = a2a.New(d, a2aCfg); err != nil {
+		return nil, err
 	}
 	g.startMCP()
 	g.handler = g.checkHost(g.routes())
@@ -252,6 +261,7 @@ func (g *Gateway) URL() string {
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.draining.Store(true)
 	g.stopOnce.Do(func() {
+		defer g.a2a.Close()
 		g.mcp.Close() // its notification streams would hold the shutdown
 		g.mu.Lock()
 		srv, served := g.srv, g.served

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -42,6 +43,9 @@ func (g *Gateway) routes() http.Handler {
 		})
 	}
 	mux.Handle("/mcp", g.mcpHandler())
+	for _, p := range a2a.Patterns {
+		mux.Handle(p, g.a2a)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, req, streams.NewError(CodeNotFound, "no route %s %s (see docs/operations.md)", req.Method, req.URL.Path))
 	})

@@ -10,7 +10,8 @@
 // credentials file, as `agentreach conformance --auth` sets it. One function per step of the protocol: register and
 // heartbeat on a connection of its own, subscribe before the first put,
 // ACKED / PROCESSING / result, slots and TARGET_BUSY, idempotency keys in
-// REACH_IDEMPOTENCY, cancels, and the drain on SIGTERM.
+// REACH_IDEMPOTENCY, cancels, the drain on SIGTERM, and the NATS micro
+// protocol (optional: `nats micro ls` lists the agent).
 
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -64,6 +65,7 @@ let nc, hc;               // deliveries and replies; heartbeats only, so work ne
 let records, outcomes;    // REACH_AGENTS (on hc), REACH_IDEMPOTENCY (on nc)
 let agentsOnWork;         // REACH_AGENTS on nc, for owner checks
 let heartbeatMs, maxPayload, sub, beat;
+let microSubs = [];        // $SRV.PING, INFO, STATS (section 5)
 let active = 0;           // slots held
 let draining = false;
 const running = new Map(); // delivery reply subject -> task
@@ -95,6 +97,7 @@ async function start() {
   if (!ttlMs) throw new Error("REACH_AGENTS has no TTL: is the topology provisioned?");
   heartbeatMs = Math.floor(ttlMs / 3); // the bucket's TTL / 3, whole ms
   maxPayload = nc.info.max_payload;
+  microSubs = serveMicro();
   sub = nc.subscribe(`${prefix}.agent.${id}`, { callback: (err, m) => { if (!err) deliver(m); } });
   await nc.flush(); // the server has the subscription before any dispatcher sees the record
   await put();
@@ -119,10 +122,11 @@ function deliver(m) {
   active++;
   t.slot = true;
   running.set(m.reply, t);
+  const began = performance.now();
   t.done = Promise.resolve()
     .then(() => handler(t))
     .catch((e) => t.fail("INTERNAL", String(e?.message ?? e)))
-    .finally(() => { t.release(); running.delete(m.reply); });
+    .finally(() => { t.release(); running.delete(m.reply); counted(t.capability, performance.now() - began, t.error); });
 }
 
 class Task {
@@ -172,6 +176,7 @@ class Task {
   fail(code, message, extra = {}) {
     if (this.answered) return;
     this.answered = true;
+    this.error = `${code}: ${message}`;
     this.release();
     const ct = this.contentType === MSGPACK_CT ? MSGPACK_CT : JSON_CT;
     this.send(code === "TIMEOUT" ? "TIMEOUT" : "FAILED",
@@ -325,11 +330,51 @@ function kvToken(s) {
   return "sha256-" + createHash("sha256").update(s, "utf8").digest().subarray(0, 16).toString("hex");
 }
 
+// --- 5. NATS micro: the agent as a service of its type ---------------------
+// $SRV.PING, $SRV.INFO and $SRV.STATS (and their .<name> and .<name>.<id>
+// forms) answered from the agent's own counts: one endpoint per capability,
+// '.' as '_', on the delivery subject, metadata {"capability": <name>}.
+const microName = (s) => s.replaceAll(".", "_");
+const microCounts = Object.fromEntries(capabilities.map((c) => [c, { n: 0, errors: 0, ns: 0, last: "" }]));
+const microStarted = new Date().toISOString();
+function counted(capability, ms, error) {
+  const c = microCounts[capability];
+  if (!c) return;
+  c.n++;
+  c.ns += Math.round(ms * 1e6);
+  if (error) { c.errors++; c.last = error; }
+}
+function answerMicro(m) {
+  const verb = m.subject.split(".")[1];
+  if (!m.reply || !["PING", "INFO", "STATS"].includes(verb)) return;
+  const subject = `${prefix}.agent.${id}`;
+  const out = { name: microName(AGENT_TYPE), id, version: VERSION, metadata: { type: AGENT_TYPE },
+    type: `io.nats.micro.v1.${verb.toLowerCase()}_response` };
+  if (verb === "INFO") {
+    out.description = `Agent-Reach agent type ${AGENT_TYPE}`;
+    out.endpoints = capabilities.map((c) => ({ name: microName(c), subject, queue_group: "", metadata: { capability: c } }));
+  } else if (verb === "STATS") {
+    out.started = microStarted;
+    out.endpoints = capabilities.map((c) => {
+      const n = microCounts[c];
+      return { name: microName(c), subject, queue_group: "", num_requests: n.n, num_errors: n.errors, last_error: n.last,
+        processing_time: n.ns, average_processing_time: n.n ? Math.floor(n.ns / n.n) : 0 };
+    });
+  }
+  m.respond(new TextEncoder().encode(JSON.stringify(out)));
+}
+function serveMicro() {
+  const srv = `$SRV.*.${microName(AGENT_TYPE)}`;
+  return ["$SRV.PING", "$SRV.INFO", "$SRV.STATS", srv, `${srv}.${id}`]
+    .map((s) => nc.subscribe(s, { callback: (err, m) => { if (!err) answerMicro(m); } }));
+}
+
 // --- 4. leave --------------------------------------------------------------
 async function drain() {
   log(`${id} draining`);
   draining = true;
   await put(); // no new task is routed here
+  for (const s of microSubs) s.unsubscribe();
   await sub.drain(); // deliveries already queued are still served
   const all = Promise.allSettled([...running.values()].map((t) => t.done));
   const late = await Promise.race([all.then(() => false), new Promise((r) => setTimeout(() => r(true), DRAIN_TIMEOUT_MS))]);

@@ -54,6 +54,10 @@ const (
 	ScenarioConnect = "connect"
 	// ScenarioMCP measures the MCP server at /mcp (issue 29).
 	ScenarioMCP = "mcp"
+	// ScenarioA2A measures the A2A binding against the HTTP call, and
+	// agents answering the NATS micro protocol against agents that do not
+	// (issue 30).
+	ScenarioA2A = "a2a"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -79,6 +83,7 @@ var scenarios = []struct {
 	{ScenarioHTTP, tiers.HTTP},
 	{ScenarioConnect, tiers.Connect},
 	{ScenarioMCP, tiers.MCP},
+	{ScenarioA2A, tiers.A2A},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.

@@ -108,6 +108,9 @@ func TestQuickSuite(t *testing.T) {
 			[]string{"mcp_http_rps", "mcp_rps", "mcp_throughput_ratio", "mcp_list_changed_p50_ms", "mcp_list_changed_p99_ms",
 				"mcp_list_changed_capabilities"},
 			[]string{"mcp_failed", "mcp_list_changed_missed"}},
+		{bench.ScenarioA2A,
+			[]string{"a2a_http_rps", "a2a_rps", "a2a_throughput_ratio", "micro_on_rps", "micro_off_rps", "micro_throughput_ratio"},
+			[]string{"a2a_failed", "a2a_p99_ms", "goal_a2a_throughput"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

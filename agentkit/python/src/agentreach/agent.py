@@ -22,6 +22,7 @@ from nats.aio.msg import Msg
 from . import _wire as w
 from ._connection import dial
 from ._heartbeat import Heartbeat
+from ._micro import Service
 from ._idempotency import ClaimFailed, Idempotency, InDoubt, Outcome
 from ._typed import convert, payload_type, to_wire
 from .auth import Credentials
@@ -175,6 +176,8 @@ class Agent:
     their own, on a thread of their own. ``max_concurrent`` tasks run at
     once (beyond: TARGET_BUSY); ``declaration`` is the capability
     declaration written to REACH_CAPS at start (see agentreach.declaration).
+    Unless ``micro=False`` it also answers the NATS micro protocol
+    (``$SRV.PING``, ``INFO``, ``STATS``), so ``nats micro ls`` lists it.
 
     Handlers are ``async def handler(ctx, payload)`` (run on the event
     loop) or plain ``def`` (run on a thread pool of max_concurrent
@@ -190,7 +193,7 @@ class Agent:
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, weight: int = 100, version: str = "0.0.0",
                  timeout_hint: float = 0.0, declaration: Optional[dict[str, Any]] = None,
                  drain_timeout: float = DEFAULT_DRAIN_TIMEOUT, prefix: str = w.DEFAULT_PREFIX,
-                 credentials: Optional[str] = None):
+                 credentials: Optional[str] = None, micro: bool = True):
         problem = w.capability_problem(type)
         if problem:
             raise InvalidConfig(f"type: {problem}")
@@ -230,6 +233,8 @@ class Agent:
         self.declaration = declaration
         self.drain_timeout = drain_timeout
         self.prefix = prefix
+        self.micro = micro
+        """micro: whether the agent answers the NATS micro protocol (``nats micro ls``)."""
         self._target = nc_or_url
         self._nc: Optional[NATS] = None
         self._own_nc = False
@@ -242,6 +247,7 @@ class Agent:
         """active is the number of slots held now."""
         self._hb: Optional[Heartbeat] = None
         self._sub: Any = None
+        self._micro: Optional[Service] = None  # answers $SRV.PING, INFO, STATS (NATS micro)
         self._idem: Optional[Idempotency] = None
         self._reply_prefix = ""
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -363,6 +369,11 @@ class Agent:
             self._executor = concurrent.futures.ThreadPoolExecutor(self.max_concurrent,
                                                                    thread_name_prefix=f"agentreach-{self.id}")
         self._reply_prefix = await self._probe()
+        if self.micro:
+            desc = str((self.declaration or {}).get("description") or f"Agent-Reach agent type {self.type}")
+            self._micro = Service(self.type, self.id, self.version, desc, f"{self.prefix}.agent.{self.id}",
+                                  self.capabilities)
+            await self._micro.start(self._nc)
         self._sub = await self._nc.subscribe(f"{self.prefix}.agent.{self.id}", cb=self._deliver)
         await self._nc.flush()  # the server has the subscription before any dispatcher sees the record
         await self._hb.put()
@@ -436,6 +447,8 @@ class Agent:
                 await self._sub.drain()  # deliveries already queued are still served
             except Exception as e:
                 errors.append(f"unsubscribe: {e!r}")
+        if self._micro is not None:
+            await self._micro.stop()
         if self._runners:
             _, late = await asyncio.wait(set(self._runners), timeout=self.drain_timeout)
             if late:
@@ -531,7 +544,10 @@ class Agent:
                 key = w.idempotency_bucket_key(ctx.capability, ctx.source or "", ctx.idempotency_key)
                 if await self._begin(ctx, key):
                     return
+            began = time.monotonic()
             headers, body, pending = await self._execute(reg, ctx)
+            if self._micro is not None:
+                self._micro.count(ctx.capability, time.monotonic() - began, headers.get(w.H_ERROR, ""))
             if key:
                 await self._settle(ctx, key, headers, body)
             # A thread past its deadline runs on: its slot stays held until it ends.

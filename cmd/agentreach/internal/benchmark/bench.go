@@ -46,6 +46,8 @@ reports ratios, so the comparison holds on noisy hardware:
             server (p50 ratio; a Go SDK server, and fastmcp when ./.venv has it)
   mcp       MCP tools/call of echo at /mcp vs POST /v1/call/echo at 64 clients;
             tools/list_changed to 100 clients with 1,000 capabilities
+  a2a       A2A SendMessage to echo vs POST /v1/call/echo at 64 clients;
+            agents answering NATS micro ($SRV) vs not (throughput)
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load

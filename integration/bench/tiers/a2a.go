@@ -1,0 +1,336 @@
+package tiers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/gateway"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
+	"github.com/agent-reach/agentreach/integration/bench/harness"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// The capabilities of the agents that answer $SRV and of those that do
+// not, in the micro comparison.
+const (
+	microCapability = "echo-micro"
+	plainCapability = "echo-plain"
+)
+
+// runA2A measures, at 64 concurrent callers in closed loops, in
+// alternating rounds on one stack:
+//
+//   - A2A SendMessage (a data part) to POST /a2a/bench against POST
+//     /v1/call/echo on the same gateway, dispatcher and agents:
+//     a2a_throughput_ratio, goal ≥ 0.6;
+//   - routed NATS calls to agents answering $SRV (and asked for their
+//     $SRV.STATS every second meanwhile, as `nats micro stats` would)
+//     against as many agents that do not: micro_throughput_ratio, to be
+//     about 1.
+func A2A(r *harness.Run) error {
+	payload := []byte(`{"text":"hello, agent"}`)
+	e, err := harness.StartEnv(r.Ctx, streams.Topology{Memory: true}, false)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	agents, err := r.StartAgents(e, []string{harness.EchoCapability}, "echo", harness.OverheadAgents, 1024, echoHandler)
+	if err != nil {
+		return err
+	}
+	defer agents.Stop()
+	withMicro, err := startEchoAgents(r, e, "bench-micro", microCapability, harness.OverheadAgents, true)
+	if err != nil {
+		return err
+	}
+	defer withMicro.stop()
+	plain, err := startEchoAgents(r, e, "bench-plain", plainCapability, harness.OverheadAgents, false)
+	if err != nil {
+		return err
+	}
+	defer plain.stop()
+	ds, err := r.StartDispatcher(e, dispatcher.Config{}, true)
+	if err != nil {
+		return err
+	}
+	defer ds.Stop()
+	if err := r.WaitRoutable(ds, harness.EchoCapability, harness.OverheadAgents); err != nil {
+		return err
+	}
+	for _, c := range []string{microCapability, plainCapability} {
+		if err := r.WaitRoutable(ds, c, harness.OverheadAgents); err != nil {
+			return err
+		}
+	}
+	gw, err := gateway.New(ds.NC, ds.D, gateway.Config{})
+	if err == nil {
+		err = gw.Listen("127.0.0.1:0")
+	}
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer func() { _ = gw.Shutdown(context.Background()) }()
+	addr := gw.Addr().String()
+	callers, err := e.ConnectN("caller", 4)
+	if err != nil {
+		return err
+	}
+	send := []byte(`{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER",` +
+		`"parts":[{"data":` + string(payload) + `}]}}}`)
+	a2aReq := []byte(fmt.Sprintf("POST /a2a/bench HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n%s: %s\r\nContent-Length: %d\r\n\r\n%s",
+		addr, a2a.HeaderVersion, a2a.ProtocolVersion, len(send), send))
+	jsonHdr := nats.Header{streams.HeaderContentType: []string{streams.ContentTypeJSON}}
+	natsLoop := func(capability, step string) (*harness.Latency, error) {
+		subject := streams.Subjects{}.Task(capability)
+		return r.ClosedLoop(callers, harness.ClosedSpec{Step: step, Callers: httpCallers, Dur: harness.Pick(r, 4*time.Second, 400*time.Millisecond),
+			Timeout: 2 * time.Second, Build: func() *nats.Msg { return &nats.Msg{Subject: subject, Data: payload, Header: jsonHdr} }})
+	}
+	microLoop := func(step string) (*harness.Latency, error) {
+		stop := askStatsEverySecond(callers[0])
+		defer stop()
+		return natsLoop(microCapability, step)
+	}
+	dur := harness.Pick(r, 4*time.Second, 400*time.Millisecond)
+	const timeout = 2 * time.Second
+	// Warm-up of every path.
+	if _, err := httpLoop(r, addr, "/v1/call/"+harness.EchoCapability, payload, "warm-up http", dur/2, timeout); err != nil {
+		return err
+	}
+	if _, err := a2aLoop(r, addr, a2aReq, "warm-up a2a", dur/2, timeout); err != nil {
+		return err
+	}
+	for _, c := range []string{microCapability, plainCapability} {
+		if _, err := natsLoop(c, "warm-up nats "+c); err != nil {
+			return err
+		}
+	}
+	rounds := harness.Pick(r, httpRounds, 1)
+	httpRes, a2aRes, microRes, plainRes := harness.NewLatency(), harness.NewLatency(), harness.NewLatency(), harness.NewLatency()
+	for round := range rounds {
+		of := fmt.Sprintf("round %d of %d", round+1, rounds)
+		l, err := httpLoop(r, addr, "/v1/call/"+harness.EchoCapability, payload, "http, "+of, dur, timeout)
+		if err != nil {
+			return err
+		}
+		httpRes.Add(l)
+		if l, err = a2aLoop(r, addr, a2aReq, "a2a, "+of, dur, timeout); err != nil {
+			return err
+		}
+		a2aRes.Add(l)
+		// Which set goes first alternates: the first after the HTTP
+		// rounds meets another machine than the second.
+		micro := func() error {
+			l, err := microLoop("agents answering $SRV, " + of)
+			if err == nil {
+				microRes.Add(l)
+			}
+			return err
+		}
+		plain := func() error {
+			l, err := natsLoop(plainCapability, "agents without $SRV, "+of)
+			if err == nil {
+				plainRes.Add(l)
+			}
+			return err
+		}
+		first, second := micro, plain
+		if round%2 == 1 {
+			first, second = plain, micro
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		if err := second(); err != nil {
+			return err
+		}
+	}
+	a2aRatio, microRatio := harness.Ratio(a2aRes.RPS(), httpRes.RPS()), harness.Ratio(microRes.RPS(), plainRes.RPS())
+	perTask := func(l *harness.Latency) float64 { return harness.Ratio(harness.Micros(l.CPU), float64(l.OK)) }
+	r.Set("a2a_http_rps", httpRes.RPS())
+	r.Set("a2a_rps", a2aRes.RPS())
+	r.Set("a2a_throughput_ratio", a2aRatio)
+	r.Set("a2a_p50_ms", harness.Millis(a2aRes.P(50)))
+	r.Set("a2a_p99_ms", harness.Millis(a2aRes.P(99)))
+	r.Set("a2a_failed", float64(a2aRes.Failed()))
+	r.Set("a2a_cpu_us_per_task", perTask(a2aRes))
+	r.Set("a2a_http_cpu_us_per_task", perTask(httpRes))
+	r.Set("micro_on_rps", microRes.RPS())
+	r.Set("micro_off_rps", plainRes.RPS())
+	r.Set("micro_throughput_ratio", microRatio)
+	r.Set("micro_on_cpu_us_per_task", perTask(microRes))
+	r.Set("micro_off_cpu_us_per_task", perTask(plainRes))
+	r.AddTable(fmt.Sprintf("A2A and NATS micro, %d callers, %d rounds of %v", httpCallers, rounds, dur),
+		[]string{"path", "rps", "p50 ms", "p99 ms", "failed", "cpu µs/task"}, [][]string{
+			{"HTTP POST /v1/call/echo", harness.Cell(httpRes.RPS()), harness.Cell(harness.Millis(httpRes.P(50))), harness.Cell(harness.Millis(httpRes.P(99))), fmt.Sprint(httpRes.Failed()), harness.Cell(perTask(httpRes))},
+			{"A2A SendMessage /a2a/bench", harness.Cell(a2aRes.RPS()), harness.Cell(harness.Millis(a2aRes.P(50))), harness.Cell(harness.Millis(a2aRes.P(99))), fmt.Sprint(a2aRes.Failed()), harness.Cell(perTask(a2aRes))},
+			{"NATS, agents answering $SRV", harness.Cell(microRes.RPS()), harness.Cell(harness.Millis(microRes.P(50))), harness.Cell(harness.Millis(microRes.P(99))), fmt.Sprint(microRes.Failed()), harness.Cell(perTask(microRes))},
+			{"NATS, agents without $SRV", harness.Cell(plainRes.RPS()), harness.Cell(harness.Millis(plainRes.P(50))), harness.Cell(harness.Millis(plainRes.P(99))), fmt.Sprint(plainRes.Failed()), harness.Cell(perTask(plainRes))},
+		})
+	r.Note("A2A: a JSON-RPC SendMessage with a data part, answered as a completed task (remembered for GetTask), " +
+		"from the same minimal keep-alive HTTP/1.1 client as the HTTP calls, to the same gateway, dispatcher and agents; " +
+		"an answer counts only when its task completed.")
+	r.Note("NATS micro: %d echo agents answering $SRV.PING, INFO and STATS (asked for their STATS every second "+
+		"during their rounds) against %d started without it (Config.NoServiceDiscovery), alike otherwise, each set serving "+
+		"a capability of its own on the same dispatcher; the rounds alternate which set goes first.", harness.OverheadAgents, harness.OverheadAgents)
+	r.Note("Goal: answering $SRV costs agents no measurable throughput: micro_throughput_ratio %.2f, CPU per task %.1f against %.1f µs.",
+		microRatio, perTask(microRes), perTask(plainRes))
+	r.Goal("a2a_throughput", fmt.Sprintf("A2A SendMessage throughput at %d callers is ≥ 0.6 of POST /v1/call (%.2f)", httpCallers, a2aRatio), a2aRatio >= 0.6)
+	return nil
+}
+
+// startEchoAgents starts n echo agents of type typ serving capability,
+// answering the NATS micro protocol or not, each on a connection of its
+// own and one for its heartbeats.
+func startEchoAgents(r *harness.Run, e *harness.Env, typ, capability string, n int, micro bool) (*echoAgents, error) {
+	set := &echoAgents{}
+	for i := range n {
+		nc, err := e.Connect(fmt.Sprintf("%s-%d", typ, i))
+		var hb *nats.Conn
+		if err == nil {
+			set.conns = append(set.conns, nc)
+			hb, err = e.Connect(fmt.Sprintf("%s-%d-hb", typ, i))
+		}
+		if err != nil {
+			set.stop()
+			return nil, err
+		}
+		set.conns = append(set.conns, hb)
+		a, err := agentkit.New(nc, agentkit.Config{Type: typ, ID: fmt.Sprintf("%s-%d", typ, i), MaxConcurrent: 1024,
+			Heartbeat: e.Topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond, NoServiceDiscovery: !micro},
+			agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb), agentkit.WithLogger(zerolog.Nop()))
+		if err == nil {
+			err = a.Handle(capability, echoHandler(i))
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(r.Ctx, 10*time.Second)
+			err = a.Start(ctx)
+			cancel()
+		}
+		if err != nil {
+			set.stop()
+			return nil, fmt.Errorf("agent %s-%d: %w", typ, i, err)
+		}
+		set.agents = append(set.agents, a)
+	}
+	return set, nil
+}
+
+// askStatsEverySecond sends $SRV.STATS once a second on nc, collecting
+// the answers, until stop.
+func askStatsEverySecond(nc *nats.Conn) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				inbox := nats.NewInbox()
+				sub, err := nc.SubscribeSync(inbox)
+				if err != nil {
+					continue
+				}
+				_ = nc.PublishRequest("$SRV.STATS", inbox, nil)
+				for {
+					if _, err := sub.NextMsg(200 * time.Millisecond); err != nil {
+						break
+					}
+				}
+				_ = sub.Unsubscribe()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// a2aLoop is httpLoop for a prepared A2A request: an answer counts when
+// it is 200 with a completed task.
+func a2aLoop(r *harness.Run, addr string, req []byte, step string, dur, timeout time.Duration) (*harness.Latency, error) {
+	res := harness.NewLatency()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var count atomic.Int64
+	completed := []byte(string(a2a.StateCompleted))
+	r.Prog.Begin(step, func() string { return fmt.Sprintf("%d callers, %d answered", httpCallers, count.Load()) })
+	cpu0 := harness.ProcessCPU()
+	start := time.Now()
+	end := start.Add(dur)
+	for range httpCallers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := harness.NewLatency()
+			c := &httpConn{}
+			defer c.Close()
+			for time.Now().Before(end) && r.Ctx.Err() == nil {
+				clear(c.body)
+				t0 := time.Now()
+				status, err := c.roundTrip(addr, req, timeout)
+				lat := time.Since(t0)
+				switch {
+				case err != nil:
+					mine.Errors++
+					mine.Codes[err.Error()]++
+					lat = timeout
+					c.Close()
+				case status != http.StatusOK || !bytes.Contains(c.body, completed):
+					mine.Errors++
+					mine.Codes["status "+strconv.Itoa(status)+", not completed"]++
+					lat = timeout
+				default:
+					mine.OK++
+					count.Add(1)
+				}
+				_ = mine.Hist.RecordValue(max(lat.Microseconds(), 1))
+			}
+			mu.Lock()
+			res.Add(mine)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.CPU = harness.ProcessCPU() - cpu0
+	return res, r.Ctx.Err()
+}
+
+// echoAgents are the agents startEchoAgents started, with their
+// connections.
+type echoAgents struct {
+	agents []*agentkit.Agent
+	conns  []*nats.Conn
+}
+
+// stop drains every agent (100 ms for in-flight handlers), which deletes
+// their records, and closes their connections.
+func (s *echoAgents) stop() {
+	var wg sync.WaitGroup
+	for _, a := range s.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = a.Drain(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+	s.agents, s.conns = nil, nil
+}
