@@ -5,6 +5,11 @@ TESTTIME ?= 20m
 FUZZTIME ?= 1m
 NATSCLI_VERSION := v0.5.0
 NATS     := $(BIN)/nats
+# The Python SDK's package and the venv its tests, the conformance runs and
+# the Go tests that start Python MCP servers use (defined before any rule
+# names them: make expands prerequisites as it reads them).
+VENV     := $(CURDIR)/.venv
+PYPKG    := agentkit/python
 
 .PHONY: run test go-test fuzz build vet fmt-check bench tools chromium clean chaos chaos-short \
 	sdk-test mypy pytest conformance-python conformance-node conformance-python-auth conformance-node-auth
@@ -86,8 +91,6 @@ fuzz:
 ## mypy --strict over it and its pytest suite, then the conformance suite against the Python agent and
 ## the Node.js agent (examples/node, after npm ci), each without and with
 ## --auth (docs/conformance.md#auth); each runs even when another failed.
-VENV   := $(CURDIR)/.venv
-PYPKG  := agentkit/python
 sdk-test:
 	@MAKE="$(MAKE)" .ci/parts mypy pytest conformance-python conformance-node conformance-python-auth conformance-node-auth
 
