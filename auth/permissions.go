@@ -96,6 +96,7 @@ func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.
 	slices.Sort(p.Pub.Allow)
 	slices.Sort(p.Sub.Allow)
 	slices.Sort(p.Pub.Deny)
+	slices.Sort(p.Sub.Deny)
 	return p
 }
 
@@ -134,8 +135,48 @@ func callerPermissions(p *jwt.Permissions, id Identity, acl *registry.ACL, subje
 	p.Sub.Allow.Add(InboxPrefix(id.Name)+".>", own)
 	p.Pub.Allow.Add(subjects.FanOut(), subjects.Cancel(), subjects.Feedback(),
 		"$JS.API.DIRECT.GET."+streams.StreamResults+"."+own)
-	for _, c := range acl.Grants(id.Name) {
+	grants := acl.Grants(id.Name)
+	for _, c := range grants {
 		p.Pub.Allow.Add(subjects.Task(c), subjects.Broadcast(c), subjects.Submit(c))
 		p.Sub.Allow.Add(subjects.DeadLetter(c), subjects.Review(c))
+		if deepened(c, grants) {
+			p.Sub.Deny.Add(subjects.DeadLetter(c)+".>", subjects.Review(c)+".>")
+		}
 	}
+}
+
+// deepened reports whether c's dead letters and review entries need a
+// deny below them: the server checks a subscription's subject against
+// the allow list token by token, so "reach.dlq.math.*" also admits the
+// subscription "reach.dlq.math.>", which hears math.a.b's dead letters too
+// (a capability "math.*" does not grant). A deny of "reach.dlq.math.*.>"
+// closes that: the server drops what it would deliver under it, and the
+// allowed subscriptions keep every subject of one token. Not when another
+// grant reaches below c (its own dead letters would be denied with them):
+// then the names under c's prefix are that grant's to say.
+func deepened(c string, grants []string) bool {
+	if !strings.HasSuffix(c, "*") || (len(c) > 1 && !strings.HasSuffix(c, ".*")) {
+		return false
+	}
+	below := strings.Split(c, ".")
+	for _, g := range grants {
+		gt := strings.Split(g, ".")
+		if len(gt) <= len(below) && gt[len(gt)-1] != ">" {
+			continue
+		}
+		overlaps := true
+		for i, tok := range below {
+			if i >= len(gt) || gt[i] == ">" {
+				break
+			}
+			if tok != "*" && gt[i] != "*" && tok != gt[i] {
+				overlaps = false
+				break
+			}
+		}
+		if overlaps {
+			return false
+		}
+	}
+	return true
 }

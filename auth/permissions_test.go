@@ -126,3 +126,30 @@ func TestPermissionsReadOnlyOwnResults(t *testing.T) {
 		t.Errorf("a dispatcher may not publish results or read the stream: %v", d.Pub.Allow)
 	}
 }
+
+// A grant ending in '*' gets a deny below its dead letters and review
+// entries, unless another grant of the same identity reaches below it.
+func TestDeepenedGrants(t *testing.T) {
+	for _, c := range []struct {
+		grant  string
+		grants []string
+		want   bool
+	}{
+		{"math.*", []string{"math.*"}, true},
+		{"*", []string{"*"}, true},
+		{"math.add", []string{"math.add"}, false},
+		{"math.>", []string{"math.>"}, false},
+		{"math.*.add", []string{"math.*.add"}, false},
+		{"math.*", []string{"math.*", "math.vault.open"}, false},
+		{"math.*", []string{"math.*", "math.>"}, false},
+		{"math.*", []string{"math.*", ">"}, false},
+		{"math.*", []string{"math.*", "*.vault.open"}, false},
+		{"math.*", []string{"math.*", "risk.vault.open", "echo"}, true},
+		{"*", []string{"*", "math.add"}, false},
+		{"x*", []string{"x*"}, false},
+	} {
+		if got := deepened(c.grant, c.grants); got != c.want {
+			t.Errorf("deepened(%q, %q) = %v, want %v", c.grant, c.grants, got, c.want)
+		}
+	}
+}
