@@ -30,7 +30,7 @@ var layers = [][]string{
 	// The dispatcher's lower tier: selection needs no NATS, events and
 	// durable only the stream contract. The SDK sits beside them: it never
 	// depends on the dispatcher (below).
-	{"dispatcher/selection", "dispatcher/events", "dispatcher/durable", "agentkit"},
+	{"dispatcher/selection", "dispatcher/events", "dispatcher/durable", "dispatcher/relay", "agentkit"},
 	{"dispatcher"},
 	// Beside a dispatcher, built on its Call and records. The conformance
 	// suite runs a real dispatcher, so it sits above it.
@@ -57,7 +57,7 @@ var oversize = map[string]int{
 	"dispatcher/workflow": 3214, // definitions / execution
 	"auth":                2847,
 	"agentkit":            2670,
-	"dispatcher":          4315, // the pipeline core: the durable settle path and the lifecycle are next
+	"dispatcher":          4620, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next
 }
 
 type pkg struct {
