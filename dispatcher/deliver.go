@@ -217,7 +217,14 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 // expire ends a delivery whose ACK or result did not come in time.
 func (d *Dispatcher) expire(dl *delivery) {
 	dl.mu.Lock()
-	if dl.over || time.Now().Before(dl.expires) { // ended, or an ACK re-armed the timer
+	if dl.over {
+		dl.mu.Unlock()
+		return
+	}
+	if left := time.Until(dl.expires); left > 0 { // an ACK re-armed the timer, or a chunk moved expires on (stream.go)
+		if dl.chunks > 0 {
+			dl.timer.Reset(left)
+		}
 		dl.mu.Unlock()
 		return
 	}

@@ -51,7 +51,7 @@ func (d *Dispatcher) handle(m *nats.Msg, caller string) {
 		return
 	}
 	if streamed(m.Header, m.Reply, false) {
-		d.startRelay(t, d.publishToCaller(t))
+		d.startRelay(t, d.publishToCaller(t), true)
 	}
 	d.run(t)
 }

@@ -21,11 +21,14 @@ import (
 // silence for the ack timeout between messages, ends the stream with the
 // error. A Reach-Seq out of order ends it INTERNAL.
 //
-// Chunks wait for the caller in a bounded per-stream queue
-// (dispatcher/relay; Config.StreamBuffer, default DefaultStreamBuffer);
-// past the bound the task ends OVERLOADED (its instance gets a CANCEL).
-// Memory per stream is thus bounded by StreamBuffer chunks of at most the
-// server's max payload.
+// A caller in process (Stream, and so the HTTP gateway) reads the chunks
+// through a bounded per-stream queue (dispatcher/relay; Config.StreamBuffer,
+// default DefaultStreamBuffer); past the bound the task ends OVERLOADED
+// (its instance gets a CANCEL), so memory per stream is bounded by
+// StreamBuffer chunks of at most the server's max payload. A caller over
+// NATS gets each chunk published as it comes, on the inbox's goroutine:
+// the connection buffers and flushes, and a caller that reads too slowly
+// is the server's slow consumer, as for any message.
 //
 // Chunks for a caller that did not ask, for a delivery that is not the
 // pinned one, for a delivery that has ended, or naming another request id
@@ -50,8 +53,14 @@ func streamed(h nats.Header, reply string, durable bool) bool {
 	return !durable && reply != "" && h.Get(streams.HeaderStream) == "1"
 }
 
-// startRelay makes t a streamed task whose messages go to sink.
-func (d *Dispatcher) startRelay(t *task, sink func(*nats.Msg)) {
+// startRelay makes t a streamed task whose messages go to sink, through a
+// bounded queue; with inline, a sink that never waits (a NATS publish)
+// takes them at once.
+func (d *Dispatcher) startRelay(t *task, sink func(*nats.Msg), inline bool) {
+	if inline {
+		t.relay = &stream{out: relay.Inline(sink)}
+		return
+	}
 	t.relay = &stream{out: relay.New(d.cfg.StreamBuffer, sink)}
 }
 
@@ -71,13 +80,19 @@ func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
 		d.stats.chunksDropped.Add(1)
 		return
 	}
-	dl.acked = true
-	wait := min(t.pol.callTimeout(t.wish, d.hints.TimeoutHint(dl.inst.Entry())), time.Until(t.deadline))
-	if t.relay != nil {
-		wait = min(t.pol.ackTimeout, time.Until(t.deadline))
+	// The timer is not reset for every chunk (that costs more than the
+	// rest of a chunk's relay): expires moves on, and the timer, when it
+	// fires early, re-arms itself for the rest (expire).
+	now := time.Now()
+	wait := t.pol.ackTimeout
+	if t.relay == nil {
+		wait = t.pol.callTimeout(t.wish, d.hints.TimeoutHint(dl.inst.Entry()))
 	}
-	dl.expires = time.Now().Add(wait)
-	dl.timer.Reset(wait)
+	dl.expires = now.Add(min(wait, t.deadline.Sub(now)))
+	if !dl.acked || dl.chunks == 0 {
+		dl.timer.Reset(dl.expires.Sub(now))
+	}
+	dl.acked = true
 	dl.chunks++
 	n := dl.chunks
 	dl.mu.Unlock()

@@ -49,7 +49,7 @@ func (d *Dispatcher) Stream(ctx context.Context, capability string, req *nats.Ms
 			return
 		}
 		out <- m
-	})
+	}, false)
 	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
 		reply, _ := d.conclude(t, res, e)
 		d.free(caller)

@@ -45,8 +45,18 @@ func New(limit int, sink func(*nats.Msg)) *Relay {
 	return r
 }
 
+// Inline returns a relay without a queue: each message goes to sink on the
+// goroutine that pushes it, for a sink that never waits for its reader (a
+// publish on a NATS connection, which buffers and flushes on its own).
+func Inline(sink func(*nats.Msg)) *Relay { return &Relay{sink: sink} }
+
 // Push queues a chunk, or returns ErrFull when limit chunks wait.
 func (r *Relay) Push(chunk *nats.Msg) error {
+	if r.q == nil {
+		r.sink(chunk)
+		r.sent++
+		return nil
+	}
 	if len(r.q) >= r.limit {
 		return ErrFull
 	}
@@ -61,7 +71,7 @@ func (r *Relay) Sent() int { return r.sent }
 // Finish queues the final message (nil: none) after the chunks: a result
 // gets Reach-Chunks, the count of chunks sent; an error reply (Reach-Error)
 // has none. Once the relay's goroutine has handed it to the sink, done
-// runs (on a goroutine of its own).
+// runs (on a goroutine of its own; an Inline relay runs it at once).
 func (r *Relay) Finish(final *nats.Msg, done func()) {
 	if final != nil {
 		if final.Header.Get(streams.HeaderError) == "" {
@@ -69,7 +79,15 @@ func (r *Relay) Finish(final *nats.Msg, done func()) {
 		} else {
 			final.Header.Del(streams.HeaderChunks)
 		}
-		r.q <- final // the one slot beyond the bound is the final message's
+		if r.q == nil {
+			r.sink(final)
+		} else {
+			r.q <- final // the one slot beyond the bound is the final message's
+		}
+	}
+	if r.q == nil {
+		done()
+		return
 	}
 	close(r.q)
 	go func() {
@@ -82,16 +100,19 @@ func (r *Relay) Finish(final *nats.Msg, done func()) {
 // caller's request and orchestration ids, the instance (Reach-Node) and
 // Reach-Seq, the agent's body in contentType.
 func Chunk(subject, requestID, orchID, node string, seq int, contentType string, data []byte) *nats.Msg {
-	out := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	out.Header.Set(streams.HeaderStatus, string(streams.StatusChunk))
-	out.Header.Set(streams.HeaderRequestID, requestID)
-	if orchID != "" {
-		out.Header.Set(streams.HeaderOrchestrationID, orchID)
+	// The header names are canonical already: no Set, which would
+	// canonicalize each of them for every chunk.
+	h := nats.Header{
+		streams.HeaderStatus:      {string(streams.StatusChunk)},
+		streams.HeaderRequestID:   {requestID},
+		streams.HeaderNode:        {node},
+		streams.HeaderSeq:         {strconv.Itoa(seq)},
+		streams.HeaderContentType: {contentType},
 	}
-	out.Header.Set(streams.HeaderNode, node)
-	out.Header.Set(streams.HeaderSeq, strconv.Itoa(seq))
-	out.Header.Set(streams.HeaderContentType, contentType)
-	return out
+	if orchID != "" {
+		h[streams.HeaderOrchestrationID] = []string{orchID}
+	}
+	return &nats.Msg{Subject: subject, Data: data, Header: h}
 }
 
 // CheckSeq reports whether an agent's chunk carries Reach-Seq want (the

@@ -49,6 +49,9 @@ const (
 	// ScenarioHTTP measures the HTTP gateway against NATS, and metrics with
 	// tracing against neither (issue 20).
 	ScenarioHTTP = "http"
+	// ScenarioStream is streamed results through the dispatcher against
+	// plain request-reply, and a slow reader (issue 28).
+	ScenarioStream = "stream"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -72,6 +75,7 @@ var scenarios = []struct {
 	{ScenarioBroadcast, scale.Broadcast},
 	{ScenarioSecurity, routing.Security},
 	{ScenarioHTTP, tiers.HTTP},
+	{ScenarioStream, tiers.Stream},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.

@@ -101,6 +101,10 @@ func TestQuickSuite(t *testing.T) {
 			[]string{"nats_rps", "http_rps", "http_throughput_ratio", "observability_off_rps", "observability_on_rps",
 				"observability_throughput_ratio", "observability_spans_per_task"},
 			[]string{"http_p99_ms", "http_failed"}},
+		{bench.ScenarioStream,
+			[]string{"ttfc_routed_p50_us", "ttfc_direct_p50_us", "ttfc_p50_ratio", "chunks_routed_per_s", "chunks_direct_per_s",
+				"chunk_throughput_ratio", "slow_reader_overloaded", "slow_reader_others_finished", "stream_buffer_chunks"},
+			[]string{"slow_reader_heap_peak_kib"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

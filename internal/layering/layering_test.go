@@ -56,8 +56,8 @@ var oversize = map[string]int{
 	"registry":            3753, // records / declarations and requirements / policy
 	"dispatcher/workflow": 3214, // definitions / execution
 	"auth":                2847,
-	"agentkit":            2670,
-	"dispatcher":          4620, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next
+	"agentkit":            2810, // with streaming (stream.go)
+	"dispatcher":          4640, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next
 }
 
 type pkg struct {

@@ -42,6 +42,9 @@ reports ratios, so the comparison holds on noisy hardware:
             all of it off (throughput at 64 callers)
   http      POST /v1/call/echo with keep-alive at 64 clients vs reach.task.echo
             over NATS; metrics and tracing on vs off (throughput)
+  stream    a streamed result through the dispatcher vs plain request-reply:
+            time to first chunk, one stream's chunks/s; a 10× slower reader
+            ends OVERLOADED with the heap peak reported
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load
