@@ -701,6 +701,7 @@ func (a *Agent) errorMsg(req *Request, e *streams.Error) *nats.Msg {
 
 func (a *Agent) publish(req *Request, m *nats.Msg) {
 	markReply(req, m)
+	req.stampChunks(m)
 	req.answered.Store(true) // a pending ACK is no longer needed
 	if req.ackTimer != nil {
 		req.ackTimer.Stop()

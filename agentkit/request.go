@@ -44,6 +44,9 @@ type Request struct {
 	cancelled atomic.Bool             // a CANCEL came for this delivery
 	ctx       atomic.Pointer[taskCtx] // the handler's context, once it runs
 
+	chunks atomic.Int64 // chunks sent (stream.go)
+	final  atomic.Bool  // the final reply has gone out
+
 	mu   sync.Mutex
 	cost float64
 }

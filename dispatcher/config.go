@@ -153,11 +153,16 @@ type Config struct {
 	// "round_robin", "weighted_round_robin" or "hash" (consistent hashing on
 	// Reach-Affinity-Key).
 	Strategies map[string]string
+	// StreamBuffer is how many chunks of one streamed task wait for a slow
+	// caller before the stream ends OVERLOADED; default
+	// DefaultStreamBuffer (256).
+	StreamBuffer int
 }
 
 func (c *Config) setDefaults() {
 	setDefault(&c.QueueGroup, DefaultQueueGroup)
 	setDefault(&c.AckTimeout, DefaultAckTimeout)
+	setDefault(&c.StreamBuffer, DefaultStreamBuffer)
 	setDefault(&c.Deadline, DefaultDeadline)
 	setDefault(&c.MaxInFlight, DefaultMaxInFlight)
 	setDefault(&c.FairShareAt, max(1, c.MaxInFlight*4/5))
@@ -207,6 +212,8 @@ func (c *Config) validate() error {
 		return bad("Handlers must be at least 1, got %d", c.Handlers)
 	case c.Retries < NoRetries || c.WriteRetries < NoRetries:
 		return bad("retries must be %d (none) or more", NoRetries)
+	case c.StreamBuffer < 1:
+		return bad("StreamBuffer must be at least 1, got %d", c.StreamBuffer)
 	case c.MaxHops < 1 || c.MaxVisits < 1:
 		return bad("MaxHops and MaxVisits must be at least 1")
 	case c.DurablePending < 1 || c.DurableAckWait < time.Second || c.DurableDeadline < 0 || c.DeadLetterReplayRate <= 0:

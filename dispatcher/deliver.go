@@ -36,6 +36,7 @@ type delivery struct {
 	mu      sync.Mutex
 	over    bool // claimed by whatever ended it
 	acked   bool
+	chunks  int       // CHUNK messages it sent (stream.go)
 	expires time.Time // when the timer may end it
 	timer   *time.Timer
 	span    trace.Span // nil unless its task's span records (trace.go)
@@ -91,6 +92,11 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(dl.attempt))
 	out.Header.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
 	out.Header.Set(streams.HeaderVisits, strings.Join(append(slices.Clip(t.visits), inst.ID), ","))
+	if t.relay != nil {
+		out.Header.Set(streams.HeaderStream, "1")
+	} else {
+		out.Header.Del(streams.HeaderStream) // nobody would read its chunks
+	}
 	if d.offersDirect(t) {
 		out.Header.Set(streams.HeaderReplyTo, t.req.Reply)
 	} else {
@@ -142,7 +148,8 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 func (d *Dispatcher) offersDirect(t *task) bool {
 	// A task that may be hedged answers through the dispatcher: only it can
 	// let one of two deliveries' results through, and say Reach-Hedged.
-	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != "" && t.hedge == nil
+	// A streamed one too: its chunks and result come through in order.
+	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != "" && t.hedge == nil && t.relay == nil
 }
 
 // onReply handles one reply to a delivery, on the inbox's goroutine.
@@ -159,6 +166,9 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 	}
 	dl.load.NoteActive(m.Header.Get(streams.HeaderActive), mine)
 	switch status {
+	case streams.StatusChunk:
+		d.onChunk(dl, m)
+		return
 	case streams.StatusAcked, streams.StatusProcessing:
 		dl.mu.Lock()
 		if !dl.over {
@@ -175,6 +185,12 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 			d.end(dl, nil, m, streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
 				dl.inst.ID, streams.HeaderDirect, streams.HeaderReplyTo), outcomeFinal)
 			return
+		}
+		if dl.t.relay != nil {
+			if e := checkChunks(dl, m); e != nil {
+				d.end(dl, nil, m, e, outcomeFinal)
+				return
+			}
 		}
 		d.end(dl, m, m, nil, outcomeDone)
 		return
@@ -201,7 +217,14 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 // expire ends a delivery whose ACK or result did not come in time.
 func (d *Dispatcher) expire(dl *delivery) {
 	dl.mu.Lock()
-	if dl.over || time.Now().Before(dl.expires) { // ended, or an ACK re-armed the timer
+	if dl.over {
+		dl.mu.Unlock()
+		return
+	}
+	if left := time.Until(dl.expires); left > 0 { // an ACK re-armed the timer, or a chunk moved expires on (stream.go)
+		if dl.chunks > 0 {
+			dl.timer.Reset(left)
+		}
 		dl.mu.Unlock()
 		return
 	}

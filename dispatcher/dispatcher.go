@@ -399,31 +399,42 @@ type Stats struct {
 	Replayed   int64 `json:"replayed"`
 	Hedged     int64 `json:"hedged"`         // hedge deliveries sent (at most one per task)
 	HedgesOver int64 `json:"hedges_refused"` // hedges the budget refused
-	InFlight   int64 `json:"in_flight"`
-	Agents     int   `json:"agents"`
+	// ChunksRelayed counts streamed chunks passed to callers; ChunksDropped
+	// those dropped (not asked for, a hedge's loser, late, another task's);
+	// StreamsOverloaded the streams ended OVERLOADED for a slow caller.
+	ChunksRelayed     int64 `json:"chunks_relayed"`
+	ChunksDropped     int64 `json:"chunks_dropped"`
+	StreamsOverloaded int64 `json:"streams_overloaded"`
+	InFlight          int64 `json:"in_flight"`
+	Agents            int   `json:"agents"`
 }
 
 type stats struct {
 	overloaded, dropped, redirected     atomic.Int64
 	durable, buffered, replayed, queued atomic.Int64
 	hedged, hedgesRefused               atomic.Int64
+	chunksRelayed, chunksDropped        atomic.Int64
+	streamsOverloaded                   atomic.Int64
 }
 
 // Stats returns the replica's counters.
 func (d *Dispatcher) Stats() Stats {
 	s := Stats{
-		Name:       d.cfg.Name,
-		Counts:     d.counts.Load(),
-		Overloaded: d.stats.overloaded.Load(),
-		Dropped:    d.stats.dropped.Load(),
-		Redirected: d.stats.redirected.Load(),
-		Queued:     d.stats.queued.Load(),
-		Durable:    d.stats.durable.Load(),
-		Buffered:   d.stats.buffered.Load(),
-		Replayed:   d.stats.replayed.Load(),
-		Hedged:     d.stats.hedged.Load(),
-		HedgesOver: d.stats.hedgesRefused.Load(),
-		InFlight:   d.inflight.Load(),
+		Name:              d.cfg.Name,
+		Counts:            d.counts.Load(),
+		Overloaded:        d.stats.overloaded.Load(),
+		Dropped:           d.stats.dropped.Load(),
+		Redirected:        d.stats.redirected.Load(),
+		Queued:            d.stats.queued.Load(),
+		Durable:           d.stats.durable.Load(),
+		Buffered:          d.stats.buffered.Load(),
+		Replayed:          d.stats.replayed.Load(),
+		Hedged:            d.stats.hedged.Load(),
+		HedgesOver:        d.stats.hedgesRefused.Load(),
+		ChunksRelayed:     d.stats.chunksRelayed.Load(),
+		ChunksDropped:     d.stats.chunksDropped.Load() + d.inbox.late.Load(),
+		StreamsOverloaded: d.stats.streamsOverloaded.Load(),
+		InFlight:          d.inflight.Load(),
 	}
 	if t := d.Table(); t != nil {
 		s.Agents = t.Len()

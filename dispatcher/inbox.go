@@ -7,6 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+
+	"github.com/agent-reach/agentreach/streams"
 )
 
 // inbox multiplexes every delivery's replies (ACKED, PROCESSING, the result)
@@ -24,6 +26,7 @@ type inbox struct {
 
 	mu      sync.Mutex
 	waiters map[string]*delivery
+	late    atomic.Int64 // CHUNK messages to deliveries that had ended
 }
 
 // newInbox subscribes to the inbox with n shards; onReply runs on a
@@ -45,9 +48,12 @@ func (ib *inbox) route(m *nats.Msg) {
 	ib.mu.Lock()
 	dl := ib.waiters[token]
 	ib.mu.Unlock()
-	if dl != nil { // else a late reply to a finished delivery
+	switch {
+	case dl != nil:
 		ib.onReply(dl, m)
-	}
+	case m.Header.Get(streams.HeaderStatus) == string(streams.StatusChunk):
+		ib.late.Add(1) // a chunk after its delivery ended
+	} // else a late reply to a finished delivery
 }
 
 // open registers dl under a new reply subject, on the next shard, and

@@ -50,6 +50,9 @@ func (d *Dispatcher) handle(m *nats.Msg, caller string) {
 		d.answer(t, nil, e)
 		return
 	}
+	if streamed(m.Header, m.Reply, false) {
+		d.startRelay(t, d.publishToCaller(t), true)
+	}
 	d.run(t)
 }
 

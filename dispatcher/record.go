@@ -27,6 +27,12 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	if e != nil {
 		ev.Status, ev.Code = events.StatusOf(e), string(e.Code)
 	}
+	if r := t.relay; r != nil { // the task has ended: its relay is settled
+		ev.Streamed, ev.Chunks = true, r.out.Sent()
+		if !r.first.IsZero() {
+			ev.FirstChunkMS = float64(r.first.Sub(start).Microseconds()) / 1000
+		}
+	}
 	if !d.recordsWanted() {
 		d.counts.Add(ev.Count()) // counted all the same
 		return

@@ -67,10 +67,16 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 		t.mu.Unlock()
 		return
 	}
+	pinned := t.relay != nil && t.relay.dl != nil
+	if pinned && t.relay.dl != dl { // a stream runs from another delivery: this one was cancelled
+		t.mu.Unlock()
+		return
+	}
 	if last != nil {
 		t.spent += costOf(last)
 	}
 	switch {
+	case pinned: // a stream has begun: it ends with this delivery, never with a second stream
 	case kind.retryable() && len(t.open) > 0: // the task's other delivery may still answer
 		t.triedIDs = append(t.triedIDs, dl.inst.ID)
 		t.mu.Unlock()
@@ -197,6 +203,12 @@ func (d *Dispatcher) endUnrouted(t *task, noAgent *streams.Error) {
 // answer ends a direct-tier task: the result or the error to the caller,
 // and its feedback record.
 func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
+	if t.relay != nil {
+		out, _ := d.conclude(t, res, e)
+		d.free(t.caller)
+		d.finishRelay(t, out, d.tasks.Done)
+		return
+	}
 	defer d.tasks.Done()
 	out, e := d.conclude(t, res, e)
 	d.free(t.caller)
@@ -245,6 +257,9 @@ func (d *Dispatcher) resultMsg(t *task, res *nats.Msg) (*nats.Msg, *streams.Erro
 	out.Header.Set(streams.HeaderAttempt, strconv.Itoa(t.attempts))
 	out.Header.Set(streams.HeaderNode, t.node)
 	out.Header.Del(streams.HeaderActive) // the agent's load report is for dispatchers
+	if t.relay == nil {
+		out.Header.Del(streams.HeaderChunks) // a caller that did not ask for a stream sees none of it
+	}
 	if t.hedgedWon {
 		out.Header.Set(streams.HeaderHedged, "1")
 	}

@@ -75,8 +75,9 @@ type task struct {
 	mu        sync.Mutex
 	open      []*delivery
 	ended     bool
-	hedged    bool // a hedge delivery was sent
-	hedgedWon bool // the outcome came from the hedge
+	hedged    bool    // a hedge delivery was sent
+	hedgedWon bool    // the outcome came from the hedge
+	relay     *stream // a streamed task's relay to its caller (stream.go); fixed at its start
 	log       taskLog
 	span      trace.Span // from its start to its outcome (trace.go)
 }

@@ -92,6 +92,14 @@ const (
 	// HeaderMsgID is JetStream's deduplication id; submissions use the
 	// request id.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderStream is a caller's "1": relay the agent's chunks
+	// (docs/protocol.md, Streaming results).
+	HeaderStream = "Reach-Stream"
+	// HeaderSeq numbers a CHUNK of a task's stream, from 1.
+	HeaderSeq = "Reach-Seq"
+	// HeaderChunks is on a streamed task's final message: how many chunks
+	// were sent before it.
+	HeaderChunks = "Reach-Chunks"
 )
 
 // Status is a task's lifecycle state as carried in the Reach-Status header.
@@ -107,6 +115,9 @@ const (
 	StatusFinished   Status = "FINISHED"
 	StatusFailed     Status = "FAILED"
 	StatusTimeout    Status = "TIMEOUT"
+	// StatusChunk is one piece of a streamed result (Reach-Seq numbers
+	// it); it neither ends the task nor is its result.
+	StatusChunk Status = "CHUNK"
 	// StatusCancel is not a task state but an instruction: a message on
 	// reach.agent.<id> without a reply subject, naming a task by
 	// Reach-Request-Id (and Reach-Attempt), that nobody will use the

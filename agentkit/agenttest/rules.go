@@ -62,6 +62,7 @@ var rules = []rule{
 	{"reply-headers", "the caller's reply carries the Reach-* headers, relayed or direct", checkReplyHeaders},
 	{"cancel", "a CANCEL, for a running delivery or one it never had, leaves the agent serving", checkCancel},
 	{"micro", "answers the NATS micro protocol as a service of its type, if it does (optional)", checkMicro},
+	{"stream", "with Reach-Stream: 1, echo streams an array's elements as CHUNKs in order, then the whole result with Reach-Chunks", checkStream},
 	{"heartbeat", "puts its record every heartbeat_ms, by the server's clock", checkHeartbeat},
 	{"drain", "on SIGTERM: status draining, every task finished, key deleted, exit 0", checkDrain},
 }

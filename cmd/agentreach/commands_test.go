@@ -264,15 +264,15 @@ func TestCommands(t *testing.T) {
 				t.Errorf("entry %+v", e)
 			}
 		}
-		if types["echo"] != 2 || types["slow"] != 1 || types["math"] != 1 || len(entries) != 4 {
-			t.Fatalf("agent types %v, want 2 echo, 1 slow, 1 math", types)
+		if types["echo"] != 2 || types["slow"] != 1 || types["math"] != 1 || types["story"] != 1 || len(entries) != 5 {
+			t.Fatalf("agent types %v, want 2 echo, 1 slow, 1 math, 1 story", types)
 		}
 	})
 
 	t.Run("agents table", func(t *testing.T) {
 		r := clitest.RunCmd(t, inspect.RunAgents, srv...)
 		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-		if r.Code != cli.ExitOK || len(lines) != 5 {
+		if r.Code != cli.ExitOK || len(lines) != 6 {
 			t.Fatalf("exit %d, stdout:\n%s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 		}
 		for _, col := range []string{"ID", "TYPE", "CAPABILITIES", "ACTIVE/MAX", "STATUS", "HEARTBEAT AGE"} {

@@ -53,6 +53,13 @@ type Event struct {
 	// ExcludedTotal counts them all.
 	Excluded      []streams.Exclusion `json:"excluded,omitempty"`
 	ExcludedTotal int                 `json:"excluded_total,omitempty"`
+	// Streamed is set for a task whose caller asked for its chunks
+	// (Reach-Stream); Chunks counts those relayed, and FirstChunkMS is the
+	// time from the task's start to its first chunk relayed (0: none).
+	// LatencyMS is the stream's total time.
+	Streamed     bool    `json:"streamed,omitempty"`
+	Chunks       int     `json:"chunks,omitempty"`
+	FirstChunkMS float64 `json:"first_chunk_ms,omitempty"`
 }
 
 // The counting model (docs/operations.md, "The counting model"): every

@@ -74,3 +74,17 @@ func FuzzReadTask(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWantsEventStream feeds Accept headers: the check never panics, and
+// says yes only when text/event-stream is among the media types.
+func FuzzWantsEventStream(f *testing.F) {
+	for _, s := range []string{"text/event-stream", "application/json, text/event-stream;q=0.9", "", "text/*", ",,;", "TEXT/EVENT-STREAM"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, accept string) {
+		r := &http.Request{Header: http.Header{"Accept": {accept}}}
+		if wantsEventStream(r) && !strings.Contains(strings.ToLower(accept), "text/event-stream") {
+			t.Fatalf("%q taken for text/event-stream", accept)
+		}
+	})
+}

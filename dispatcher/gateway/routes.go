@@ -23,6 +23,7 @@ func (g *Gateway) routes() http.Handler {
 		h            http.HandlerFunc
 	}{
 		{http.MethodPost, "/v1/call/{capability}", g.call},
+		{http.MethodPost, "/v1/stream/{capability}", g.stream},
 		{http.MethodPost, "/route", g.route},
 		{http.MethodPost, "/v1/submit/{capability}", g.submit},
 		{http.MethodGet, "/v1/results/{id}", g.result},
@@ -114,6 +115,10 @@ func (g *Gateway) callContext(r *http.Request) (context.Context, context.CancelF
 // call is POST /v1/call/{capability}: the body is the payload, the result
 // the response body.
 func (g *Gateway) call(w http.ResponseWriter, r *http.Request) {
+	if wantsEventStream(r) {
+		g.stream(w, r) // sse.go
+		return
+	}
 	capability := r.PathValue("capability")
 	m, f := readTask(w, r, capability, g.cfg.MaxBody)
 	if f != nil {

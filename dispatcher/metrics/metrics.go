@@ -62,9 +62,13 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	retries   *prometheus.CounterVec
 	hedgeWins *prometheus.CounterVec
-	durable   *prometheus.CounterVec
-	records   *prometheus.CounterVec
-	branches  *prometheus.CounterVec
+	// Streaming (docs/protocol.md, Streaming results).
+	streamed   *prometheus.CounterVec
+	chunks     *prometheus.CounterVec
+	firstChunk *prometheus.HistogramVec
+	durable    *prometheus.CounterVec
+	records    *prometheus.CounterVec
+	branches   *prometheus.CounterVec
 
 	d     atomic.Pointer[dispatcher.Dispatcher]
 	named sync.Map // capability → true: those with a label of their own
@@ -102,6 +106,15 @@ func New(cfg Config) (*Metrics, error) {
 		Help: "Attempts of tasks after their first, hedges not counted, by capability."}, []string{"capability"})
 	m.hedgeWins = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "hedge_wins_total",
 		Help: "Tasks whose answer came from their hedged second delivery, by capability."}, []string{"capability"})
+	m.streamed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "streams_total",
+		Help: "Streamed tasks (the caller asked for chunks) ended by this replica, by capability and outcome."},
+		[]string{"capability", "outcome"})
+	m.chunks = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "stream_chunks_total",
+		Help: "Chunks relayed to streaming callers, by capability."}, []string{"capability"})
+	m.firstChunk = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "stream_first_chunk_seconds",
+		Help:    "Time from a streamed task's receipt to its first chunk relayed, by capability.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}},
+		[]string{"capability"})
 	m.durable = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "durable_outcomes_total",
 		Help: "Durable tasks recorded by this replica, by capability and where they ended (result, dead_letter, review)."},
 		[]string{"capability", "outcome"})
@@ -113,6 +126,7 @@ func New(cfg Config) (*Metrics, error) {
 		Help: "Branches the broadcasts and fan-outs answered by this replica expected, by kind (broadcast, fanout); " +
 			"each is also a task of its own capability."}, []string{"kind"})
 	for _, c := range []prometheus.Collector{m.tasks, m.latency, m.retries, m.hedgeWins, m.durable, m.records, m.branches,
+		m.streamed, m.chunks, m.firstChunk,
 		(*replica)(m), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := m.reg.Register(c); err != nil {
 			return nil, errorf("register: %v", err)
@@ -159,6 +173,13 @@ func (m *Metrics) Observed(ev *dispatcher.Event) {
 	}
 	if ev.HedgeWon {
 		m.hedgeWins.WithLabelValues(capability).Inc()
+	}
+	if ev.Streamed {
+		m.streamed.WithLabelValues(capability, outcomeOf(ev)).Inc()
+		m.chunks.WithLabelValues(capability).Add(float64(ev.Chunks))
+		if ev.FirstChunkMS > 0 {
+			m.firstChunk.WithLabelValues(capability).Observe(ev.FirstChunkMS / 1000)
+		}
 	}
 	if ev.Tier == "durable" {
 		m.durable.WithLabelValues(capability, ev.Outcome).Inc()

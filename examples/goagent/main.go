@@ -90,8 +90,19 @@ func run() error {
 }
 
 // echo returns the payload as it came; agentkit replies in the request's
-// content type.
-func echo(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
+// content type. A caller that asked for a stream gets an array's elements
+// as chunks first (docs/conformance.md, stream).
+func echo(ctx context.Context, req *agentkit.Request) (any, error) {
+	var items []any
+	if req.Streaming() && req.Decode(&items) == nil {
+		for _, it := range items {
+			if err := req.Send(ctx, it); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return req.Data, nil
+}
 
 // reject refuses every task: FAILED with BIZ_REJECT.
 func reject(context.Context, *agentkit.Request) (any, error) {

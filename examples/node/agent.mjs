@@ -52,7 +52,7 @@ if (credsFile) {
 
 // handlers serve the capabilities; each gets a task and answers it.
 const handlers = {
-  "conformance.echo": (t) => t.finish(t.contentType, t.data),
+  "conformance.echo": echo,
   "conformance.reject": (t) => t.fail("BIZ_REJECT", "conformance.reject refuses every task"),
   "conformance.slow": slow,
   "conformance.busy": busy,
@@ -227,6 +227,20 @@ function messageSize(hdrs, body) {
 }
 
 // --- the capabilities ----------------------------------------------------
+// echo answers the payload as it came. A caller that asked for a stream
+// (Reach-Stream: 1) gets a JSON array's elements first, one CHUNK each
+// (Reach-Seq 1, 2, …); the result then says how many (Reach-Chunks).
+function echo(t) {
+  let items = null;
+  if (t.h("Reach-Stream") === "1" && t.contentType === JSON_CT) {
+    try { items = decode(JSON_CT, t.data); } catch { items = null; }
+  }
+  if (!Array.isArray(items)) return t.finish(t.contentType, t.data);
+  t.ack();
+  items.forEach((it, i) => t.send("CHUNK", { "Reach-Seq": String(i + 1), "Content-Type": JSON_CT }, encode(JSON_CT, it)));
+  t.finish(t.contentType, t.data, { "Reach-Chunks": String(items.length) });
+}
+
 async function slow(t) {
   const p = t.input();
   if (!p) return;

@@ -87,6 +87,9 @@ const (
 	hReplayed        = "Reach-Replayed"
 	hInDoubt         = "Reach-In-Doubt"
 	hContentType     = "Content-Type"
+	hStream          = "Reach-Stream"
+	hSeq             = "Reach-Seq"
+	hChunks          = "Reach-Chunks"
 )
 
 // handlers serve the capabilities; each runs on a goroutine of its own and
@@ -663,8 +666,29 @@ func (t *task) sleep(d time.Duration) bool {
 	}
 }
 
-// echo answers the payload as it came, in its content type.
-func echo(t *task) { t.finish(t.contentType, t.m.Data) }
+// echo answers the payload as it came, in its content type. A caller that
+// asked for a stream (Reach-Stream: 1) gets a JSON array's elements first,
+// one CHUNK each, numbered by Reach-Seq; the result then says how many
+// (Reach-Chunks).
+func echo(t *task) {
+	var items []json.RawMessage
+	if t.m.Header.Get(hStream) != "1" || t.contentType != "application/json" || json.Unmarshal(t.m.Data, &items) != nil {
+		t.finish(t.contentType, t.m.Data)
+		return
+	}
+	t.ack()
+	for i, it := range items {
+		m := t.reply("CHUNK")
+		m.Header.Set(hRequestID, t.m.Header.Get(hRequestID))
+		m.Header.Set(hSeq, strconv.Itoa(i+1))
+		m.Header.Set(hContentType, t.contentType)
+		m.Data = it
+		if t.send(m) != nil {
+			return
+		}
+	}
+	t.finish(t.contentType, t.m.Data, hChunks, strconv.Itoa(len(items)))
+}
 
 // reject refuses every task.
 func reject(t *task) { t.fail("BIZ_REJECT", "conformance.reject refuses every task") }

@@ -58,6 +58,9 @@ const (
 	// agents answering the NATS micro protocol against agents that do not
 	// (issue 30).
 	ScenarioA2A = "a2a"
+	// ScenarioStream is streamed results through the dispatcher against
+	// plain request-reply, and a slow reader (issue 28).
+	ScenarioStream = "stream"
 )
 
 // ErrUnknownScenario is returned by Run for a name Scenarios does not list.
@@ -84,6 +87,7 @@ var scenarios = []struct {
 	{ScenarioConnect, tiers.Connect},
 	{ScenarioMCP, tiers.MCP},
 	{ScenarioA2A, tiers.A2A},
+	{ScenarioStream, tiers.Stream},
 }
 
 // Scenarios lists the scenario names in the order `make bench` runs them.

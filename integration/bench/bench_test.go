@@ -111,6 +111,10 @@ func TestQuickSuite(t *testing.T) {
 		{bench.ScenarioA2A,
 			[]string{"a2a_http_rps", "a2a_rps", "a2a_throughput_ratio", "micro_on_rps", "micro_off_rps", "micro_throughput_ratio"},
 			[]string{"a2a_failed", "a2a_p99_ms", "goal_a2a_throughput"}},
+		{bench.ScenarioStream,
+			[]string{"ttfc_routed_p50_us", "ttfc_direct_p50_us", "ttfc_p50_ratio", "chunks_routed_per_s", "chunks_direct_per_s",
+				"chunk_throughput_ratio", "slow_reader_overloaded", "slow_reader_others_finished", "stream_buffer_chunks"},
+			[]string{"slow_reader_heap_peak_kib"}},
 	}
 	if got := len(bench.Scenarios()); got != len(cases) {
 		t.Fatalf("Scenarios() lists %d scenarios, the test covers %d", got, len(cases))

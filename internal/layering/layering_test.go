@@ -30,7 +30,7 @@ var layers = [][]string{
 	// The dispatcher's lower tier: selection needs no NATS, events and
 	// durable only the stream contract. The SDK sits beside them: it never
 	// depends on the dispatcher (below).
-	{"dispatcher/selection", "dispatcher/events", "dispatcher/durable", "agentkit"},
+	{"dispatcher/selection", "dispatcher/events", "dispatcher/durable", "dispatcher/relay", "agentkit"},
 	{"dispatcher"},
 	// Beside a dispatcher, built on its Call and records. The conformance
 	// suite runs a real dispatcher, so it sits above it.
@@ -55,9 +55,9 @@ const maxLines = 2500
 var oversize = map[string]int{
 	"registry":            3793, // records / declarations and requirements / policy (+31: retrying a store without a leader, incarnation)
 	"dispatcher/workflow": 3313, // definitions / execution (+99: step events once recorded, lost answers read back, outcome claims)
-	"auth":                2847,
-	"agentkit":            2725, // Agent.Redeclare (the MCP connector); the client side is the next to move
-	"dispatcher":          4315, // the pipeline core: the durable settle path and the lifecycle are next
+	"auth":                2887, // the dead-letter deny below a grant ending in *; the development TLS is next to move
+	"agentkit":            2810, // with streaming (stream.go)
+	"dispatcher":          4640, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next
 }
 
 type pkg struct {

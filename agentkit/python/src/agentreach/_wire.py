@@ -56,6 +56,9 @@ H_BUDGET = "Reach-Budget"
 H_QUORUM = "Reach-Quorum"
 H_CONTENT_TYPE = "Content-Type"
 H_MSG_ID = "Nats-Msg-Id"
+H_STREAM = "Reach-Stream"  # a caller's "1": relay the chunks (docs/protocol.md, Streaming results)
+H_SEQ = "Reach-Seq"  # a CHUNK's number, from 1
+H_CHUNKS = "Reach-Chunks"  # on a streamed result: how many chunks came before it
 
 # Reach-Status values.
 ACKED = "ACKED"
@@ -64,6 +67,7 @@ FINISHED = "FINISHED"
 FAILED = "FAILED"
 TIMEOUT = "TIMEOUT"
 CANCEL = "CANCEL"
+CHUNK = "CHUNK"
 
 MAX_NAME_LENGTH = 128
 DEFAULT_DEADLINE = 60.0  # seconds: a task's deadline when none is given

@@ -79,6 +79,7 @@ class Context:
         self._ack_timer: Optional[asyncio.TimerHandle] = None
         self._last_send: Optional[asyncio.Future[None]] = None
         self._loop = agent._loop
+        self._chunks = 0  # CHUNK messages sent (send)
 
     def remaining(self) -> float:
         """Returns the seconds left until the deadline (negative once past)."""
@@ -103,6 +104,33 @@ class Context:
         self._ack()
         self._send_later(self._reply, {w.H_STATUS: w.PROCESSING, w.H_REQUEST_ID: self.request_id,
                                        w.H_NODE: self.agent.id}, b"")
+
+    @property
+    def streaming(self) -> bool:
+        """streaming is True when the caller asked for the result as a stream
+        (Reach-Stream: 1 on the delivery); send does nothing otherwise."""
+        return self.headers.get(w.H_STREAM) == "1"
+
+    async def send(self, chunk: Any) -> None:
+        """Streams one piece of the result to the caller as the next CHUNK
+        (Reach-Seq 1, 2, ...), encoded like the result (bytes as they are).
+        The handler's return value is still the whole result, which callers
+        that did not stream, durable callers and replays get alone. Does
+        nothing when the caller did not ask for a stream; raises
+        RuntimeError once the result has gone out. On the event loop only."""
+        if not self.streaming:
+            return
+        if self._final:
+            raise RuntimeError("the task has answered: no chunk may follow")
+        body = chunk if isinstance(chunk, (bytes, bytearray)) else w.encode(
+            self.content_type, to_wire(chunk, self.content_type == w.JSON))
+        self._ack()
+        self._chunks += 1
+        h = {w.H_STATUS: w.CHUNK, w.H_REQUEST_ID: self.request_id, w.H_SEQ: str(self._chunks),
+             w.H_CONTENT_TYPE: self.content_type}
+        w.check_size(h, bytes(body), self.agent.max_payload)
+        self._send_later(self._reply, h, bytes(body))
+        await self._sent()
 
     def set_cost(self, cost: float) -> None:
         """Records what the task cost; it travels in the Reach-Cost header."""
@@ -164,7 +192,8 @@ class Context:
 class _Registered:
     def __init__(self, fn: Handler):
         self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn)
+        self.is_gen = inspect.isasyncgenfunction(fn)
+        self.is_async = inspect.iscoroutinefunction(fn) or self.is_gen
         self.payload_type = payload_type(fn)
 
 
@@ -591,8 +620,10 @@ class Agent:
             payload = ctx.data if reg.payload_type is bytes else convert(reg.payload_type, w.decode(ctx.content_type, ctx.data))
         except ReachError as e:
             return (*self._error(ctx, e), None)
-        if reg.is_async:
-            fut: asyncio.Future[Any] = self._loop.create_task(reg.fn(ctx, payload))
+        if reg.is_gen:
+            fut: asyncio.Future[Any] = self._loop.create_task(_stream_of(ctx, reg.fn(ctx, payload)))
+        elif reg.is_async:
+            fut = self._loop.create_task(reg.fn(ctx, payload))
         else:
             assert self._executor is not None
             cf = self._executor.submit(contextvars.copy_context().run, reg.fn, ctx, payload)
@@ -686,6 +717,8 @@ class Agent:
             ctx._ack_timer.cancel()
         ctx._answered = True
         await ctx._sent()
+        if ctx._chunks and headers.get(w.H_STATUS) == w.FINISHED:
+            headers = {**headers, w.H_CHUNKS: str(ctx._chunks)}
         if free:
             self._free(ctx)  # the slot is free before the reply leaves
         active = str(self.active)
@@ -714,6 +747,21 @@ class Agent:
         if ctx._holds_slot:
             ctx._holds_slot = False
             self.active -= 1
+
+
+async def _stream_of(ctx: Context, gen: Any) -> Any:
+    """Runs an async-generator handler: each value it yields is sent as a
+    chunk (ctx.send); the result is them all — str and bytes joined, any
+    other values as a list."""
+    items: list[Any] = []
+    async for item in gen:
+        await ctx.send(item)
+        items.append(item)
+    if items and all(isinstance(i, str) for i in items):
+        return "".join(items)
+    if items and all(isinstance(i, (bytes, bytearray)) for i in items):
+        return b"".join(items)
+    return items
 
 
 SETTLE_NOTICE = 0.25  # seconds before the first PROCESSING while an outcome is stored

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional, Union
 
 import nats
 from nats.aio.client import Client as NATS
@@ -293,6 +293,57 @@ class Client:
         if err is not None:
             raise err
         return res
+
+    async def stream(self, capability: str, payload: Any = None, *, timeout: Optional[float] = None,
+                     parent: Optional["Context"] = None, **opts: Any) -> AsyncIterator[Result]:
+        """Calls a capability asking for its result as a stream (Reach-Stream: 1):
+        ``async for r in client.stream(...)`` yields each chunk as a Result with
+        status "CHUNK" (its Reach-Seq in headers), then the final Result (the
+        whole result, Reach-Chunks); an error reply raises its class. An agent
+        that does not stream yields the final Result alone. Leaving the loop
+        early, or the timeout, cancels the task on reach.cancel. Options as
+        for call."""
+        if timeout is not None and opts.get("deadline") is None:
+            opts["deadline"] = time.time() + timeout
+        h, body = self._message(capability, payload, parent, **opts)
+        h[w.H_STREAM] = "1"
+        subject = f"{self.prefix}.task.{capability}"
+        if timeout is None:
+            ms = int(h.get(w.H_DEADLINE, 0) or 0)
+            timeout = ms / 1000.0 - time.time() if ms else DEFAULT_TIMEOUT
+        if w.H_DEADLINE not in h:
+            h[w.H_DEADLINE] = w.unix_ms(time.time() + timeout)
+        self._sign(subject, h, body)
+        w.check_size(h, body, self.nc.max_payload)
+        rid = h[w.H_REQUEST_ID]
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox)
+        end = time.monotonic() + timeout
+        done = False
+        try:
+            await self.nc.publish(subject, body, reply=inbox, headers=h)
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=max(end - time.monotonic(), 0.001))
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    raise DeadlineExceeded(f"no end of the stream of {capability} within the caller's deadline") from None
+                if msg.headers and msg.headers.get("Status") == "503":
+                    done = True
+                    raise NoAgent(f"no dispatcher is listening on {subject}")
+                res = Result.of(msg.headers, msg.data)
+                if res.status == w.CHUNK:
+                    yield res
+                    continue
+                done = True
+                err = res.error()
+                if err is not None:
+                    raise err
+                yield res
+                return
+        finally:
+            await sub.unsubscribe()
+            if not done:  # the reader left early, or the wait ended: nobody reads the rest
+                await asyncio.shield(self._cancel(rid))
 
     async def submit(self, capability: str, payload: Any = None, *, parent: Optional["Context"] = None,
                      **opts: Any) -> str:

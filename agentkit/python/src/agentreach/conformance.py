@@ -12,6 +12,7 @@ and reads replies under ``_INBOX.<id>``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -46,6 +47,16 @@ def build(server: str, agent_id: str, prefix: str = "reach", credentials: str | 
 
     @agent.handler("conformance.echo")
     async def echo(ctx: Context, payload: bytes) -> bytes:
+        # A caller that asked for a stream gets a JSON array's elements as
+        # chunks first (docs/conformance.md, stream).
+        if ctx.streaming and ctx.content_type == "application/json":
+            try:
+                items = json.loads(payload)
+            except ValueError:
+                items = None
+            if isinstance(items, list):
+                for item in items:
+                    await ctx.send(item)
         return payload
 
     @agent.handler("conformance.reject")

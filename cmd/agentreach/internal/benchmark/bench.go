@@ -48,6 +48,9 @@ reports ratios, so the comparison holds on noisy hardware:
             tools/list_changed to 100 clients with 1,000 capabilities
   a2a       A2A SendMessage to echo vs POST /v1/call/echo at 64 clients;
             agents answering NATS micro ($SRV) vs not (throughput)
+  stream    a streamed result through the dispatcher vs plain request-reply:
+            time to first chunk, one stream's chunks/s; a 10× slower reader
+            ends OVERLOADED with the heap peak reported
 
 With no scenario, or "all", every scenario runs in turn (what 'make bench'
 does); --json-file FILE also writes every figure to FILE. Latency comes from HDR histograms with open-loop (Poisson) load

@@ -27,6 +27,9 @@ are provisioned (by a dispatcher or ` + "`agentreach up`" + `):
             returns {"slept_ms": N, "input": <input>}
   math      capability "math.add": {"a":1,"b":2} → {"sum":3}; a malformed input is
             BAD_REQUEST, a missing field a business rejection (BIZ_REJECT)
+  story     capability "story": {"words": N, "delay_ms": M} streams a story a word
+            at a time (try ` + "`agentreach call --stream story`" + `); the result is the
+            whole text
 
 On SIGTERM or Ctrl-C every agent drains: it stops taking tasks, finishes the
 ones it has and deregisters.`
@@ -62,7 +65,7 @@ type demoAgent struct {
 	handlers    map[string]agentkit.Handler
 	timeoutHint time.Duration
 	// id is the instance id with auth on (each identity is one instance:
-	// echo-1, echo-2, slow-1, math-1); empty: a random one.
+	// echo-1, echo-2, slow-1, math-1, story-1); empty: a random one.
 	id string
 }
 
@@ -76,6 +79,7 @@ func (f *DemoFlags) demoAgentSet(named bool) []demoAgent {
 	set = append(set,
 		demoAgent{typ: "slow", handlers: map[string]agentkit.Handler{"slow": slow(f.slowDelay)}, timeoutHint: f.slowDelay},
 		demoAgent{typ: "math", handlers: map[string]agentkit.Handler{"math.add": mathAdd}},
+		demoAgent{typ: "story", handlers: map[string]agentkit.Handler{"story": agentkit.Typed(story)}},
 	)
 	if named {
 		n := map[string]int{}
@@ -263,7 +267,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"agents' heartbeat interval; 0 reads it from the REACH_AGENTS bucket (its TTL / 3),\nanything else must match the bucket")
 		fs.StringVar(&credsDir, "creds-dir", "",
 			"with auth on: the `directory` of every agent's credentials, <instance id>.creds; the agents\n"+
-				"then have fixed ids (echo-1, echo-2, slow-1, math-1: `agentreach auth agent echo-1 --type echo` …)")
+				"then have fixed ids (echo-1, echo-2, slow-1, math-1, story-1: `agentreach auth agent echo-1 --type echo` …)")
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 10*time.Second, "bound on connecting and registering each agent")

@@ -135,7 +135,7 @@ func TestUpWithAuthAndTLS(t *testing.T) {
 	clitest.Expect(t, call("--tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--creds", creds("cli")), cli.ExitFail, "tls")
 	r := clitest.RunCmd(t, inspect.RunAgents, append([]string{"--server", url, "--json"}, as(UpDispatcherIdentity)...)...)
 	var entries []inspect.AgentJSON
-	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil || len(entries) != 4 || entries[0].ID != "echo-1" {
+	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil || len(entries) != 5 || entries[0].ID != "echo-1" {
 		t.Fatalf("agents --json: exit %d, %+v (%v), stderr %q", r.Code, entries, err, r.Stderr)
 	}
 	// A caller may not read the registry: the server's refusal is named at

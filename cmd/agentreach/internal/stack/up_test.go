@@ -79,7 +79,7 @@ func TestUp(t *testing.T) {
 	}
 	r = clitest.RunCmd(t, inspect.RunAgents, "--server", url, "--json")
 	var entries []inspect.AgentJSON
-	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil || len(entries) != 4 {
+	if err := json.Unmarshal([]byte(r.Stdout), &entries); err != nil || len(entries) != 5 { // echo ×2, slow, math, story
 		t.Fatalf("agents --json: exit %d, %d entries (%v), stderr %q", r.Code, len(entries), err, r.Stderr)
 	}
 	for _, want := range []string{"Agent-Reach is up", url, "agentreach call --server " + url + ` echo '{"text":"hi"}'`,

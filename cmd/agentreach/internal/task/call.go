@@ -38,7 +38,13 @@ Example:
   agentreach call echo '{"text":"hi"}'
   agentreach call echo @order.json
   generate-order | agentreach call echo -
-  agentreach call --agent echo-x1Yz2 --header traceparent=00-… echo '{}'`
+  agentreach call --agent echo-x1Yz2 --header traceparent=00-… echo '{}'
+  agentreach call --stream story '{"words": 20}'
+
+With --stream the agent's chunks are printed as they come (a JSON string's
+text as it is, other values a line each; with --json one {"seq", "chunk"}
+line each), then the metadata; an agent that does not stream prints its
+result as without it.`
 
 type CallOutput struct {
 	Result json.RawMessage `json:"result,omitempty"`
@@ -53,12 +59,14 @@ func RunCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		affinity string
 		headers  cli.PairList
 		asJSON   bool
+		stream   bool
 	)
 	cl := cli.NewCmdline("call", "agentreach call [flags] <capability> ['<json>' | @<file> | -]", callAbout)
 	cl.Group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&agent, "agent", "", "send the task to this instance `id` only (unicast)")
 		fs.StringVar(&affinity, "affinity-key", "", "Reach-Affinity-Key: with the hash strategy, equal `key`s go to the same instance")
 		registerHeaders(fs, &headers)
+		fs.BoolVar(&stream, "stream", false, "ask for the result as a stream (Reach-Stream: 1) and print its chunks as they come")
 		cl.JSONFlag(fs, &asJSON, `print one JSON object {"result": …, "meta": {…}} on stdout, or {"error": …} on failure`)
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
@@ -91,6 +99,10 @@ func RunCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cl.Fail(stderr, err)
 	}
 	defer s.close()
+	if stream {
+		return streamCall(s.ctx, s.client, capability, p.Data, opts, stdout, stderr, requestID, asJSON,
+			func(err error) error { return s.explain(err, p) })
+	}
 	res, err := s.client.Call(s.ctx, capability, p.Data, opts...)
 	return printResult(stdout, stderr, res, s.explain(err, p), requestID, asJSON)
 }
