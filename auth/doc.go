@@ -21,6 +21,6 @@
 // `agentreach auth`), Permissions (a role's subjects), Syncer (pushes the
 // account JWT and the identity directory when the store or the ACL
 // changes), Signer and Verifier (Reach-Signature), Authorizer (the
-// dispatcher hook), ConnectOptions (a client's connection options from its
-// credentials) and EnsureTLS (a development CA and certificates).
+// dispatcher hook) and ConnectOptions (a client's connection options from
+// its credentials). The development CA and certificates are auth/devtls's.
 package auth

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/agent-reach/agentreach/internal/atomicfile"
 )
 
 // The files of a store (docs/security.md).
@@ -336,7 +338,10 @@ func (s *Store) save(st state) error {
 	if err != nil {
 		return fmt.Errorf("auth: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(s.dir, stateFile), append(b, '\n'), 0o600)
+	if err := atomicfile.Write(filepath.Join(s.dir, stateFile), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	return nil
 }
 
 // lock takes the store's lock file, waiting up to lockWait for another
@@ -372,8 +377,8 @@ func (s *Store) newKey(rel string, create func() (nkeys.KeyPair, error)) (string
 	if err != nil {
 		return "", fmt.Errorf("auth: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(s.dir, rel), append(seed, '\n'), 0o600); err != nil {
-		return "", err
+	if err := atomicfile.Write(filepath.Join(s.dir, rel), append(seed, '\n'), 0o600); err != nil {
+		return "", fmt.Errorf("auth: %w", err)
 	}
 	return kp.PublicKey()
 }
@@ -427,33 +432,8 @@ func (s *Store) writeUser(path, name string, issuer, user nkeys.KeyPair, account
 	if err != nil {
 		return fmt.Errorf("auth: %w", err)
 	}
-	return writeFileAtomic(path, b, 0o600)
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename,
-// so a reader sees the old file or the new one, never a part.
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("auth: %w", err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("auth: write %s: %w", path, err)
 	}
 	return nil
 }

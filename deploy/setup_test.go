@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -75,7 +76,7 @@ func setup(t *testing.T) *generated {
 		pos, flags := flagsOf(t, line, m[2])
 		switch sub := m[1]; sub {
 		case "tls":
-			if _, err = auth.EnsureTLS(at(flags["out"]), strings.Split(flags["hosts"], ",")); err != nil {
+			if _, err = devtls.EnsureTLS(at(flags["out"]), strings.Split(flags["hosts"], ",")); err != nil {
 				t.Fatalf("%s: %q: %v", setupScript, line, err)
 			}
 		case "init":

@@ -17,6 +17,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -49,7 +50,7 @@ const (
 type SecureStack struct {
 	*Stack
 	Store *auth.Store
-	TLS   auth.TLSFiles
+	TLS   devtls.TLSFiles
 
 	syncer   *auth.Syncer
 	verifier *auth.Verifier
@@ -73,7 +74,7 @@ func NewSecureStack(tb testing.TB, hb time.Duration, acl string, tune ...func(*s
 			tb.Fatal(err)
 		}
 	}
-	files, err := auth.EnsureTLS(tb.TempDir(), []string{"localhost", "127.0.0.1"})
+	files, err := devtls.EnsureTLS(tb.TempDir(), []string{"localhost", "127.0.0.1"})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
@@ -216,7 +217,7 @@ func TestSecurityLedger(t *testing.T) {
 		err := connectErr(st.ClientTLS()...)
 		l.add(attempt{name: "connect with no credentials", refused: err != nil, leaked: err == nil, evidence: fmt.Sprint(err)})
 	}
-	other, err := auth.EnsureTLS(t.TempDir(), []string{"localhost", "127.0.0.1"})
+	other, err := devtls.EnsureTLS(t.TempDir(), []string{"localhost", "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -38,8 +39,8 @@ func Configure(opts *server.Options, store *auth.Store, resolverDir string, acl 
 
 // ConfigureTLS serves TLS in opts with the certificates of files; with
 // verify, clients must present a certificate the CA signed (mutual TLS).
-func ConfigureTLS(opts *server.Options, files auth.TLSFiles, verify bool) error {
-	cfg, err := auth.ServerTLSConfig(files, verify)
+func ConfigureTLS(opts *server.Options, files devtls.TLSFiles, verify bool) error {
+	cfg, err := devtls.ServerTLSConfig(files, verify)
 	if err != nil {
 		return err
 	}

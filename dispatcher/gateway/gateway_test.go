@@ -22,7 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
@@ -497,7 +497,7 @@ func TestShutdownDrains(t *testing.T) {
 // client that trusts the CA calls it over HTTPS, one that does not is
 // refused by its own TLS check, and plain HTTP gets a 400 that says why.
 func TestHTTPS(t *testing.T) {
-	files, err := auth.EnsureTLS(t.TempDir(), []string{"localhost", "127.0.0.1"})
+	files, err := devtls.EnsureTLS(t.TempDir(), []string{"localhost", "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}

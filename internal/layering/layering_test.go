@@ -55,7 +55,7 @@ const maxLines = 2500
 var oversize = map[string]int{
 	"registry":            3793, // records / declarations and requirements / policy (+31: retrying a store without a leader, incarnation)
 	"dispatcher/workflow": 3313, // definitions / execution (+99: step events once recorded, lost answers read back, outcome claims)
-	"auth":                2887, // the dead-letter deny below a grant ending in *; the development TLS is next to move
+	"auth":                2660, // the replay cache is the next to move
 	"agentkit":            2810, // with streaming (stream.go)
 	"dispatcher":          4640, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
@@ -271,8 +272,8 @@ func startSecureEnv(ctx context.Context, topo streams.Topology, withTLS bool) (*
 	}
 	var tlsOpts []nats.Option
 	if err == nil && withTLS {
-		var files auth.TLSFiles
-		if files, err = auth.EnsureTLS(filepath.Join(dir, "tls"), []string{"localhost", "127.0.0.1"}); err == nil {
+		var files devtls.TLSFiles
+		if files, err = devtls.EnsureTLS(filepath.Join(dir, "tls"), []string{"localhost", "127.0.0.1"}); err == nil {
 			err = authserver.ConfigureTLS(opts, files, true)
 		}
 		tlsOpts = []nats.Option{nats.RootCAs(files.CA), nats.ClientCert(files.ClientCert, files.ClientKey)}

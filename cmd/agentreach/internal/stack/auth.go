@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
 	"github.com/agent-reach/agentreach/registry"
@@ -305,7 +306,7 @@ func (c *authCmd) token(name string) error {
 }
 
 func (c *authCmd) tls(out string, hosts []string) error {
-	files, err := auth.EnsureTLS(out, hosts)
+	files, err := devtls.EnsureTLS(out, hosts)
 	if err != nil {
 		return err
 	}

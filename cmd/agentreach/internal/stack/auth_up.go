@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -25,9 +26,9 @@ const upOpenACL = `{"rules": [{"caller": "*", "may_call": [">"]}]}`
 
 // security is what --auth and --tls add to `up`.
 type security struct {
-	auth    *authSetup     // nil without --auth
-	tls     *auth.TLSFiles // nil without --tls
-	verify  bool           // --tls-verify
+	auth    *authSetup       // nil without --auth
+	tls     *devtls.TLSFiles // nil without --tls
+	verify  bool             // --tls-verify
 	dataDir string
 }
 
@@ -37,7 +38,7 @@ func (f *UpFlags) Security(dataDir string, log zerolog.Logger) (*security, error
 	if f.TLS {
 		// The same names as the gateway's certificate (--http-tls), which
 		// the same CA makes in the same directory.
-		files, err := auth.EnsureTLS(filepath.Join(dataDir, "tls"), devCertHosts(f.Listen, f.Dispatcher.HTTP.addr))
+		files, err := devtls.EnsureTLS(filepath.Join(dataDir, "tls"), devCertHosts(f.Listen, f.Dispatcher.HTTP.addr))
 		if err != nil {
 			return nil, fmt.Errorf("--tls: %w", err)
 		}

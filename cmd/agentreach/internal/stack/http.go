@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 )
@@ -69,7 +69,7 @@ func (h *httpFlags) devCAFile() string {
 	if !h.HTTPS() || h.Cert != "" || h.devCA == "" {
 		return ""
 	}
-	return auth.TLSFilesIn(h.devCA).CA
+	return devtls.TLSFilesIn(h.devCA).CA
 }
 
 // check validates the flags; devCA says whether the command has a
@@ -117,7 +117,7 @@ func (h *httpFlags) serverTLS() (*tls.Config, error) {
 	}
 	cert, key := h.Cert, h.Key
 	if cert == "" {
-		files, err := auth.EnsureTLS(h.devCA, h.devHosts)
+		files, err := devtls.EnsureTLS(h.devCA, h.devHosts)
 		if err != nil {
 			return nil, fmt.Errorf("--http-tls: %w", err)
 		}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -119,7 +119,7 @@ func TestUpHTTPS(t *testing.T) {
 // with it.
 func TestDispatcherHTTPS(t *testing.T) {
 	s := natstest.RunServer(t)
-	files, err := auth.EnsureTLS(t.TempDir(), []string{"127.0.0.1"})
+	files, err := devtls.EnsureTLS(t.TempDir(), []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package auth
+// Package devtls makes and loads a development PKI in one directory: a CA
+// and the server and client certificates it signs (`agentreach auth tls`,
+// `up --tls`), and the TLS configuration of a server that uses them. For
+// development and tests: production brings its own PKI (docs/security.md).
+package devtls
 
 import (
 	"crypto/ecdsa"
@@ -16,6 +20,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/agent-reach/agentreach/internal/atomicfile"
 )
 
 // Lifetimes of the development certificates.
@@ -137,11 +143,11 @@ func issue(certFile, keyFile string, tmpl *x509.Certificate, lifetime time.Durat
 	if err != nil {
 		return nil, nil, fmt.Errorf("auth: %w", err)
 	}
-	if err := writeFileAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return nil, nil, err
+	if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, nil, fmt.Errorf("auth: %w", err)
 	}
-	if err := writeFileAtomic(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return nil, nil, err
+	if err := atomicfile.Write(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return nil, nil, fmt.Errorf("auth: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
