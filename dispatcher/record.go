@@ -25,7 +25,8 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
 	}
 	if e != nil {
-		ev.Status, ev.Code = events.StatusOf(e), string(e.Code)
+		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
+		ev.Unknown = e.Code == streams.CodeNoAgent && d.neverOffered(t.capability)
 	}
 	if !d.recordsWanted() {
 		d.counts.Add(ev.Count()) // counted all the same
@@ -43,6 +44,14 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		return
 	}
 	d.publishEvent(&ev, "")
+}
+
+// neverOffered reports whether no instance has offered capability since
+// this replica's table started, no declaration names it and no workflow
+// is named so: a name never registered.
+func (d *Dispatcher) neverOffered(capability string) bool {
+	return d.table != nil && !d.table.Offered(capability) && !d.Resolves(capability) &&
+		(d.catalog == nil || !d.catalog.Declares(capability))
 }
 
 // recordsWanted reports whether records are written at all: for

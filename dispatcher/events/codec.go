@@ -64,6 +64,13 @@ func Append(b []byte, ev *Event) []byte {
 		b = append(b, `,"code":`...)
 		b = appendString(b, ev.Code)
 	}
+	if ev.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendString(b, ev.Error)
+	}
+	if ev.Unknown {
+		b = append(b, `,"unknown":true`...)
+	}
 	b = append(b, `,"outcome":`...)
 	b = appendString(b, ev.Outcome)
 	b = append(b, `,"candidates":`...)

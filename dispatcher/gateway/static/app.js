@@ -21,16 +21,42 @@ function svg(tag, attrs) {
   return e;
 }
 
+// none is a placeholder: muted and italic, worded so that it never reads
+// as a value ("no samples", not "0" or "–").
+function none(text, why) {
+  return el("span", { class: "none", title: why || "" }, text);
+}
+
+// utc shows a time in UTC, its offset spelled out.
+function utc(t) {
+  const d = t instanceof Date ? t : new Date(t);
+  if (isNaN(d)) return none("no time");
+  return d.toISOString().slice(11, 19) + " UTC";
+}
+// localOffset is this browser's offset from UTC, as "UTC+01:00".
+function localOffset() {
+  const m = -new Date().getTimezoneOffset();
+  const a = Math.abs(m);
+  return "UTC" + (m < 0 ? "−" : "+") + String(Math.floor(a / 60)).padStart(2, "0") + ":" + String(a % 60).padStart(2, "0");
+}
+
 function num(v, digits) {
   return Number(v || 0).toLocaleString(undefined, { maximumFractionDigits: digits === undefined ? 0 : digits });
 }
-// ms shows a latency; "–" when there is none (null: not enough samples).
+// ms shows a latency; a placeholder when there is none (null: not enough
+// samples).
 function ms(v) {
-  if (!v) return "–";
+  if (!v) return none("no samples", "not enough samples for a figure");
   if (v < 0.01) return "< 0.01 ms";
   return (v < 10 ? num(v, 2) : num(v, 0)) + " ms";
 }
-function pct(v, tasks) { return tasks ? num(100 * v, 1) + " %" : "–"; }
+function pct(v, tasks) { return tasks ? num(100 * v, 1) + " %" : none("no tasks"); }
+// serviceSuccess is the share of the tasks the service answered that it
+// finished: the caller's own mistakes (rejected) left out of both sides.
+function serviceSuccess(r) {
+  const answered = (r.finished || 0) + (r.failed || 0);
+  return pct(answered ? r.finished / answered : 0, answered);
+}
 function age(msAgo) { return msAgo < 1000 ? "now" : num(msAgo / 1000, 1) + " s ago"; }
 
 function fill(table, rows, empty) {
@@ -39,6 +65,12 @@ function fill(table, rows, empty) {
 }
 
 function cell(text, cls) { return el("td", cls ? { class: cls } : {}, text); }
+// tile sets a tile's value: a number, or a placeholder when there is none.
+function tile(id, v, why) {
+  const e = document.getElementById(id);
+  e.replaceChildren(v === undefined || v === null ? none("no data", why) : num(v));
+  e.classList.toggle("nonzero", v > 0);
+}
 
 function drawAgents(agents) {
   document.getElementById("tile-agents").textContent = agents.length;
@@ -54,27 +86,33 @@ function drawCapabilities(summary) {
   const rows = (summary ? summary.rows : []).map(r => el("tr", { "data-capability": r.key },
     cell(r.key), el("td", { class: "num tasks" }, num(r.tasks)), cell(num(r.finished), "num finished"),
     cell(num(r.rejected), "num rejected"), cell(num(r.failed), r.failed ? "num failed bad" : "num failed"),
-    cell(pct(r.success_rate, r.tasks), r.success_rate < 0.99 ? "num bad" : "num"),
+    cell(serviceSuccess(r), r.failed && r.finished / (r.finished + r.failed) < 0.99 ? "num success bad" : "num success"),
     cell(ms(r.latency_p50_ms), "num"), cell(ms(r.latency_p95_ms), "num"), cell(ms(r.latency_p99_ms), "num"),
-    cell(num(r.retries), "num"), cell(r.cost_per_task ? num(r.cost_per_task, 4) : "–", "num"),
-    cell(r.quality === undefined ? "–" : num(r.quality, 2), "num")));
+    cell(num(r.retries), "num"), cell(r.cost_per_task ? num(r.cost_per_task, 4) : none("no cost"), "num"),
+    cell(r.quality === undefined ? none("no scores") : num(r.quality, 2), "num")));
   fill("#capabilities", rows, { cols: 12, text: "no task yet" });
-  const total = summary ? summary.total : { tasks: 0, success_rate: 0 };
-  document.getElementById("tile-tasks").textContent = num(total.tasks);
-  document.getElementById("tile-success").textContent = pct(total.success_rate, total.tasks);
-  document.getElementById("tile-rejected").textContent = num(total.rejected);
-  const failed = document.getElementById("tile-failed");
-  failed.textContent = num(total.failed);
-  failed.classList.toggle("nonzero", total.failed > 0);
+  const why = "this gateway aggregates no REACH_EVENTS";
+  if (!summary) {
+    for (const id of ["tile-tasks", "tile-rejected", "tile-failed", "tile-gathers"]) tile(id, undefined, why);
+    document.getElementById("tile-success").replaceChildren(none("no data", why));
+    return;
+  }
+  const total = summary.total;
+  tile("tile-tasks", total.tasks);
+  document.getElementById("tile-success").replaceChildren(serviceSuccess(total));
+  tile("tile-rejected", total.rejected);
+  tile("tile-failed", total.failed);
   document.getElementById("tile-gathers").textContent = num(total.broadcasts) + " / " + num(total.fanouts);
 }
 
 function drawFailures(summary) {
   const rows = (summary ? summary.failures : []).slice(0, SHOW_FAILURES).map(f => el("tr", { "data-request": f.request_id },
-    cell(new Date(f.time).toLocaleTimeString()), cell(f.capability), cell(f.class, "class"),
-    cell(f.code || f.status, f.class === "failed" ? "bad" : ""), cell(f.node || "–"),
-    cell(f.attempts, "num"), cell(ms(f.latency_ms), "num"), cell(f.request_id)));
-  fill("#failures", rows, { cols: 8, text: "none" });
+    cell(utc(f.time), "time"), cell(f.capability), cell(f.class, "class"),
+    el("td", { class: "code" + (f.class === "failed" ? " bad" : "") }, f.code || f.status,
+      f.unknown ? el("span", { class: "muted", title: "no instance has offered this name and no declaration names it" }, " (name never registered)") : ""),
+    el("td", { class: "message", title: f.message || "" }, f.message || none("no message", "recorded by a dispatcher that kept no message")),
+    cell(f.node || none("not delivered")), cell(f.attempts, "num"), cell(ms(f.latency_ms), "num"), cell(f.request_id)));
+  fill("#failures", rows, { cols: 9, text: "none in the last hour" });
 }
 
 // chart draws one capability's series: volume as bars, p95 latency as a
@@ -114,11 +152,7 @@ function drawCharts(series) {
 }
 
 function drawStreams(streams, dispatcher) {
-  const set = (id, v) => {
-    const e = document.getElementById(id);
-    e.textContent = v === undefined ? "–" : num(v);
-    e.classList.toggle("nonzero", v > 0);
-  };
+  const set = (id, v) => tile(id, v, "not reported");
   set("tile-pending", streams.REACH_TASKS);
   set("tile-dlq", streams.REACH_DLQ);
   set("tile-review", streams.REACH_REVIEW);
@@ -160,7 +194,7 @@ async function refresh() {
     drawFailures(stats.summary);
     drawCharts(stats.series);
     drawStreams(stats.streams || {}, stats.dispatcher || {});
-    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    document.getElementById("updated").textContent = "updated " + utc(new Date()) + " · times in UTC (this browser: " + localOffset() + ")";
   } catch (err) {
     health.textContent = "unreachable";
     health.className = "badge bad";

@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,9 +46,11 @@ func chromium(t *testing.T) string {
 // TestDashboardInABrowser starts `up` with the demo agents and HTTP on a
 // free port, opens the dashboard in headless Chromium, and checks that it
 // lists the demo agents and shows a call made during the test within 5 s;
-// that the agents' latency is labelled a moving average and shows "–"
-// until an instance has enough samples; and that a caller's mistake
-// (BIZ_REJECT) is shown as rejected, apart from the service's failures.
+// that the agents' latency is labelled a moving average and shows the
+// placeholder "no samples" until an instance has enough; and that a
+// caller's mistakes (BIZ_REJECT, NO_AGENT for a name never registered) are
+// shown as rejected, apart from the service's failures (a TIMEOUT), each
+// with its message and its time in UTC.
 // The screenshot is kept in the test's temporary directory, or at
 // $AGENTREACH_SCREENSHOT when set (docs/dashboard.png is made so).
 func TestDashboardInABrowser(t *testing.T) {
@@ -92,8 +96,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("the agents' latency column is headed %q (%v), want %q", header, err, "latency (moving avg)")
 	}
 	for _, id := range agentIDs { // at most the warm-up's one sample each: fewer than the average needs
-		if got := latencyOf(id); got != "–" {
-			t.Errorf("%s's moving average before enough samples: %q, want –", id, got)
+		if got := latencyOf(id); got != "no samples" {
+			t.Errorf("%s's moving average before enough samples: %q, want the placeholder", id, got)
 		}
 	}
 
@@ -110,19 +114,38 @@ func TestDashboardInABrowser(t *testing.T) {
 		post(t, base+"v1/call/echo", fmt.Sprintf(`{"n":%d}`, i), http.StatusOK)
 	}
 	post(t, base+"v1/call/slow", `{}`, http.StatusOK)
-	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound)  // NO_AGENT: the service's
+	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound)  // NO_AGENT, a name never registered: the caller's
 	post(t, base+"v1/call/math.add", `{"a":1}`, http.StatusUnprocessableEntity) // BIZ_REJECT: the caller's
-	b.step(t, "the failure, the rejection and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
-		`document.querySelectorAll('#failures tr[data-request]').length === 2 && document.querySelectorAll('#charts .chart').length === 4`))
-	classes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
-		`Array.from(document.querySelectorAll('#failures tr[data-request] td.class')).map(c => c.textContent).sort()`))
-	if err != nil || !slices.Equal(classes, []string{"failed", "rejected"}) {
-		t.Errorf("recent failures are classed %v (%v), want one failed (NO_AGENT) and one rejected (BIZ_REJECT)", classes, err)
+	postWith(t, base+"v1/call/slow", `{}`, http.StatusGatewayTimeout,           // DEADLINE_EXCEEDED: the service's
+		"Reach-Deadline", strconv.FormatInt(time.Now().Add(100*time.Millisecond).UnixMilli(), 10))
+	b.step(t, "the failure, the rejections and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('#failures tr[data-request]').length === 3 && document.querySelectorAll('#charts .chart').length === 4`))
+	rows, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#failures tr[data-request]')).map(r => ['capability', 'class', 'code', 'message', 'time'].map(
+			c => (r.querySelector('td.' + c) || r.children[1]).textContent).join(' | ')).sort()`))
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("recent failures: %v (%v)", rows, err)
+	}
+	t.Logf("recent failures: %q", rows)
+	for i, want := range []struct{ class, code, message string }{
+		{"rejected", "BIZ_REJECT", `needs field "b"`},
+		{"failed", "DEADLINE_EXCEEDED", "did not finish before the overall deadline"},
+		{"rejected", "NO_AGENT (name never registered)", "no routable instance offers translate.fr"},
+	} {
+		f := strings.Split(rows[i], " | ")
+		if len(f) != 5 || f[1] != want.class || f[2] != want.code || !strings.Contains(f[3], want.message) ||
+			!regexp.MustCompile(`^\d\d:\d\d:\d\d UTC$`).MatchString(f[4]) {
+			t.Errorf("failure %d: %q, want class %s, code %s, a message with %q and a time in UTC", i, rows[i], want.class, want.code, want.message)
+		}
 	}
 	tiles, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
 		`['tile-rejected', 'tile-failed', 'tile-refused'].map(id => document.getElementById(id).textContent)`))
-	if err != nil || !slices.Equal(tiles, []string{"1", "1", "0"}) {
-		t.Errorf("tiles rejected, failed, refused: %v (%v), want 1, 1, 0", tiles, err)
+	if err != nil || !slices.Equal(tiles, []string{"2", "1", "0"}) {
+		t.Errorf("tiles rejected, failed, refused: %v (%v), want 2, 1, 0", tiles, err)
+	}
+	if updated, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById('updated').textContent`)); err != nil ||
+		!strings.Contains(updated, " UTC · times in UTC (this browser: UTC") {
+		t.Errorf("the update time %q (%v) does not say it is UTC and the browser's offset", updated, err)
 	}
 	rejected, err := chromedp.Run(bctx, chromedp.Evaluate[string](
 		`document.querySelector('#capabilities tr[data-capability="math.add"] .rejected').textContent`))
@@ -142,8 +165,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		strings.Join(echoes, ","))))
 	for _, id := range agentIDs {
 		if strings.HasPrefix(id, "slow-") {
-			if got := latencyOf(id); got != "–" {
-				t.Errorf("%s's moving average after one task: %q, want –", id, got)
+			if got := latencyOf(id); got != "no samples" {
+				t.Errorf("%s's moving average after one task: %q, want the placeholder", id, got)
 			}
 		}
 	}
@@ -261,7 +284,22 @@ func bannerAgents(t *testing.T, banner string) []string {
 // post sends body to url and checks the status.
 func post(t *testing.T, url, body string, want int) {
 	t.Helper()
-	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	postWith(t, url, body, want)
+}
+
+// postWith sends body to url with the headers given as name, value pairs
+// and checks the status.
+func postWith(t *testing.T, url, body string, want int, hdr ...string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
