@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/console"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 )
 
@@ -86,6 +87,11 @@ func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metric
 // counters only.
 func WithStats(agg *eventstats.Aggregator) Option { return func(g *Gateway) { g.stats = agg } }
 
+// WithConsole serves the operator console's routes (/v1/console/...:
+// dead letters and review entries, browsed and acted on) beside the
+// gateway's own.
+func WithConsole(c *console.Console) Option { return func(g *Gateway) { g.console = c } }
+
 // Gateway is the HTTP side of one dispatcher replica. Create it with New,
 // bind it with Listen, stop it with Shutdown (idempotent); or mount
 // Handler in a server of your own. Its methods are safe for concurrent
@@ -99,6 +105,7 @@ type Gateway struct {
 	identifier Identifier
 	metrics    *metrics.Metrics
 	stats      *eventstats.Aggregator
+	console    *console.Console
 	counter    *metrics.StreamCounter
 	handler    http.Handler
 	hosts      hostSet                // Config.Hosts; nil: any Host (host.go)

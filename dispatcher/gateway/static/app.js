@@ -194,11 +194,86 @@ async function refresh() {
     drawFailures(stats.summary);
     drawCharts(stats.series);
     drawStreams(stats.streams || {}, stats.dispatcher || {});
+    const counts = (stats.streams || {}).REACH_DLQ + "/" + (stats.streams || {}).REACH_REVIEW;
+    if (counts !== parkedCounts || parkedPolls-- <= 0) {
+      parkedCounts = counts;
+      parkedPolls = PARKED_EVERY;
+      refreshParked();
+    }
     document.getElementById("updated").textContent = "updated " + utc(new Date()) + " · times in UTC (this browser: " + localOffset() + ")";
   } catch (err) {
     health.textContent = "unreachable";
     health.className = "badge bad";
     document.getElementById("updated").textContent = String(err);
+  }
+}
+
+// The console: dead letters and review entries, acted on by the bearer
+// identity under the ACL (docs/operations.md, "The console").
+const PARKED_EVERY = 10; // polls between listings when the counts stay put
+let parkedPolls = 0, parkedCounts = "";
+
+async function send(method, path) {
+  const headers = TOKEN ? { Authorization: "Bearer " + TOKEN } : {};
+  const r = await fetch(path, { method, cache: "no-store", headers });
+  const body = await r.json();
+  if (!r.ok) throw new Error((body.code ? body.code + ": " : "") + (body.message || r.status));
+  return body;
+}
+
+function actionButton(stream, e, action, label, danger) {
+  const b = el("button", { "data-action": action, class: danger ? "danger" : "" }, label);
+  if (!e.allowed) {
+    b.disabled = true;
+    b.title = e.refusal || "not allowed";
+  }
+  b.addEventListener("click", async () => {
+    if (danger && !confirm(label + " " + e.request_id + "?")) return;
+    const status = document.getElementById("console-status");
+    b.disabled = true;
+    try {
+      const a = await send("POST", `/v1/console/parked/${stream}/${e.seq}/${action}`);
+      status.textContent = `${a.action} of ${a.request_id} (${a.capability}) done by ${a.by} at ${utc(a.time)}`;
+      status.className = "ok-text";
+    } catch (err) {
+      status.textContent = `${action} of ${e.request_id} refused: ${err.message}`;
+      status.className = "bad";
+    }
+    parkedPolls = 0;
+    refreshParked();
+  });
+  return b;
+}
+
+function drawParked(stream, listing) {
+  const rows = listing.entries.map(e => el("tr", { "data-seq": e.seq, "data-request": e.request_id },
+    cell(utc(e.time), "time"), cell(e.capability), cell(e.request_id), cell(e.caller || none("no caller")),
+    cell(e.reason, "reason"), cell(e.code || none("no code")), cell(e.attempts, "num"),
+    el("td", { class: "lasterror", title: e.last_error || "" }, e.last_error || none("no error recorded")),
+    el("td", { class: "preview", title: e.preview || "" }, e.withheld ? none("withheld", "the payload is its caller's") :
+      e.binary ? none("binary, " + e.size + " bytes") : (e.preview || none("empty"))),
+    el("td", { class: "actions" },
+      stream === "dlq" ? actionButton(stream, e, "replay", "replay") : actionButton(stream, e, "rerun", "resolve: rerun"),
+      actionButton(stream, e, "drop", stream === "dlq" ? "drop" : "resolve: drop", true))));
+  const more = listing.total > listing.entries.length ? ` (the newest ${listing.entries.length} of ${listing.total})` : "";
+  fill("#" + stream, rows, { cols: 10, text: (stream === "dlq" ? "no dead letter" : "nothing to review") + more });
+}
+
+async function refreshParked() {
+  try {
+    const [who, dlq, review, actions] = await Promise.all([getJSON("/v1/console/whoami"),
+      getJSON("/v1/console/parked/dlq"), getJSON("/v1/console/parked/review"), getJSON("/v1/console/actions")]);
+    const w = document.getElementById("console-who");
+    w.textContent = !who.actions ? "· " + who.reason :
+      who.identity ? `· acting as ${who.identity.name}${who.identity.operator ? " (operator: any entry)" : " (its own tasks the ACL lets it call)"}` :
+      "· actions on for anyone (--http-admin, auth off)";
+    w.dataset.actions = who.actions;
+    drawParked("dlq", dlq);
+    drawParked("review", review);
+    fill("#actions", actions.map(a => el("tr", {}, cell(utc(a.time), "time"), cell(a.by, "by"), cell(a.action), cell(a.stream),
+      cell(a.seq, "num"), cell(a.capability), cell(a.request_id))), { cols: 7, text: "none since this replica started" });
+  } catch (err) {
+    document.getElementById("console-status").textContent = String(err);
   }
 }
 

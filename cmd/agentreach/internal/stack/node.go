@@ -14,6 +14,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/console"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/streams"
@@ -107,11 +108,14 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 		return nil, err
 	}
 	gopts := []gateway.Option{gateway.WithLogger(log), gateway.WithMetrics(n.metrics), gateway.WithStats(n.stats)}
+	ccfg := console.Config{JS: js, Subjects: subjects, Admin: f.HTTP.admin, Log: log}
 	if az != nil {
 		gopts = append(gopts, gateway.WithIdentifier(gateway.IdentifierFunc(func(r *http.Request, task *nats.Msg) *streams.Error {
 			return az.Vouch(r.Header.Get("Authorization"), task)
 		})))
+		ccfg.Auth, ccfg.ReplaySign = consoleAuth{az}, az.SignReplay
 	}
+	gopts = append(gopts, gateway.WithConsole(console.New(ccfg)))
 	if n.gateway, err = gateway.New(nc, d, gcfg, gopts...); err != nil {
 		return nil, err
 	}
@@ -122,6 +126,16 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 	n.url = n.gateway.URL()
 	return n, nil
 }
+
+// consoleAuth is the console's side of auth: bearer tokens and the ACL.
+type consoleAuth struct{ az *auth.Authorizer }
+
+func (c consoleAuth) Identify(r *http.Request) (console.Identity, *streams.Error) {
+	name, role, e := c.az.Bearer(r.Header.Get("Authorization"))
+	return console.Identity{Name: name, Operator: role == auth.RoleDispatcher}, e
+}
+
+func (c consoleAuth) MayCall(name, capability string) bool { return c.az.MayCall(name, capability) }
 
 // URL returns the dashboard's URL, "" without HTTP.
 func (n *node) URL() string { return n.url }

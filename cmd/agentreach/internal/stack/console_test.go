@@ -1,0 +1,183 @@
+package stack
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
+	"github.com/agent-reach/agentreach/internal/natstest"
+)
+
+// TestConsoleActsUnderTheACL parks a durable task (a submission to the
+// slow agent whose deadline passes while it works) in `up --auth --demo`
+// and acts on it from the dashboard in headless Chromium: opened with an
+// agent's token the entry's payload is withheld and its actions refused —
+// by the page, and by the gateway when the action is sent anyway, the
+// entry staying parked; opened with the operator's token (the dispatcher
+// identity) the entry is replayed from the page, the task finishes (its
+// result is recorded) and the action is listed with who did it.
+func TestConsoleActsUnderTheACL(t *testing.T) {
+	chromium(t)
+	before := clitest.Goroutines()
+	dir := t.TempDir()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	u := startUp(t, "--nats-listen", listen, "--data-dir", dir, "--auth", "--demo", "--slow-delay", "300ms", "--http", httpAddr)
+	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
+	base := "http://" + httpAddr + "/"
+	token := func(name string) string {
+		return strings.TrimSpace(clitest.RunCmd(t, RunAuth, "--dir", filepath.Join(dir, "auth"), "token", name).Stdout)
+	}
+	var agent string
+	for _, id := range bannerAgents(t, u.stdout.String()) {
+		if strings.HasPrefix(id, "echo-") {
+			agent = id
+		}
+	}
+	callerToken, agentToken, operatorToken := token(UpCallerIdentity), token(agent), token(UpDispatcherIdentity)
+
+	// A task whose deadline passes while the slow agent works on it.
+	res := do(t, http.MethodPost, base+"v1/submit/slow", callerToken, `{"park":"me"}`,
+		"Reach-Deadline", strconv.FormatInt(time.Now().Add(100*time.Millisecond).UnixMilli(), 10))
+	if res.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", res.status, res.body)
+	}
+	var sub struct {
+		RequestID string `json:"request_id"`
+	}
+	if err := json.Unmarshal(res.body, &sub); err != nil {
+		t.Fatal(err)
+	}
+	id := sub.RequestID
+	row := fmt.Sprintf(`tr[data-request=%q]`, id)
+
+	b := openBrowser(t)
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(base+"#token="+agentToken), chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, "the parked task shows to the agent's identity", 30*time.Second,
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`!!document.querySelector('#parked %s')`, row)))
+	stream, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector('#parked %s').closest('table').id`, row)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	action := map[string]string{"dlq": "replay", "review": "rerun"}[stream]
+	t.Logf("the task was parked in %s; its action is %s", stream, action)
+	seq, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector('#parked %s').dataset.seq`, row)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](fmt.Sprintf(`(r => [r.querySelector('td.preview').textContent,
+		String(r.querySelector('button[data-action=%q]').disabled), r.querySelector('button[data-action=%q]').title])(document.querySelector('#parked %s'))`,
+		action, action, row)))
+	if err != nil || len(refused) != 3 || refused[0] != "withheld" || refused[1] != "true" || !strings.Contains(refused[2], "may act only on its own tasks") {
+		t.Errorf("to an agent's identity the entry shows %q (%v), want the payload withheld and %s refused", refused, err, action)
+	}
+	// The attack: the action sent anyway is refused, and the entry stays.
+	actURL := fmt.Sprintf("%sv1/console/parked/%s/%s/%s", base, stream, seq, action)
+	if res := do(t, http.MethodPost, actURL, agentToken, ""); res.status != http.StatusForbidden || !strings.Contains(string(res.body), "UNAUTHORIZED") {
+		t.Errorf("%s by an agent's identity: %d %s, want 403 UNAUTHORIZED", action, res.status, res.body)
+	}
+	if res := do(t, http.MethodPost, actURL, "", ""); res.status != http.StatusUnauthorized {
+		t.Errorf("%s without a token: %d %s, want 401", action, res.status, res.body)
+	}
+	if res := do(t, http.MethodGet, base+"v1/console/parked/"+stream, operatorToken, ""); !strings.Contains(string(res.body), id) {
+		t.Errorf("after the refused actions the entry is gone: %d %s", res.status, res.body)
+	}
+
+	// The control: the operator replays it from the page, and it finishes.
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(base+"#token="+operatorToken), chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, "the operator sees the entry with its payload and may act", 30*time.Second,
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`(r => !!r && r.querySelector('td.preview').textContent.includes('"park"') &&
+			!r.querySelector('button[data-action=%q]').disabled)(document.querySelector('#parked %s'))`, action, row)))
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+		`(document.querySelector('#parked %s button[data-action=%q]').click(), true)`, row, action))); err != nil {
+		t.Fatalf("click %s: %v", action, err)
+	}
+	b.step(t, "the operator "+action+"s it from the page", 30*time.Second,
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`document.getElementById('console-status').textContent.includes('done by %s') &&
+			!document.querySelector('#parked %s') && !!document.querySelector('#actions td.by')`, UpDispatcherIdentity, row)))
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if res := do(t, http.MethodGet, base+"v1/results/"+id, callerToken, ""); res.status != http.StatusOK {
+			return fmt.Errorf("result of the replayed task: %d %s", res.status, res.body)
+		}
+		return nil
+	})
+	by, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('#actions td.by').textContent`))
+	if err != nil || by != UpDispatcherIdentity {
+		t.Errorf("the action is recorded by %q (%v), want %s", by, err, UpDispatcherIdentity)
+	}
+	screenshot(t, b, "console.png")
+	b.close()
+	if code := u.Stop(t); code != cli.ExitOK {
+		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
+	}
+	clitest.CheckNoLeaks(t, before)
+}
+
+// answer is an HTTP answer's status and body.
+type answer struct {
+	status int
+	body   []byte
+}
+
+// do sends a request with a bearer token (none when "") and headers as
+// name, value pairs.
+func do(t *testing.T, method, url, token, body string, hdr ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{res.StatusCode, b}
+}
+
+// screenshot keeps the page's picture as name beside $AGENTREACH_SCREENSHOT
+// (.artifacts/ under `make test`), else in the test's temporary directory.
+func screenshot(t *testing.T, b *browser, name string) {
+	t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	dir := t.TempDir()
+	if p := os.Getenv("AGENTREACH_SCREENSHOT"); p != "" {
+		dir = filepath.Dir(p)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
