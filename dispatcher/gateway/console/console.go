@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -61,12 +62,13 @@ type Config struct {
 type Console struct {
 	cfg Config
 
-	mu      sync.Mutex
-	actions []Action // the latest, newest last
+	mu       sync.Mutex
+	actions  []Action // the latest, newest last
+	listings map[string]listing
 }
 
 // New returns a console over cfg.
-func New(cfg Config) *Console { return &Console{cfg: cfg} }
+func New(cfg Config) *Console { return &Console{cfg: cfg, listings: make(map[string]listing)} }
 
 // Route is one route of the console: its method, its path pattern
 // (net/http's) and its handler.
@@ -270,22 +272,98 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	all, err := durable.ListParked(ctx, c.cfg.JS, c.cfg.Subjects, t.Name)
+	total, newest, err := c.newest(ctx, t.Name)
 	if err != nil {
 		writeError(w, r, streams.NewError(streams.CodeInternal, "list %s: %v", t.Name, err))
 		return
 	}
-	out := Listing{Stream: t.Stream, Total: len(all), Entries: []Entry{}}
-	for i := len(all) - 1; i >= 0 && len(out.Entries) < listed; i-- {
-		out.Entries = append(out.Entries, c.entry(id, &all[i]))
+	out := Listing{Stream: t.Stream, Total: total, Entries: []Entry{}}
+	for i := range newest {
+		out.Entries = append(out.Entries, c.entry(id, &newest[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// newest returns how many entries stream holds and the newest of them
+// (up to listed, newest first), read by sequence from the stream's end
+// (no consumer: the page polls). The listing is kept while the stream's
+// state (first and last sequence, count) stays the same.
+func (c *Console) newest(ctx context.Context, stream string) (int, []durable.Parked, error) {
+	s, err := c.cfg.JS.Stream(ctx, stream)
+	if err != nil {
+		return 0, nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	st := info.State
+	key := fmt.Sprintf("%d-%d-%d", st.FirstSeq, st.LastSeq, st.Msgs)
+	c.mu.Lock()
+	if l, ok := c.listings[stream]; ok && l.key == key {
+		c.mu.Unlock()
+		return int(st.Msgs), l.entries, nil
+	}
+	c.mu.Unlock()
+	var out []durable.Parked
+	for seq, scanned := st.LastSeq, 0; seq >= st.FirstSeq && seq > 0 && len(out) < listed && uint64(len(out)) < st.Msgs && scanned < maxScan; seq, scanned = seq-1, scanned+1 {
+		p, err := durable.GetParked(ctx, c.cfg.JS, c.cfg.Subjects, stream, seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			continue // deleted: replayed, dropped, resolved
+		case err != nil:
+			return 0, nil, err
+		}
+		out = append(out, trimmed(p))
+	}
+	c.mu.Lock()
+	c.listings[stream] = listing{key: key, entries: out}
+	c.mu.Unlock()
+	return int(st.Msgs), out, nil
+}
+
+// sizeKey is where a trimmed entry keeps its payload's size (a key no
+// NATS header can have: it holds a space).
+const sizeKey = "console size"
+
+// trimmed keeps of p's payload what a preview shows (the listing is
+// cached), and its size under sizeKey.
+func trimmed(p durable.Parked) durable.Parked {
+	h := nats.Header{}
+	for k, v := range p.Header {
+		h[k] = v
+	}
+	h[sizeKey] = []string{strconv.Itoa(len(p.Data))}
+	p.Header = h
+	if len(p.Data) > PreviewBytes+utf8.UTFMax {
+		p.Data = p.Data[:PreviewBytes+utf8.UTFMax]
+	}
+	return p
+}
+
+// sizeOf is the size of p's payload before trimmed.
+func sizeOf(p *durable.Parked) int {
+	if v := p.Header[sizeKey]; len(v) == 1 {
+		if n, err := strconv.Atoi(v[0]); err == nil {
+			return n
+		}
+	}
+	return len(p.Data)
+}
+
+// maxScan bounds the sequences one listing reads (deleted ones included).
+const maxScan = 5000
+
+// listing is a stream's newest entries at one state of the stream.
+type listing struct {
+	key     string
+	entries []durable.Parked
 }
 
 func (c *Console) entry(id *Identity, p *durable.Parked) Entry {
 	e := Entry{Seq: p.Seq, Capability: p.Capability, RequestID: p.RequestID, Caller: p.Header.Get(streams.HeaderSource),
 		Reason: p.Reason, Code: p.Code, LastError: p.LastError, Attempts: p.Attempts, Count: p.Count, Time: p.Time.UTC(),
-		Size: len(p.Data)}
+		Size: sizeOf(p)}
 	e.Allowed, e.Refusal = c.may(id, p)
 	// The payload is its caller's: shown to whoever may act on it, or to
 	// all with auth off.
@@ -294,6 +372,9 @@ func (c *Console) entry(id *Identity, p *durable.Parked) Entry {
 		return e
 	}
 	e.Preview, e.Binary = Preview(p.Data)
+	if e.Size > len(p.Data) && !e.Binary && !strings.HasSuffix(e.Preview, "…") {
+		e.Preview += "…"
+	}
 	return e
 }
 
@@ -329,7 +410,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if reason := c.offReason(id); reason != "" {
-		writeError(w, r, streams.NewError(streams.CodeUnauthorized, "%s", reason))
+		writeJSON(w, http.StatusForbidden, streams.NewError(streams.CodeUnauthorized, "%s", reason))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)

@@ -61,6 +61,15 @@ func TestConsoleActsUnderTheACL(t *testing.T) {
 	}
 	id := sub.RequestID
 	row := fmt.Sprintf(`tr[data-request=%q]`, id)
+	// A malformed task: math.add answers BAD_REQUEST, a poison dead letter.
+	res = do(t, http.MethodPost, base+"v1/submit/math.add", callerToken, `["not", "an", "object"]`)
+	if res.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", res.status, res.body)
+	}
+	if err := json.Unmarshal(res.body, &sub); err != nil {
+		t.Fatal(err)
+	}
+	dead := sub.RequestID
 
 	b := openBrowser(t)
 	if err := chromedp.Do(b.ctx, chromedp.Navigate(base+"#token="+agentToken), chromedp.Reload()); err != nil {
@@ -116,6 +125,20 @@ func TestConsoleActsUnderTheACL(t *testing.T) {
 		}
 		return nil
 	})
+	// And the dead letter, a poison one, is dropped from the page.
+	deadRow := fmt.Sprintf(`#dlq tr[data-request=%q]`, dead)
+	b.step(t, "the dead letter shows with its reason and error", 30*time.Second,
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`(r => !!r && r.querySelector('td.reason').textContent === 'poison' &&
+			r.querySelector('td.lasterror').textContent !== '')(document.querySelector('%s'))`, deadRow)))
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+		`(window.confirm = () => true, document.querySelector('%s button[data-action="drop"]').click(), true)`, deadRow))); err != nil {
+		t.Fatalf("click drop: %v", err)
+	}
+	b.step(t, "the operator drops the dead letter from the page", 30*time.Second,
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`!document.querySelector('%s') && document.querySelectorAll('#actions td.by').length === 2`, deadRow)))
+	if res := do(t, http.MethodGet, base+"v1/console/parked/dlq", operatorToken, ""); strings.Contains(string(res.body), dead) {
+		t.Errorf("the dropped dead letter is still listed: %s", res.body)
+	}
 	by, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('#actions td.by').textContent`))
 	if err != nil || by != UpDispatcherIdentity {
 		t.Errorf("the action is recorded by %q (%v), want %s", by, err, UpDispatcherIdentity)
@@ -180,4 +203,55 @@ func screenshot(t *testing.T, b *browser, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
+
+// TestConsoleAdminWithoutAuth: with auth off, --http-admin turns the
+// console's actions on (the control of the refusal TestDashboardInABrowser
+// checks without it): a poison dead letter is listed with its payload and
+// dropped, the drop recorded as by http-admin.
+func TestConsoleAdminWithoutAuth(t *testing.T) {
+	before := clitest.Goroutines()
+	listen := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	u := startUp(t, "--nats-listen", listen, "--data-dir", t.TempDir(), "--demo", "--http", httpAddr, "--http-admin")
+	clitest.WaitOutput(t, u.stdout, "Agent-Reach is up")
+	base := "http://" + httpAddr + "/"
+	res := do(t, http.MethodPost, base+"v1/submit/math.add", "", `["not", "an", "object"]`)
+	if res.status != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", res.status, res.body)
+	}
+	var listing struct {
+		Entries []struct {
+			Seq       uint64 `json:"seq"`
+			Preview   string `json:"preview"`
+			Allowed   bool   `json:"allowed"`
+			Reason    string `json:"reason"`
+			LastError string `json:"last_error"`
+		} `json:"entries"`
+	}
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		res := do(t, http.MethodGet, base+"v1/console/parked/dlq", "", "")
+		if err := json.Unmarshal(res.body, &listing); err != nil || len(listing.Entries) != 1 {
+			return fmt.Errorf("dlq: %d %s (%v)", res.status, res.body, err)
+		}
+		return nil
+	})
+	e := listing.Entries[0]
+	if !e.Allowed || e.Reason != "poison" || e.Preview != `["not", "an", "object"]` || e.LastError == "" {
+		t.Errorf("the dead letter is listed %+v, want allowed, poison, its payload and its error", e)
+	}
+	res = do(t, http.MethodPost, fmt.Sprintf("%sv1/console/parked/dlq/%d/drop", base, e.Seq), "", "")
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"by":"http-admin"`) {
+		t.Errorf("drop with --http-admin: %d %s, want 200 by http-admin", res.status, res.body)
+	}
+	if res := do(t, http.MethodGet, base+"v1/console/parked/dlq", "", ""); !strings.Contains(string(res.body), `"total":0`) {
+		t.Errorf("after the drop: %s", res.body)
+	}
+	if res := do(t, http.MethodGet, base+"v1/console/actions", "", ""); !strings.Contains(string(res.body), `"action":"drop"`) {
+		t.Errorf("the drop is not among the actions: %s", res.body)
+	}
+	if code := u.Stop(t); code != cli.ExitOK {
+		t.Fatalf("up exited %d; stderr:\n%s", code, u.stderr.String())
+	}
+	clitest.CheckNoLeaks(t, before)
 }

@@ -129,7 +129,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	t.Logf("recent failures: %q", rows)
 	for i, want := range []struct{ class, code, message string }{
 		{"rejected", "BIZ_REJECT", `needs field "b"`},
-		{"failed", "DEADLINE_EXCEEDED", "did not finish before the overall deadline"},
+		{"failed", "DEADLINE_EXCEEDED", "deadline"},
 		{"rejected", "NO_AGENT (name never registered)", "no routable instance offers translate.fr"},
 	} {
 		f := strings.Split(rows[i], " | ")
@@ -169,6 +169,14 @@ func TestDashboardInABrowser(t *testing.T) {
 				t.Errorf("%s's moving average after one task: %q, want the placeholder", id, got)
 			}
 		}
+	}
+	// Without auth and without --http-admin the console's actions are off:
+	// the page says so and the gateway refuses them.
+	b.step(t, "the console says its actions are off", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`document.getElementById('console-who').textContent.includes('actions are off')`))
+	if res := do(t, http.MethodPost, base+"v1/console/parked/dlq/1/drop", "", ""); res.status != http.StatusForbidden ||
+		!strings.Contains(string(res.body), "--http-admin") {
+		t.Errorf("a drop without auth nor --http-admin: %d %s, want 403 naming --http-admin", res.status, res.body)
 	}
 	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
