@@ -24,6 +24,9 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		ParentID:  t.req.Header.Get(streams.HeaderParentID),
 		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
 	}
+	if ev.Source = t.source; ev.Source == "" {
+		ev.Source = t.req.Header.Get(streams.HeaderSource)
+	}
 	if e != nil {
 		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
 		ev.Unknown = e.Code == streams.CodeNoAgent && d.neverOffered(t.capability)

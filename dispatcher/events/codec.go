@@ -54,6 +54,10 @@ func Append(b []byte, ev *Event) []byte {
 	b = appendString(b, ev.OrchestrationID)
 	b = append(b, `,"capability":`...)
 	b = appendString(b, ev.Capability)
+	if ev.Source != "" {
+		b = append(b, `,"source":`...)
+		b = appendString(b, ev.Source)
+	}
 	b = append(b, `,"tier":`...)
 	b = appendString(b, ev.Tier)
 	b = append(b, `,"dispatcher":`...)

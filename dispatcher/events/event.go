@@ -16,10 +16,13 @@ type Event struct {
 	RequestID       string `json:"request_id"`
 	OrchestrationID string `json:"orchestration_id"`
 	Capability      string `json:"capability"`
-	Tier            string `json:"tier"` // "direct" or "durable"
-	Dispatcher      string `json:"dispatcher"`
-	Status          string `json:"status"`         // FINISHED, FAILED, TIMEOUT
-	Code            string `json:"code,omitempty"` // the error code of a failed task
+	// Source is the task's caller (Reach-Source; with auth on, the
+	// identity proven), when it names one.
+	Source     string `json:"source,omitempty"`
+	Tier       string `json:"tier"` // "direct" or "durable"
+	Dispatcher string `json:"dispatcher"`
+	Status     string `json:"status"`         // FINISHED, FAILED, TIMEOUT
+	Code       string `json:"code,omitempty"` // the error code of a failed task
 	// Error is the message of that error, cut to MaxErrorInEvents bytes.
 	Error string `json:"error,omitempty"`
 	// Unknown is set on a NO_AGENT task whose capability no instance has

@@ -24,7 +24,7 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ev := Event{
 			RequestID: str.Draw(rt, "request_id"), OrchestrationID: str.Draw(rt, "orch"),
-			Capability: str.Draw(rt, "capability"), Tier: str.Draw(rt, "tier"), Dispatcher: str.Draw(rt, "dispatcher"),
+			Capability: str.Draw(rt, "capability"), Source: str.Draw(rt, "source"), Tier: str.Draw(rt, "tier"), Dispatcher: str.Draw(rt, "dispatcher"),
 			Status: str.Draw(rt, "status"), Code: str.Draw(rt, "code"), Error: str.Draw(rt, "error"),
 			Unknown: rapid.Bool().Draw(rt, "unknown"), Outcome: str.Draw(rt, "outcome"),
 			Candidates: rapid.IntRange(0, 1<<20).Draw(rt, "candidates"), Node: str.Draw(rt, "node"),

@@ -83,6 +83,7 @@ type Aggregator struct {
 	failures []Failure // ring of the latest failed tasks
 	failNext int
 	added    int64
+	edges    edges // topology.go
 }
 
 // New returns an empty aggregator, or an error for a Config out of range.
@@ -191,6 +192,7 @@ func (a *Aggregator) Add(ev *dispatcher.Event) {
 			a.bucket(k.d, k.key, epoch).task(ev)
 		}
 		a.remember(ev.RequestID, ev.Capability)
+		a.addEdges(ev, at)
 		if class := ev.Class(); class != dispatcher.ClassFinished {
 			a.fail(Failure{Time: at, RequestID: ev.RequestID, Capability: ev.Capability, Node: ev.Node, Status: ev.Status,
 				Code: ev.Code, Message: ev.Error, Unknown: ev.Unknown, Class: class, Outcome: ev.Outcome, Attempts: ev.Attempts,

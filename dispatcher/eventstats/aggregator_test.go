@@ -252,3 +252,41 @@ func TestUnknownNameIsTheCallers(t *testing.T) {
 		t.Errorf("failures %+v", s.Failures)
 	}
 }
+
+// The topology counts each task on its caller → capability edge and its
+// capability → instance edge, by class, within the window asked for.
+func TestTopology(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
+	a := newTestAggregator(t, c)
+	at := c.now.Add(-2 * time.Minute)
+	for i := range 4 {
+		a.Add(&dispatcher.Event{RequestID: fmt.Sprint("w", i), Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED",
+			Outcome: "reply", Attempts: 1, LatencyMS: 10, Start: at})
+	}
+	a.Add(&dispatcher.Event{RequestID: "b1", Source: "billing", Capability: "echo", Node: "echo-2", Status: "FAILED", Code: "TIMEOUT",
+		Outcome: "reply", Attempts: 1, LatencyMS: 30, Start: at})
+	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "tranlsate", Status: "FAILED", Code: "NO_AGENT", Unknown: true, Outcome: "reply", Start: at})
+	a.Add(&dispatcher.Event{RequestID: "old", Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED", Outcome: "reply",
+		Attempts: 1, Start: c.now.Add(-30 * time.Minute)})
+	top, err := a.Topology(10 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Edge{{From: "web", To: "echo", Tasks: 4, Finished: 4, LatencyMS: 10},
+		{From: "anonymous", To: "tranlsate", Tasks: 1, Rejected: 1}, {From: "billing", To: "echo", Tasks: 1, Failed: 1, LatencyMS: 30}}
+	if fmt.Sprint(top.Calls) != fmt.Sprint(want) {
+		t.Errorf("calls %+v, want %+v", top.Calls, want)
+	}
+	want = []Edge{{From: "echo", To: "echo-1", Tasks: 4, Finished: 4, LatencyMS: 10},
+		{From: "echo", To: "echo-2", Tasks: 1, Failed: 1, LatencyMS: 30}, {From: "tranlsate", To: "none", Tasks: 1, Rejected: 1}}
+	if fmt.Sprint(top.Deliveries) != fmt.Sprint(want) {
+		t.Errorf("deliveries %+v, want %+v", top.Deliveries, want)
+	}
+	hour, err := a.Topology(0)
+	if err != nil || hour.Calls[0].Tasks != 5 {
+		t.Errorf("over the hour web → echo: %+v (%v), want 5 tasks", hour.Calls, err)
+	}
+	if _, err := a.Topology(2 * time.Hour); !errors.Is(err, ErrInvalidQuery) {
+		t.Errorf("beyond the window: %v, want ErrInvalidQuery", err)
+	}
+}
