@@ -22,6 +22,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -54,7 +55,12 @@ type Config struct {
 	// ReplaySign signs a replayed task as its caller (auth on: the
 	// dispatcher's auth.Authorizer.SignReplay); nil sends it unsigned.
 	ReplaySign func(*nats.Msg) error
-	Log        zerolog.Logger
+	// Stats is the aggregate of REACH_EVENTS the topology is drawn from;
+	// nil: no topology (404).
+	Stats *eventstats.Aggregator
+	// Instances lists the agent instances in the registry now.
+	Instances func() []Instance
+	Log       zerolog.Logger
 }
 
 // Console serves the console's routes. Its methods are safe for
@@ -84,6 +90,7 @@ func (c *Console) Routes() []Route {
 		{http.MethodGet, "/v1/console/parked/{stream}", c.list},
 		{http.MethodPost, "/v1/console/parked/{stream}/{seq}/{action}", c.act},
 		{http.MethodGet, "/v1/console/actions", c.recent},
+		{http.MethodGet, "/v1/console/topology", c.topology},
 	}
 }
 

@@ -55,6 +55,7 @@ function pct(v, tasks) { return tasks ? num(100 * v, 1) + " %" : none("no tasks"
 // finished: the caller's own mistakes (rejected) left out of both sides.
 function serviceSuccess(r) {
   const answered = (r.finished || 0) + (r.failed || 0);
+  if (!answered && r.tasks) return none("only caller errors", "every task was the caller's mistake: nothing for the service to answer");
   return pct(answered ? r.finished / answered : 0, answered);
 }
 function age(msAgo) { return msAgo < 1000 ? "now" : num(msAgo / 1000, 1) + " s ago"; }
@@ -194,6 +195,10 @@ async function refresh() {
     drawFailures(stats.summary);
     drawCharts(stats.series);
     drawStreams(stats.streams || {}, stats.dispatcher || {});
+    if (topoPolls-- <= 0) {
+      topoPolls = TOPO_EVERY;
+      refreshTopology();
+    }
     const counts = (stats.streams || {}).REACH_DLQ + "/" + (stats.streams || {}).REACH_REVIEW;
     if (counts !== parkedCounts || parkedPolls-- <= 0) {
       parkedCounts = counts;
@@ -276,6 +281,109 @@ async function refreshParked() {
     document.getElementById("console-status").textContent = String(err);
   }
 }
+
+// The topology: three columns (callers, capabilities, instances) drawn
+// as SVG from GET /v1/console/topology; a click shows a node's figures.
+const TOPO_EVERY = 2; // polls between redraws
+const TOPO_MAX_ROWS = 200; // nodes per column drawn, the busiest
+let topoPolls = 0, topoData = null, topoSelected = null;
+
+function errClass(e) {
+  const answered = e.finished + e.failed;
+  if (!answered) return "caller";
+  const rate = e.failed / answered;
+  return rate < 0.01 ? "ok" : rate < 0.1 ? "warn" : "bad";
+}
+
+function drawTopology(t) {
+  topoData = t;
+  const sum = (m, k, n) => m.set(k, (m.get(k) || 0) + n);
+  const callers = new Map(), caps = new Map(), insts = new Map();
+  for (const e of t.calls) { sum(callers, e.from, e.tasks); sum(caps, e.to, e.tasks); }
+  for (const e of t.deliveries) { sum(caps, e.from, 0); if (e.to !== "none") sum(insts, e.to, e.tasks); }
+  const byId = new Map(t.instances.map(i => [i.id, i]));
+  for (const i of t.instances) { sum(insts, i.id, 0); for (const c of i.capabilities) sum(caps, c, 0); }
+  const order = m => [...m.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, TOPO_MAX_ROWS).map(e => e[0]);
+  const cols = [order(callers), order(caps), order(insts)];
+  const W = Math.max(600, document.getElementById("topo").parentElement.clientWidth - 360), ROW = 22, TOP = 26, BOXW = 170;
+  const H = TOP + ROW * Math.max(3, ...cols.map(c => c.length)) + 10;
+  const xs = [10, W / 2 - BOXW / 2, W - BOXW - 10];
+  const pos = new Map();
+  cols.forEach((c, k) => c.forEach((id, i) => pos.set(k + ":" + id, { x: xs[k], y: TOP + i * ROW })));
+  const s = document.getElementById("topo");
+  s.setAttribute("width", W); s.setAttribute("height", H); s.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const parts = [];
+  ["callers", "capabilities", "instances"].forEach((name, k) => {
+    const txt = svg("text", { x: xs[k], y: 14, class: "col" }); txt.textContent = name + (cols[k].length ? "" : " (none yet)"); parts.push(txt);
+  });
+  const maxTasks = Math.max(1, ...t.calls.map(e => e.tasks), ...t.deliveries.map(e => e.tasks));
+  const edge = (e, a, b, kind) => {
+    const p = pos.get(a), q = pos.get(b);
+    if (!p || !q) return;
+    const x1 = p.x + BOXW, y1 = p.y + 8, x2 = q.x, y2 = q.y + 8, mx = (x1 + x2) / 2;
+    const path = svg("path", { d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, class: "edge " + errClass(e),
+      "stroke-width": (1 + 7 * Math.sqrt(e.tasks / maxTasks)).toFixed(1), "data-kind": kind, "data-from": e.from, "data-to": e.to });
+    const tip = svg("title", {}); tip.textContent = `${e.from} → ${e.to}: ${e.tasks} tasks, ${e.failed} failed, ${e.rejected} rejected`;
+    path.append(tip);
+    parts.push(path);
+  };
+  for (const e of t.calls) edge(e, "0:" + e.from, "1:" + e.to, "call");
+  for (const e of t.deliveries) edge(e, "1:" + e.from, "2:" + e.to, "delivery");
+  const kinds = ["caller", "capability", "instance"];
+  cols.forEach((c, k) => c.forEach(id => {
+    const p = pos.get(k + ":" + id);
+    let cls = "node " + kinds[k];
+    const inst = k === 2 ? byId.get(id) : null;
+    if (k === 2) cls += !inst ? " warn" : inst.breaker === "OPEN" ? " bad" : (inst.status !== "ready" || inst.breaker !== "CLOSED") ? " warn" : " ready";
+    if (topoSelected && topoSelected.kind === kinds[k] && topoSelected.id === id) cls += " selected";
+    const g = svg("g", { class: cls, "data-kind": kinds[k], "data-id": id, transform: `translate(${p.x},${p.y})` });
+    g.append(svg("rect", { class: "box", width: BOXW, height: 17 }));
+    if (inst) g.append(svg("rect", { class: "load", x: 1, y: 13, height: 3, width: Math.min(1, inst.load) * (BOXW - 2) }));
+    const label = svg("text", { x: 6, y: 12 });
+    label.textContent = id.length > 26 ? id.slice(0, 25) + "…" : id;
+    const tip = svg("title", {}); tip.textContent = inst ? `${id}: ${inst.status}, breaker ${inst.breaker}, load ${num(100 * inst.load)} %` : id;
+    g.append(label, tip);
+    g.addEventListener("click", () => { topoSelected = { kind: kinds[k], id }; drawTopology(topoData); });
+    parts.push(g);
+  }));
+  s.replaceChildren(...parts);
+  drawTopoDetail();
+}
+
+function drawTopoDetail() {
+  const box = document.getElementById("topo-detail");
+  if (!topoSelected || !topoData) return;
+  const { kind, id } = topoSelected, t = topoData;
+  const edges = kind === "caller" ? t.calls.filter(e => e.from === id) :
+    kind === "capability" ? [...t.calls.filter(e => e.to === id), ...t.deliveries.filter(e => e.from === id)] :
+    t.deliveries.filter(e => e.to === id);
+  // Each task counts once: on its call edge (a caller's, a capability's)
+  // or its delivery edge (an instance's).
+  const counted = kind === "capability" ? t.calls.filter(e => e.to === id) : edges;
+  const tot = counted.reduce((a, e) => ({ tasks: a.tasks + e.tasks, finished: a.finished + e.finished, failed: a.failed + e.failed, rejected: a.rejected + e.rejected }),
+      { tasks: 0, finished: 0, failed: 0, rejected: 0 });
+  const inst = kind === "instance" ? t.instances.find(i => i.id === id) : null;
+  const fails = t.failures.filter(f => kind === "capability" ? f.capability === id : kind === "instance" ? f.node === id : false).slice(0, 5);
+  box.replaceChildren(
+    el("h3", { "data-kind": kind, "data-id": id }, kind + " " + id),
+    el("p", {}, `${num(tot.tasks)} tasks in the window: ${num(tot.finished)} finished, ${num(tot.failed)} failed (service), ${num(tot.rejected)} rejected (caller); success `,
+      serviceSuccess(tot)),
+    inst ? el("p", {}, `status ${inst.status}, breaker ${inst.breaker}, load ${num(100 * inst.load)} %, type ${inst.type}`) : "",
+    el("table", { class: "edges" }, el("tbody", {}, ...(edges.length ? edges.map(e => el("tr", {}, cell(e.from + " → " + e.to), cell(num(e.tasks), "num"),
+      cell(num(e.failed), e.failed ? "num bad" : "num"), cell(ms(e.latency_mean_ms), "num"))) : [el("tr", { class: "empty" }, el("td", {}, "no task in the window"))]))),
+    kind === "caller" ? "" : el("h3", {}, "recent failures"),
+    kind === "caller" ? "" : (fails.length ? el("table", { class: "fails" }, el("tbody", {}, ...fails.map(f => el("tr", {}, cell(utc(f.time)), cell(f.code),
+      el("td", { class: "message", title: f.message || "" }, f.message || none("no message")))))) : none("none in the window")));
+}
+
+async function refreshTopology() {
+  try {
+    drawTopology(await getJSON("/v1/console/topology?since=" + document.getElementById("topo-window").value));
+  } catch (err) {
+    document.getElementById("topo-detail").replaceChildren(none(String(err.message || err)));
+  }
+}
+document.getElementById("topo-window").addEventListener("change", () => { topoPolls = 0; refreshTopology(); });
 
 refresh();
 setInterval(refresh, POLL_MS);

@@ -190,7 +190,13 @@ func do(t *testing.T, method, url, token, body string, hdr ...string) answer {
 // (.artifacts/ under `make test`), else in the test's temporary directory.
 func screenshot(t *testing.T, b *browser, name string) {
 	t.Helper()
-	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	keep(t, b, name, chromedp.FullScreenshot(100))
+}
+
+// keep saves a screenshot action's picture as name (see screenshot).
+func keep(t *testing.T, b *browser, name string, shot chromedp.Action[[]byte]) {
+	t.Helper()
+	png, err := chromedp.Run(b.ctx, shot)
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}

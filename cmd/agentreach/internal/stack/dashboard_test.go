@@ -170,6 +170,42 @@ func TestDashboardInABrowser(t *testing.T) {
 			}
 		}
 	}
+	// The topology: the anonymous caller (no auth, no Reach-Source) →
+	// the capabilities called → the instances that served them, every
+	// demo agent drawn; a click on echo shows its figures.
+	b.step(t, "the topology shows the callers, capabilities and instances", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`['translate.fr', 'slow', 'math.add', 'echo'].every(c => !!document.querySelector('#topo path.edge[data-kind=call][data-from=anonymous][data-to="' + c + '"]'))`))
+	nodes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#topo g.node')).map(g => g.dataset.kind + ':' + g.dataset.id).sort()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"caller:anonymous", "capability:echo", "capability:math.add", "capability:slow", "capability:translate.fr"}
+	for _, id := range agentIDs {
+		want = append(want, "instance:"+id)
+	}
+	slices.Sort(want)
+	if !slices.Equal(nodes, want) {
+		t.Errorf("topology nodes %v, want %v", nodes, want)
+	}
+	edges, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#topo path.edge[data-kind=delivery]')).map(p => p.dataset.from + '>' + p.dataset.to + ' ' + p.classList[1]).sort()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edges {
+		if strings.HasPrefix(e, "slow>slow-") && !strings.HasSuffix(e, " bad") && !strings.HasSuffix(e, " warn") {
+			t.Errorf("delivery edge %q: slow had a failure in 2 tasks, want it coloured so", e)
+		}
+	}
+	t.Logf("topology deliveries: %v", edges)
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(document.querySelector('#topo g.node[data-kind=capability][data-id=echo]').dispatchEvent(new MouseEvent('click')), true)`)); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, "a click on echo shows its figures", 5*time.Second, chromedp.Poll[chromedp.Void](
+		`(document.querySelector('#topo-detail h3') || {}).textContent === 'capability echo' && document.getElementById('topo-detail').textContent.includes('12 tasks')`))
+	keep(t, b, "topology.png", chromedp.Screenshot(chromedp.Search("#topology")))
+
 	// Without auth and without --http-admin the console's actions are off:
 	// the page says so and the gateway refuses them.
 	b.step(t, "the console says its actions are off", 10*time.Second, chromedp.Poll[chromedp.Void](
