@@ -4,6 +4,8 @@
 "use strict";
 
 const POLL_MS = 1000;
+const STATS_EVERY = 2, SERIES_EVERY = 10;
+let statsPolls = 0, seriesPolls = 0, lastStats = null, seenKeys = new Set();
 const SHOW_FAILURES = 10; // of the 20 the gateway keeps
 
 function el(tag, attrs, ...children) {
@@ -186,7 +188,22 @@ async function getJSON(path) {
 async function refresh() {
   const health = document.getElementById("health");
   try {
-    const [h, agents, stats] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"), getJSON("/v1/stats?series=10m")]);
+    // What changes every second is polled every second; the aggregate
+    // every STATS_EVERY polls, its 10 s series every SERIES_EVERY (their
+    // cost grows with the capabilities: docs/operations.md, Performance).
+    const wantSeries = seriesPolls-- <= 0, wantStats = wantSeries || statsPolls-- <= 0;
+    const [h, agents, fresh] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"),
+      wantStats ? getJSON(wantSeries ? "/v1/stats?series=10m" : "/v1/stats") : null]);
+    if (fresh) {
+      statsPolls = STATS_EVERY - 1;
+      if (wantSeries) seriesPolls = SERIES_EVERY - 1;
+      lastStats = Object.assign({}, fresh, { series: wantSeries ? fresh.series : (lastStats || {}).series });
+      // A capability new to the aggregate: its chart at the next poll.
+      const keys = new Set(((fresh.summary || {}).rows || []).map(r => r.key));
+      if ([...keys].some(k => !seenKeys.has(k))) seriesPolls = 0;
+      seenKeys = keys;
+    }
+    const stats = lastStats || {};
     health.textContent = h.status;
     health.className = "badge " + (h.status === "ok" ? "ok" : "bad");
     document.getElementById("dispatcher").textContent = "dispatcher " + h.dispatcher;
@@ -196,13 +213,13 @@ async function refresh() {
     drawCharts(stats.series);
     drawStreams(stats.streams || {}, stats.dispatcher || {});
     if (topoPolls-- <= 0) {
-      topoPolls = TOPO_EVERY;
+      topoPolls = TOPO_EVERY - 1;
       refreshTopology();
     }
     const counts = (stats.streams || {}).REACH_DLQ + "/" + (stats.streams || {}).REACH_REVIEW;
     if (counts !== parkedCounts || parkedPolls-- <= 0) {
       parkedCounts = counts;
-      parkedPolls = PARKED_EVERY;
+      parkedPolls = PARKED_EVERY - 1;
       refreshParked();
     }
     document.getElementById("updated").textContent = "updated " + utc(new Date()) + " · times in UTC (this browser: " + localOffset() + ")";
@@ -284,7 +301,7 @@ async function refreshParked() {
 
 // The topology: three columns (callers, capabilities, instances) drawn
 // as SVG from GET /v1/console/topology; a click shows a node's figures.
-const TOPO_EVERY = 2; // polls between redraws
+const TOPO_EVERY = 5; // polls between redraws (its slices are minutes)
 const TOPO_MAX_ROWS = 200; // nodes per column drawn, the busiest
 let topoPolls = 0, topoData = null, topoSelected = null;
 

@@ -27,7 +27,7 @@ const chromiumPath = "/usr/bin/chromium"
 
 // chromium returns the browser to run, or fails the test saying how to
 // get one: the dashboard test never skips.
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("AGENTREACH_CHROMIUM"); p != "" {
 		return p
@@ -283,7 +283,7 @@ type browser struct {
 
 // openBrowser starts headless Chromium; its first action (a Navigate)
 // starts the browser process, which close ends.
-func openBrowser(t *testing.T) *browser {
+func openBrowser(t testing.TB) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
@@ -301,7 +301,7 @@ func openBrowser(t *testing.T) *browser {
 }
 
 // step runs steps within timeout, failing the test with what.
-func (b *browser) step(t *testing.T, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+func (b *browser) step(t testing.TB, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
