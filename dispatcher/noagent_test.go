@@ -58,15 +58,14 @@ func (r records) Observed(ev *Event) {
 	}
 }
 
-// A NO_AGENT for a name no instance has offered and no declaration names
-// is recorded Unknown, with its message, and counts as the caller's
-// doing; NO_AGENT for a name an instance offered (now draining) or a
-// declaration names stays the service's failure.
+// A NO_AGENT for a name no instance offers (draining ones too) and none
+// has served since the replica started is recorded Unknown, with its
+// message, and counts as the caller's doing; NO_AGENT for a name an
+// instance offers (draining) stays the service's failure.
 func TestNoAgentForANameNeverRegisteredIsTheCallers(t *testing.T) {
 	seen := make(records, 16)
 	h := newHarness(t, natstest.Options(t.TempDir()), WithObserver(seen))
 	h.instance(registry.Record{ID: "old-1", Type: "old", Capabilities: []string{"echos"}, Status: registry.StatusDraining})
-	h.declare(`{"type":"orders-reader","capabilities":[{"name":"orders.query"}]}`)
 	for _, c := range []struct {
 		capability string
 		unknown    bool
@@ -74,7 +73,6 @@ func TestNoAgentForANameNeverRegisteredIsTheCallers(t *testing.T) {
 	}{
 		{"ech", true, ClassRejected},
 		{"echos", false, ClassFailed},
-		{"orders.query", false, ClassFailed},
 	} {
 		if e := h.call(c.capability, []byte(`{}`)); e == nil || e.Code != streams.CodeNoAgent {
 			t.Fatalf("%s: %+v, want NO_AGENT", c.capability, e)

@@ -19,17 +19,11 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	ev := events.Event{
 		RequestID: t.requestID, OrchestrationID: t.orchID, Capability: t.capability, Tier: "direct",
 		Dispatcher: d.cfg.Name, Status: string(streams.StatusFinished), Outcome: outcome, Node: t.node, Failed: t.triedIDs,
-		Attempts: t.attempts, Cost: t.spent, Start: start,
-		LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
-		ParentID:  t.req.Header.Get(streams.HeaderParentID),
-		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
+		Attempts: t.attempts, Cost: t.spent, Start: start, LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
+		ParentID: t.req.Header.Get(streams.HeaderParentID), Hedged: t.hedged, HedgeWon: t.hedgedWon, Source: t.req.Header.Get(streams.HeaderSource),
 	}
-	if ev.Source = t.source; ev.Source == "" {
-		ev.Source = t.req.Header.Get(streams.HeaderSource)
-	}
-	if e != nil {
+	if ev.Unknown = d.served.Record(t.capability, t.node != "", e, func(c string) bool { return len(d.table.Offering(c)) > 0 || d.Resolves(c) }); e != nil {
 		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
-		ev.Unknown = e.Code == streams.CodeNoAgent && d.neverOffered(t.capability)
 	}
 	if !d.recordsWanted() {
 		d.counts.Add(ev.Count()) // counted all the same
@@ -47,14 +41,6 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		return
 	}
 	d.publishEvent(&ev, "")
-}
-
-// neverOffered reports whether no instance has offered capability since
-// this replica's table started, no declaration names it and no workflow
-// is named so: a name never registered.
-func (d *Dispatcher) neverOffered(capability string) bool {
-	return d.table != nil && !d.table.Offered(capability) && !d.Resolves(capability) &&
-		(d.catalog == nil || !d.catalog.Declares(capability))
 }
 
 // recordsWanted reports whether records are written at all: for

@@ -80,17 +80,6 @@ func (c *Catalog) Lookup(agentType string) (*CompiledDeclaration, bool) {
 	return d, ok
 }
 
-// Declares reports whether some declaration in force names capability.
-// It walks every declaration: for the rare path (a NO_AGENT), not routing.
-func (c *Catalog) Declares(capability string) bool {
-	for _, d := range c.snap.Load().byType {
-		if _, ok := d.Capability(capability); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // Version counts the catalog's changes: it grows whenever a declaration is
 // taken or removed, so a cache of matching results can be dropped when it
 // moves.

@@ -94,11 +94,7 @@ type Table struct {
 	lastDown  time.Time
 	byID      map[string]*Instance
 	byCap     map[string]*capSet
-	// offered is every capability an instance in the table has offered
-	// since it started (up to maxOffered names): Offered tells a name
-	// never registered (a caller's typo) from one whose instances left.
-	offered map[string]struct{}
-	changed chan struct{}
+	changed   chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -267,7 +263,6 @@ func NewTable(reg *Registry, opts ...TableOption) *Table {
 		reconcile: DefaultReconcileInterval,
 		byID:      make(map[string]*Instance),
 		byCap:     make(map[string]*capSet),
-		offered:   make(map[string]struct{}),
 		changed:   make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -414,9 +409,6 @@ func (t *Table) apply(kve jetstream.KeyValueEntry) {
 		if cs == nil {
 			cs = &capSet{members: make(map[string]*Instance)}
 			t.byCap[c] = cs
-			if len(t.offered) < maxOffered {
-				t.offered[c] = struct{}{}
-			}
 		}
 		cs.members[e.ID] = inst
 		cs.routes = nil
@@ -555,22 +547,6 @@ func (t *Table) Capabilities() []string {
 	t.mu.RUnlock()
 	slices.Sort(out)
 	return out
-}
-
-// maxOffered bounds the names Offered remembers; past it, a name not
-// remembered counts as offered (never wrongly called a typo).
-const maxOffered = 100_000
-
-// Offered reports whether some instance in the table offered capability
-// c, now or at any time since the table started: false is a name never
-// registered while this table watched, most likely a caller's typo.
-func (t *Table) Offered(c string) bool {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if _, ok := t.offered[c]; ok || len(t.offered) >= maxOffered {
-		return true
-	}
-	return false
 }
 
 // Lookup returns instance id, if it is in the table.

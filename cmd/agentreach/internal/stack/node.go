@@ -120,7 +120,7 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 		gopts = append(gopts, gateway.WithIdentifier(gateway.IdentifierFunc(func(r *http.Request, task *nats.Msg) *streams.Error {
 			return az.Vouch(r.Header.Get("Authorization"), task)
 		})))
-		ccfg.Auth, ccfg.ReplaySign = consoleAuth{az}, az.SignReplay
+		ccfg.Auth, ccfg.ReplaySign = consoleAuth{az, js}, az.SignReplay
 	}
 	gopts = append(gopts, gateway.WithConsole(console.New(ccfg)))
 	if n.gateway, err = gateway.New(nc, d, gcfg, gopts...); err != nil {
@@ -133,16 +133,6 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 	n.url = n.gateway.URL()
 	return n, nil
 }
-
-// consoleAuth is the console's side of auth: bearer tokens and the ACL.
-type consoleAuth struct{ az *auth.Authorizer }
-
-func (c consoleAuth) Identify(r *http.Request) (console.Identity, *streams.Error) {
-	name, role, e := c.az.Bearer(r.Header.Get("Authorization"))
-	return console.Identity{Name: name, Operator: role == auth.RoleDispatcher}, e
-}
-
-func (c consoleAuth) MayCall(name, capability string) bool { return c.az.MayCall(name, capability) }
 
 // URL returns the dashboard's URL, "" without HTTP.
 func (n *node) URL() string { return n.url }
