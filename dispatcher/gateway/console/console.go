@@ -91,6 +91,8 @@ func (c *Console) Routes() []Route {
 		{http.MethodPost, "/v1/console/parked/{stream}/{seq}/{action}", c.act},
 		{http.MethodGet, "/v1/console/actions", c.recent},
 		{http.MethodGet, "/v1/console/topology", c.topology},
+		{http.MethodGet, "/v1/console/runs", c.runs},
+		{http.MethodGet, "/v1/console/runs/{id}", c.run},
 	}
 }
 

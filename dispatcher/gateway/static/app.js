@@ -212,6 +212,11 @@ async function refresh() {
     drawFailures(stats.summary);
     drawCharts(stats.series);
     drawStreams(stats.streams || {}, stats.dispatcher || {});
+    if (runsPolls-- <= 0) {
+      runsPolls = RUNS_EVERY - 1;
+      refreshRuns();
+    }
+    if (runSelected && !runEnded) refreshRun();
     if (topoPolls-- <= 0) {
       topoPolls = TOPO_EVERY - 1;
       refreshTopology();
@@ -401,6 +406,54 @@ async function refreshTopology() {
   }
 }
 document.getElementById("topo-window").addEventListener("change", () => { topoPolls = 0; refreshTopology(); });
+
+// Workflow runs: the list every RUNS_EVERY polls, the selected run's
+// steps and decisions every poll while it runs (as `agentreach runs show`).
+const RUNS_EVERY = 5;
+let runsPolls = 0, runSelected = null, runEnded = false;
+
+function drawRuns(runs) {
+  fill("#runs-list", runs.map(r => {
+    const tr = el("tr", { "data-run": r.id, class: "clickable" + (r.id === runSelected ? " selected" : "") },
+      cell(r.id), cell(r.workflow), cell(r.tier), cell(r.status, "status state-" + r.status), cell(utc(r.started), "time"),
+      cell(r.done + "/" + r.steps, "num"), cell(r.outcome || none("none yet")),
+      el("td", { class: "message" }, r.error ? r.error.code + ": " + r.error.message : none("no error")));
+    tr.addEventListener("click", () => { runSelected = r.id; runEnded = false; refreshRun(); });
+    return tr;
+  }), { cols: 8, text: "no workflow run (records are kept 7 days)" });
+}
+
+function drawRun(r) {
+  const steps = (r.steps || []).map(s => el("tr", { "data-step": s.name }, cell(s.name), cell(s.status, "status"),
+    cell(s.capability || none("no call")), cell(s.node || none("not delivered")), cell(s.attempts || 0, "num"), cell(ms(s.latency_ms), "num"),
+    el("td", { class: "message" }, s.error ? s.error.code + ": " + s.error.message : s.skipped ? "skipped: " + s.skipped : none("no error"))));
+  const decisions = (r.decisions || []).map(d => el("tr", {}, cell(utc(d.at), "time"), cell(d.step || none("the run")), cell(d.kind), el("td", { class: "message" }, d.detail)));
+  document.getElementById("run-detail").replaceChildren(
+    el("h3", { "data-run": r.id }, `run ${r.id} · ${r.workflow} (version ${r.version}) · ${r.tier} · ${r.status}` + (r.outcome ? ", outcome " + r.outcome : "") +
+      ` · started ${utc(r.started)}` + (r.ended ? ", ended after " + num(new Date(r.ended) - new Date(r.started)) + " ms" : "")),
+    el("table", { class: "steps" }, el("thead", {}, el("tr", {}, ...["step", "status", "capability", "instance", "attempts", "latency", "error"].map(h => el("th", {}, h)))),
+      el("tbody", {}, ...(steps.length ? steps : [el("tr", { class: "empty" }, el("td", { colspan: 7 }, "no step yet"))]))),
+    el("h3", {}, "decisions"),
+    el("table", { class: "decisions" }, el("tbody", {}, ...(decisions.length ? decisions : [el("tr", { class: "empty" }, el("td", {}, "none"))]))));
+  runEnded = !!r.ended;
+}
+
+async function refreshRun() {
+  if (!runSelected) return;
+  try {
+    drawRun(await getJSON("/v1/console/runs/" + encodeURIComponent(runSelected)));
+  } catch (err) {
+    document.getElementById("run-detail").replaceChildren(none(String(err.message || err)));
+  }
+}
+
+async function refreshRuns() {
+  try {
+    drawRuns(await getJSON("/v1/console/runs"));
+  } catch (err) {
+    fill("#runs-list", [], { cols: 8, text: String(err.message || err) });
+  }
+}
 
 refresh();
 setInterval(refresh, POLL_MS);

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -205,6 +206,24 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.step(t, "a click on echo shows its figures", 5*time.Second, chromedp.Poll[chromedp.Void](
 		`(document.querySelector('#topo-detail h3') || {}).textContent === 'capability echo' && document.getElementById('topo-detail').textContent.includes('12 tasks')`))
 	keep(t, b, "topology.png", chromedp.Screenshot(chromedp.Search("#topology")))
+
+	// A workflow run, listed and shown step by step.
+	if r := clitest.RunCmd(t, document.RunWorkflow, "--server", "nats://"+listen, "put",
+		filepath.Join("..", "..", "..", "..", "examples", "workflows", "add-and-echo.yaml")); r.Code != cli.ExitOK {
+		t.Fatalf("workflow put: %d %s", r.Code, r.Stderr)
+	}
+	// (a durable run: its record is kept in REACH_RUNS)
+	if res := do(t, http.MethodPost, base+"v1/submit/demo.sum", "", `{"a":2,"b":3}`); res.status != http.StatusAccepted {
+		t.Fatalf("submit demo.sum: %d %s", res.status, res.body)
+	}
+	b.step(t, "the run is listed", 15*time.Second, chromedp.Poll[chromedp.Void](
+		`(r => !!r && r.querySelector('td.status').textContent === 'finished')(document.querySelector('#runs-list tr[data-run]'))`))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(document.querySelector('#runs-list tr[data-run]').click(), true)`)); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, "the run's steps show", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`['add', 'say', 'warn'].every(s => !!document.querySelector('#run-detail tr[data-step="' + s + '"]')) &&
+		document.querySelector('#run-detail tr[data-step=warn] td.status').textContent === 'skipped'`))
 
 	// Without auth and without --http-admin the console's actions are off:
 	// the page says so and the gateway refuses them.
