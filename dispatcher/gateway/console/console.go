@@ -106,6 +106,11 @@ const (
 	ActionDrop   = "drop"   // either: delete it (a review entry: resolved dropped)
 )
 
+// HeaderConsole must be "1" on an action: a cross-site form cannot send
+// it, and a cross-site script cannot without a CORS preflight, which the
+// gateway does not answer.
+const HeaderConsole = "X-Reach-Console"
+
 // PreviewBytes bounds an entry's payload preview.
 const PreviewBytes = 512
 
@@ -411,6 +416,13 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	t, e := ParseTarget(r.PathValue("stream"), r.PathValue("seq"), r.PathValue("action"))
 	if e != nil {
 		writeError(w, r, e)
+		return
+	}
+	if r.Header.Get(HeaderConsole) != "1" {
+		// A form on another site can POST here (a simple request, no
+		// preflight) but cannot set this header: no cross-site action.
+		writeJSON(w, http.StatusForbidden, streams.NewError(streams.CodeUnauthorized,
+			"an action needs the header %s: 1 (the page sends it; a form on another site cannot)", HeaderConsole))
 		return
 	}
 	id, e := c.who(r)

@@ -241,7 +241,7 @@ const PARKED_EVERY = 10; // polls between listings when the counts stay put
 let parkedPolls = 0, parkedCounts = "";
 
 async function send(method, path) {
-  const headers = TOKEN ? { Authorization: "Bearer " + TOKEN } : {};
+  const headers = Object.assign({ "X-Reach-Console": "1" }, TOKEN ? { Authorization: "Bearer " + TOKEN } : {});
   const r = await fetch(path, { method, cache: "no-store", headers });
   const body = await r.json();
   if (!r.ok) throw new Error((body.code ? body.code + ": " : "") + (body.message || r.status));

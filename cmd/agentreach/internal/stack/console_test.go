@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/console"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -171,6 +172,9 @@ func do(t *testing.T, method, url, token, body string, hdr ...string) answer {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if method == http.MethodPost && strings.Contains(url, "/v1/console/") {
+		req.Header.Set(console.HeaderConsole, "1") // as the page sends it
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -245,6 +249,16 @@ func TestConsoleAdminWithoutAuth(t *testing.T) {
 	e := listing.Entries[0]
 	if !e.Allowed || e.Reason != "poison" || e.Preview != `["not", "an", "object"]` || e.LastError == "" {
 		t.Errorf("the dead letter is listed %+v, want allowed, poison, its payload and its error", e)
+	}
+	// A cross-site form's POST carries no X-Reach-Console: refused, the
+	// entry kept.
+	form, err := http.Post(fmt.Sprintf("%sv1/console/parked/dlq/%d/drop", base, e.Seq), "application/x-www-form-urlencoded", strings.NewReader("x=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	form.Body.Close()
+	if form.StatusCode != http.StatusForbidden {
+		t.Errorf("a drop without %s: %d, want 403", console.HeaderConsole, form.StatusCode)
 	}
 	res = do(t, http.MethodPost, fmt.Sprintf("%sv1/console/parked/dlq/%d/drop", base, e.Seq), "", "")
 	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"by":"http-admin"`) {
