@@ -15,6 +15,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/names"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
@@ -58,8 +59,9 @@ type Dispatcher struct {
 	// Live policy and declarations (policy.go, resolve.go).
 	policies    *registry.PolicyWatcher
 	catalog     *registry.Catalog
-	pols        sync.Map // capability → *capPolicy, resolved from the current policy snapshot
-	capInflight sync.Map // capability → *atomic.Int64, its tasks in flight here
+	served      names.Served // the capabilities delivered: NO_AGENT for a name never registered is the caller's (record.go)
+	pols        sync.Map     // capability → *capPolicy, resolved from the current policy snapshot
+	capInflight sync.Map     // capability → *atomic.Int64, its tasks in flight here
 	// requirements caches parsed Reach-Require values, views the static
 	// filters of routes by requirement (resolve.go).
 	requirements selection.Cache

@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
@@ -43,6 +45,47 @@ func TestNoAgentSuggestsTheNearestCapability(t *testing.T) {
 		e := h.call(c.capability, []byte(`{}`))
 		if e == nil || e.Code != streams.CodeNoAgent || e.Message != c.message {
 			t.Errorf("%s: got %+v, want NO_AGENT %q", c.capability, e, c.message)
+		}
+	}
+}
+
+// records sends every task record it observes to a channel.
+type records chan Event
+
+func (r records) Observed(ev *Event) {
+	if ev.IsTask() {
+		r <- *ev
+	}
+}
+
+// A NO_AGENT for a name no instance offers (draining ones too) and none
+// has served since the replica started is recorded Unknown, with its
+// message, and counts as the caller's doing; NO_AGENT for a name an
+// instance offers (draining) stays the service's failure.
+func TestNoAgentForANameNeverRegisteredIsTheCallers(t *testing.T) {
+	seen := make(records, 16)
+	h := newHarness(t, natstest.Options(t.TempDir()), WithObserver(seen))
+	h.instance(registry.Record{ID: "old-1", Type: "old", Capabilities: []string{"echos"}, Status: registry.StatusDraining})
+	for _, c := range []struct {
+		capability string
+		unknown    bool
+		class      Class
+	}{
+		{"ech", true, ClassRejected},
+		{"echos", false, ClassFailed},
+	} {
+		if e := h.call(c.capability, []byte(`{}`)); e == nil || e.Code != streams.CodeNoAgent {
+			t.Fatalf("%s: %+v, want NO_AGENT", c.capability, e)
+		}
+		var ev Event
+		select {
+		case ev = <-seen:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no record within 10s", c.capability)
+		}
+		if ev.Capability != c.capability || ev.Unknown != c.unknown || ev.Class() != c.class ||
+			!strings.HasPrefix(ev.Error, "no routable instance offers "+c.capability) {
+			t.Errorf("%s: record %+v (class %s), want unknown %v, class %s and the message", c.capability, ev, ev.Class(), c.unknown, c.class)
 		}
 	}
 }

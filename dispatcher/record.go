@@ -19,13 +19,11 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	ev := events.Event{
 		RequestID: t.requestID, OrchestrationID: t.orchID, Capability: t.capability, Tier: "direct",
 		Dispatcher: d.cfg.Name, Status: string(streams.StatusFinished), Outcome: outcome, Node: t.node, Failed: t.triedIDs,
-		Attempts: t.attempts, Cost: t.spent, Start: start,
-		LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
-		ParentID:  t.req.Header.Get(streams.HeaderParentID),
-		Hedged:    t.hedged, HedgeWon: t.hedgedWon,
+		Attempts: t.attempts, Cost: t.spent, Start: start, LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
+		ParentID: t.req.Header.Get(streams.HeaderParentID), Hedged: t.hedged, HedgeWon: t.hedgedWon, Source: t.req.Header.Get(streams.HeaderSource),
 	}
-	if e != nil {
-		ev.Status, ev.Code = events.StatusOf(e), string(e.Code)
+	if ev.Unknown = d.served.Record(t.capability, t.node != "", e, func(c string) bool { return len(d.table.Offering(c)) > 0 || d.Resolves(c) }); e != nil {
+		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
 	}
 	if r := t.relay; r != nil { // the task has ended: its relay is settled
 		ev.Streamed, ev.Chunks = true, r.out.Sent()

@@ -125,7 +125,7 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 	}
 	task(dispatcher.ClassRejected, 0)
 	call("echo", streams.ErrBadRequest, agentkit.WithHeader(streams.HeaderAgent, "not an id!"))
-	task(dispatcher.ClassFailed, 0)
+	task(dispatcher.ClassRejected, 0) // a name never registered: the caller's
 	call("nobody.serves.this", streams.ErrNoAgent)
 	task(dispatcher.ClassFailed, 1)
 	call("boom", streams.ErrInternal)
@@ -259,10 +259,12 @@ func scrapeCounts(url string) (dispatcher.Counts, error) {
 			if outcome == "finished" {
 				outcome = ""
 			}
-			switch dispatcher.ClassOf(strings.ToUpper(outcome)) {
-			case dispatcher.ClassFinished:
+			switch class := dispatcher.ClassOf(strings.ToUpper(outcome)); {
+			case outcome == metrics.OutcomeUnknownName:
+				c.Rejected += n
+			case class == dispatcher.ClassFinished:
 				c.Finished += n
-			case dispatcher.ClassRejected:
+			case class == dispatcher.ClassRejected:
 				c.Rejected += n
 			default:
 				c.Failed += n

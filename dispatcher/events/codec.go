@@ -54,6 +54,10 @@ func Append(b []byte, ev *Event) []byte {
 	b = appendString(b, ev.OrchestrationID)
 	b = append(b, `,"capability":`...)
 	b = appendString(b, ev.Capability)
+	if ev.Source != "" {
+		b = append(b, `,"source":`...)
+		b = appendString(b, ev.Source)
+	}
 	b = append(b, `,"tier":`...)
 	b = appendString(b, ev.Tier)
 	b = append(b, `,"dispatcher":`...)
@@ -63,6 +67,13 @@ func Append(b []byte, ev *Event) []byte {
 	if ev.Code != "" {
 		b = append(b, `,"code":`...)
 		b = appendString(b, ev.Code)
+	}
+	if ev.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendString(b, ev.Error)
+	}
+	if ev.Unknown {
+		b = append(b, `,"unknown":true`...)
 	}
 	b = append(b, `,"outcome":`...)
 	b = appendString(b, ev.Outcome)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -12,21 +13,31 @@ import (
 // reach.event.<capability>) when it ends: who could take it, who did, how
 // long it took, how many attempts and what it cost.
 type Event struct {
-	RequestID       string    `json:"request_id"`
-	OrchestrationID string    `json:"orchestration_id"`
-	Capability      string    `json:"capability"`
-	Tier            string    `json:"tier"` // "direct" or "durable"
-	Dispatcher      string    `json:"dispatcher"`
-	Status          string    `json:"status"`           // FINISHED, FAILED, TIMEOUT
-	Code            string    `json:"code,omitempty"`   // the error code of a failed task
-	Outcome         string    `json:"outcome"`          // reply; durable: result, dead_letter, review
-	Candidates      int       `json:"candidates"`       // routable instances when it started
-	Node            string    `json:"node,omitempty"`   // the instance of the last attempt
-	Failed          []string  `json:"failed,omitempty"` // instances whose attempts failed, in order
-	Attempts        int       `json:"attempts"`
-	Cost            float64   `json:"cost,omitempty"`
-	LatencyMS       float64   `json:"latency_ms"`
-	Start           time.Time `json:"start"`
+	RequestID       string `json:"request_id"`
+	OrchestrationID string `json:"orchestration_id"`
+	Capability      string `json:"capability"`
+	// Source is the task's caller (Reach-Source; with auth on, the
+	// identity proven), when it names one.
+	Source     string `json:"source,omitempty"`
+	Tier       string `json:"tier"` // "direct" or "durable"
+	Dispatcher string `json:"dispatcher"`
+	Status     string `json:"status"`         // FINISHED, FAILED, TIMEOUT
+	Code       string `json:"code,omitempty"` // the error code of a failed task
+	// Error is the message of that error, cut to MaxErrorInEvents bytes.
+	Error string `json:"error,omitempty"`
+	// Unknown is set on a NO_AGENT task whose capability no instance has
+	// offered since the replica started and no workflow serves: a name
+	// never registered (most likely a typo), which counts as the
+	// caller's doing (Class).
+	Unknown    bool      `json:"unknown,omitempty"`
+	Outcome    string    `json:"outcome"`          // reply; durable: result, dead_letter, review
+	Candidates int       `json:"candidates"`       // routable instances when it started
+	Node       string    `json:"node,omitempty"`   // the instance of the last attempt
+	Failed     []string  `json:"failed,omitempty"` // instances whose attempts failed, in order
+	Attempts   int       `json:"attempts"`
+	Cost       float64   `json:"cost,omitempty"`
+	LatencyMS  float64   `json:"latency_ms"`
+	Start      time.Time `json:"start"`
 	// ParentID is the request id of the fan-out, broadcast or workflow run
 	// a task was a branch or step of (Reach-Parent-Id).
 	ParentID string `json:"parent_id,omitempty"`
@@ -107,6 +118,32 @@ func ClassOf(code string) Class {
 	return ClassFailed
 }
 
+// Class returns the class of a task's record: ClassOf its code, except
+// that NO_AGENT for a name never registered (Unknown) is the caller's
+// doing.
+func (ev *Event) Class() Class {
+	if ev.Unknown && ev.Code == string(streams.CodeNoAgent) {
+		return ClassRejected
+	}
+	return ClassOf(ev.Code)
+}
+
+// MaxErrorInEvents bounds Event.Error, in bytes.
+const MaxErrorInEvents = 256
+
+// ErrorText returns msg cut to MaxErrorInEvents bytes (on a rune
+// boundary), for Event.Error.
+func ErrorText(msg string) string {
+	if len(msg) <= MaxErrorInEvents {
+		return msg
+	}
+	cut := MaxErrorInEvents - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
+
 // Counts is what records add up to by the counting model. Tasks is
 // Finished + Rejected + Failed.
 type Counts struct {
@@ -142,7 +179,7 @@ func (ev *Event) Count() Counts {
 	switch {
 	case ev.IsTask():
 		c.Tasks = 1
-		switch ClassOf(ev.Code) {
+		switch ev.Class() {
 		case ClassFinished:
 			c.Finished = 1
 		case ClassRejected:

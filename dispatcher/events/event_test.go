@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"pgregory.net/rapid"
 
@@ -22,8 +24,9 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ev := Event{
 			RequestID: str.Draw(rt, "request_id"), OrchestrationID: str.Draw(rt, "orch"),
-			Capability: str.Draw(rt, "capability"), Tier: str.Draw(rt, "tier"), Dispatcher: str.Draw(rt, "dispatcher"),
-			Status: str.Draw(rt, "status"), Code: str.Draw(rt, "code"), Outcome: str.Draw(rt, "outcome"),
+			Capability: str.Draw(rt, "capability"), Source: str.Draw(rt, "source"), Tier: str.Draw(rt, "tier"), Dispatcher: str.Draw(rt, "dispatcher"),
+			Status: str.Draw(rt, "status"), Code: str.Draw(rt, "code"), Error: str.Draw(rt, "error"),
+			Unknown: rapid.Bool().Draw(rt, "unknown"), Outcome: str.Draw(rt, "outcome"),
 			Candidates: rapid.IntRange(0, 1<<20).Draw(rt, "candidates"), Node: str.Draw(rt, "node"),
 			Failed:   rapid.SliceOfN(str, 0, 3).Draw(rt, "failed"),
 			Attempts: rapid.IntRange(0, 100).Draw(rt, "attempts"),
@@ -98,6 +101,8 @@ func TestEventCount(t *testing.T) {
 		{"retried twice", Event{Status: "FINISHED", Attempts: 3}, Counts{Tasks: 1, Finished: 1, Retries: 2}},
 		{"hedged, no retry", Event{Status: "FINISHED", Attempts: 2, Hedged: true}, Counts{Tasks: 1, Finished: 1}},
 		{"never delivered", Event{Status: "FAILED", Code: "NO_AGENT"}, Counts{Tasks: 1, Failed: 1}},
+		{"a name never registered", Event{Status: "FAILED", Code: "NO_AGENT", Unknown: true}, Counts{Tasks: 1, Rejected: 1}},
+		{"unknown is only NO_AGENT's", Event{Status: "TIMEOUT", Code: "TIMEOUT", Unknown: true, Attempts: 1}, Counts{Tasks: 1, Failed: 1}},
 		{"timeout", Event{Status: "TIMEOUT", Code: "TIMEOUT", Attempts: 2}, Counts{Tasks: 1, Failed: 1, Retries: 1}},
 		{"business rejection", Event{Status: "FAILED", Code: "BIZ_REJECT", Attempts: 1}, Counts{Tasks: 1, Rejected: 1}},
 		{"bad request", Event{Status: "FAILED", Code: "BAD_REQUEST"}, Counts{Tasks: 1, Rejected: 1}},
@@ -113,5 +118,18 @@ func TestEventCount(t *testing.T) {
 		if got := c.ev.Count(); got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
+	}
+}
+
+// An error's message is kept whole up to MaxErrorInEvents bytes, and cut
+// on a rune boundary past it, marked with an ellipsis.
+func TestErrorText(t *testing.T) {
+	if got := ErrorText("no routable instance offers x"); got != "no routable instance offers x" {
+		t.Errorf("short message: %q", got)
+	}
+	long := strings.Repeat("é", MaxErrorInEvents)
+	got := ErrorText(long)
+	if len(got) > MaxErrorInEvents || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Errorf("long message cut to %d bytes, valid %v: %q", len(got), utf8.ValidString(got), got)
 	}
 }

@@ -83,6 +83,7 @@ type Aggregator struct {
 	failures []Failure // ring of the latest failed tasks
 	failNext int
 	added    int64
+	edges    edges // topology.go
 }
 
 // New returns an empty aggregator, or an error for a Config out of range.
@@ -136,6 +137,8 @@ type Failure struct {
 	Node       string           `json:"node,omitempty"`
 	Status     string           `json:"status"`
 	Code       string           `json:"code"`
+	Message    string           `json:"message,omitempty"` // the error's message (dispatcher.Event.Error)
+	Unknown    bool             `json:"unknown,omitempty"` // NO_AGENT for a name never registered
 	Class      dispatcher.Class `json:"class"`
 	Outcome    string           `json:"outcome"`
 	Attempts   int              `json:"attempts"`
@@ -189,9 +192,11 @@ func (a *Aggregator) Add(ev *dispatcher.Event) {
 			a.bucket(k.d, k.key, epoch).task(ev)
 		}
 		a.remember(ev.RequestID, ev.Capability)
-		if class := dispatcher.ClassOf(ev.Code); class != dispatcher.ClassFinished {
+		a.addEdges(ev, at)
+		if class := ev.Class(); class != dispatcher.ClassFinished {
 			a.fail(Failure{Time: at, RequestID: ev.RequestID, Capability: ev.Capability, Node: ev.Node, Status: ev.Status,
-				Code: ev.Code, Class: class, Outcome: ev.Outcome, Attempts: ev.Attempts, LatencyMS: ev.LatencyMS})
+				Code: ev.Code, Message: ev.Error, Unknown: ev.Unknown, Class: class, Outcome: ev.Outcome, Attempts: ev.Attempts,
+				LatencyMS: ev.LatencyMS})
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,8 @@ func knownSet(a *Aggregator, at time.Time) {
 	}
 	a.Add(&dispatcher.Event{RequestID: "b1", Capability: "risk", Status: "FAILED", Code: "BIZ_REJECT", Outcome: "reply",
 		Node: "risk-1", Attempts: 1, LatencyMS: 200, Start: at})
-	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "risk", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply", Start: at})
+	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "risk", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply", Start: at,
+		Error: "no routable instance offers risk"})
 	a.Add(&dispatcher.Event{RequestID: "e1", Kind: "feedback", Node: "echo-1", Score: score(0.5), Start: at})
 	a.Add(&dispatcher.Event{RequestID: "e3", Kind: "feedback", Node: "echo-1", Score: score(1), Start: at})
 	a.Add(&dispatcher.Event{RequestID: "f1", Capability: "fanout", Kind: "fanout", Status: "FINISHED", Expected: 2, Start: at})
@@ -101,6 +103,7 @@ func TestSummaryOfAKnownSet(t *testing.T) {
 		t.Errorf("total %+v, want 112 tasks: 106 finished, 1 rejected, 5 failed; 1 fan-out of 2 branches", s.Total)
 	}
 	if len(s.Failures) != 6 || s.Failures[0].RequestID != "n1" || s.Failures[0].Class != dispatcher.ClassFailed ||
+		s.Failures[0].Message != "no routable instance offers risk" ||
 		s.Failures[1].RequestID != "b1" || s.Failures[1].Class != dispatcher.ClassRejected {
 		t.Errorf("failures %+v, want 6, newest (n1, failed; b1, rejected) first", s.Failures)
 	}
@@ -222,5 +225,68 @@ func TestQuantilesStayWithinWhatWasSeen(t *testing.T) {
 	}
 	if q := h.quantile(0.01); q != 10 {
 		t.Errorf("p1 of 10 and 2000 ms: %v, want 10", q)
+	}
+}
+
+// NO_AGENT for a name never registered is the caller's doing: counted
+// rejected and listed so, with its message; NO_AGENT for a known name
+// stays the service's.
+func TestUnknownNameIsTheCallers(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
+	a := newTestAggregator(t, c)
+	at := c.now.Add(-time.Minute)
+	a.Add(&dispatcher.Event{RequestID: "u1", Capability: "tranlsate", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply",
+		Start: at, Unknown: true, Error: "no routable instance offers tranlsate; did you mean translate?"})
+	a.Add(&dispatcher.Event{RequestID: "k1", Capability: "translate", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply",
+		Start: at.Add(time.Second), Error: "no routable instance offers translate"})
+	s, err := a.Summary(ByCapability, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Total.Rejected != 1 || s.Total.Failed != 1 {
+		t.Errorf("total %+v, want the unknown name rejected and the known one failed", s.Total)
+	}
+	if len(s.Failures) != 2 || s.Failures[1].RequestID != "u1" || s.Failures[1].Class != dispatcher.ClassRejected ||
+		!s.Failures[1].Unknown || !strings.Contains(s.Failures[1].Message, "did you mean translate") ||
+		s.Failures[0].Class != dispatcher.ClassFailed {
+		t.Errorf("failures %+v", s.Failures)
+	}
+}
+
+// The topology counts each task on its caller → capability edge and its
+// capability → instance edge, by class, within the window asked for.
+func TestTopology(t *testing.T) {
+	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
+	a := newTestAggregator(t, c)
+	at := c.now.Add(-2 * time.Minute)
+	for i := range 4 {
+		a.Add(&dispatcher.Event{RequestID: fmt.Sprint("w", i), Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED",
+			Outcome: "reply", Attempts: 1, LatencyMS: 10, Start: at})
+	}
+	a.Add(&dispatcher.Event{RequestID: "b1", Source: "billing", Capability: "echo", Node: "echo-2", Status: "FAILED", Code: "TIMEOUT",
+		Outcome: "reply", Attempts: 1, LatencyMS: 30, Start: at})
+	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "tranlsate", Status: "FAILED", Code: "NO_AGENT", Unknown: true, Outcome: "reply", Start: at})
+	a.Add(&dispatcher.Event{RequestID: "old", Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED", Outcome: "reply",
+		Attempts: 1, Start: c.now.Add(-30 * time.Minute)})
+	top, err := a.Topology(10 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Edge{{From: "web", To: "echo", Tasks: 4, Finished: 4, LatencyMS: 10},
+		{From: "anonymous", To: "tranlsate", Tasks: 1, Rejected: 1}, {From: "billing", To: "echo", Tasks: 1, Failed: 1, LatencyMS: 30}}
+	if fmt.Sprint(top.Calls) != fmt.Sprint(want) {
+		t.Errorf("calls %+v, want %+v", top.Calls, want)
+	}
+	want = []Edge{{From: "echo", To: "echo-1", Tasks: 4, Finished: 4, LatencyMS: 10},
+		{From: "echo", To: "echo-2", Tasks: 1, Failed: 1, LatencyMS: 30}, {From: "tranlsate", To: "none", Tasks: 1, Rejected: 1}}
+	if fmt.Sprint(top.Deliveries) != fmt.Sprint(want) {
+		t.Errorf("deliveries %+v, want %+v", top.Deliveries, want)
+	}
+	hour, err := a.Topology(0)
+	if err != nil || hour.Calls[0].Tasks != 5 {
+		t.Errorf("over the hour web → echo: %+v (%v), want 5 tasks", hour.Calls, err)
+	}
+	if _, err := a.Topology(2 * time.Hour); !errors.Is(err, ErrInvalidQuery) {
+		t.Errorf("beyond the window: %v, want ErrInvalidQuery", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/console"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/mcp"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 )
@@ -88,6 +89,11 @@ func WithMetrics(m *metrics.Metrics) Option { return func(g *Gateway) { g.metric
 // counters only.
 func WithStats(agg *eventstats.Aggregator) Option { return func(g *Gateway) { g.stats = agg } }
 
+// WithConsole serves the operator console's routes (/v1/console/...:
+// dead letters and review entries, browsed and acted on) beside the
+// gateway's own.
+func WithConsole(c *console.Console) Option { return func(g *Gateway) { g.console = c } }
+
 // Gateway is the HTTP side of one dispatcher replica. Create it with New,
 // bind it with Listen, stop it with Shutdown (idempotent); or mount
 // Handler in a server of your own. Its methods are safe for concurrent
@@ -101,6 +107,7 @@ type Gateway struct {
 	identifier Identifier
 	metrics    *metrics.Metrics
 	stats      *eventstats.Aggregator
+	console    *console.Console
 	counter    *metrics.StreamCounter
 	a2a        *a2a.Server // the A2A binding (docs/a2a.md)
 	handler    http.Handler

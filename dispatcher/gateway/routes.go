@@ -47,6 +47,11 @@ func (g *Gateway) routes() http.Handler {
 	for _, p := range a2a.Patterns {
 		mux.Handle(p, g.a2a)
 	}
+	if g.console != nil {
+		for _, r := range g.console.Routes() {
+			mux.HandleFunc(r.Method+" "+r.Path, r.Handler)
+		}
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, req, streams.NewError(CodeNotFound, "no route %s %s (see docs/operations.md)", req.Method, req.URL.Path))
 	})

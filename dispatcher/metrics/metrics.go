@@ -200,11 +200,19 @@ func kindLabel(kind string) string {
 
 // outcomeOf is a record's outcome label.
 func outcomeOf(ev *dispatcher.Event) string {
-	if ev.Code == "" {
+	switch {
+	case ev.Code == "":
 		return "finished"
+	case ev.Unknown && ev.Class() == dispatcher.ClassRejected:
+		return OutcomeUnknownName
 	}
 	return strings.ToLower(ev.Code)
 }
+
+// OutcomeUnknownName is the outcome label of a NO_AGENT for a name never
+// registered (dispatcher.Event.Unknown): the caller's doing, apart from
+// no_agent, the service's.
+const OutcomeUnknownName = "no_agent_unknown"
 
 // capabilityLabel returns capability when it has, or may get, a label of
 // its own: one the registry offers now, within MaxCapabilities.

@@ -4,6 +4,8 @@
 "use strict";
 
 const POLL_MS = 1000;
+const STATS_EVERY = 2, SERIES_EVERY = 10;
+let statsPolls = 0, seriesPolls = 0, lastStats = null, seenKeys = new Set();
 const SHOW_FAILURES = 10; // of the 20 the gateway keeps
 
 function el(tag, attrs, ...children) {
@@ -21,16 +23,43 @@ function svg(tag, attrs) {
   return e;
 }
 
+// none is a placeholder: muted and italic, worded so that it never reads
+// as a value ("no samples", not "0" or "–").
+function none(text, why) {
+  return el("span", { class: "none", title: why || "" }, text);
+}
+
+// utc shows a time in UTC, its offset spelled out.
+function utc(t) {
+  const d = t instanceof Date ? t : new Date(t);
+  if (isNaN(d)) return none("no time");
+  return d.toISOString().slice(11, 19) + " UTC";
+}
+// localOffset is this browser's offset from UTC, as "UTC+01:00".
+function localOffset() {
+  const m = -new Date().getTimezoneOffset();
+  const a = Math.abs(m);
+  return "UTC" + (m < 0 ? "−" : "+") + String(Math.floor(a / 60)).padStart(2, "0") + ":" + String(a % 60).padStart(2, "0");
+}
+
 function num(v, digits) {
   return Number(v || 0).toLocaleString(undefined, { maximumFractionDigits: digits === undefined ? 0 : digits });
 }
-// ms shows a latency; "–" when there is none (null: not enough samples).
+// ms shows a latency; a placeholder when there is none (null: not enough
+// samples).
 function ms(v) {
-  if (!v) return "–";
+  if (!v) return none("no samples", "not enough samples for a figure");
   if (v < 0.01) return "< 0.01 ms";
   return (v < 10 ? num(v, 2) : num(v, 0)) + " ms";
 }
-function pct(v, tasks) { return tasks ? num(100 * v, 1) + " %" : "–"; }
+function pct(v, tasks) { return tasks ? num(100 * v, 1) + " %" : none("no tasks"); }
+// serviceSuccess is the share of the tasks the service answered that it
+// finished: the caller's own mistakes (rejected) left out of both sides.
+function serviceSuccess(r) {
+  const answered = (r.finished || 0) + (r.failed || 0);
+  if (!answered && r.tasks) return none("only caller errors", "every task was the caller's mistake: nothing for the service to answer");
+  return pct(answered ? r.finished / answered : 0, answered);
+}
 function age(msAgo) { return msAgo < 1000 ? "now" : num(msAgo / 1000, 1) + " s ago"; }
 
 function fill(table, rows, empty) {
@@ -39,6 +68,12 @@ function fill(table, rows, empty) {
 }
 
 function cell(text, cls) { return el("td", cls ? { class: cls } : {}, text); }
+// tile sets a tile's value: a number, or a placeholder when there is none.
+function tile(id, v, why) {
+  const e = document.getElementById(id);
+  e.replaceChildren(v === undefined || v === null ? none("no data", why) : num(v));
+  e.classList.toggle("nonzero", v > 0);
+}
 
 function drawAgents(agents) {
   document.getElementById("tile-agents").textContent = agents.length;
@@ -54,27 +89,33 @@ function drawCapabilities(summary) {
   const rows = (summary ? summary.rows : []).map(r => el("tr", { "data-capability": r.key },
     cell(r.key), el("td", { class: "num tasks" }, num(r.tasks)), cell(num(r.finished), "num finished"),
     cell(num(r.rejected), "num rejected"), cell(num(r.failed), r.failed ? "num failed bad" : "num failed"),
-    cell(pct(r.success_rate, r.tasks), r.success_rate < 0.99 ? "num bad" : "num"),
+    cell(serviceSuccess(r), r.failed && r.finished / (r.finished + r.failed) < 0.99 ? "num success bad" : "num success"),
     cell(ms(r.latency_p50_ms), "num"), cell(ms(r.latency_p95_ms), "num"), cell(ms(r.latency_p99_ms), "num"),
-    cell(num(r.retries), "num"), cell(r.cost_per_task ? num(r.cost_per_task, 4) : "–", "num"),
-    cell(r.quality === undefined ? "–" : num(r.quality, 2), "num")));
+    cell(num(r.retries), "num"), cell(r.cost_per_task ? num(r.cost_per_task, 4) : none("no cost"), "num"),
+    cell(r.quality === undefined ? none("no scores") : num(r.quality, 2), "num")));
   fill("#capabilities", rows, { cols: 12, text: "no task yet" });
-  const total = summary ? summary.total : { tasks: 0, success_rate: 0 };
-  document.getElementById("tile-tasks").textContent = num(total.tasks);
-  document.getElementById("tile-success").textContent = pct(total.success_rate, total.tasks);
-  document.getElementById("tile-rejected").textContent = num(total.rejected);
-  const failed = document.getElementById("tile-failed");
-  failed.textContent = num(total.failed);
-  failed.classList.toggle("nonzero", total.failed > 0);
+  const why = "this gateway aggregates no REACH_EVENTS";
+  if (!summary) {
+    for (const id of ["tile-tasks", "tile-rejected", "tile-failed", "tile-gathers"]) tile(id, undefined, why);
+    document.getElementById("tile-success").replaceChildren(none("no data", why));
+    return;
+  }
+  const total = summary.total;
+  tile("tile-tasks", total.tasks);
+  document.getElementById("tile-success").replaceChildren(serviceSuccess(total));
+  tile("tile-rejected", total.rejected);
+  tile("tile-failed", total.failed);
   document.getElementById("tile-gathers").textContent = num(total.broadcasts) + " / " + num(total.fanouts);
 }
 
 function drawFailures(summary) {
   const rows = (summary ? summary.failures : []).slice(0, SHOW_FAILURES).map(f => el("tr", { "data-request": f.request_id },
-    cell(new Date(f.time).toLocaleTimeString()), cell(f.capability), cell(f.class, "class"),
-    cell(f.code || f.status, f.class === "failed" ? "bad" : ""), cell(f.node || "–"),
-    cell(f.attempts, "num"), cell(ms(f.latency_ms), "num"), cell(f.request_id)));
-  fill("#failures", rows, { cols: 8, text: "none" });
+    cell(utc(f.time), "time"), cell(f.capability), cell(f.class, "class"),
+    el("td", { class: "code" + (f.class === "failed" ? " bad" : "") }, f.code || f.status,
+      f.unknown ? el("span", { class: "muted", title: "no instance has offered this name and no declaration names it" }, " (name never registered)") : ""),
+    el("td", { class: "message", title: f.message || "" }, f.message || none("no message", "recorded by a dispatcher that kept no message")),
+    cell(f.node || none("not delivered")), cell(f.attempts, "num"), cell(ms(f.latency_ms), "num"), cell(f.request_id)));
+  fill("#failures", rows, { cols: 9, text: "none in the last hour" });
 }
 
 // chart draws one capability's series: volume as bars, p95 latency as a
@@ -114,11 +155,7 @@ function drawCharts(series) {
 }
 
 function drawStreams(streams, dispatcher) {
-  const set = (id, v) => {
-    const e = document.getElementById(id);
-    e.textContent = v === undefined ? "–" : num(v);
-    e.classList.toggle("nonzero", v > 0);
-  };
+  const set = (id, v) => tile(id, v, "not reported");
   set("tile-pending", streams.REACH_TASKS);
   set("tile-dlq", streams.REACH_DLQ);
   set("tile-review", streams.REACH_REVIEW);
@@ -151,7 +188,22 @@ async function getJSON(path) {
 async function refresh() {
   const health = document.getElementById("health");
   try {
-    const [h, agents, stats] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"), getJSON("/v1/stats?series=10m")]);
+    // What changes every second is polled every second; the aggregate
+    // every STATS_EVERY polls, its 10 s series every SERIES_EVERY (their
+    // cost grows with the capabilities: docs/operations.md, Performance).
+    const wantSeries = seriesPolls-- <= 0, wantStats = wantSeries || statsPolls-- <= 0;
+    const [h, agents, fresh] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"),
+      wantStats ? getJSON(wantSeries ? "/v1/stats?series=10m" : "/v1/stats") : null]);
+    if (fresh) {
+      statsPolls = STATS_EVERY - 1;
+      if (wantSeries) seriesPolls = SERIES_EVERY - 1;
+      lastStats = Object.assign({}, fresh, { series: wantSeries ? fresh.series : (lastStats || {}).series });
+      // A capability new to the aggregate: its chart at the next poll.
+      const keys = new Set(((fresh.summary || {}).rows || []).map(r => r.key));
+      if ([...keys].some(k => !seenKeys.has(k))) seriesPolls = 0;
+      seenKeys = keys;
+    }
+    const stats = lastStats || {};
     health.textContent = h.status;
     health.className = "badge " + (h.status === "ok" ? "ok" : "bad");
     document.getElementById("dispatcher").textContent = "dispatcher " + h.dispatcher;
@@ -160,11 +212,246 @@ async function refresh() {
     drawFailures(stats.summary);
     drawCharts(stats.series);
     drawStreams(stats.streams || {}, stats.dispatcher || {});
-    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    if (runsPolls-- <= 0) {
+      runsPolls = RUNS_EVERY - 1;
+      refreshRuns();
+    }
+    if (runSelected && !runEnded) refreshRun();
+    if (topoPolls-- <= 0) {
+      topoPolls = TOPO_EVERY - 1;
+      refreshTopology();
+    }
+    const counts = (stats.streams || {}).REACH_DLQ + "/" + (stats.streams || {}).REACH_REVIEW;
+    if (counts !== parkedCounts || parkedPolls-- <= 0) {
+      parkedCounts = counts;
+      parkedPolls = PARKED_EVERY - 1;
+      refreshParked();
+    }
+    document.getElementById("updated").textContent = "updated " + utc(new Date()) + " · times in UTC (this browser: " + localOffset() + ")";
   } catch (err) {
     health.textContent = "unreachable";
     health.className = "badge bad";
     document.getElementById("updated").textContent = String(err);
+  }
+}
+
+// The console: dead letters and review entries, acted on by the bearer
+// identity under the ACL (docs/operations.md, "The console").
+const PARKED_EVERY = 10; // polls between listings when the counts stay put
+let parkedPolls = 0, parkedCounts = "";
+
+async function send(method, path) {
+  const headers = Object.assign({ "X-Reach-Console": "1" }, TOKEN ? { Authorization: "Bearer " + TOKEN } : {});
+  const r = await fetch(path, { method, cache: "no-store", headers });
+  const body = await r.json();
+  if (!r.ok) throw new Error((body.code ? body.code + ": " : "") + (body.message || r.status));
+  return body;
+}
+
+function actionButton(stream, e, action, label, danger) {
+  const b = el("button", { "data-action": action, class: danger ? "danger" : "" }, label);
+  if (!e.allowed) {
+    b.disabled = true;
+    b.title = e.refusal || "not allowed";
+  }
+  b.addEventListener("click", async () => {
+    if (danger && !confirm(label + " " + e.request_id + "?")) return;
+    const status = document.getElementById("console-status");
+    b.disabled = true;
+    try {
+      const a = await send("POST", `/v1/console/parked/${stream}/${e.seq}/${action}`);
+      status.textContent = `${a.action} of ${a.request_id} (${a.capability}) done by ${a.by} at ${utc(a.time)}`;
+      status.className = "ok-text";
+    } catch (err) {
+      status.textContent = `${action} of ${e.request_id} refused: ${err.message}`;
+      status.className = "bad";
+    }
+    parkedPolls = 0;
+    refreshParked();
+  });
+  return b;
+}
+
+function drawParked(stream, listing) {
+  const rows = listing.entries.map(e => el("tr", { "data-seq": e.seq, "data-request": e.request_id },
+    cell(utc(e.time), "time"), cell(e.capability), cell(e.request_id), cell(e.caller || none("no caller")),
+    cell(e.reason, "reason"), cell(e.code || none("no code")), cell(e.attempts, "num"),
+    el("td", { class: "lasterror", title: e.last_error || "" }, e.last_error || none("no error recorded")),
+    el("td", { class: "preview", title: e.preview || "" }, e.withheld ? none("withheld", "the payload is its caller's") :
+      e.binary ? none("binary, " + e.size + " bytes") : (e.preview || none("empty"))),
+    el("td", { class: "actions" },
+      stream === "dlq" ? actionButton(stream, e, "replay", "replay") : actionButton(stream, e, "rerun", "resolve: rerun"),
+      actionButton(stream, e, "drop", stream === "dlq" ? "drop" : "resolve: drop", true))));
+  const more = listing.total > listing.entries.length ? ` (the newest ${listing.entries.length} of ${listing.total})` : "";
+  fill("#" + stream, rows, { cols: 10, text: (stream === "dlq" ? "no dead letter" : "nothing to review") + more });
+}
+
+async function refreshParked() {
+  try {
+    const [who, dlq, review, actions] = await Promise.all([getJSON("/v1/console/whoami"),
+      getJSON("/v1/console/parked/dlq"), getJSON("/v1/console/parked/review"), getJSON("/v1/console/actions")]);
+    const w = document.getElementById("console-who");
+    w.textContent = !who.actions ? "· " + who.reason :
+      who.identity ? `· acting as ${who.identity.name}${who.identity.operator ? " (operator: any entry)" : " (its own tasks the ACL lets it call)"}` :
+      "· actions on for anyone (--http-admin, auth off)";
+    w.dataset.actions = who.actions;
+    drawParked("dlq", dlq);
+    drawParked("review", review);
+    fill("#actions", actions.map(a => el("tr", {}, cell(utc(a.time), "time"), cell(a.by, "by"), cell(a.action), cell(a.stream),
+      cell(a.seq, "num"), cell(a.capability), cell(a.request_id))), { cols: 7, text: "none since this replica started" });
+  } catch (err) {
+    document.getElementById("console-status").textContent = String(err);
+  }
+}
+
+// The topology: three columns (callers, capabilities, instances) drawn
+// as SVG from GET /v1/console/topology; a click shows a node's figures.
+const TOPO_EVERY = 5; // polls between redraws (its slices are minutes)
+const TOPO_MAX_ROWS = 200; // nodes per column drawn, the busiest
+let topoPolls = 0, topoData = null, topoSelected = null;
+
+function errClass(e) {
+  const answered = e.finished + e.failed;
+  if (!answered) return "caller";
+  const rate = e.failed / answered;
+  return rate < 0.01 ? "ok" : rate < 0.1 ? "warn" : "bad";
+}
+
+function drawTopology(t) {
+  topoData = t;
+  const sum = (m, k, n) => m.set(k, (m.get(k) || 0) + n);
+  const callers = new Map(), caps = new Map(), insts = new Map();
+  for (const e of t.calls) { sum(callers, e.from, e.tasks); sum(caps, e.to, e.tasks); }
+  for (const e of t.deliveries) { sum(caps, e.from, 0); if (e.to !== "none") sum(insts, e.to, e.tasks); }
+  const byId = new Map(t.instances.map(i => [i.id, i]));
+  for (const i of t.instances) { sum(insts, i.id, 0); for (const c of i.capabilities) sum(caps, c, 0); }
+  const order = m => [...m.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, TOPO_MAX_ROWS).map(e => e[0]);
+  const cols = [order(callers), order(caps), order(insts)];
+  const W = Math.max(600, document.getElementById("topo").parentElement.clientWidth - 360), ROW = 22, TOP = 26, BOXW = 170;
+  const H = TOP + ROW * Math.max(3, ...cols.map(c => c.length)) + 10;
+  const xs = [10, W / 2 - BOXW / 2, W - BOXW - 10];
+  const pos = new Map();
+  cols.forEach((c, k) => c.forEach((id, i) => pos.set(k + ":" + id, { x: xs[k], y: TOP + i * ROW })));
+  const s = document.getElementById("topo");
+  s.setAttribute("width", W); s.setAttribute("height", H); s.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const parts = [];
+  ["callers", "capabilities", "instances"].forEach((name, k) => {
+    const txt = svg("text", { x: xs[k], y: 14, class: "col" }); txt.textContent = name + (cols[k].length ? "" : " (none yet)"); parts.push(txt);
+  });
+  const maxTasks = Math.max(1, ...t.calls.map(e => e.tasks), ...t.deliveries.map(e => e.tasks));
+  const edge = (e, a, b, kind) => {
+    const p = pos.get(a), q = pos.get(b);
+    if (!p || !q) return;
+    const x1 = p.x + BOXW, y1 = p.y + 8, x2 = q.x, y2 = q.y + 8, mx = (x1 + x2) / 2;
+    const path = svg("path", { d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, class: "edge " + errClass(e),
+      "stroke-width": (1 + 7 * Math.sqrt(e.tasks / maxTasks)).toFixed(1), "data-kind": kind, "data-from": e.from, "data-to": e.to });
+    const tip = svg("title", {}); tip.textContent = `${e.from} → ${e.to}: ${e.tasks} tasks, ${e.failed} failed, ${e.rejected} rejected`;
+    path.append(tip);
+    parts.push(path);
+  };
+  for (const e of t.calls) edge(e, "0:" + e.from, "1:" + e.to, "call");
+  for (const e of t.deliveries) edge(e, "1:" + e.from, "2:" + e.to, "delivery");
+  const kinds = ["caller", "capability", "instance"];
+  cols.forEach((c, k) => c.forEach(id => {
+    const p = pos.get(k + ":" + id);
+    let cls = "node " + kinds[k];
+    const inst = k === 2 ? byId.get(id) : null;
+    if (k === 2) cls += !inst ? " warn" : inst.breaker === "OPEN" ? " bad" : (inst.status !== "ready" || inst.breaker !== "CLOSED") ? " warn" : " ready";
+    if (topoSelected && topoSelected.kind === kinds[k] && topoSelected.id === id) cls += " selected";
+    const g = svg("g", { class: cls, "data-kind": kinds[k], "data-id": id, transform: `translate(${p.x},${p.y})` });
+    g.append(svg("rect", { class: "box", width: BOXW, height: 17 }));
+    if (inst) g.append(svg("rect", { class: "load", x: 1, y: 13, height: 3, width: Math.min(1, inst.load) * (BOXW - 2) }));
+    const label = svg("text", { x: 6, y: 12 });
+    label.textContent = id.length > 26 ? id.slice(0, 25) + "…" : id;
+    const tip = svg("title", {}); tip.textContent = inst ? `${id}: ${inst.status}, breaker ${inst.breaker}, load ${num(100 * inst.load)} %` : id;
+    g.append(label, tip);
+    g.addEventListener("click", () => { topoSelected = { kind: kinds[k], id }; drawTopology(topoData); });
+    parts.push(g);
+  }));
+  s.replaceChildren(...parts);
+  drawTopoDetail();
+}
+
+function drawTopoDetail() {
+  const box = document.getElementById("topo-detail");
+  if (!topoSelected || !topoData) return;
+  const { kind, id } = topoSelected, t = topoData;
+  const edges = kind === "caller" ? t.calls.filter(e => e.from === id) :
+    kind === "capability" ? [...t.calls.filter(e => e.to === id), ...t.deliveries.filter(e => e.from === id)] :
+    t.deliveries.filter(e => e.to === id);
+  // Each task counts once: on its call edge (a caller's, a capability's)
+  // or its delivery edge (an instance's).
+  const counted = kind === "capability" ? t.calls.filter(e => e.to === id) : edges;
+  const tot = counted.reduce((a, e) => ({ tasks: a.tasks + e.tasks, finished: a.finished + e.finished, failed: a.failed + e.failed, rejected: a.rejected + e.rejected }),
+      { tasks: 0, finished: 0, failed: 0, rejected: 0 });
+  const inst = kind === "instance" ? t.instances.find(i => i.id === id) : null;
+  const fails = t.failures.filter(f => kind === "capability" ? f.capability === id : kind === "instance" ? f.node === id : false).slice(0, 5);
+  box.replaceChildren(
+    el("h3", { "data-kind": kind, "data-id": id }, kind + " " + id),
+    el("p", {}, `${num(tot.tasks)} tasks in the window: ${num(tot.finished)} finished, ${num(tot.failed)} failed (service), ${num(tot.rejected)} rejected (caller); success `,
+      serviceSuccess(tot)),
+    inst ? el("p", {}, `status ${inst.status}, breaker ${inst.breaker}, load ${num(100 * inst.load)} %, type ${inst.type}`) : "",
+    el("table", { class: "edges" }, el("tbody", {}, ...(edges.length ? edges.map(e => el("tr", {}, cell(e.from + " → " + e.to), cell(num(e.tasks), "num"),
+      cell(num(e.failed), e.failed ? "num bad" : "num"), cell(ms(e.latency_mean_ms), "num"))) : [el("tr", { class: "empty" }, el("td", {}, "no task in the window"))]))),
+    kind === "caller" ? "" : el("h3", {}, "recent failures"),
+    kind === "caller" ? "" : (fails.length ? el("table", { class: "fails" }, el("tbody", {}, ...fails.map(f => el("tr", {}, cell(utc(f.time)), cell(f.code),
+      el("td", { class: "message", title: f.message || "" }, f.message || none("no message")))))) : none("none in the window")));
+}
+
+async function refreshTopology() {
+  try {
+    drawTopology(await getJSON("/v1/console/topology?since=" + document.getElementById("topo-window").value));
+  } catch (err) {
+    document.getElementById("topo-detail").replaceChildren(none(String(err.message || err)));
+  }
+}
+document.getElementById("topo-window").addEventListener("change", () => { topoPolls = 0; refreshTopology(); });
+
+// Workflow runs: the list every RUNS_EVERY polls, the selected run's
+// steps and decisions every poll while it runs (as `agentreach runs show`).
+const RUNS_EVERY = 5;
+let runsPolls = 0, runSelected = null, runEnded = false;
+
+function drawRuns(runs) {
+  fill("#runs-list", runs.map(r => {
+    const tr = el("tr", { "data-run": r.id, class: "clickable" + (r.id === runSelected ? " selected" : "") },
+      cell(r.id), cell(r.workflow), cell(r.tier), cell(r.status, "status state-" + r.status), cell(utc(r.started), "time"),
+      cell(r.done + "/" + r.steps, "num"), cell(r.outcome || none("none yet")),
+      el("td", { class: "message" }, r.error ? r.error.code + ": " + r.error.message : none("no error")));
+    tr.addEventListener("click", () => { runSelected = r.id; runEnded = false; refreshRun(); });
+    return tr;
+  }), { cols: 8, text: "no workflow run (records are kept 7 days)" });
+}
+
+function drawRun(r) {
+  const steps = (r.steps || []).map(s => el("tr", { "data-step": s.name }, cell(s.name), cell(s.status, "status"),
+    cell(s.capability || none("no call")), cell(s.node || none("not delivered")), cell(s.attempts || 0, "num"), cell(ms(s.latency_ms), "num"),
+    el("td", { class: "message" }, s.error ? s.error.code + ": " + s.error.message : s.skipped ? "skipped: " + s.skipped : none("no error"))));
+  const decisions = (r.decisions || []).map(d => el("tr", {}, cell(utc(d.at), "time"), cell(d.step || none("the run")), cell(d.kind), el("td", { class: "message" }, d.detail)));
+  document.getElementById("run-detail").replaceChildren(
+    el("h3", { "data-run": r.id }, `run ${r.id} · ${r.workflow} (version ${r.version}) · ${r.tier} · ${r.status}` + (r.outcome ? ", outcome " + r.outcome : "") +
+      ` · started ${utc(r.started)}` + (r.ended ? ", ended after " + num(new Date(r.ended) - new Date(r.started)) + " ms" : "")),
+    el("table", { class: "steps" }, el("thead", {}, el("tr", {}, ...["step", "status", "capability", "instance", "attempts", "latency", "error"].map(h => el("th", {}, h)))),
+      el("tbody", {}, ...(steps.length ? steps : [el("tr", { class: "empty" }, el("td", { colspan: 7 }, "no step yet"))]))),
+    el("h3", {}, "decisions"),
+    el("table", { class: "decisions" }, el("tbody", {}, ...(decisions.length ? decisions : [el("tr", { class: "empty" }, el("td", {}, "none"))]))));
+  runEnded = !!r.ended;
+}
+
+async function refreshRun() {
+  if (!runSelected) return;
+  try {
+    drawRun(await getJSON("/v1/console/runs/" + encodeURIComponent(runSelected)));
+  } catch (err) {
+    document.getElementById("run-detail").replaceChildren(none(String(err.message || err)));
+  }
+}
+
+async function refreshRuns() {
+  try {
+    drawRuns(await getJSON("/v1/console/runs"));
+  } catch (err) {
+    fill("#runs-list", [], { cols: 8, text: String(err.message || err) });
   }
 }
 

@@ -42,10 +42,11 @@ func TestStatsByDimension(t *testing.T) {
 		return out
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error { // records reach the stream in batches
-		// The warm-up may have met NO_AGENT before the agents registered.
+		// The warm-up may have met NO_AGENT before the agents registered:
+		// rejected when the name was not yet known, failed when it was.
 		if got := rows("capability")["math.add"]; got.Tasks-got.Errors["NO_AGENT"] != 6 || got.Finished != 5 || got.Errors["BIZ_REJECT"] != 1 ||
-			got.Rejected != 1 || got.Failed != got.Errors["NO_AGENT"] {
-			return fmt.Errorf("math.add %+v, want 6 tasks besides NO_AGENT, 5 finished, 1 rejected (BIZ_REJECT), NO_AGENT failed", got)
+			got.Rejected+got.Failed != 1+got.Errors["NO_AGENT"] || got.Rejected < 1 {
+			return fmt.Errorf("math.add %+v, want 6 tasks besides NO_AGENT, 5 finished, 1 rejected (BIZ_REJECT), NO_AGENT rejected or failed", got)
 		}
 		return nil
 	})

@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
+	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -25,7 +28,7 @@ const chromiumPath = "/usr/bin/chromium"
 
 // chromium returns the browser to run, or fails the test saying how to
 // get one: the dashboard test never skips.
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("AGENTREACH_CHROMIUM"); p != "" {
 		return p
@@ -44,9 +47,11 @@ func chromium(t *testing.T) string {
 // TestDashboardInABrowser starts `up` with the demo agents and HTTP on a
 // free port, opens the dashboard in headless Chromium, and checks that it
 // lists the demo agents and shows a call made during the test within 5 s;
-// that the agents' latency is labelled a moving average and shows "–"
-// until an instance has enough samples; and that a caller's mistake
-// (BIZ_REJECT) is shown as rejected, apart from the service's failures.
+// that the agents' latency is labelled a moving average and shows the
+// placeholder "no samples" until an instance has enough; and that a
+// caller's mistakes (BIZ_REJECT, NO_AGENT for a name never registered) are
+// shown as rejected, apart from the service's failures (a TIMEOUT), each
+// with its message and its time in UTC.
 // The screenshot is kept in the test's temporary directory, or at
 // $AGENTREACH_SCREENSHOT when set (docs/dashboard.png is made so).
 func TestDashboardInABrowser(t *testing.T) {
@@ -92,8 +97,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("the agents' latency column is headed %q (%v), want %q", header, err, "latency (moving avg)")
 	}
 	for _, id := range agentIDs { // at most the warm-up's one sample each: fewer than the average needs
-		if got := latencyOf(id); got != "–" {
-			t.Errorf("%s's moving average before enough samples: %q, want –", id, got)
+		if got := latencyOf(id); got != "no samples" {
+			t.Errorf("%s's moving average before enough samples: %q, want the placeholder", id, got)
 		}
 	}
 
@@ -110,19 +115,38 @@ func TestDashboardInABrowser(t *testing.T) {
 		post(t, base+"v1/call/echo", fmt.Sprintf(`{"n":%d}`, i), http.StatusOK)
 	}
 	post(t, base+"v1/call/slow", `{}`, http.StatusOK)
-	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound)  // NO_AGENT: the service's
+	post(t, base+"v1/call/translate.fr", `{"text":"hi"}`, http.StatusNotFound)  // NO_AGENT, a name never registered: the caller's
 	post(t, base+"v1/call/math.add", `{"a":1}`, http.StatusUnprocessableEntity) // BIZ_REJECT: the caller's
-	b.step(t, "the failure, the rejection and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
-		`document.querySelectorAll('#failures tr[data-request]').length === 2 && document.querySelectorAll('#charts .chart').length === 4`))
-	classes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
-		`Array.from(document.querySelectorAll('#failures tr[data-request] td.class')).map(c => c.textContent).sort()`))
-	if err != nil || !slices.Equal(classes, []string{"failed", "rejected"}) {
-		t.Errorf("recent failures are classed %v (%v), want one failed (NO_AGENT) and one rejected (BIZ_REJECT)", classes, err)
+	postWith(t, base+"v1/call/slow", `{}`, http.StatusGatewayTimeout,           // DEADLINE_EXCEEDED: the service's
+		"Reach-Deadline", strconv.FormatInt(time.Now().Add(100*time.Millisecond).UnixMilli(), 10))
+	b.step(t, "the failure, the rejections and the charts show", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`document.querySelectorAll('#failures tr[data-request]').length === 3 && document.querySelectorAll('#charts .chart').length === 4`))
+	rows, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#failures tr[data-request]')).map(r => ['capability', 'class', 'code', 'message', 'time'].map(
+			c => (r.querySelector('td.' + c) || r.children[1]).textContent).join(' | ')).sort()`))
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("recent failures: %v (%v)", rows, err)
+	}
+	t.Logf("recent failures: %q", rows)
+	for i, want := range []struct{ class, code, message string }{
+		{"rejected", "BIZ_REJECT", `needs field "b"`},
+		{"failed", "DEADLINE_EXCEEDED", "deadline"},
+		{"rejected", "NO_AGENT (name never registered)", "no routable instance offers translate.fr"},
+	} {
+		f := strings.Split(rows[i], " | ")
+		if len(f) != 5 || f[1] != want.class || f[2] != want.code || !strings.Contains(f[3], want.message) ||
+			!regexp.MustCompile(`^\d\d:\d\d:\d\d UTC$`).MatchString(f[4]) {
+			t.Errorf("failure %d: %q, want class %s, code %s, a message with %q and a time in UTC", i, rows[i], want.class, want.code, want.message)
+		}
 	}
 	tiles, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
 		`['tile-rejected', 'tile-failed', 'tile-refused'].map(id => document.getElementById(id).textContent)`))
-	if err != nil || !slices.Equal(tiles, []string{"1", "1", "0"}) {
-		t.Errorf("tiles rejected, failed, refused: %v (%v), want 1, 1, 0", tiles, err)
+	if err != nil || !slices.Equal(tiles, []string{"2", "1", "0"}) {
+		t.Errorf("tiles rejected, failed, refused: %v (%v), want 2, 1, 0", tiles, err)
+	}
+	if updated, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById('updated').textContent`)); err != nil ||
+		!strings.Contains(updated, " UTC · times in UTC (this browser: UTC") {
+		t.Errorf("the update time %q (%v) does not say it is UTC and the browser's offset", updated, err)
 	}
 	rejected, err := chromedp.Run(bctx, chromedp.Evaluate[string](
 		`document.querySelector('#capabilities tr[data-capability="math.add"] .rejected').textContent`))
@@ -142,10 +166,72 @@ func TestDashboardInABrowser(t *testing.T) {
 		strings.Join(echoes, ","))))
 	for _, id := range agentIDs {
 		if strings.HasPrefix(id, "slow-") {
-			if got := latencyOf(id); got != "–" {
-				t.Errorf("%s's moving average after one task: %q, want –", id, got)
+			if got := latencyOf(id); got != "no samples" {
+				t.Errorf("%s's moving average after one task: %q, want the placeholder", id, got)
 			}
 		}
+	}
+	// The topology: the anonymous caller (no auth, no Reach-Source) →
+	// the capabilities called → the instances that served them, every
+	// demo agent drawn; a click on echo shows its figures.
+	b.step(t, "the topology shows the callers, capabilities and instances", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`['translate.fr', 'slow', 'math.add', 'echo'].every(c => !!document.querySelector('#topo path.edge[data-kind=call][data-from=anonymous][data-to="' + c + '"]'))`))
+	nodes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#topo g.node')).map(g => g.dataset.kind + ':' + g.dataset.id).sort()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"caller:anonymous", "capability:echo", "capability:math.add", "capability:slow", "capability:translate.fr"}
+	for _, id := range agentIDs {
+		want = append(want, "instance:"+id)
+	}
+	slices.Sort(want)
+	if !slices.Equal(nodes, want) {
+		t.Errorf("topology nodes %v, want %v", nodes, want)
+	}
+	edges, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll('#topo path.edge[data-kind=delivery]')).map(p => p.dataset.from + '>' + p.dataset.to + ' ' + p.classList[1]).sort()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edges {
+		if strings.HasPrefix(e, "slow>slow-") && !strings.HasSuffix(e, " bad") && !strings.HasSuffix(e, " warn") {
+			t.Errorf("delivery edge %q: slow had a failure in 2 tasks, want it coloured so", e)
+		}
+	}
+	t.Logf("topology deliveries: %v", edges)
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(document.querySelector('#topo g.node[data-kind=capability][data-id=echo]').dispatchEvent(new MouseEvent('click')), true)`)); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, "a click on echo shows its figures", 5*time.Second, chromedp.Poll[chromedp.Void](
+		`(document.querySelector('#topo-detail h3') || {}).textContent === 'capability echo' && document.getElementById('topo-detail').textContent.includes('12 tasks')`))
+	keep(t, b, "topology.png", chromedp.Screenshot(chromedp.Search("#topology")))
+
+	// A workflow run, listed and shown step by step.
+	if r := clitest.RunCmd(t, document.RunWorkflow, "--server", "nats://"+listen, "put",
+		filepath.Join("..", "..", "..", "..", "examples", "workflows", "add-and-echo.yaml")); r.Code != cli.ExitOK {
+		t.Fatalf("workflow put: %d %s", r.Code, r.Stderr)
+	}
+	// (a durable run: its record is kept in REACH_RUNS)
+	if res := do(t, http.MethodPost, base+"v1/submit/demo.sum", "", `{"a":2,"b":3}`); res.status != http.StatusAccepted {
+		t.Fatalf("submit demo.sum: %d %s", res.status, res.body)
+	}
+	b.step(t, "the run is listed", 15*time.Second, chromedp.Poll[chromedp.Void](
+		`(r => !!r && r.querySelector('td.status').textContent === 'finished')(document.querySelector('#runs-list tr[data-run]'))`))
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(document.querySelector('#runs-list tr[data-run]').click(), true)`)); err != nil {
+		t.Fatal(err)
+	}
+	b.step(t, "the run's steps show", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`['add', 'say', 'warn'].every(s => !!document.querySelector('#run-detail tr[data-step="' + s + '"]')) &&
+		document.querySelector('#run-detail tr[data-step=warn] td.status').textContent === 'skipped'`))
+
+	// Without auth and without --http-admin the console's actions are off:
+	// the page says so and the gateway refuses them.
+	b.step(t, "the console says its actions are off", 10*time.Second, chromedp.Poll[chromedp.Void](
+		`document.getElementById('console-who').textContent.includes('actions are off')`))
+	if res := do(t, http.MethodPost, base+"v1/console/parked/dlq/1/drop", "", ""); res.status != http.StatusForbidden ||
+		!strings.Contains(string(res.body), "--http-admin") {
+		t.Errorf("a drop without auth nor --http-admin: %d %s, want 403 naming --http-admin", res.status, res.body)
 	}
 	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -216,7 +302,7 @@ type browser struct {
 
 // openBrowser starts headless Chromium; its first action (a Navigate)
 // starts the browser process, which close ends.
-func openBrowser(t *testing.T) *browser {
+func openBrowser(t testing.TB) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
@@ -234,7 +320,7 @@ func openBrowser(t *testing.T) *browser {
 }
 
 // step runs steps within timeout, failing the test with what.
-func (b *browser) step(t *testing.T, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+func (b *browser) step(t testing.TB, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
@@ -261,7 +347,22 @@ func bannerAgents(t *testing.T, banner string) []string {
 // post sends body to url and checks the status.
 func post(t *testing.T, url, body string, want int) {
 	t.Helper()
-	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	postWith(t, url, body, want)
+}
+
+// postWith sends body to url with the headers given as name, value pairs
+// and checks the status.
+func postWith(t *testing.T, url, body string, want int, hdr ...string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

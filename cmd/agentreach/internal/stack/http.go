@@ -34,6 +34,7 @@ type httpFlags struct {
 	devCA    string
 	devHosts []string
 	hosts    string // --http-hosts: comma-separated, or "*"
+	admin    bool   // --http-admin: the console's actions without auth
 }
 
 // Register defines --http with its default, and the HTTPS flags.
@@ -47,6 +48,8 @@ func (h *httpFlags) Register(fs *flag.FlagSet, def string) {
 	fs.StringVar(&h.hosts, "http-hosts", "", "comma-separated `names` the gateway answers as Host besides localhost, loopback IPs and\n"+
 		"the address a request arrives on (any other Host: 421, against DNS rebinding); give the names\n"+
 		"clients dial behind a proxy or in a container; * turns the check off (unsafe)")
+	fs.BoolVar(&h.admin, "http-admin", false, "without auth, turn the dashboard's actions on (replay, drop and resolve dead letters and\n"+
+		"review entries) for anyone who reaches the port; with auth on they are each identity's under the ACL")
 }
 
 // hostList is --http-hosts as gateway.Config.Hosts.

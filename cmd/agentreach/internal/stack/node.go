@@ -14,6 +14,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
+	"github.com/agent-reach/agentreach/dispatcher/gateway/console"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/streams"
@@ -107,11 +108,21 @@ func (f *dispatcherFlags) start(ctx context.Context, nc *nats.Conn, subjects str
 		return nil, err
 	}
 	gopts := []gateway.Option{gateway.WithLogger(log), gateway.WithMetrics(n.metrics), gateway.WithStats(n.stats)}
+	ccfg := console.Config{JS: js, Subjects: subjects, Admin: f.HTTP.admin, Log: log, Stats: n.stats, Instances: func() []console.Instance {
+		agents := n.gateway.Agents()
+		out := make([]console.Instance, len(agents))
+		for i, a := range agents {
+			out[i] = console.Instance{ID: a.ID, Type: a.Type, Capabilities: a.Capabilities, Status: a.Status, Breaker: a.Breaker, Load: a.Load}
+		}
+		return out
+	}}
 	if az != nil {
 		gopts = append(gopts, gateway.WithIdentifier(gateway.IdentifierFunc(func(r *http.Request, task *nats.Msg) *streams.Error {
 			return az.Vouch(r.Header.Get("Authorization"), task)
 		})))
+		ccfg.Auth, ccfg.ReplaySign = consoleAuth{az, js}, az.SignReplay
 	}
+	gopts = append(gopts, gateway.WithConsole(console.New(ccfg)))
 	if n.gateway, err = gateway.New(nc, d, gcfg, gopts...); err != nil {
 		return nil, err
 	}
