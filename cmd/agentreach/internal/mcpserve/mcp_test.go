@@ -98,7 +98,7 @@ func TestMCPStdio(t *testing.T) {
 		}
 		return res.IsError, res.Content[0].(*sdk.TextContent).Text
 	}
-	if names := list(); !slices.Equal(names, []string{"echo", "hang", "math_add", "slow"}) {
+	if names := list(); !slices.Equal(names, []string{"echo", "hang", "math_add", "slow", "story"}) {
 		t.Fatalf("tools %v", names)
 	}
 	if isErr, text := call("math_add", map[string]any{"a": 1, "b": 2}); isErr || text != `{"sum":3}` {

@@ -181,7 +181,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"caller:anonymous", "capability:echo", "capability:math.add", "capability:slow", "capability:translate.fr"}
+	want := []string{"caller:anonymous", "capability:echo", "capability:math.add", "capability:slow", "capability:story", "capability:translate.fr"}
 	for _, id := range agentIDs {
 		want = append(want, "instance:"+id)
 	}
