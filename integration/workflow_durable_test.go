@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -128,6 +129,19 @@ func TestDurableWorkflowsSurviveDispatcherKills(t *testing.T) {
 	js := jsOf(t, nc)
 	l := NewLedger(t, nc)
 	c := st.Client()
+	// Each kill lands while a run is surely in flight: the next step b
+	// executed goes unanswered, so its run, step a recorded, waits on the
+	// dispatcher about to die (killing at a count of completed runs alone
+	// could fall between runs on a fast machine, and nothing would be
+	// resumed). The first kill comes at the first run's step b, the second
+	// once half the runs are done (or after the last, if they all finish
+	// before a step b goes unanswered).
+	silentB := func() {
+		fx.mu.Lock()
+		fx.silentOnce["crash.b"] = true
+		fx.mu.Unlock()
+	}
+	silentB()
 	submitted := make(chan struct{})
 	go func() {
 		defer close(submitted)
@@ -139,8 +153,19 @@ func TestDurableWorkflowsSurviveDispatcherKills(t *testing.T) {
 			cancel()
 		}
 	}()
-	for kill, at := range []uint64{runs / 5, runs / 2} {
-		waitCompleted(t, js, at, 60*time.Second)
+	for kill, at := range []uint64{0, runs / 2} {
+		if kill > 0 { // the second amid the stream of runs, once half are done
+			waitCompleted(t, js, at, 60*time.Second)
+			silentB()
+		}
+		natstest.WaitFor(t, 60*time.Second, func() error {
+			fx.mu.Lock()
+			defer fx.mu.Unlock()
+			if fx.silentOnce["crash.b"] && completed(t, js) < runs {
+				return errors.New("no step b has gone unanswered yet")
+			}
+			return nil
+		})
 		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
