@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"encoding/json"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 
 	"github.com/nats-io/nats.go"
 )
@@ -15,8 +16,8 @@ const (
 
 // BreakersReply is one replica's answer on reach.api.breakers.
 type BreakersReply struct {
-	Dispatcher string          `json:"dispatcher"`
-	Breakers   []BreakerStatus `json:"breakers"`
+	Dispatcher string                    `json:"dispatcher"`
+	Breakers   []selection.BreakerStatus `json:"breakers"`
 }
 
 // subscribeAPI answers the inspection verbs.

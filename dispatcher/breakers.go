@@ -14,14 +14,14 @@ import (
 // breakerRecord is a breaker transition as stored in REACH_BREAKERS under the
 // instance id; the entry's server timestamp is the time of the transition.
 type breakerRecord struct {
-	State BreakerState `json:"state"`
-	By    string       `json:"by"`
+	State selection.BreakerState `json:"state"`
+	By    string                 `json:"by"`
 }
 
 // breakerChanged shares a transition this replica made with the others. It
 // runs where replies are handled, so it only queues the write; when the
 // queue is full the transition stays local (the breaker works all the same).
-func (d *Dispatcher) breakerChanged(id string, state BreakerState) {
+func (d *Dispatcher) breakerChanged(id string, state selection.BreakerState) {
 	d.log.Info().Str("node", id).Str("state", string(state)).Msg("breaker changed")
 	select {
 	case d.breakerOut <- breakerShare{id: id, state: state}:
@@ -32,7 +32,7 @@ func (d *Dispatcher) breakerChanged(id string, state BreakerState) {
 
 type breakerShare struct {
 	id    string
-	state BreakerState
+	state selection.BreakerState
 }
 
 // shareBreakers writes queued transitions to REACH_BREAKERS, in order,
@@ -78,9 +78,9 @@ func (f breakerFeed) Apply(e jetstream.KeyValueEntry) {
 
 // Breakers returns the breaker of every instance this replica has routed to,
 // sorted by instance id.
-func (d *Dispatcher) Breakers() []BreakerStatus {
+func (d *Dispatcher) Breakers() []selection.BreakerStatus {
 	now := time.Now()
-	var out []BreakerStatus
+	var out []selection.BreakerStatus
 	d.loads.Range(func(id string, l *selection.Load) bool {
 		s := l.Breaker.Status(now)
 		s.Instance = id

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"runtime"
 	"slices"
 	"time"
@@ -25,7 +26,7 @@ const (
 	DefaultMaxVisits    = 3
 	DefaultPenalty      = 0.1
 	DefaultPenaltyDecay = 5 * time.Minute
-	DefaultStrategy     = StrategyLeastLoad
+	DefaultStrategy     = selection.StrategyLeastLoad
 	// DefaultStartTimeout bounds Start when its context has no deadline.
 	DefaultStartTimeout = 10 * time.Second
 	// CallTimeoutSlack is added to max(caller's wish, agent's hint).
@@ -110,7 +111,7 @@ type Config struct {
 	// LOOP_DETECTED if no other remains. Default 3.
 	MaxVisits int
 	// Breaker configures the per-instance circuit breakers.
-	Breaker BreakerConfig
+	Breaker selection.BreakerConfig
 	// Penalty is the load added to an instance after a failure or timeout,
 	// fading linearly to nothing over PenaltyDecay; defaults 0.1 and 5 min.
 	Penalty      float64
@@ -148,7 +149,7 @@ type Config struct {
 	// within the hedge delay, first answer wins. Only for capabilities whose
 	// repeated execution is harmless (idempotent or read-only); a write
 	// (Writes) is refused.
-	Hedges map[string]HedgeConfig
+	Hedges map[string]selection.HedgeConfig
 	// Strategies maps a capability to its strategy name: "least_load",
 	// "round_robin", "weighted_round_robin" or "hash" (consistent hashing on
 	// Reach-Affinity-Key).
@@ -179,12 +180,12 @@ func (c *Config) setDefaults() {
 	setDefault(&c.Penalty, DefaultPenalty)
 	setDefault(&c.PenaltyDecay, DefaultPenaltyDecay)
 	setDefault(&c.DefaultStrategy, DefaultStrategy)
-	setDefault(&c.DurableConsumer, DefaultDurableConsumer)
-	setDefault(&c.DurableDeadline, DefaultDurableDeadline)
-	setDefault(&c.DurablePending, DefaultDurablePending)
-	setDefault(&c.DurableAckWait, DefaultDurableAckWait)
-	setDefault(&c.DeadLetterRetryInterval, DefaultDeadLetterRetryInterval)
-	setDefault(&c.DeadLetterReplayRate, DefaultDeadLetterReplayRate)
+	setDefault(&c.DurableConsumer, durable.DefaultConsumer)
+	setDefault(&c.DurableDeadline, durable.DefaultDeadline)
+	setDefault(&c.DurablePending, durable.DefaultPending)
+	setDefault(&c.DurableAckWait, durable.DefaultAckWait)
+	setDefault(&c.DeadLetterRetryInterval, durable.DefaultDeadLetterRetryInterval)
+	setDefault(&c.DeadLetterReplayRate, durable.DefaultDeadLetterReplayRate)
 	c.Breaker.SetDefaults()
 }
 
@@ -225,14 +226,14 @@ func (c *Config) validate() error {
 		return bad("%v", err)
 	}
 	if !selection.Known(c.DefaultStrategy) {
-		return bad("unknown default strategy %q (want one of %v)", c.DefaultStrategy, StrategyNames())
+		return bad("unknown default strategy %q (want one of %v)", c.DefaultStrategy, selection.StrategyNames())
 	}
 	for capability, name := range c.Strategies {
 		if err := streams.ValidateCapability(capability); err != nil {
 			return bad("strategy for %v", err)
 		}
 		if !selection.Known(name) {
-			return bad("unknown strategy %q for %s (want one of %v)", name, capability, StrategyNames())
+			return bad("unknown strategy %q for %s (want one of %v)", name, capability, selection.StrategyNames())
 		}
 	}
 	for capability, n := range c.CapabilityRetries {

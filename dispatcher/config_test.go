@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"slices"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"unknown default strategy", Config{DefaultStrategy: "fastest"}},
 		{"unknown capability strategy", Config{Strategies: map[string]string{"echo": "fastest"}}},
-		{"bad capability", Config{Strategies: map[string]string{"Echo": StrategyHash}}},
+		{"bad capability", Config{Strategies: map[string]string{"Echo": selection.StrategyHash}}},
 		{"negative in-flight", Config{MaxInFlight: -1}},
 	}
 	for _, tc := range cases {
@@ -44,7 +45,7 @@ func sec(n int) (d time.Duration) { return time.Duration(n) * 1e9 }
 
 // The policy names the strategies the dispatcher has.
 func TestPolicyKnowsTheStrategies(t *testing.T) {
-	if got, want := registry.StrategyNames(), StrategyNames(); !slices.Equal(got, want) {
+	if got, want := registry.StrategyNames(), selection.StrategyNames(); !slices.Equal(got, want) {
 		t.Fatalf("registry.StrategyNames() = %v, dispatcher has %v", got, want)
 	}
 }

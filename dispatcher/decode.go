@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -165,10 +166,10 @@ func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
 		t.need, t.needKey = need, need.Key()
 	}
 	switch v := h.Get(streams.HeaderPrefer); v {
-	case "", PreferLatency, PreferCost, PreferQuality:
+	case "", selection.PreferLatency, selection.PreferCost, selection.PreferQuality:
 		t.prefer = v
 	default:
-		return streams.NewError(streams.CodeBadRequest, "header %s %q: want %s, %s or %s", streams.HeaderPrefer, v, PreferLatency, PreferCost, PreferQuality)
+		return streams.NewError(streams.CodeBadRequest, "header %s %q: want %s, %s or %s", streams.HeaderPrefer, v, selection.PreferLatency, selection.PreferCost, selection.PreferQuality)
 	}
 	return nil
 }

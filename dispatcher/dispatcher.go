@@ -123,7 +123,7 @@ func (d *Dispatcher) Routable(capability string) []string {
 	ids := make([]string, 0, rs.Len())
 	for i := 0; i < rs.Len(); i++ {
 		inst := rs.Instances[i]
-		if d.loads.Of(inst.ID).Breaker.Status(now).State != BreakerOpen {
+		if d.loads.Of(inst.ID).Breaker.Status(now).State != selection.BreakerOpen {
 			ids = append(ids, inst.ID)
 		}
 	}
@@ -391,7 +391,7 @@ func unsubscribeAll(subs []*nats.Subscription) error {
 // Dropped) and steps of a task's way.
 type Stats struct {
 	Name string `json:"name"`
-	Counts
+	events.Counts
 	Overloaded int64 `json:"overloaded"` // requests answered OVERLOADED at admission (no record)
 	Dropped    int64 `json:"dropped"`    // requests without a reply subject, or whose reply subject the authorizer refused (no record)
 	Redirected int64 `json:"redirected"` // tasks sent on after a failed delivery or a wait for capacity

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestParkedLogNamesTheStreamOfItsSeq(t *testing.T) {
 		line = lines[0]
 		return nil
 	})
-	list, err := ListParked(ctx, h.js, subjects, streams.StreamDLQ)
+	list, err := durable.ListParked(ctx, h.js, subjects, streams.StreamDLQ)
 	if err != nil || len(list) != 2 || list[1].RequestID != "parked-1" {
 		t.Fatalf("dead letters %+v (%v), want the older one and parked-1", list, err)
 	}

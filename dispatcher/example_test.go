@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 
 	"github.com/nats-io/nats.go"
 
@@ -13,10 +14,10 @@ import (
 func ExampleConfig() {
 	nc := &nats.Conn{} // New only validates; Start needs a connected one
 	_, err := dispatcher.New(nc, dispatcher.Config{
-		Strategies: map[string]string{"session.chat": dispatcher.StrategyHash, "report.render": "fastest"},
+		Strategies: map[string]string{"session.chat": selection.StrategyHash, "report.render": "fastest"},
 	})
 	fmt.Println(err)
-	fmt.Println(dispatcher.StrategyNames())
+	fmt.Println(selection.StrategyNames())
 	// Output:
 	// dispatcher: invalid config: unknown strategy "fastest" for report.render (want one of [hash least_load round_robin weighted_round_robin])
 	// [hash least_load round_robin weighted_round_robin]

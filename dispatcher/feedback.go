@@ -150,7 +150,7 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 		}
 		source = m.Header.Get(streams.HeaderSource)
 	}
-	evs, err := DecodeEvents(m.Data)
+	evs, err := events.DecodeEvents(m.Data)
 	if err != nil {
 		d.answerFeedback(m, nil, streams.NewError(streams.CodeBadRequest, "feedback: %v", err))
 		return
@@ -160,7 +160,7 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 	n := 0
 	for i := range evs {
 		ev := &evs[i]
-		if ev.Kind != KindFeedback || ev.Score == nil || !(*ev.Score >= 0 && *ev.Score <= 1) {
+		if ev.Kind != events.KindFeedback || ev.Score == nil || !(*ev.Score >= 0 && *ev.Score <= 1) {
 			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: want kind \"feedback\" and a score from 0 to 1", ev.RequestID)
 			continue
 		}
@@ -177,7 +177,7 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 			if _, ok := d.table.Lookup(ev.Node); ok {
 				d.loads.Of(ev.Node).ObserveQuality(*ev.Score)
 			}
-			stored := Event{RequestID: ev.RequestID, Kind: KindFeedback, Node: ev.Node, Score: ev.Score, Start: ev.Start,
+			stored := events.Event{RequestID: ev.RequestID, Kind: events.KindFeedback, Node: ev.Node, Score: ev.Score, Start: ev.Start,
 				Capability: ev.Capability, Dispatcher: d.cfg.Name}
 			accepted = events.Append(accepted, &stored)
 			n++
@@ -192,7 +192,7 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 		return
 	}
 	rec := nats.NewMsg(d.cfg.Subjects.FeedbackRecord())
-	rec.Header.Set(HeaderEvents, strconv.Itoa(n))
+	rec.Header.Set(events.HeaderEvents, strconv.Itoa(n))
 	rec.Header.Set(streams.HeaderSource, source)
 	rec.Data = accepted
 	go func() { // off the subscription's goroutine: a store waits for the stream

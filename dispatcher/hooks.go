@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,7 +19,7 @@ import (
 // whether or not this replica writes records (NoEvents). Observed must not
 // block, nor keep ev or write to it.
 type Observer interface {
-	Observed(ev *Event)
+	Observed(ev *events.Event)
 }
 
 // Authorizer decides whether the sender of a task may call its capability,

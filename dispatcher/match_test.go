@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"testing"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
@@ -17,16 +18,16 @@ func TestExclusionsAreListedUpToTheLimitAndAllCounted(t *testing.T) {
 		v.Excluded = append(v.Excluded, streams.Exclusion{Node: fmt.Sprint("n-", i), Reason: "labels"})
 	}
 	tk := &task{view: v, passed: []streams.Exclusion{{Node: "busy-1", Reason: "breaker open"}}}
-	list, total := d.exclusions(tk, false, ExcludedInEvents)
-	if total != 9001 || len(list) != ExcludedInEvents || list[0].Node != "n-0" || list[ExcludedInEvents-1].Node != fmt.Sprint("n-", ExcludedInEvents-1) {
-		t.Fatalf("exclusions: %d listed (%v), %d in all; want %d listed from n-0, 9001 in all", len(list), list, total, ExcludedInEvents)
+	list, total := d.exclusions(tk, false, events.ExcludedInEvents)
+	if total != 9001 || len(list) != events.ExcludedInEvents || list[0].Node != "n-0" || list[events.ExcludedInEvents-1].Node != fmt.Sprint("n-", events.ExcludedInEvents-1) {
+		t.Fatalf("exclusions: %d listed (%v), %d in all; want %d listed from n-0, 9001 in all", len(list), list, total, events.ExcludedInEvents)
 	}
 	list[0].Node = "changed"
 	if v.Excluded[0].Node != "n-0" {
 		t.Fatal("the list shares the view's entries: changing it changed the view")
 	}
 	v.Excluded = v.Excluded[:3]
-	if list, total = d.exclusions(tk, false, ExcludedInEvents); total != 4 || len(list) != 4 || list[3].Node != "busy-1" {
+	if list, total = d.exclusions(tk, false, events.ExcludedInEvents); total != 4 || len(list) != 4 || list[3].Node != "busy-1" {
 		t.Fatalf("a short view: %v, %d in all; want the 3 and busy-1", list, total)
 	}
 }

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"strings"
 	"testing"
 	"time"
@@ -50,9 +51,9 @@ func TestNoAgentSuggestsTheNearestCapability(t *testing.T) {
 }
 
 // records sends every task record it observes to a channel.
-type records chan Event
+type records chan events.Event
 
-func (r records) Observed(ev *Event) {
+func (r records) Observed(ev *events.Event) {
 	if ev.IsTask() {
 		r <- *ev
 	}
@@ -69,15 +70,15 @@ func TestNoAgentForANameNeverRegisteredIsTheCallers(t *testing.T) {
 	for _, c := range []struct {
 		capability string
 		unknown    bool
-		class      Class
+		class      events.Class
 	}{
-		{"ech", true, ClassRejected},
-		{"echos", false, ClassFailed},
+		{"ech", true, events.ClassRejected},
+		{"echos", false, events.ClassFailed},
 	} {
 		if e := h.call(c.capability, []byte(`{}`)); e == nil || e.Code != streams.CodeNoAgent {
 			t.Fatalf("%s: %+v, want NO_AGENT", c.capability, e)
 		}
-		var ev Event
+		var ev events.Event
 		select {
 		case ev = <-seen:
 		case <-time.After(10 * time.Second):

@@ -36,12 +36,12 @@ type capPolicy struct {
 	// counted in inflight, which outlives policy changes.
 	maxInFlight int
 	inflight    *atomic.Int64
-	breaker     *BreakerConfig
+	breaker     *selection.BreakerConfig
 	require     registry.Requirement
 	// hedge is the capability's hedging (nil: off); from Config.Hedges it
 	// is the operator's word that hedging is safe, from the policy it needs
 	// idempotent here or the declarations' say-so (hedgeSafe).
-	hedge           *HedgeConfig
+	hedge           *selection.HedgeConfig
 	hedgeFromConfig bool
 	quorum          *float64 // a broadcast's default completion policy
 }
@@ -127,7 +127,7 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 	if hp := cp.Hedge; hp != nil {
 		p.hedge, p.hedgeFromConfig = nil, false
 		if !hp.Off {
-			h := HedgeConfig{}
+			h := selection.HedgeConfig{}
 			if hp.AfterMS != nil {
 				h.After = time.Duration(*hp.AfterMS) * time.Millisecond
 			}

@@ -100,7 +100,7 @@ func (d *Dispatcher) publishRecords(m *nats.Msg) {
 }
 
 // observe hands a record to every observer.
-func (d *Dispatcher) observe(ev *Event) {
+func (d *Dispatcher) observe(ev *events.Event) {
 	for _, o := range d.observers {
 		o.Observed(ev)
 	}

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -239,7 +240,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
 		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
-	d.recordEvent(t, t.start, OutcomeReply, e)
+	d.recordEvent(t, t.start, events.OutcomeReply, e)
 	EndSpan(t.span, e)
 	return out, e
 }

@@ -3,6 +3,8 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strconv"
 	"time"
 
@@ -69,7 +71,7 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 		h = nats.Header{}
 	}
 	if h.Get(streams.HeaderRequestID) == "" {
-		id := RequestIDOfSubmission(h)
+		id := durable.RequestIDOfSubmission(h)
 		if streams.ValidateInstanceID(id) != nil {
 			id = "task-" + strconv.FormatUint(md.Sequence.Stream, 10)
 		}
@@ -157,9 +159,9 @@ func (d *Dispatcher) handleDurable(msg jetstream.Msg) {
 func (d *Dispatcher) record(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, c durable.Claim, res *nats.Msg, e *streams.Error) {
 	var err error
 	switch c.Outcome {
-	case OutcomeResult:
+	case events.OutcomeResult:
 		err = d.recordResult(t, res, e)
-	case OutcomeReview:
+	case events.OutcomeReview:
 		err = d.park(t, m, d.cfg.Subjects.Review(t.capability), c.Reason, c.Err())
 	default:
 		err = d.park(t, m, d.cfg.Subjects.DeadLetter(t.capability), c.Reason, c.Err())
@@ -169,7 +171,7 @@ func (d *Dispatcher) record(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstre
 		_ = msg.NakWithDelay(durable.BufferDelayMax)
 		return
 	}
-	if c.Outcome != OutcomeResult || e != nil {
+	if c.Outcome != events.OutcomeResult || e != nil {
 		e = c.Err()
 	}
 	d.recordEvent(t, md.Timestamp, c.Outcome, e)
@@ -184,7 +186,7 @@ func (d *Dispatcher) record(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstre
 // and recorded. Until it can be, the task waits in the stream.
 func (d *Dispatcher) recordClaimed(t *task, m *nats.Msg, msg jetstream.Msg, md *jetstream.MsgMetadata, held durable.Claim, e *streams.Error) {
 	t.node, t.attempts = held.Node, held.Attempts
-	if held.Outcome != OutcomeResult {
+	if held.Outcome != events.OutcomeResult {
 		d.record(t, m, msg, md, held, nil, nil)
 		return
 	}
@@ -351,7 +353,7 @@ func (d *Dispatcher) healthy(capability string) bool {
 	rs := d.table.Candidates(capability)
 	now := time.Now()
 	for i := 0; i < rs.Len(); i++ {
-		if d.loads.Of(rs.Instances[i].ID).Breaker.Status(now).State == BreakerClosed {
+		if d.loads.Of(rs.Instances[i].ID).Breaker.Status(now).State == selection.BreakerClosed {
 			return true
 		}
 	}

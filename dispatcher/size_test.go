@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,23 +82,23 @@ func TestDurableDeliveryThatOutgrowsMaxPayload(t *testing.T) {
 	if _, err := h.js.PublishMsg(ctx, nearlyFull(streams.Subjects{}.Submit("echo"))); err != nil {
 		t.Fatal(err)
 	}
-	var parked []Parked
+	var parked []durable.Parked
 	natstest.WaitFor(t, 15*time.Second, func() error {
 		var err error
-		if parked, err = ListParked(ctx, h.js, streams.Subjects{}, streams.StreamDLQ); err != nil || len(parked) == 0 {
+		if parked, err = durable.ListParked(ctx, h.js, streams.Subjects{}, streams.StreamDLQ); err != nil || len(parked) == 0 {
 			return errNotYet
 		}
 		return nil
 	})
 	p := parked[0]
-	if p.RequestID != "big-1" || p.Reason != ReasonPoison || p.Code != string(streams.CodePayloadTooLarge) {
+	if p.RequestID != "big-1" || p.Reason != durable.ReasonPoison || p.Code != string(streams.CodePayloadTooLarge) {
 		t.Fatalf("dead letter %+v", p)
 	}
 	checkTooLarge(t, &streams.Error{Code: streams.Code(p.Code), Message: p.LastError})
 	if p.Header.Get(streams.HeaderDLQDropped) != strconv.Itoa(smallMaxPayload-streams.HeaderSize(nearlyFull("x"))-10) || len(p.Data) != 0 {
 		t.Fatalf("the payload is not reported left out: %s %q, %d bytes kept", streams.HeaderDLQDropped, p.Header.Get(streams.HeaderDLQDropped), len(p.Data))
 	}
-	if err := Replay(ctx, h.js, streams.Subjects{}, p, time.Time{}); !errors.Is(err, ErrNotReplayable) {
+	if err := durable.Replay(ctx, h.js, streams.Subjects{}, p, time.Time{}); !errors.Is(err, ErrNotReplayable) {
 		t.Fatalf("replaying an entry without its payload: %v", err)
 	}
 	// Its outcome is recorded: the task has left REACH_TASKS.
@@ -156,10 +157,10 @@ func TestDurableResultThatOutgrowsMaxPayload(t *testing.T) {
 	if _, err := h.js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	var parked []Parked
+	var parked []durable.Parked
 	natstest.WaitFor(t, 15*time.Second, func() error {
 		var err error
-		if parked, err = ListParked(ctx, h.js, streams.Subjects{}, streams.StreamDLQ); err != nil || len(parked) == 0 {
+		if parked, err = durable.ListParked(ctx, h.js, streams.Subjects{}, streams.StreamDLQ); err != nil || len(parked) == 0 {
 			return errNotYet
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -145,8 +146,8 @@ func TestSecurityJetStreamAPISweep(t *testing.T) {
 		{"create a filtered consumer on REACH_TASKS delivering to another agent",
 			"$JS.API.CONSUMER.CREATE." + streams.StreamTasks + ".evil." + subj.SubmitWildcard(), forgedConsumer},
 		{"create a durable on REACH_TASKS delivering to another agent", "$JS.API.CONSUMER.DURABLE.CREATE." + streams.StreamTasks + ".evil", forgedConsumer},
-		{"pull from the dispatchers' consumer", "$JS.API.CONSUMER.MSG.NEXT." + streams.StreamTasks + "." + dispatcher.DefaultDurableConsumer, `{"batch":1}`},
-		{"delete the dispatchers' consumer", "$JS.API.CONSUMER.DELETE." + streams.StreamTasks + "." + dispatcher.DefaultDurableConsumer, ""},
+		{"pull from the dispatchers' consumer", "$JS.API.CONSUMER.MSG.NEXT." + streams.StreamTasks + "." + durable.DefaultConsumer, `{"batch":1}`},
+		{"delete the dispatchers' consumer", "$JS.API.CONSUMER.DELETE." + streams.StreamTasks + "." + durable.DefaultConsumer, ""},
 		{"read REACH_TASKS", "$JS.API.STREAM.MSG.GET." + streams.StreamTasks, `{"seq":1}`},
 		{"read REACH_TASKS directly", "$JS.API.DIRECT.GET." + streams.StreamTasks, `{"seq":1}`},
 		{"read REACH_DLQ", "$JS.API.STREAM.MSG.GET." + streams.StreamDLQ, `{"seq":1}`},
@@ -161,7 +162,7 @@ func TestSecurityJetStreamAPISweep(t *testing.T) {
 		{"write another type's REACH_CAPS key", "$KV." + streams.BucketCaps + ".payment", `{}`},
 		{"write a REACH_BREAKERS key", "$KV." + streams.BucketBreakers + ".echo-2", `{"state":"open"}`},
 		{"write a REACH_RUNS key", "$KV." + streams.BucketRuns + ".forged-run", `{}`},
-		{"ack a task in REACH_TASKS", "$JS.ACK." + streams.StreamTasks + "." + dispatcher.DefaultDurableConsumer + ".1.1.1.0.0", ""},
+		{"ack a task in REACH_TASKS", "$JS.ACK." + streams.StreamTasks + "." + durable.DefaultConsumer + ".1.1.1.0.0", ""},
 	}
 	// A caller has no business in REACH_IDEMPOTENCY at all (an agent's use
 	// of it is scoped elsewhere).

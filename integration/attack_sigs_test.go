@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,20 +301,20 @@ func TestParkedTaskReplaysOnlyThroughADispatcherIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := dispatcher.ListParked(ctx, admin, subjects, streams.StreamDLQ)
+	list, err := durable.ListParked(ctx, admin, subjects, streams.StreamDLQ)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entryOf := func(id string) dispatcher.Parked {
+	entryOf := func(id string) durable.Parked {
 		for _, p := range list {
 			if p.RequestID == id {
 				return p
 			}
 		}
 		t.Fatalf("no dead letter of %s in %d", id, len(list))
-		return dispatcher.Parked{}
+		return durable.Parked{}
 	}
-	if err := dispatcher.Replay(ctx, admin, subjects, entryOf("parked-1"), time.Time{}, dispatcher.ReplaySign(func(m *nats.Msg) error {
+	if err := durable.Replay(ctx, admin, subjects, entryOf("parked-1"), time.Time{}, durable.ReplaySign(func(m *nats.Msg) error {
 		operator.SignReplay(m, time.Now())
 		return nil
 	})); err != nil {
@@ -341,7 +342,7 @@ func TestParkedTaskReplaysOnlyThroughADispatcherIdentity(t *testing.T) {
 	broken.Store(false)
 	for _, p := range list { // mallory's refused copies are no longer needed
 		if strings.HasPrefix(p.RequestID, "stolen-") {
-			if err := dispatcher.DeleteParked(ctx, admin, streams.StreamDLQ, p.Seq); err != nil {
+			if err := durable.DeleteParked(ctx, admin, streams.StreamDLQ, p.Seq); err != nil {
 				t.Fatal(err)
 			}
 		}

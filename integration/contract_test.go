@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -267,9 +268,9 @@ func TestAnInDoubtOutcomeGoesToReviewNotTheDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(st.Conn())
-	var review []dispatcher.Parked
+	var review []durable.Parked
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		review, err = dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamReview)
+		review, err = durable.ListParked(ctx, js, streams.Subjects{}, streams.StreamReview)
 		if err != nil {
 			return err
 		}
@@ -278,10 +279,10 @@ func TestAnInDoubtOutcomeGoesToReviewNotTheDeadLetters(t *testing.T) {
 		}
 		return nil
 	})
-	if p := review[0]; p.RequestID != id || p.Reason != dispatcher.ReasonInDoubt || p.Code != string(streams.CodeInternal) {
-		t.Errorf("review entry %+v, want request %s, reason %s, code INTERNAL", p, id, dispatcher.ReasonInDoubt)
+	if p := review[0]; p.RequestID != id || p.Reason != durable.ReasonInDoubt || p.Code != string(streams.CodeInternal) {
+		t.Errorf("review entry %+v, want request %s, reason %s, code INTERNAL", p, id, durable.ReasonInDoubt)
 	}
-	dlq, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamDLQ)
+	dlq, err := durable.ListParked(ctx, js, streams.Subjects{}, streams.StreamDLQ)
 	if err != nil || len(dlq) != 0 {
 		t.Errorf("dead letters %v (%v), want none", dlq, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -86,13 +87,13 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 	WaitRoutable(t, "refuse", 1, d)
 
 	// want is what the test sent, counted by hand as it goes.
-	var want dispatcher.Counts
-	task := func(class dispatcher.Class, attempts int) {
+	var want events.Counts
+	task := func(class events.Class, attempts int) {
 		want.Tasks++
 		switch class {
-		case dispatcher.ClassFinished:
+		case events.ClassFinished:
 			want.Finished++
-		case dispatcher.ClassRejected:
+		case events.ClassRejected:
 			want.Rejected++
 		default:
 			want.Failed++
@@ -109,7 +110,7 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 		return r
 	}
 	for range 5 {
-		task(dispatcher.ClassFinished, 1)
+		task(events.ClassFinished, 1)
 		call("echo", nil)
 	}
 	for range 4 { // busy-1 always answers TARGET_BUSY: a call that meets it first is retried on busy-2
@@ -117,20 +118,20 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 		if r.Attempt < 1 || r.Attempt > 3 {
 			t.Fatalf("busy answered after %d attempts", r.Attempt)
 		}
-		task(dispatcher.ClassFinished, r.Attempt)
+		task(events.ClassFinished, r.Attempt)
 	}
 	for range 2 {
-		task(dispatcher.ClassRejected, 1)
+		task(events.ClassRejected, 1)
 		call("refuse", streams.ErrBizReject)
 	}
-	task(dispatcher.ClassRejected, 0)
+	task(events.ClassRejected, 0)
 	call("echo", streams.ErrBadRequest, agentkit.WithHeader(streams.HeaderAgent, "not an id!"))
-	task(dispatcher.ClassRejected, 0) // a name never registered: the caller's
+	task(events.ClassRejected, 0) // a name never registered: the caller's
 	call("nobody.serves.this", streams.ErrNoAgent)
-	task(dispatcher.ClassFailed, 1)
+	task(events.ClassFailed, 1)
 	call("boom", streams.ErrInternal)
 	for range 3 {
-		task(dispatcher.ClassFinished, 1)
+		task(events.ClassFinished, 1)
 		res, err := http.Post(srv.URL+"/v1/call/echo", "application/json", strings.NewReader(`{}`))
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +141,7 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 			t.Fatalf("POST /v1/call/echo: %d", res.StatusCode)
 		}
 	}
-	task(dispatcher.ClassFinished, 1)
+	task(events.ClassFinished, 1)
 	if _, err := client.SubmitAndWait(ctx, "echo", []byte(`{}`)); err != nil {
 		t.Fatalf("durable echo: %v", err)
 	}
@@ -149,8 +150,8 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 		t.Fatalf("broadcast: %+v %v", gr, err)
 	}
 	want.Broadcasts, want.Branches = 1, 2
-	task(dispatcher.ClassFinished, 1)
-	task(dispatcher.ClassFinished, 1)
+	task(events.ClassFinished, 1)
+	task(events.ClassFinished, 1)
 	// A fan-out of two branches, one rejected: one fan-out, two tasks.
 	gr, err := client.FanOut(ctx, []agentkit.Branch{{Name: "a", Capability: "echo", Payload: []byte(`{}`)},
 		{Name: "b", Capability: "refuse", Payload: []byte(`{}`)}})
@@ -158,36 +159,36 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 		t.Fatalf("fan-out: %+v %v, want INCOMPLETE with both branches answered", gr, err)
 	}
 	want.FanOuts, want.Branches = 1, want.Branches+2
-	task(dispatcher.ClassFinished, 1)
-	task(dispatcher.ClassRejected, 1)
+	task(events.ClassFinished, 1)
+	task(events.ClassRejected, 1)
 	t.Logf("sent %+v", want)
 
-	surfaces := map[string]func() (dispatcher.Counts, error){
-		"GET /metrics": func() (dispatcher.Counts, error) { return scrapeCounts(srv.URL + "/metrics") },
-		"reach.api.stats": func() (dispatcher.Counts, error) {
+	surfaces := map[string]func() (events.Counts, error){
+		"GET /metrics": func() (events.Counts, error) { return scrapeCounts(srv.URL + "/metrics") },
+		"reach.api.stats": func() (events.Counts, error) {
 			var s dispatcher.Stats
 			err := apiRequest(nc, streams.Subjects{}.API(dispatcher.APIStats), nil, &s)
 			return s.Counts, err
 		},
-		"reach.api.summary": func() (dispatcher.Counts, error) {
+		"reach.api.summary": func() (events.Counts, error) {
 			var s eventstats.Summary
 			err := apiRequest(nc, streams.Subjects{}.API(eventstats.APISummary), []byte(`{"by":"agent"}`), &s)
 			return rowCounts(s.Total), err
 		},
-		"GET /v1/stats (summary)": func() (dispatcher.Counts, error) {
+		"GET /v1/stats (summary)": func() (events.Counts, error) {
 			page, err := statsPage(srv.URL + "/v1/stats")
 			if err != nil || page.Summary == nil {
-				return dispatcher.Counts{}, fmt.Errorf("no summary (%v)", err)
+				return events.Counts{}, fmt.Errorf("no summary (%v)", err)
 			}
 			return rowCounts(page.Summary.Total), nil
 		},
-		"GET /v1/stats (dispatcher)": func() (dispatcher.Counts, error) {
+		"GET /v1/stats (dispatcher)": func() (events.Counts, error) {
 			page, err := statsPage(srv.URL + "/v1/stats")
 			return page.Dispatcher.Counts, err
 		},
 	}
 	for name, read := range surfaces {
-		var got dispatcher.Counts
+		var got events.Counts
 		natstest.WaitFor(t, 15*time.Second, func() error { // records travel in batches; the aggregate follows the stream
 			var err error
 			if got, err = read(); err != nil {
@@ -205,8 +206,8 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 }
 
 // rowCounts is the counting model's part of an aggregate's row.
-func rowCounts(r eventstats.Row) dispatcher.Counts {
-	return dispatcher.Counts{Tasks: r.Tasks, Finished: r.Finished, Rejected: r.Rejected, Failed: r.Failed, Retries: r.Retries,
+func rowCounts(r eventstats.Row) events.Counts {
+	return events.Counts{Tasks: r.Tasks, Finished: r.Finished, Rejected: r.Rejected, Failed: r.Failed, Retries: r.Retries,
 		Broadcasts: r.Broadcasts, FanOuts: r.FanOuts, Branches: r.Branches}
 }
 
@@ -237,8 +238,8 @@ func statsPage(url string) (gateway.StatsPage, error) {
 // scrapeCounts reads the counting model's counters from a Prometheus text
 // page: tasks by the class of their outcome label, retries, broadcasts and
 // fan-outs (records_total by kind) and their branches.
-func scrapeCounts(url string) (dispatcher.Counts, error) {
-	var c dispatcher.Counts
+func scrapeCounts(url string) (events.Counts, error) {
+	var c events.Counts
 	res, err := http.Get(url)
 	if err != nil {
 		return c, err
@@ -259,12 +260,12 @@ func scrapeCounts(url string) (dispatcher.Counts, error) {
 			if outcome == "finished" {
 				outcome = ""
 			}
-			switch class := dispatcher.ClassOf(strings.ToUpper(outcome)); {
+			switch class := events.ClassOf(strings.ToUpper(outcome)); {
 			case outcome == metrics.OutcomeUnknownName:
 				c.Rejected += n
-			case class == dispatcher.ClassFinished:
+			case class == events.ClassFinished:
 				c.Finished += n
-			case class == dispatcher.ClassRejected:
+			case class == events.ClassRejected:
 				c.Rejected += n
 			default:
 				c.Failed += n
@@ -274,9 +275,9 @@ func scrapeCounts(url string) (dispatcher.Counts, error) {
 			c.Retries += n
 		case "agentreach_records_total":
 			switch s.labels["kind"] {
-			case dispatcher.KindBroadcast:
+			case events.KindBroadcast:
 				c.Broadcasts += n
-			case dispatcher.KindFanOut:
+			case events.KindFanOut:
 				c.FanOuts += n
 			}
 		case "agentreach_branches_total":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strings"
 	"sync"
 	"testing"
@@ -111,7 +112,7 @@ func TestFeedbackSteersReachPreferQuality(t *testing.T) {
 	before := count(&counts, "good-1")
 	natstest.WaitFor(t, 5*time.Second, func() error { // the records reach the dispatcher asynchronously
 		m := nats.NewMsg(streams.Subjects{}.Task("draft"))
-		m.Header.Set(streams.HeaderPrefer, dispatcher.PreferQuality)
+		m.Header.Set(streams.HeaderPrefer, selection.PreferQuality)
 		for range 20 {
 			if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
 				return err

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -121,7 +124,7 @@ func TestDeadLettersAreReplayedOnceTheAgentIsFixed(t *testing.T) {
 	const tasks = 40
 	st := NewStack(t, time.Second)
 	d := st.Dispatcher(dispatcher.Config{DeadLetterRetryInterval: 500 * time.Millisecond, DeadLetterReplayRate: 200,
-		Breaker: dispatcher.BreakerConfig{ConsecutiveFailures: 1000, MinVolume: 1000}})
+		Breaker: selection.BreakerConfig{ConsecutiveFailures: 1000, MinVolume: 1000}})
 	var broken atomic.Bool
 	broken.Store(true)
 	st.Agent(agentkit.Config{Type: "flap", ID: "flappy"}, map[string]agentkit.Handler{"flap": Flapping(&broken)})
@@ -141,12 +144,12 @@ func TestDeadLettersAreReplayedOnceTheAgentIsFixed(t *testing.T) {
 		}
 		return nil
 	})
-	list, err := dispatcher.ListParked(context.Background(), js, streams.Subjects{}, streams.StreamDLQ)
+	list, err := durable.ListParked(context.Background(), js, streams.Subjects{}, streams.StreamDLQ)
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := list[0]
-	if first.Reason != dispatcher.ReasonFailed || first.Code != string(streams.CodeInternal) || first.Attempts != 1 || first.LastError == "" {
+	if first.Reason != durable.ReasonFailed || first.Code != string(streams.CodeInternal) || first.Attempts != 1 || first.LastError == "" {
 		t.Fatalf("dead letter lacks its reason: %+v", first)
 	}
 	t.Logf("dead letter: reason %s, code %s, attempts %d, last error %q", first.Reason, first.Code, first.Attempts, first.LastError)
@@ -184,51 +187,51 @@ func TestEveryTaskLeavesOneEvent(t *testing.T) {
 	if _, err := c.Call(ctx, "nobody.serves", echoIn{}); !errors.Is(err, streams.ErrNoAgent) {
 		t.Fatal(err)
 	}
-	durable, err := c.SubmitAndWait(ctx, "echo", echoIn{Text: "b"})
+	submitted, err := c.SubmitAndWait(ctx, "echo", echoIn{Text: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	js := jsOf(t, st.Conn())
-	var events []dispatcher.Event
+	var records []events.Event
 	natstest.WaitFor(t, 5*time.Second, func() error {
-		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
+		list, err := durable.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
 		if err != nil {
 			return err
 		}
-		events = events[:0]
+		records = records[:0]
 		for _, p := range list {
-			evs, err := dispatcher.DecodeEvents(p.Data)
+			evs, err := events.DecodeEvents(p.Data)
 			if err != nil {
 				return err
 			}
-			if n := p.Header.Get(dispatcher.HeaderEvents); n != strconv.Itoa(len(evs)) {
+			if n := p.Header.Get(events.HeaderEvents); n != strconv.Itoa(len(evs)) {
 				return fmt.Errorf("a message says it holds %s records and holds %d", n, len(evs))
 			}
-			events = append(events, evs...)
+			records = append(records, evs...)
 		}
-		if len(events) != 3 {
-			return fmt.Errorf("%d event records", len(events))
+		if len(records) != 3 {
+			return fmt.Errorf("%d event records", len(records))
 		}
 		return nil
 	})
-	byID := map[string]dispatcher.Event{}
-	for _, ev := range events {
+	byID := map[string]events.Event{}
+	for _, ev := range records {
 		byID[ev.RequestID] = ev
 	}
-	if ev := byID[direct.RequestID]; ev.Tier != "direct" || ev.Status != "FINISHED" || ev.Node != "echo-ev" || ev.Attempts != 1 || ev.Candidates != 1 || ev.Outcome != dispatcher.OutcomeReply {
+	if ev := byID[direct.RequestID]; ev.Tier != "direct" || ev.Status != "FINISHED" || ev.Node != "echo-ev" || ev.Attempts != 1 || ev.Candidates != 1 || ev.Outcome != events.OutcomeReply {
 		t.Fatalf("direct task's record: %+v", ev)
 	}
-	if ev := byID[durable.RequestID]; ev.Tier != "durable" || ev.Outcome != dispatcher.OutcomeResult || ev.Status != "FINISHED" {
+	if ev := byID[submitted.RequestID]; ev.Tier != "durable" || ev.Outcome != events.OutcomeResult || ev.Status != "FINISHED" {
 		t.Fatalf("durable task's record: %+v", ev)
 	}
 	failed := 0
-	for _, ev := range events {
+	for _, ev := range records {
 		if ev.Code == string(streams.CodeNoAgent) && ev.Capability == "nobody.serves" && ev.Candidates == 0 {
 			failed++
 		}
 	}
 	if failed != 1 {
-		t.Fatalf("the NO_AGENT task's record is missing: %+v", events)
+		t.Fatalf("the NO_AGENT task's record is missing: %+v", records)
 	}
 }
 
@@ -271,13 +274,13 @@ func TestManyTasksLeaveOneEventEach(t *testing.T) {
 	}
 	js := jsOf(t, st.Conn())
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
+		list, err := durable.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
 		if err != nil {
 			return err
 		}
 		seen := map[string]int{}
 		for _, p := range list {
-			evs, err := dispatcher.DecodeEvents(p.Data)
+			evs, err := events.DecodeEvents(p.Data)
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"strings"
 	"sync"
 	"testing"
@@ -158,7 +160,7 @@ func TestAFanOutGathersItsBranchesByQuorum(t *testing.T) {
 	// One record per branch and one for the fan-out.
 	js, _ := jetstream.New(nc)
 	natstest.WaitFor(t, 5*time.Second, func() error {
-		evs := events(t, js)
+		evs := readEvents(t, js)
 		var branches, fan int
 		for _, ev := range evs {
 			switch {
@@ -175,18 +177,18 @@ func TestAFanOutGathersItsBranchesByQuorum(t *testing.T) {
 	})
 }
 
-// events reads every record in REACH_EVENTS.
-func events(t *testing.T, js jetstream.JetStream) []dispatcher.Event {
+// readEvents reads every record in REACH_EVENTS.
+func readEvents(t *testing.T, js jetstream.JetStream) []events.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
+	list, err := durable.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []dispatcher.Event
+	var out []events.Event
 	for _, p := range list {
-		evs, err := dispatcher.DecodeEvents(p.Data)
+		evs, err := events.DecodeEvents(p.Data)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -92,8 +93,8 @@ func TestSpreadFollowsWeights(t *testing.T) {
 		total += w
 	}
 	const tasks = 3000
-	t.Run(dispatcher.StrategyWeightedRoundRobin, func(t *testing.T) {
-		counts := spreadByWeight(t, dispatcher.StrategyWeightedRoundRobin, weights, tasks)
+	t.Run(selection.StrategyWeightedRoundRobin, func(t *testing.T) {
+		counts := spreadByWeight(t, selection.StrategyWeightedRoundRobin, weights, tasks)
 		for i, w := range weights {
 			want := float64(tasks) * float64(w) / float64(total)
 			if got := float64(counts[i]); math.Abs(got-want) > 0.1*want {
@@ -101,8 +102,8 @@ func TestSpreadFollowsWeights(t *testing.T) {
 			}
 		}
 	})
-	t.Run(dispatcher.StrategyLeastLoad, func(t *testing.T) {
-		counts := spreadByWeight(t, dispatcher.StrategyLeastLoad, weights, tasks)
+	t.Run(selection.StrategyLeastLoad, func(t *testing.T) {
+		counts := spreadByWeight(t, selection.StrategyLeastLoad, weights, tasks)
 		for i, floor := range []float64{0, 1.3, 2} { // of weight 100's: 2× and 3× in proportion
 			if got := float64(counts[i]) / float64(max(counts[0], 1)); got < floor {
 				t.Errorf("weight %d got %.2f× the tasks of weight 100, want at least %.1f×", weights[i], got, floor)

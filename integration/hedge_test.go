@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,7 +74,7 @@ func stalling(t *testing.T, st *Stack, id, agentType string, stall time.Duration
 
 func TestAHedgeAnswersForAStalledInstance(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]dispatcher.HedgeConfig{"lookup": {After: 50 * time.Millisecond, Budget: 1}}})
+	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 50 * time.Millisecond, Budget: 1}}})
 	_, slowCancels := stallInstance(t, st, "slow-1", "lookup", 3*time.Second)
 	stallInstance(t, st, "fast-1", "lookup", 0)
 	WaitRoutable(t, "lookup", 2, d)
@@ -113,7 +114,7 @@ func TestAHedgeAnswersForAStalledInstance(t *testing.T) {
 
 func TestHedgesStayWithinTheirBudget(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]dispatcher.HedgeConfig{"lookup": {After: 5 * time.Millisecond, Budget: 0.1}}})
+	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 5 * time.Millisecond, Budget: 0.1}}})
 	stallInstance(t, st, "slow-1", "lookup", 30*time.Millisecond)
 	stallInstance(t, st, "slow-2", "lookup", 30*time.Millisecond)
 	WaitRoutable(t, "lookup", 2, d)
@@ -133,7 +134,7 @@ func TestHedgesStayWithinTheirBudget(t *testing.T) {
 
 func TestWritesAreNeverHedged(t *testing.T) {
 	nc := &nats.Conn{}
-	_, err := dispatcher.New(nc, dispatcher.Config{Writes: []string{"pay.charge"}, Hedges: map[string]dispatcher.HedgeConfig{"pay.charge": {}}})
+	_, err := dispatcher.New(nc, dispatcher.Config{Writes: []string{"pay.charge"}, Hedges: map[string]selection.HedgeConfig{"pay.charge": {}}})
 	if !errors.Is(err, dispatcher.ErrInvalidConfig) {
 		t.Fatalf("hedging a write: %v, want ErrInvalidConfig", err)
 	}
@@ -144,7 +145,7 @@ func TestWritesAreNeverHedged(t *testing.T) {
 // ran it.
 func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]dispatcher.HedgeConfig{"ledger.add": {After: 20 * time.Millisecond, Budget: 0.2}}})
+	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"ledger.add": {After: 20 * time.Millisecond, Budget: 0.2}}})
 	effects := make(map[string]int)
 	var mu sync.Mutex
 	var n atomic.Int64
@@ -219,7 +220,7 @@ func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 // hedged is not offered that, so the caller learns the hedge answered.
 func TestAnAgentkitHedgeAnswersItsCaller(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]dispatcher.HedgeConfig{"lookup": {After: 250 * time.Millisecond, Budget: 1}}})
+	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 250 * time.Millisecond, Budget: 1}}})
 	for _, id := range []string{"slow-1", "fast-1"} {
 		stall := id == "slow-1"
 		st.Agent(agentkit.Config{Type: "lookup-svc", ID: id}, map[string]agentkit.Handler{"lookup": func(ctx context.Context, _ *agentkit.Request) (any, error) {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +18,10 @@ import (
 
 type seenEvents struct {
 	mu  sync.Mutex
-	evs []dispatcher.Event
+	evs []events.Event
 }
 
-func (s *seenEvents) Observed(ev *dispatcher.Event) {
+func (s *seenEvents) Observed(ev *events.Event) {
 	s.mu.Lock()
 	s.evs = append(s.evs, *ev)
 	s.mu.Unlock()

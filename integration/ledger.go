@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -76,7 +76,7 @@ func ReadOutcomes(ctx context.Context, js jetstream.JetStream) (Outcomes, error)
 	o := Outcomes{Completed: map[string]int{}, DeadLettered: map[string]int{}, InReview: map[string]int{}}
 	for stream, into := range map[string]map[string]int{streams.StreamResults: o.Completed,
 		streams.StreamDLQ: o.DeadLettered, streams.StreamReview: o.InReview} {
-		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, stream)
+		list, err := durable.ListParked(ctx, js, streams.Subjects{}, stream)
 		if err != nil {
 			return o, fmt.Errorf("%s: %w", stream, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strings"
 	"sync"
 	"testing"
@@ -208,7 +209,7 @@ func TestPreferCostMovesTrafficToTheCheaperInstance(t *testing.T) {
 	const calls = 100
 	for range calls {
 		m := nats.NewMsg(streams.Subjects{}.Task("translate"))
-		m.Header.Set(streams.HeaderPrefer, dispatcher.PreferCost)
+		m.Header.Set(streams.HeaderPrefer, selection.PreferCost)
 		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"maps"
 	"os"
 	"path/filepath"
@@ -1016,7 +1018,7 @@ func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 		for range 20 {
 			m := nats.NewMsg(streams.Subjects{}.Task("draft"))
 			m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
-			m.Header.Set(streams.HeaderPrefer, dispatcher.PreferQuality)
+			m.Header.Set(streams.HeaderPrefer, selection.PreferQuality)
 			caller.Sign(m, time.Now())
 			reply, err := callerNC.RequestMsg(m, 5*time.Second)
 			if err != nil {
@@ -1047,7 +1049,7 @@ func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 }
 
 // storedFeedback reads every feedback record in REACH_EVENTS, as nc.
-func storedFeedback(t *testing.T, nc *nats.Conn) []dispatcher.Event {
+func storedFeedback(t *testing.T, nc *nats.Conn) []events.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -1064,13 +1066,13 @@ func storedFeedback(t *testing.T, nc *nats.Conn) []dispatcher.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []dispatcher.Event
+	var out []events.Event
 	for n := info.NumPending; n > 0; n-- {
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs, err := dispatcher.DecodeEvents(m.Data())
+		evs, err := events.DecodeEvents(m.Data())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,7 +24,7 @@ import (
 func TestNeverAckIsSkippedWithinAckTimeout(t *testing.T) {
 	const ack = 300 * time.Millisecond
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: ack, DefaultStrategy: dispatcher.StrategyRoundRobin})
+	d := st.Dispatcher(dispatcher.Config{AckTimeout: ack, DefaultStrategy: selection.StrategyRoundRobin})
 	NeverAck(t, st.Conn(), "a-hung", time.Second, "echo")
 	st.Agent(agentkit.Config{Type: "echo", ID: "b-echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 2, d)
@@ -54,7 +55,7 @@ func TestNeverAckIsSkippedWithinAckTimeout(t *testing.T) {
 // another instance with the same request id.
 func TestRejectIsFinalTimeoutIsRetriedElsewhere(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{DefaultStrategy: dispatcher.StrategyRoundRobin,
+	d := st.Dispatcher(dispatcher.Config{DefaultStrategy: selection.StrategyRoundRobin,
 		MinCallTimeout: 300 * time.Millisecond, BackoffBase: 10 * time.Millisecond})
 	var rejects atomic.Int64
 	st.Agent(agentkit.Config{Type: "rej", ID: "rej-1"}, map[string]agentkit.Handler{"order.place": func(context.Context, *agentkit.Request) (any, error) {
@@ -127,7 +128,7 @@ func writer(nc *nats.Conn, pause time.Duration) agentkit.Handler {
 func TestWriteRunsExactlyOnce(t *testing.T) {
 	const hb = 300 * time.Millisecond
 	st := NewStack(t, hb)
-	d := st.Dispatcher(dispatcher.Config{DefaultStrategy: dispatcher.StrategyRoundRobin, Writes: []string{"pay.charge"},
+	d := st.Dispatcher(dispatcher.Config{DefaultStrategy: selection.StrategyRoundRobin, Writes: []string{"pay.charge"},
 		MinCallTimeout: 10 * time.Second})
 	effects := countEffects(t, st.Conn())
 	StartChild(t, ChildCrasher, st.Server.ClientURL(), "a-crasher", hb, nil)
@@ -185,13 +186,13 @@ func TestWriteRunsExactlyOnce(t *testing.T) {
 	}
 }
 
-func breakerOf(d *dispatcher.Dispatcher, id string) dispatcher.BreakerStatus {
+func breakerOf(d *dispatcher.Dispatcher, id string) selection.BreakerStatus {
 	for _, b := range d.Breakers() {
 		if b.Instance == id {
 			return b
 		}
 	}
-	return dispatcher.BreakerStatus{}
+	return selection.BreakerStatus{}
 }
 
 // A breaker opens at its threshold, half-opens after the cooldown, closes
@@ -200,7 +201,7 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 	st := NewStack(t, time.Second)
 	// The states are read by sampling: the open one (Cooldown) and each
 	// ramp stage last long enough for a poll on a loaded machine to see it.
-	bc := dispatcher.BreakerConfig{ConsecutiveFailures: 3, Cooldown: 2 * time.Second, Probes: 2, RampStep: 1500 * time.Millisecond}
+	bc := selection.BreakerConfig{ConsecutiveFailures: 3, Cooldown: 2 * time.Second, Probes: 2, RampStep: 1500 * time.Millisecond}
 	d1 := st.Dispatcher(dispatcher.Config{Name: "d1", Breaker: bc, PenaltyDecay: 2 * time.Second})
 	// d2 serves another prefix so that every call goes through d1; it shares
 	// the registry and the breaker transitions.
@@ -219,12 +220,12 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 			t.Fatalf("failure %d: %v", i+1, err)
 		}
 	}
-	if s := breakerOf(d1, "flappy"); s.State != dispatcher.BreakerOpen || s.Penalty <= 0 {
+	if s := breakerOf(d1, "flappy"); s.State != selection.BreakerOpen || s.Penalty <= 0 {
 		t.Fatalf("after 3 failures: %+v", s)
 	}
 	firstPenalty := breakerOf(d1, "flappy").Penalty
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if s := breakerOf(d2, "flappy"); s.State != dispatcher.BreakerOpen {
+		if s := breakerOf(d2, "flappy"); s.State != selection.BreakerOpen {
 			return fmt.Errorf("replica d2 sees %q", s.State)
 		}
 		return nil
@@ -235,7 +236,7 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 
 	broken.Store(false)
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if s := breakerOf(d1, "flappy"); s.State != dispatcher.BreakerHalfOpen {
+		if s := breakerOf(d1, "flappy"); s.State != selection.BreakerHalfOpen {
 			return fmt.Errorf("state %s", s.State)
 		}
 		return nil
@@ -248,13 +249,13 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 	// The probes' results reach the caller first; the dispatcher learns of
 	// them a moment later.
 	natstest.WaitFor(t, bc.RampStep, func() error { // 0.25 lasts one step
-		if s := breakerOf(d1, "flappy"); s.State != dispatcher.BreakerClosed || s.Share != 0.25 {
+		if s := breakerOf(d1, "flappy"); s.State != selection.BreakerClosed || s.Share != 0.25 {
 			return fmt.Errorf("after the probes: %+v", s)
 		}
 		return nil
 	})
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if s := breakerOf(d2, "flappy"); s.State != dispatcher.BreakerClosed {
+		if s := breakerOf(d2, "flappy"); s.State != selection.BreakerClosed {
 			return fmt.Errorf("replica d2 sees %q", s.State)
 		}
 		return nil

@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,19 +140,19 @@ func checkStreamChunks(t *testing.T, msgs []*nats.Msg, n int, id, node string) {
 // recorder keeps the records a dispatcher writes (dispatcher.Observer).
 type recorder struct {
 	mu  sync.Mutex
-	evs []dispatcher.Event
+	evs []events.Event
 }
 
-func (r *recorder) Observed(ev *dispatcher.Event) {
+func (r *recorder) Observed(ev *events.Event) {
 	r.mu.Lock()
 	r.evs = append(r.evs, *ev)
 	r.mu.Unlock()
 }
 
-func (r *recorder) of(id string) []dispatcher.Event {
+func (r *recorder) of(id string) []events.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []dispatcher.Event
+	var out []events.Event
 	for _, ev := range r.evs {
 		if ev.RequestID == id {
 			out = append(out, ev)
@@ -315,7 +317,7 @@ func TestAGapInReachSeqEndsTheStreamInternal(t *testing.T) {
 // chunks are dropped; a chunk after the final is dropped too.
 func TestAHedgeLosersChunksAreDropped(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]dispatcher.HedgeConfig{"story": {After: 30 * time.Millisecond, Budget: 1}}})
+	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"story": {After: 30 * time.Millisecond, Budget: 1}}})
 	// The slow instance streams only once it is cancelled: its chunks can
 	// only arrive after the hedge has won.
 	var slowID atomic.Value

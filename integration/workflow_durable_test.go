@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"slices"
 	"strings"
 	"syscall"
@@ -33,7 +35,7 @@ func TestADurableRunRecordsEachStepAndItsOutcome(t *testing.T) {
 		t.Fatalf("result %v (%v), headers %v", out, err, res.Header)
 	}
 	r := runRecord(t, nc, res.RequestID)
-	if r.Tier != "durable" || r.Outcome != dispatcher.OutcomeResult || r.Status != workflow.RunFinished || r.Owner != "" || r.Resumes != 0 {
+	if r.Tier != "durable" || r.Outcome != events.OutcomeResult || r.Status != workflow.RunFinished || r.Owner != "" || r.Resumes != 0 {
 		t.Fatalf("run record %+v", r)
 	}
 	// A durable run's step carries the key <run-id>.<step>.
@@ -265,7 +267,7 @@ func TestCompensationSurvivesADispatcherKill(t *testing.T) {
 		t.Fatalf("executed %v, want each once, in %v", got, want)
 	}
 	r := runRecord(t, nc, id)
-	if r.Resumes != 1 || r.Steps[1].Compensation.Sends != 2 || r.Steps[0].Compensation.Sends != 1 || r.Outcome != dispatcher.OutcomeResult {
+	if r.Resumes != 1 || r.Steps[1].Compensation.Sends != 2 || r.Steps[0].Compensation.Sends != 1 || r.Outcome != events.OutcomeResult {
 		t.Fatalf("run record: resumes %d, compensation sends %d (charge) and %d (reserve), outcome %s",
 			r.Resumes, r.Steps[1].Compensation.Sends, r.Steps[0].Compensation.Sends, r.Outcome)
 	}
@@ -423,9 +425,9 @@ func TestAReplayedDeadLetterRunContinuesFromItsFailedStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := jsOf(t, nc)
-	var parked []dispatcher.Parked
+	var parked []durable.Parked
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if parked, err = dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamDLQ); err != nil {
+		if parked, err = durable.ListParked(ctx, js, streams.Subjects{}, streams.StreamDLQ); err != nil {
 			return err
 		}
 		if len(parked) != 1 {
@@ -434,11 +436,11 @@ func TestAReplayedDeadLetterRunContinuesFromItsFailedStep(t *testing.T) {
 		return nil
 	})
 	p := parked[0]
-	if p.RequestID != id || p.Capability != "wf.seq" || p.Reason != dispatcher.ReasonFailed || p.Code != string(streams.CodeInternal) ||
+	if p.RequestID != id || p.Capability != "wf.seq" || p.Reason != durable.ReasonFailed || p.Code != string(streams.CodeInternal) ||
 		p.Header.Get(streams.HeaderRunID) != id || !strings.Contains(p.LastError, "step ship: courier API down") {
 		t.Fatalf("dead letter %+v", p)
 	}
-	if err := dispatcher.Replay(ctx, js, streams.Subjects{}, p, time.Time{}); err != nil {
+	if err := durable.Replay(ctx, js, streams.Subjects{}, p, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := c.Wait(ctx, id)
@@ -451,7 +453,7 @@ func TestAReplayedDeadLetterRunContinuesFromItsFailedStep(t *testing.T) {
 		}
 	}
 	r := runRecord(t, nc, id)
-	if r.Replays != 1 || r.Outcome != dispatcher.OutcomeResult || !slices.Contains(decisions(r), ":reopen") || r.Steps[2].Sends != 2 {
+	if r.Replays != 1 || r.Outcome != events.OutcomeResult || !slices.Contains(decisions(r), ":reopen") || r.Steps[2].Sends != 2 {
 		t.Fatalf("run record: replays %d, outcome %s, decisions %v, ship sent %d times", r.Replays, r.Outcome, decisions(r), r.Steps[2].Sends)
 	}
 }

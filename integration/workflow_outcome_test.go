@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,13 +122,13 @@ func TestAStepOutcomeIsRecordedOnceAcrossReplicas(t *testing.T) {
 	close(g.release)
 
 	r := runRecord(t, nc, id)
-	if r.Outcome != dispatcher.OutcomeResult || r.Status != workflow.RunFinished || r.Resumes != 1 {
+	if r.Outcome != events.OutcomeResult || r.Status != workflow.RunFinished || r.Resumes != 1 {
 		t.Fatalf("run record: outcome %s, status %s, resumes %d (first owner %v), decisions %v", r.Outcome, r.Status, r.Resumes, first, decisions(r))
 	}
 	// Every event of the run is in once its own record is.
-	var evs []dispatcher.Event
+	var evs []events.Event
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		evs = events(t, js)
+		evs = readEvents(t, js)
 		for _, ev := range evs {
 			if ev.RequestID == id && ev.Kind == workflow.KindRun {
 				return nil
@@ -187,13 +189,13 @@ func TestARunsOutcomeIsNotRecordedBesideAnotherClaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := fmt.Sprintf(`{"outcome":%q,"reason":%q,"code":"NO_AGENT","message":"parked","request_id":%q,"by":"replica-x","at":%q}`,
-		dispatcher.OutcomeDeadLetter, dispatcher.ReasonFailed, id, time.Now().UTC().Format(time.RFC3339Nano))
+		events.OutcomeDeadLetter, durable.ReasonFailed, id, time.Now().UTC().Format(time.RFC3339Nano))
 	if _, err := outcomes.Create(ctx, fmt.Sprintf("task.%d.%s", m.Sequence, id), []byte(claim)); err != nil {
 		t.Fatal(err)
 	}
 	close(g.release)
 	r := runRecord(t, g.nc, id)
-	if r.Outcome != dispatcher.OutcomeResult {
+	if r.Outcome != events.OutcomeResult {
 		t.Fatalf("run record: outcome %s", r.Outcome)
 	}
 	// The message is settled (acknowledged) without a result.

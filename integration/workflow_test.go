@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -266,7 +267,7 @@ func TestASequentialWorkflowPassesEachStepsResultOn(t *testing.T) {
 		}
 	}
 	r := runRecord(t, nc, runID)
-	if r.Status != workflow.RunFinished || r.Tier != "direct" || r.Outcome != dispatcher.OutcomeReply || len(r.Steps) != 3 {
+	if r.Status != workflow.RunFinished || r.Tier != "direct" || r.Outcome != events.OutcomeReply || len(r.Steps) != 3 {
 		t.Fatalf("run record %+v", r)
 	}
 	for _, sr := range r.Steps {
@@ -348,7 +349,7 @@ func TestAWorkflowIsCalledLikeACapabilityFromEveryWayIn(t *testing.T) {
 	}
 	want := fmt.Sprint(map[string]any{"hold": "H-7", "receipt": "R-7-H-7", "tracking": "T-R-7-H-7"})
 	// counted is what one call adds to the dispatcher's counts.
-	counted := func(call func()) dispatcher.Counts {
+	counted := func(call func()) events.Counts {
 		before := d.Stats().Counts
 		call()
 		c := d.Stats().Counts
@@ -391,8 +392,8 @@ func TestAWorkflowIsCalledLikeACapabilityFromEveryWayIn(t *testing.T) {
 	// Every run's record is the same, whichever way it came in.
 	js := jsOf(t, nc)
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		runs := map[string]dispatcher.Event{}
-		for _, ev := range events(t, js) {
+		runs := map[string]events.Event{}
+		for _, ev := range readEvents(t, js) {
 			if ev.Kind == workflow.KindRun && (ev.RequestID == "wf-nats" || ev.RequestID == "wf-http" || ev.RequestID == "wf-route" || ev.ParentID == "fan-wf") {
 				runs[ev.RequestID] = ev
 			}
@@ -401,7 +402,7 @@ func TestAWorkflowIsCalledLikeACapabilityFromEveryWayIn(t *testing.T) {
 			return fmt.Errorf("run records %v, want 4", runs)
 		}
 		for id, ev := range runs {
-			if ev.Capability != "wf.seq" || ev.Tier != "direct" || ev.Status != "FINISHED" || ev.Outcome != dispatcher.OutcomeReply || ev.Attempts != 3 {
+			if ev.Capability != "wf.seq" || ev.Tier != "direct" || ev.Status != "FINISHED" || ev.Outcome != events.OutcomeReply || ev.Attempts != 3 {
 				t.Fatalf("run %s's record %+v", id, ev)
 			}
 		}

@@ -2,12 +2,11 @@ package eventstats
 
 import (
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"math"
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/agent-reach/agentreach/dispatcher"
 )
 
 // Dimension is what a Summary groups by.
@@ -131,18 +130,18 @@ func (a *Aggregator) Added() int64 {
 // Class tells the caller's own doing (rejected) from the service's
 // failures (failed).
 type Failure struct {
-	Time       time.Time        `json:"time"`
-	RequestID  string           `json:"request_id"`
-	Capability string           `json:"capability"`
-	Node       string           `json:"node,omitempty"`
-	Status     string           `json:"status"`
-	Code       string           `json:"code"`
-	Message    string           `json:"message,omitempty"` // the error's message (dispatcher.Event.Error)
-	Unknown    bool             `json:"unknown,omitempty"` // NO_AGENT for a name never registered
-	Class      dispatcher.Class `json:"class"`
-	Outcome    string           `json:"outcome"`
-	Attempts   int              `json:"attempts"`
-	LatencyMS  float64          `json:"latency_ms"`
+	Time       time.Time    `json:"time"`
+	RequestID  string       `json:"request_id"`
+	Capability string       `json:"capability"`
+	Node       string       `json:"node,omitempty"`
+	Status     string       `json:"status"`
+	Code       string       `json:"code"`
+	Message    string       `json:"message,omitempty"` // the error's message (dispatcher.Event.Error)
+	Unknown    bool         `json:"unknown,omitempty"` // NO_AGENT for a name never registered
+	Class      events.Class `json:"class"`
+	Outcome    string       `json:"outcome"`
+	Attempts   int          `json:"attempts"`
+	LatencyMS  float64      `json:"latency_ms"`
 }
 
 // Add folds one record into the aggregate by the counting model
@@ -153,7 +152,7 @@ type Failure struct {
 // capability of the scored task (when that task's record was added
 // before). Review resolutions and workflow records are left out, as are
 // records older than the window.
-func (a *Aggregator) Add(ev *dispatcher.Event) {
+func (a *Aggregator) Add(ev *events.Event) {
 	now := a.cfg.Now()
 	at := ev.Start
 	if at.IsZero() || at.After(now) {
@@ -174,7 +173,7 @@ func (a *Aggregator) Add(ev *dispatcher.Event) {
 		if c, ok := a.requests[ev.RequestID]; ok {
 			a.bucket(ByCapability, c, epoch).score(score)
 		}
-	case ev.Kind == dispatcher.KindBroadcast || ev.Kind == dispatcher.KindFanOut:
+	case ev.Kind == events.KindBroadcast || ev.Kind == events.KindFanOut:
 		a.added++
 		b := a.gathers.at(epoch)
 		b.counts.Add(ev.Count())
@@ -193,7 +192,7 @@ func (a *Aggregator) Add(ev *dispatcher.Event) {
 		}
 		a.remember(ev.RequestID, ev.Capability)
 		a.addEdges(ev, at)
-		if class := ev.Class(); class != dispatcher.ClassFinished {
+		if class := ev.Class(); class != events.ClassFinished {
 			a.fail(Failure{Time: at, RequestID: ev.RequestID, Capability: ev.Capability, Node: ev.Node, Status: ev.Status,
 				Code: ev.Code, Message: ev.Error, Unknown: ev.Unknown, Class: class, Outcome: ev.Outcome, Attempts: ev.Attempts,
 				LatencyMS: ev.LatencyMS})
@@ -268,7 +267,7 @@ func (r *ring) at(epoch int64) *bucket {
 // bucket is what one key's records of one time slice add up to.
 type bucket struct {
 	epoch        int64 // start of the slice / width; 0: empty
-	counts       dispatcher.Counts
+	counts       events.Counts
 	hedged       int64
 	cost         float64
 	latencySumMS float64
@@ -278,7 +277,7 @@ type bucket struct {
 	errors       map[string]int64
 }
 
-func (b *bucket) task(ev *dispatcher.Event) {
+func (b *bucket) task(ev *events.Event) {
 	b.counts.Add(ev.Count())
 	if ev.Code != "" {
 		if b.errors == nil {
@@ -445,7 +444,7 @@ func (a *Aggregator) Series(since time.Duration) (map[string][]Point, error) {
 
 // acc adds buckets up into a Row.
 type acc struct {
-	counts                       dispatcher.Counts
+	counts                       events.Counts
 	hedged, scores               int64
 	cost, latencySumMS, scoreSum float64
 	lat                          histogram

@@ -3,12 +3,11 @@ package eventstats
 import (
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"math"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/agent-reach/agentreach/dispatcher"
 )
 
 // clock is a settable time for the aggregator.
@@ -43,7 +42,7 @@ func within(got, want float64) bool { return math.Abs(got-want) <= 0.1*want }
 // resolution, which counts for nothing.
 func knownSet(a *Aggregator, at time.Time) {
 	for i := 1; i <= 100; i++ {
-		ev := &dispatcher.Event{RequestID: fmt.Sprintf("e%d", i), Capability: "echo", Status: "FINISHED", Outcome: "reply",
+		ev := &events.Event{RequestID: fmt.Sprintf("e%d", i), Capability: "echo", Status: "FINISHED", Outcome: "reply",
 			Node: "echo-1", Attempts: 1, Cost: 0.5, LatencyMS: float64(i), Start: at}
 		if i%2 == 0 {
 			ev.Node = "echo-2"
@@ -54,21 +53,21 @@ func knownSet(a *Aggregator, at time.Time) {
 		a.Add(ev)
 	}
 	for i := range 10 {
-		ev := &dispatcher.Event{RequestID: fmt.Sprintf("r%d", i), Capability: "risk", Status: "FINISHED", Outcome: "reply",
+		ev := &events.Event{RequestID: fmt.Sprintf("r%d", i), Capability: "risk", Status: "FINISHED", Outcome: "reply",
 			Node: "risk-1", Attempts: 1, LatencyMS: 200, Start: at}
 		if i == 0 {
 			ev.Hedged, ev.Attempts = true, 2
 		}
 		a.Add(ev)
 	}
-	a.Add(&dispatcher.Event{RequestID: "b1", Capability: "risk", Status: "FAILED", Code: "BIZ_REJECT", Outcome: "reply",
+	a.Add(&events.Event{RequestID: "b1", Capability: "risk", Status: "FAILED", Code: "BIZ_REJECT", Outcome: "reply",
 		Node: "risk-1", Attempts: 1, LatencyMS: 200, Start: at})
-	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "risk", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply", Start: at,
+	a.Add(&events.Event{RequestID: "n1", Capability: "risk", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply", Start: at,
 		Error: "no routable instance offers risk"})
-	a.Add(&dispatcher.Event{RequestID: "e1", Kind: "feedback", Node: "echo-1", Score: score(0.5), Start: at})
-	a.Add(&dispatcher.Event{RequestID: "e3", Kind: "feedback", Node: "echo-1", Score: score(1), Start: at})
-	a.Add(&dispatcher.Event{RequestID: "f1", Capability: "fanout", Kind: "fanout", Status: "FINISHED", Expected: 2, Start: at})
-	a.Add(&dispatcher.Event{RequestID: "e5", Capability: "echo", Outcome: "review_drop", Status: "FAILED", Start: at})
+	a.Add(&events.Event{RequestID: "e1", Kind: "feedback", Node: "echo-1", Score: score(0.5), Start: at})
+	a.Add(&events.Event{RequestID: "e3", Kind: "feedback", Node: "echo-1", Score: score(1), Start: at})
+	a.Add(&events.Event{RequestID: "f1", Capability: "fanout", Kind: "fanout", Status: "FINISHED", Expected: 2, Start: at})
+	a.Add(&events.Event{RequestID: "e5", Capability: "echo", Outcome: "review_drop", Status: "FAILED", Start: at})
 }
 
 func TestSummaryOfAKnownSet(t *testing.T) {
@@ -102,9 +101,9 @@ func TestSummaryOfAKnownSet(t *testing.T) {
 		s.Total.FanOuts != 1 || s.Total.Branches != 2 || s.Total.Broadcasts != 0 {
 		t.Errorf("total %+v, want 112 tasks: 106 finished, 1 rejected, 5 failed; 1 fan-out of 2 branches", s.Total)
 	}
-	if len(s.Failures) != 6 || s.Failures[0].RequestID != "n1" || s.Failures[0].Class != dispatcher.ClassFailed ||
+	if len(s.Failures) != 6 || s.Failures[0].RequestID != "n1" || s.Failures[0].Class != events.ClassFailed ||
 		s.Failures[0].Message != "no routable instance offers risk" ||
-		s.Failures[1].RequestID != "b1" || s.Failures[1].Class != dispatcher.ClassRejected {
+		s.Failures[1].RequestID != "b1" || s.Failures[1].Class != events.ClassRejected {
 		t.Errorf("failures %+v, want 6, newest (n1, failed; b1, rejected) first", s.Failures)
 	}
 
@@ -134,9 +133,9 @@ func TestSummaryOfAKnownSet(t *testing.T) {
 func TestSummaryWindowSlides(t *testing.T) {
 	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
 	a := newTestAggregator(t, c)
-	a.Add(&dispatcher.Event{RequestID: "old", Capability: "echo", Status: "FINISHED", Attempts: 1, LatencyMS: 1, Start: c.now.Add(-50 * time.Minute)})
-	a.Add(&dispatcher.Event{RequestID: "new", Capability: "echo", Status: "FINISHED", Attempts: 1, LatencyMS: 1, Start: c.now.Add(-5 * time.Minute)})
-	a.Add(&dispatcher.Event{RequestID: "gone", Capability: "echo", Status: "FINISHED", Start: c.now.Add(-2 * time.Hour)})
+	a.Add(&events.Event{RequestID: "old", Capability: "echo", Status: "FINISHED", Attempts: 1, LatencyMS: 1, Start: c.now.Add(-50 * time.Minute)})
+	a.Add(&events.Event{RequestID: "new", Capability: "echo", Status: "FINISHED", Attempts: 1, LatencyMS: 1, Start: c.now.Add(-5 * time.Minute)})
+	a.Add(&events.Event{RequestID: "gone", Capability: "echo", Status: "FINISHED", Start: c.now.Add(-2 * time.Hour)})
 	tasks := func(since time.Duration) int64 {
 		s, err := a.Summary(ByCapability, since)
 		if err != nil {
@@ -201,7 +200,7 @@ func TestKeysAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, capability := range []string{"a", "b", "c", "d"} {
-		a.Add(&dispatcher.Event{RequestID: capability, Capability: capability, Status: "FINISHED", Start: c.now})
+		a.Add(&events.Event{RequestID: capability, Capability: capability, Status: "FINISHED", Start: c.now})
 	}
 	s, _ := a.Summary(ByCapability, 0)
 	got := map[string]int64{}
@@ -235,9 +234,9 @@ func TestUnknownNameIsTheCallers(t *testing.T) {
 	c := &clock{now: time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)}
 	a := newTestAggregator(t, c)
 	at := c.now.Add(-time.Minute)
-	a.Add(&dispatcher.Event{RequestID: "u1", Capability: "tranlsate", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply",
+	a.Add(&events.Event{RequestID: "u1", Capability: "tranlsate", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply",
 		Start: at, Unknown: true, Error: "no routable instance offers tranlsate; did you mean translate?"})
-	a.Add(&dispatcher.Event{RequestID: "k1", Capability: "translate", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply",
+	a.Add(&events.Event{RequestID: "k1", Capability: "translate", Status: "FAILED", Code: "NO_AGENT", Outcome: "reply",
 		Start: at.Add(time.Second), Error: "no routable instance offers translate"})
 	s, err := a.Summary(ByCapability, 0)
 	if err != nil {
@@ -246,9 +245,9 @@ func TestUnknownNameIsTheCallers(t *testing.T) {
 	if s.Total.Rejected != 1 || s.Total.Failed != 1 {
 		t.Errorf("total %+v, want the unknown name rejected and the known one failed", s.Total)
 	}
-	if len(s.Failures) != 2 || s.Failures[1].RequestID != "u1" || s.Failures[1].Class != dispatcher.ClassRejected ||
+	if len(s.Failures) != 2 || s.Failures[1].RequestID != "u1" || s.Failures[1].Class != events.ClassRejected ||
 		!s.Failures[1].Unknown || !strings.Contains(s.Failures[1].Message, "did you mean translate") ||
-		s.Failures[0].Class != dispatcher.ClassFailed {
+		s.Failures[0].Class != events.ClassFailed {
 		t.Errorf("failures %+v", s.Failures)
 	}
 }
@@ -260,13 +259,13 @@ func TestTopology(t *testing.T) {
 	a := newTestAggregator(t, c)
 	at := c.now.Add(-2 * time.Minute)
 	for i := range 4 {
-		a.Add(&dispatcher.Event{RequestID: fmt.Sprint("w", i), Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED",
+		a.Add(&events.Event{RequestID: fmt.Sprint("w", i), Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED",
 			Outcome: "reply", Attempts: 1, LatencyMS: 10, Start: at})
 	}
-	a.Add(&dispatcher.Event{RequestID: "b1", Source: "billing", Capability: "echo", Node: "echo-2", Status: "FAILED", Code: "TIMEOUT",
+	a.Add(&events.Event{RequestID: "b1", Source: "billing", Capability: "echo", Node: "echo-2", Status: "FAILED", Code: "TIMEOUT",
 		Outcome: "reply", Attempts: 1, LatencyMS: 30, Start: at})
-	a.Add(&dispatcher.Event{RequestID: "n1", Capability: "tranlsate", Status: "FAILED", Code: "NO_AGENT", Unknown: true, Outcome: "reply", Start: at})
-	a.Add(&dispatcher.Event{RequestID: "old", Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED", Outcome: "reply",
+	a.Add(&events.Event{RequestID: "n1", Capability: "tranlsate", Status: "FAILED", Code: "NO_AGENT", Unknown: true, Outcome: "reply", Start: at})
+	a.Add(&events.Event{RequestID: "old", Source: "web", Capability: "echo", Node: "echo-1", Status: "FINISHED", Outcome: "reply",
 		Attempts: 1, Start: c.now.Add(-30 * time.Minute)})
 	top, err := a.Topology(10 * time.Minute)
 	if err != nil {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -45,7 +45,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, subjects streams.Subjec
 }
 
 func (f *Follower) feed(data []byte) {
-	evs, err := dispatcher.DecodeEvents(data)
+	evs, err := events.DecodeEvents(data)
 	for i := range evs {
 		f.agg.Add(&evs[i])
 	}

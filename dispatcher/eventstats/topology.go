@@ -2,10 +2,9 @@ package eventstats
 
 import (
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"sort"
 	"time"
-
-	"github.com/agent-reach/agentreach/dispatcher"
 )
 
 // The topology: who calls which capability and which instance serves it,
@@ -62,7 +61,7 @@ type edges struct {
 func (a *Aggregator) edgeWidth() time.Duration { return max(a.cfg.Window/edgeSlots, time.Nanosecond) }
 
 // addEdges counts a task's record on its two edges; the lock is held.
-func (a *Aggregator) addEdges(ev *dispatcher.Event, at time.Time) {
+func (a *Aggregator) addEdges(ev *events.Event, at time.Time) {
 	if a.edges.calls == nil {
 		a.edges = edges{calls: make(map[edgeKey]*edgeRing), deliveries: make(map[edgeKey]*edgeRing)}
 	}
@@ -97,9 +96,9 @@ func (a *Aggregator) addEdges(ev *dispatcher.Event, at time.Time) {
 		}
 		b.tasks++
 		switch ev.Class() {
-		case dispatcher.ClassFinished:
+		case events.ClassFinished:
 			b.finished++
-		case dispatcher.ClassRejected:
+		case events.ClassRejected:
 			b.rejected++
 		default:
 			b.failed++

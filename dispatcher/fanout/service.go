@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"strconv"
 	"sync"
 	"time"
@@ -352,8 +353,8 @@ func (s *Service) answer(m *nats.Msg, p parent, r *Reply, capability, kind strin
 	if err := s.nc.PublishMsg(out); err != nil {
 		s.log.Warn().Err(err).Str("request_id", p.requestID).Msg("fan-out reply failed")
 	}
-	ev := dispatcher.Event{RequestID: p.requestID, OrchestrationID: p.orchID, Capability: capability, Kind: kind,
-		Status: out.Header.Get(streams.HeaderStatus), Code: out.Header.Get(streams.HeaderError), Outcome: dispatcher.OutcomeReply,
+	ev := events.Event{RequestID: p.requestID, OrchestrationID: p.orchID, Capability: capability, Kind: kind,
+		Status: out.Header.Get(streams.HeaderStatus), Code: out.Header.Get(streams.HeaderError), Outcome: events.OutcomeReply,
 		Candidates: r.Expected, Attempts: 1, Start: p.start, LatencyMS: float64(time.Since(p.start).Microseconds()) / 1000,
 		ParentID: p.header.Get(streams.HeaderParentID), Expected: r.Expected, Answered: r.Answered, Succeeded: r.Succeeded}
 	s.d.RecordEvent(ev)
@@ -375,7 +376,7 @@ func (s *Service) fail(m *nats.Msg, p parent, e *streams.Error) {
 	if c := s.d.Config().Subjects.CapabilityFromBroadcast(m.Subject); c != "" {
 		kind, capability = "broadcast", c
 	}
-	s.d.RecordEvent(dispatcher.Event{RequestID: p.requestID, OrchestrationID: p.orchID, Capability: capability, Kind: kind,
-		Status: dispatcher.StatusOf(e), Code: string(e.Code), Outcome: dispatcher.OutcomeReply, Start: p.start,
+	s.d.RecordEvent(events.Event{RequestID: p.requestID, OrchestrationID: p.orchID, Capability: capability, Kind: kind,
+		Status: events.StatusOf(e), Code: string(e.Code), Outcome: events.OutcomeReply, Start: p.start,
 		LatencyMS: float64(time.Since(p.start).Microseconds()) / 1000})
 }

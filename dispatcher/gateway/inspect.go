@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"net/http"
 	"time"
 
@@ -32,7 +33,7 @@ type Agent struct {
 // Agents returns every instance in the replica's routing table, sorted
 // by id.
 func (g *Gateway) Agents() []Agent {
-	breakers := make(map[string]dispatcher.BreakerStatus)
+	breakers := make(map[string]selection.BreakerStatus)
 	for _, b := range g.d.Breakers() {
 		breakers[b.Instance] = b
 	}
@@ -41,7 +42,7 @@ func (g *Gateway) Agents() []Agent {
 	for _, e := range g.d.Table().Entries() {
 		a := Agent{ID: e.ID, Type: e.Type, Capabilities: e.Capabilities, Status: e.Status, Version: e.Version,
 			Active: e.Active, MaxConcurrent: e.MaxConcurrent, HeartbeatAgeMS: now.Sub(e.Updated).Milliseconds(),
-			Breaker: string(dispatcher.BreakerClosed), Deps: e.Deps}
+			Breaker: string(selection.BreakerClosed), Deps: e.Deps}
 		if e.MaxConcurrent > 0 {
 			a.Load = float64(e.Active) / float64(e.MaxConcurrent)
 		}

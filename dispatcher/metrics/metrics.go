@@ -17,6 +17,7 @@
 package metrics
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"net/http"
 	"strings"
 	"sync"
@@ -154,7 +155,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Observed counts one record (dispatcher.Observer) by the counting model
 // (dispatcher.Event.Count), as the replica's Stats count it.
-func (m *Metrics) Observed(ev *dispatcher.Event) {
+func (m *Metrics) Observed(ev *events.Event) {
 	c := ev.Count()
 	if !ev.IsTask() {
 		if ev.Kind != "" {
@@ -199,11 +200,11 @@ func kindLabel(kind string) string {
 }
 
 // outcomeOf is a record's outcome label.
-func outcomeOf(ev *dispatcher.Event) string {
+func outcomeOf(ev *events.Event) string {
 	switch {
 	case ev.Code == "":
 		return "finished"
-	case ev.Unknown && ev.Class() == dispatcher.ClassRejected:
+	case ev.Unknown && ev.Class() == events.ClassRejected:
 		return OutcomeUnknownName
 	}
 	return strings.ToLower(ev.Code)

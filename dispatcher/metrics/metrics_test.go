@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -124,7 +125,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		t.Fatalf("%v in the metrics:\n%s", err, grepAgentReach(page))
 	}
 	// The replica's own counters count the same records the same way.
-	want := dispatcher.Counts{Tasks: 9, Finished: 6, Rejected: 3} // the unknown name is the caller's
+	want := events.Counts{Tasks: 9, Finished: 6, Rejected: 3} // the unknown name is the caller's
 	if got := d.Stats().Counts; got != want {
 		t.Errorf("the replica's counts %+v, want %+v (as the metrics count)", got, want)
 	}
@@ -148,12 +149,12 @@ func TestObservedCountsRetriesHedgesAndRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Observed(&dispatcher.Event{Capability: "x", Status: "FINISHED", Attempts: 3, LatencyMS: 2})
-	m.Observed(&dispatcher.Event{Capability: "x", Status: "FINISHED", Attempts: 2, Hedged: true, HedgeWon: true, LatencyMS: 2})
-	m.Observed(&dispatcher.Event{Capability: "fanout", Kind: "fanout", Status: "FAILED", Code: "INCOMPLETE", Expected: 3})
-	m.Observed(&dispatcher.Event{Kind: "feedback"})
-	m.Observed(&dispatcher.Event{Kind: "something_new"})
-	m.Observed(&dispatcher.Event{Capability: "x", Outcome: "review_drop"})
+	m.Observed(&events.Event{Capability: "x", Status: "FINISHED", Attempts: 3, LatencyMS: 2})
+	m.Observed(&events.Event{Capability: "x", Status: "FINISHED", Attempts: 2, Hedged: true, HedgeWon: true, LatencyMS: 2})
+	m.Observed(&events.Event{Capability: "fanout", Kind: "fanout", Status: "FAILED", Code: "INCOMPLETE", Expected: 3})
+	m.Observed(&events.Event{Kind: "feedback"})
+	m.Observed(&events.Event{Kind: "something_new"})
+	m.Observed(&events.Event{Capability: "x", Outcome: "review_drop"})
 	page := scrape(t, m.Handler())
 	for _, want := range []string{
 		// Before Attach no registry says which capability is known: "other".

@@ -1,9 +1,8 @@
 package metrics
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/agent-reach/agentreach/dispatcher"
 )
 
 // replica collects, at each scrape, what the dispatcher holds: its
@@ -36,7 +35,7 @@ var (
 	descPending = desc("durable_pending", "Durable tasks waiting in REACH_TASKS, by capability.", "capability")
 )
 
-var breakerStates = []dispatcher.BreakerState{dispatcher.BreakerClosed, dispatcher.BreakerHalfOpen, dispatcher.BreakerOpen}
+var breakerStates = []selection.BreakerState{selection.BreakerClosed, selection.BreakerHalfOpen, selection.BreakerOpen}
 
 // Describe sends every metric's description (prometheus.Collector).
 func (r *replica) Describe(ch chan<- *prometheus.Desc) {

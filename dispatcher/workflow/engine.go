@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"maps"
 	"slices"
 	"strconv"
@@ -269,7 +270,7 @@ func (e *Engine) Direct(m *nats.Msg, name string) *nats.Msg {
 	case !r.Status.Final(): // the engine closed under it
 		r.fail(streams.NewError(streams.CodeCancelled, "the dispatcher %s stopped during the run", e.d.Name()))
 	}
-	r.Outcome, r.Owner = dispatcher.OutcomeReply, ""
+	r.Outcome, r.Owner = events.OutcomeReply, ""
 	e.runEvent(r)
 	if e.cfg.DirectRecords {
 		e.recordDirect(r)
@@ -290,7 +291,7 @@ func (e *Engine) Durable(msg jetstream.Msg, name string) {
 	defer e.running.Done()
 	e.durables.Add(1)
 	defer e.durables.Add(-1)
-	stop := dispatcher.KeepInProgress(msg, e.d.Config().DurableAckWait)
+	stop := durable.KeepInProgress(msg, e.d.Config().DurableAckWait)
 	v := e.durable(msg, name)
 	stop()
 	switch v.kind {
@@ -355,7 +356,7 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 	}
 	id := h.Get(streams.HeaderRequestID)
 	if id == "" { // as the dispatcher names a durable task that has no request id
-		id = dispatcher.RequestIDOfSubmission(h)
+		id = durable.RequestIDOfSubmission(h)
 		if streams.ValidateInstanceID(id) != nil {
 			id = "task-" + strconv.FormatUint(md.Sequence.Stream, 10)
 		}
@@ -435,7 +436,7 @@ func stopped(s stop, id string) verdict {
 // revision check fails if another replica wrote the record meanwhile.
 func (e *Engine) resume(r *Run, msg jetstream.Msg, replay int, delivered uint64) (verdict, bool) {
 	switch {
-	case r.Status.Final() && (replay <= r.Replays || r.Outcome == dispatcher.OutcomeResult):
+	case r.Status.Final() && (replay <= r.Replays || r.Outcome == events.OutcomeResult):
 		// Its final record was written and its outcome maybe not (a crash,
 		// a lost ack): record it again, deduplicated.
 		return e.publishOutcome(r, msg, true), true

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -75,21 +76,21 @@ func (r *Run) placement() (where, reason string) {
 	}
 	switch {
 	case r.Status == RunFinished:
-		return dispatcher.OutcomeResult, ""
+		return events.OutcomeResult, ""
 	case r.inDoubt():
-		return dispatcher.OutcomeReview, dispatcher.ReasonInDoubt
+		return events.OutcomeReview, durable.ReasonInDoubt
 	case compensationFailed:
-		return dispatcher.OutcomeReview, ReasonCompensation
+		return events.OutcomeReview, ReasonCompensation
 	case compensated:
-		return dispatcher.OutcomeResult, ""
+		return events.OutcomeResult, ""
 	case code == streams.CodeDeadlineExceeded:
-		return dispatcher.OutcomeReview, dispatcher.ReasonDeadline
+		return events.OutcomeReview, durable.ReasonDeadline
 	case code == streams.CodeBizReject:
-		return dispatcher.OutcomeResult, ""
+		return events.OutcomeResult, ""
 	case code == streams.CodeBadRequest || code == streams.CodePayloadTooLarge || code == streams.CodeLoopDetected:
-		return dispatcher.OutcomeDeadLetter, dispatcher.ReasonPoison
+		return events.OutcomeDeadLetter, durable.ReasonPoison
 	}
-	return dispatcher.OutcomeDeadLetter, dispatcher.ReasonFailed
+	return events.OutcomeDeadLetter, durable.ReasonFailed
 }
 
 // failureBody is the body of a failed run's answer: the {"code",
@@ -127,7 +128,7 @@ func (r *Run) reply(maxPayload int64) *nats.Msg {
 		if e == nil {
 			e = streams.NewError(streams.CodeInternal, "the run ended without an error")
 		}
-		m.Header.Set(streams.HeaderStatus, dispatcher.StatusOf(e))
+		m.Header.Set(streams.HeaderStatus, events.StatusOf(e))
 		m.Header.Set(streams.HeaderError, string(e.Code))
 		if r.inDoubt() {
 			m.Header.Set(streams.HeaderInDoubt, "true")
@@ -188,7 +189,7 @@ func (e *Engine) recordOutcome(r *Run, msg jetstream.Msg, again bool) error {
 	ctx, cancel := bounded()
 	defer cancel()
 	owner := r.owner(msg.Headers())
-	if r.Outcome == dispatcher.OutcomeResult {
+	if r.Outcome == events.OutcomeResult {
 		subject := e.subjects.Result(owner, r.ID)
 		if again {
 			if _, err := e.results.GetLastMsgForSubject(ctx, subject); err == nil {
@@ -201,7 +202,7 @@ func (e *Engine) recordOutcome(r *Run, msg jetstream.Msg, again bool) error {
 		return e.publish(ctx, out)
 	}
 	subject := e.subjects.DeadLetter(r.Workflow)
-	if r.Outcome == dispatcher.OutcomeReview {
+	if r.Outcome == events.OutcomeReview {
 		subject = e.subjects.Review(r.Workflow)
 	}
 	out := nats.NewMsg(subject)
@@ -287,10 +288,10 @@ func (e *Engine) decide(r *Run, step, kind, detail string, cause *streams.Error)
 	if step != "" {
 		id += "." + step
 	}
-	ev := dispatcher.Event{RequestID: id, OrchestrationID: r.OrchestrationID, Capability: r.Workflow, Tier: r.Tier,
+	ev := events.Event{RequestID: id, OrchestrationID: r.OrchestrationID, Capability: r.Workflow, Tier: r.Tier,
 		Kind: KindDecision, Status: string(streams.StatusFinished), Outcome: kind, Start: now, ParentID: r.ID}
 	if cause != nil {
-		ev.Status, ev.Code = dispatcher.StatusOf(cause), string(cause.Code)
+		ev.Status, ev.Code = events.StatusOf(cause), string(cause.Code)
 	}
 	e.event(r, ev)
 }
@@ -299,7 +300,7 @@ func (e *Engine) decide(r *Run, step, kind, detail string, cause *streams.Error)
 // one with the run's next record (write), so that a replica whose write
 // loses to another's records none of the step outcomes and decisions it
 // made meanwhile.
-func (e *Engine) event(r *Run, ev dispatcher.Event) {
+func (e *Engine) event(r *Run, ev events.Event) {
 	if r.Tier != "durable" {
 		e.d.RecordEvent(ev)
 		return
@@ -315,14 +316,14 @@ func (e *Engine) stepEvent(r *Run, i int) {
 	if sr.Status == StepCompensated {
 		c = sr.Compensation
 	}
-	ev := dispatcher.Event{RequestID: r.ID + "." + sr.Name, OrchestrationID: r.OrchestrationID, Capability: r.Workflow,
+	ev := events.Event{RequestID: r.ID + "." + sr.Name, OrchestrationID: r.OrchestrationID, Capability: r.Workflow,
 		Tier: r.Tier, Kind: KindStep, Status: string(streams.StatusFinished), Outcome: string(sr.Status), Node: c.Node,
 		Attempts: c.Attempts, LatencyMS: c.LatencyMS, Start: c.Started, ParentID: r.ID}
 	if ev.Start.IsZero() {
 		ev.Start = time.Now()
 	}
 	if sr.Error != nil && sr.Status != StepDone && sr.Status != StepCompensated {
-		ev.Status, ev.Code = dispatcher.StatusOf(sr.Error), string(sr.Error.Code)
+		ev.Status, ev.Code = events.StatusOf(sr.Error), string(sr.Error.Code)
 	}
 	e.event(r, ev)
 }
@@ -333,11 +334,11 @@ func (e *Engine) runEvent(r *Run) {
 	for _, sr := range r.Steps {
 		sends += sr.Sends
 	}
-	ev := dispatcher.Event{RequestID: r.ID, OrchestrationID: r.OrchestrationID, Capability: r.Workflow, Tier: r.Tier,
+	ev := events.Event{RequestID: r.ID, OrchestrationID: r.OrchestrationID, Capability: r.Workflow, Tier: r.Tier,
 		Kind: KindRun, Status: string(streams.StatusFinished), Outcome: r.Outcome, Attempts: sends, Start: r.Started,
 		LatencyMS: float64(time.Since(r.Started).Microseconds()) / 1000, ParentID: r.ParentID}
 	if r.Error != nil {
-		ev.Status, ev.Code = dispatcher.StatusOf(r.Error), string(r.Error.Code)
+		ev.Status, ev.Code = events.StatusOf(r.Error), string(r.Error.Code)
 	}
 	e.d.RecordEvent(ev)
 }
@@ -383,6 +384,6 @@ func foreignRun(theirs *Run, h nats.Header, name string, replay int) *Run {
 		r.Source = streams.NoSource
 	}
 	r.fail(streams.NewError(streams.CodeBadRequest, "request id %s is another caller's workflow run: submit under another id", r.ID))
-	r.Outcome, r.Reason = dispatcher.OutcomeDeadLetter, dispatcher.ReasonPoison
+	r.Outcome, r.Reason = events.OutcomeDeadLetter, durable.ReasonPoison
 	return r
 }

@@ -1,9 +1,10 @@
 package workflow
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"testing"
 
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -17,17 +18,17 @@ func TestAnEndedRunsOutcomeGoesWhereADurableTasksWould(t *testing.T) {
 		run           *Run
 		where, reason string
 	}{
-		{"finished", &Run{Status: RunFinished}, dispatcher.OutcomeResult, ""},
-		{"a business rejection", failed(streams.CodeBizReject), dispatcher.OutcomeResult, ""},
-		{"rolled back", failed(streams.CodeTimeout, compensated), dispatcher.OutcomeResult, ""},
+		{"finished", &Run{Status: RunFinished}, events.OutcomeResult, ""},
+		{"a business rejection", failed(streams.CodeBizReject), events.OutcomeResult, ""},
+		{"rolled back", failed(streams.CodeTimeout, compensated), events.OutcomeResult, ""},
 		{"a compensation failed", failed(streams.CodeBizReject, compensated,
-			&StepRun{Name: "c", Status: StepDone, Compensation: &CallRun{Status: StepFailed}}), dispatcher.OutcomeReview, ReasonCompensation},
+			&StepRun{Name: "c", Status: StepDone, Compensation: &CallRun{Status: StepFailed}}), events.OutcomeReview, ReasonCompensation},
 		{"in doubt", failed(streams.CodeInternal, &StepRun{Name: "b", Status: StepFailed, CallRun: CallRun{InDoubt: true}}),
-			dispatcher.OutcomeReview, dispatcher.ReasonInDoubt},
-		{"past its deadline", failed(streams.CodeDeadlineExceeded), dispatcher.OutcomeReview, dispatcher.ReasonDeadline},
-		{"bad input", failed(streams.CodeBadRequest), dispatcher.OutcomeDeadLetter, dispatcher.ReasonPoison},
-		{"a timeout", failed(streams.CodeTimeout), dispatcher.OutcomeDeadLetter, dispatcher.ReasonFailed},
-		{"an incomplete parallel step", failed(streams.CodeIncomplete), dispatcher.OutcomeDeadLetter, dispatcher.ReasonFailed},
+			events.OutcomeReview, durable.ReasonInDoubt},
+		{"past its deadline", failed(streams.CodeDeadlineExceeded), events.OutcomeReview, durable.ReasonDeadline},
+		{"bad input", failed(streams.CodeBadRequest), events.OutcomeDeadLetter, durable.ReasonPoison},
+		{"a timeout", failed(streams.CodeTimeout), events.OutcomeDeadLetter, durable.ReasonFailed},
+		{"an incomplete parallel step", failed(streams.CodeIncomplete), events.OutcomeDeadLetter, durable.ReasonFailed},
 	} {
 		if where, reason := c.run.placement(); where != c.where || reason != c.reason {
 			t.Errorf("%s: %s (%s), want %s (%s)", c.name, where, reason, c.where, c.reason)

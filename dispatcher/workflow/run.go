@@ -2,9 +2,9 @@ package workflow
 
 import (
 	"encoding/json"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"time"
 
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -117,7 +117,7 @@ type Run struct {
 	// yet: they go to REACH_EVENTS once the record that holds their step
 	// outcomes and decisions is written (Engine.write), and are discarded
 	// when another replica's write won — so each is recorded once.
-	pending []dispatcher.Event
+	pending []events.Event
 }
 
 // StepRun is one step of a Run.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -699,7 +700,7 @@ func parkedReasons(t testing.TB, js jetstream.JetStream) {
 	t.Helper()
 	for _, stream := range []string{streams.StreamDLQ, streams.StreamReview} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, stream)
+		list, err := durable.ListParked(ctx, js, streams.Subjects{}, stream)
 		cancel()
 		if err != nil {
 			t.Logf("  %s: %v", stream, err)

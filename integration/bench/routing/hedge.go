@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -44,15 +45,15 @@ func hedgeMeanService() time.Duration {
 // own, served by the same agents, hedged or not.
 type hedgeMethod struct {
 	name, capability string
-	hedge            *dispatcher.HedgeConfig // nil: not hedged
+	hedge            *selection.HedgeConfig // nil: not hedged
 	about            string
 }
 
 var hedgeMethods = []hedgeMethod{
 	{name: "off", capability: "hedge.off", about: "no hedging"},
-	{name: "p97", capability: "hedge.p97", hedge: &dispatcher.HedgeConfig{},
+	{name: "p97", capability: "hedge.p97", hedge: &selection.HedgeConfig{},
 		about: "hedged, defaults: after the learned 97th percentile, budget 5%"},
-	{name: "p95", capability: "hedge.p95", hedge: &dispatcher.HedgeConfig{Percentile: 0.95},
+	{name: "p95", capability: "hedge.p95", hedge: &selection.HedgeConfig{Percentile: 0.95},
 		about: "hedged after the learned 95th percentile (the first design's default), budget 5%"},
 }
 
@@ -77,7 +78,7 @@ func Hedge(r *harness.Run) error {
 		return err
 	}
 	defer e.Close()
-	hedges := map[string]dispatcher.HedgeConfig{}
+	hedges := map[string]selection.HedgeConfig{}
 	var capabilities []string
 	for _, m := range hedgeMethods {
 		capabilities = append(capabilities, m.capability)

@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -89,8 +90,8 @@ type skewMethod struct {
 var skewMethods = []skewMethod{
 	{name: "queue_group", about: "plain NATS queue group, 8 subscribers × 4 concurrent", setup: setupQueueGroup},
 	{name: "pull", about: "JetStream work-queue, 8 workers × 4 slots, fetch when a slot is free", setup: setupPull},
-	{name: "least_load", about: "dispatcher, least_load", setup: setupDispatched(dispatcher.StrategyLeastLoad)},
-	{name: "round_robin", about: "dispatcher, round_robin", setup: setupDispatched(dispatcher.StrategyRoundRobin)},
+	{name: "least_load", about: "dispatcher, least_load", setup: setupDispatched(selection.StrategyLeastLoad)},
+	{name: "round_robin", about: "dispatcher, round_robin", setup: setupDispatched(selection.StrategyRoundRobin)},
 }
 
 // setupQueueGroup: eight queue subscribers, each running up to four tasks

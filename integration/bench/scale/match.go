@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"math"
 	"slices"
 	"time"
@@ -358,7 +359,7 @@ func Match(r *harness.Run) error {
 		"settled the one before (match_settle_max_ms), so no method inherits another's backlog. "+
 		"match_throughput_ratio_no_events is the same comparison on a dispatcher started with NoEvents, after the "+
 		"policy changes (%d rounds): what the requirement costs apart from its records.",
-		dispatcher.ExcludedInEvents, agents-real, noEv.rounds)
+		events.ExcludedInEvents, agents-real, noEv.rounds)
 	r.Goal("match_throughput_ratio", fmt.Sprintf("routed throughput with a requirement that leaves 10%% of %d agents ≥ 0.8 × "+
 		"without declarations or requirement: %.2f (%.0f vs %.0f req/s); without feedback records %.2f", agents,
 		fig("match_throughput_ratio"), req.RPS(), plain.RPS(), fig("match_throughput_ratio_no_events")),

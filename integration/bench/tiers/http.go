@@ -3,6 +3,7 @@ package tiers
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"sync/atomic"
 	"time"
 
@@ -205,7 +206,7 @@ type switchObserver struct {
 }
 
 // Observed counts ev when the switch is on.
-func (o *switchObserver) Observed(ev *dispatcher.Event) {
+func (o *switchObserver) Observed(ev *events.Event) {
 	if o.on.Load() {
 		o.m.Observed(ev)
 	}

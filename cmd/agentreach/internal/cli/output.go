@@ -3,12 +3,11 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"io"
 	"os"
 	"strings"
 	"time"
-
-	"github.com/agent-reach/agentreach/dispatcher"
 )
 
 // ConfirmInput returns where purge reads its confirmation and whether that
@@ -21,7 +20,7 @@ const LastErrorWidth = 60
 // ParkedJSON is one entry as `ls --json` and `show --json` print it: the
 // payload as JSON (see bodyJSON) instead of base64.
 type ParkedJSON struct {
-	dispatcher.Parked
+	durable.Parked
 	Data json.RawMessage `json:"data"`
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"io"
 	"runtime"
 	"slices"
@@ -52,7 +54,7 @@ type dispatcherFlags struct {
 }
 
 func (f *dispatcherFlags) Register(fs *flag.FlagSet) {
-	names := strings.Join(dispatcher.StrategyNames(), ", ")
+	names := strings.Join(selection.StrategyNames(), ", ")
 	f.strategy = dispatcher.DefaultStrategy
 	f.capStrategies.Check = func(capability, strategy string) error {
 		if err := streams.ValidateCapability(capability); err != nil {
@@ -93,13 +95,13 @@ func (f *dispatcherFlags) Register(fs *flag.FlagSet) {
 	}
 	fs.Var(&f.capRetries, "capability-retries", "per-capability retries as `cap=n` (repeatable)")
 	fs.DurationVar(&f.deadline, "deadline", dispatcher.DefaultDeadline, "overall deadline of a task whose caller sets no Reach-Deadline")
-	fs.IntVar(&f.dlqInterval, "dead-letter-retry-interval", int(dispatcher.DefaultDeadLetterRetryInterval/time.Second),
+	fs.IntVar(&f.dlqInterval, "dead-letter-retry-interval", int(durable.DefaultDeadLetterRetryInterval/time.Second),
 		"`seconds` between replays of the dead letters whose capability has a healthy instance (-1: never)")
 }
 
 func checkStrategy(s string) error {
-	if !slices.Contains(dispatcher.StrategyNames(), s) {
-		return fmt.Errorf("unknown strategy %q (want one of %s)", s, strings.Join(dispatcher.StrategyNames(), ", "))
+	if !slices.Contains(selection.StrategyNames(), s) {
+		return fmt.Errorf("unknown strategy %q (want one of %s)", s, strings.Join(selection.StrategyNames(), ", "))
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -176,7 +177,7 @@ func TestDurableCommands(t *testing.T) {
 			}
 			return fmt.Errorf("no dead letter for %s yet", id)
 		})
-		if dead.Reason != dispatcher.ReasonPoison || dead.Code != string(streams.CodeBadRequest) || dead.Capability != "math.add" ||
+		if dead.Reason != durable.ReasonPoison || dead.Code != string(streams.CodeBadRequest) || dead.Capability != "math.add" ||
 			dead.Seq == 0 || dead.Attempts != 1 || dead.Stream != streams.StreamDLQ ||
 			strings.Join(strings.Fields(string(dead.Data)), "") != `{"a":"x","b":1}` {
 			t.Fatalf("dead letter %+v, data %s", dead, dead.Data)
@@ -221,7 +222,7 @@ func TestDurableCommands(t *testing.T) {
 			r = clitest.RunCmd(t, RunResult, with(append(wait, "--json", id)...)...)
 			e := clitest.DecodeFailure(t, r)
 			if r.Code != cli.ExitFail || e.Error.Code != streams.CodeBadRequest || e.Parked == nil || e.Parked.Seq != dead.Seq ||
-				e.Parked.Stream != streams.StreamDLQ || e.Parked.Reason != dispatcher.ReasonPoison || e.Meta == nil || e.Meta.RequestID != id {
+				e.Parked.Stream != streams.StreamDLQ || e.Parked.Reason != durable.ReasonPoison || e.Meta == nil || e.Meta.RequestID != id {
 				t.Fatalf("result %v --json: exit %d, stdout %q", wait, r.Code, r.Stdout)
 			}
 		}
@@ -253,8 +254,8 @@ func TestDurableCommands(t *testing.T) {
 	})
 
 	t.Run("purge one, confirmed", func(t *testing.T) {
-		keep := park(t, url, "reach.dlq.echo", "keep-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
-		gone := park(t, url, "reach.dlq.echo", "gone-"+uuid.NewString(), dispatcher.ReasonFailed, `{}`)
+		keep := park(t, url, "reach.dlq.echo", "keep-"+uuid.NewString(), durable.ReasonFailed, `{}`)
+		gone := park(t, url, "reach.dlq.echo", "gone-"+uuid.NewString(), durable.ReasonFailed, `{}`)
 		clitest.SetConfirmInput(t, "y\n", true)
 		r := clitest.RunCmd(t, RunDLQ, with("purge", strconv.FormatUint(gone, 10))...)
 		if r.Code != cli.ExitOK || r.Stdout != "purged 1 dead letter\n" {
@@ -276,7 +277,7 @@ func TestDurableCommands(t *testing.T) {
 	t.Run("dlq replay --all", func(t *testing.T) {
 		ids := []string{"replay-" + uuid.NewString(), "replay-" + uuid.NewString()}
 		for i, id := range ids {
-			park(t, url, "reach.dlq.echo", id, dispatcher.ReasonFailed, fmt.Sprintf(`{"replayed":%d}`, i))
+			park(t, url, "reach.dlq.echo", id, durable.ReasonFailed, fmt.Sprintf(`{"replayed":%d}`, i))
 		}
 		r := clitest.RunCmd(t, RunDLQ, with("replay", "--all")...)
 		if r.Code != cli.ExitOK || r.Stdout != "resubmitted 2 dead letters\n" {
@@ -296,7 +297,7 @@ func TestDurableCommands(t *testing.T) {
 	t.Run("review: ls, show, replay with a new deadline, resolve", func(t *testing.T) {
 		past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
 		id := "late-" + uuid.NewString()
-		seq := park(t, url, "reach.review.echo", id, dispatcher.ReasonDeadline, `{"late":true}`,
+		seq := park(t, url, "reach.review.echo", id, durable.ReasonDeadline, `{"late":true}`,
 			streams.HeaderDeadline, past, streams.HeaderError, string(streams.CodeDeadlineExceeded))
 		list := listParked(t, RunReview, srv)
 		if len(list) != 1 || list[0].Seq != seq || list[0].RequestID != id || list[0].Reason != "deadline" ||
@@ -322,7 +323,7 @@ func TestDurableCommands(t *testing.T) {
 			t.Fatalf("result: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 
-		seq = park(t, url, "reach.review.echo", "handled-"+uuid.NewString(), dispatcher.ReasonDeadline, `{}`)
+		seq = park(t, url, "reach.review.echo", "handled-"+uuid.NewString(), durable.ReasonDeadline, `{}`)
 		s := strconv.FormatUint(seq, 10)
 		r = clitest.RunCmd(t, RunReview, with("resolve", "--drop", s)...)
 		if r.Code != cli.ExitOK || r.Stdout != "dropped 1 review entry\n" {
@@ -346,7 +347,7 @@ func TestReplayDeadline(t *testing.T) {
 	natstest.Provision(t, nc, streams.Topology{Memory: true})
 	url := s.ClientURL()
 	past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
-	seq := park(t, url, "reach.review.echo", "late-1", dispatcher.ReasonDeadline, `{}`, streams.HeaderDeadline, past)
+	seq := park(t, url, "reach.review.echo", "late-1", durable.ReasonDeadline, `{}`, streams.HeaderDeadline, past)
 
 	before := time.Now().Truncate(time.Millisecond) // Reach-Deadline has millisecond precision
 	r := clitest.RunCmd(t, RunReview, "--server", url, "replay", "--new-deadline", "1h", "--json", strconv.FormatUint(seq, 10))
@@ -480,20 +481,20 @@ func TestReviewResolve(t *testing.T) {
 		if _, err := kv.Create(ctx, claim, b); err != nil {
 			t.Fatal(err)
 		}
-		n := park(t, url, "reach.review.echo", id, dispatcher.ReasonInDoubt, `{"in_doubt":true}`, streams.HeaderIdempotencyKey, key,
+		n := park(t, url, "reach.review.echo", id, durable.ReasonInDoubt, `{"in_doubt":true}`, streams.HeaderIdempotencyKey, key,
 			streams.HeaderError, string(streams.CodeInternal), streams.HeaderInDoubt, "true")
 		return strconv.FormatUint(n, 10), claim
 	}
 	// records returns the REACH_EVENTS records of request id.
-	records := func(t *testing.T, id string) []dispatcher.Event {
+	records := func(t *testing.T, id string) []events.Event {
 		t.Helper()
-		list, err := dispatcher.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
+		list, err := durable.ListParked(ctx, js, streams.Subjects{}, streams.StreamEvents)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []dispatcher.Event
+		var out []events.Event
 		for _, m := range list {
-			evs, err := dispatcher.DecodeEvents(m.Data)
+			evs, err := events.DecodeEvents(m.Data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -547,7 +548,7 @@ func TestReviewResolve(t *testing.T) {
 			t.Fatalf("claim after the rerun: %v (%v)", rec, err)
 		}
 		gone(t, id)
-		recorded(t, id, dispatcher.OutcomeReviewRerun)
+		recorded(t, id, events.OutcomeReviewRerun)
 	})
 
 	t.Run("drop", func(t *testing.T) {
@@ -562,7 +563,7 @@ func TestReviewResolve(t *testing.T) {
 			t.Fatalf("resolve --drop: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 		}
 		gone(t, id)
-		recorded(t, id, dispatcher.OutcomeReviewDrop)
+		recorded(t, id, events.OutcomeReviewDrop)
 		// Nothing ran: no outcome, and the claim is as it was.
 		if r := clitest.RunCmd(t, RunResult, with(id)...); r.Code != cli.ExitFail || !strings.Contains(r.Stderr, "no outcome recorded for "+id) {
 			t.Fatalf("result: exit %d, stderr %q", r.Code, r.Stderr)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"io"
 	"os"
 	"os/user"
@@ -20,7 +22,6 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -285,7 +286,7 @@ func (p *parkedCmd) Bounded(ctx context.Context) (context.Context, context.Cance
 func (p *parkedCmd) list(ctx context.Context) error {
 	ctx, cancel := p.Bounded(ctx)
 	defer cancel()
-	list, err := dispatcher.ListParked(ctx, p.js, p.subjects, p.kind.stream)
+	list, err := durable.ListParked(ctx, p.js, p.subjects, p.kind.stream)
 	if err != nil {
 		return err
 	}
@@ -301,10 +302,10 @@ func (p *parkedCmd) list(ctx context.Context) error {
 }
 
 // get returns one entry, with an error naming the queue when there is none.
-func (p *parkedCmd) get(ctx context.Context, seq uint64) (dispatcher.Parked, error) {
+func (p *parkedCmd) get(ctx context.Context, seq uint64) (durable.Parked, error) {
 	ctx, cancel := p.Bounded(ctx)
 	defer cancel()
-	e, err := dispatcher.GetParked(ctx, p.js, p.subjects, p.kind.stream, seq)
+	e, err := durable.GetParked(ctx, p.js, p.subjects, p.kind.stream, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return e, cli.WithCode(cli.CodeNotFound, fmt.Errorf("no %s with seq %d in %s", p.kind.noun, seq, p.kind.stream))
 	}
@@ -328,11 +329,11 @@ func (p *parkedCmd) show(ctx context.Context, seq uint64) error {
 // deadline > 0 gives each resubmitted task a new Reach-Deadline that far
 // from now.
 func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Duration) (int, error) {
-	var list []dispatcher.Parked
+	var list []durable.Parked
 	if seq == 0 {
 		lctx, cancel := p.Bounded(ctx)
 		var err error
-		list, err = dispatcher.ListParked(lctx, p.js, p.subjects, p.kind.stream)
+		list, err = durable.ListParked(lctx, p.js, p.subjects, p.kind.stream)
 		cancel()
 		if err != nil {
 			return 0, err
@@ -354,7 +355,7 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 	}
 	for _, e := range list {
 		rctx, cancel := p.Bounded(ctx)
-		err := dispatcher.Replay(rctx, p.js, p.subjects, e, newDeadline, opts...)
+		err := durable.Replay(rctx, p.js, p.subjects, e, newDeadline, opts...)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s seq %d: %w", p.kind.stream, e.Seq, err))
@@ -376,7 +377,7 @@ func (p *parkedCmd) replay(ctx context.Context, seq uint64, deadline time.Durati
 // --creds when it is an Agent-Reach identity: a parked entry keeps no
 // Reach-Signature, and dispatchers with auth on accept a replay as its
 // caller only from a dispatcher identity (docs/security.md).
-func (p *parkedCmd) replayOptions() ([]dispatcher.ReplayOption, error) {
+func (p *parkedCmd) replayOptions() ([]durable.ReplayOption, error) {
 	if !p.conn.Signs() {
 		return nil, nil
 	}
@@ -384,7 +385,7 @@ func (p *parkedCmd) replayOptions() ([]dispatcher.ReplayOption, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--creds: %w", err)
 	}
-	return []dispatcher.ReplayOption{dispatcher.ReplaySign(func(m *nats.Msg) error {
+	return []durable.ReplayOption{durable.ReplaySign(func(m *nats.Msg) error {
 		s.SignReplay(m, time.Now())
 		return nil
 	})}, nil
@@ -409,17 +410,17 @@ func (p *parkedCmd) resolve(ctx context.Context, seq uint64, r resolution, deadl
 	if err != nil {
 		return err
 	}
-	outcome := dispatcher.OutcomeReviewDrop
+	outcome := events.OutcomeReviewDrop
 	if r.rerun {
-		outcome = dispatcher.OutcomeReviewRerun
+		outcome = events.OutcomeReviewRerun
 	}
 	rctx, cancel := p.Bounded(ctx)
 	defer cancel()
-	if err := dispatcher.RecordResolution(rctx, p.js, p.subjects, e, outcome, r.by); err != nil {
+	if err := durable.RecordResolution(rctx, p.js, p.subjects, e, outcome, r.by); err != nil {
 		return p.conn.NotProvisioned(err, "stream "+streams.StreamEvents)
 	}
 	if r.drop {
-		if err := dispatcher.DeleteParked(rctx, p.js, p.kind.stream, e.Seq); err != nil {
+		if err := durable.DeleteParked(rctx, p.js, p.kind.stream, e.Seq); err != nil {
 			return fmt.Errorf("recorded %s, but the entry was not deleted: %w", outcome, err)
 		}
 		p.report("dropped", 1)
@@ -440,7 +441,7 @@ func (p *parkedCmd) resolve(ctx context.Context, seq uint64, r resolution, deadl
 	if err != nil {
 		return err
 	}
-	if err := dispatcher.Replay(rctx, p.js, p.subjects, e, deadlineFrom(deadline), opts...); err != nil {
+	if err := durable.Replay(rctx, p.js, p.subjects, e, deadlineFrom(deadline), opts...); err != nil {
 		return fmt.Errorf("recorded %s, but the task was not resubmitted: %w", outcome,
 			p.conn.NotProvisioned(err, "stream "+streams.StreamTasks))
 	}
@@ -458,7 +459,7 @@ func (p *parkedCmd) purgeOne(ctx context.Context, seq uint64, in io.Reader) erro
 	}
 	dctx, cancel := p.Bounded(ctx)
 	defer cancel()
-	if err := dispatcher.DeleteParked(dctx, p.js, p.kind.stream, e.Seq); err != nil {
+	if err := durable.DeleteParked(dctx, p.js, p.kind.stream, e.Seq); err != nil {
 		return err
 	}
 	p.report("purged", 1)
@@ -517,14 +518,14 @@ func (p *parkedCmd) report(done string, n int) {
 	fmt.Fprintf(p.stdout, "%s %s\n", done, p.kind.count(n))
 }
 
-func jsonOfParked(e dispatcher.Parked) cli.ParkedJSON {
+func jsonOfParked(e durable.Parked) cli.ParkedJSON {
 	if e.Header == nil {
 		e.Header = nats.Header{}
 	}
 	return cli.ParkedJSON{Parked: e, Data: bodyJSON(streams.ContentType(e.Header, e.Data), e.Data)}
 }
 
-func printParkedTable(w io.Writer, list []dispatcher.Parked, now time.Time) error {
+func printParkedTable(w io.Writer, list []durable.Parked, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tCAPABILITY\tREQUEST ID\tREASON\tCODE\tATTEMPTS\tCOUNT\tAGE\tLAST ERROR")
 	for _, e := range list {
@@ -537,7 +538,7 @@ func printParkedTable(w io.Writer, list []dispatcher.Parked, now time.Time) erro
 
 // printParked prints every field of an entry, its headers (sorted) and its
 // payload, indented when it is JSON.
-func printParked(w io.Writer, e dispatcher.Parked, now time.Time) error {
+func printParked(w io.Writer, e durable.Parked, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	for _, f := range [][2]string{
 		{"Stream", e.Stream},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"io"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
-	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -215,9 +215,9 @@ func (s *session) submitError(err error, capability string) error {
 
 // findParked returns the newest entry for request id in REACH_DLQ or
 // REACH_REVIEW, found by its Reach-Request-Id header.
-func (s *session) findParked(ctx context.Context, id string) (p dispatcher.Parked, found bool, err error) {
+func (s *session) findParked(ctx context.Context, id string) (p durable.Parked, found bool, err error) {
 	for _, stream := range []string{streams.StreamDLQ, streams.StreamReview} {
-		list, err := dispatcher.ListParked(ctx, s.js, s.conn.Subjects(), stream)
+		list, err := durable.ListParked(ctx, s.js, s.conn.Subjects(), stream)
 		if err != nil {
 			return p, false, s.conn.NotProvisioned(err, "stream "+stream)
 		}
@@ -256,7 +256,7 @@ func (o *durableOutput) print(res *agentkit.Result, err error, id string) int {
 
 // parked reports that a task ended parked instead of with a result: exit 1,
 // with --json the error object, the metadata and the entry.
-func (o *durableOutput) parked(p dispatcher.Parked) int {
+func (o *durableOutput) parked(p durable.Parked) int {
 	code := streams.Code(p.Code)
 	if code == "" {
 		code = streams.CodeInternal
