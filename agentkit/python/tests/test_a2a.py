@@ -41,7 +41,8 @@ def web() -> Any:
 @pytest_asyncio.fixture(scope="module")
 async def agents(web: Stack) -> AsyncIterator[Agent]:
     """Type "a2a.tools": a2a.echo answers its payload, a2a.refuse rejects,
-    a2a.slow waits until cancelled; type "a2a-echo" serves a2a-echo."""
+    a2a.slow waits until cancelled; type "a2a-echo" serves a2a-echo; type
+    "a2a-story" serves a2a-story, which streams the words of its text."""
     tools = Agent(web.url, type="a2a.tools", id="a2a-tools-1", version="1.4.0",
                   declaration={"type": "a2a.tools", "description": "tools for the A2A tests", "capabilities": [
                       {"name": "a2a.echo", "description": "answers its input", "input_schema": {"type": "object"}},
@@ -66,12 +67,21 @@ async def agents(web: Stack) -> AsyncIterator[Agent]:
     async def solo_echo(ctx: Context, payload: Any) -> Any:
         return payload
 
-    async with running(tools), running(solo):
+    story = Agent(web.url, type="a2a-story", id="a2a-story-1")
+
+    @story.handler("a2a-story")
+    async def tell(ctx: Context, payload: Any) -> AsyncIterator[str]:
+        for word in str(payload["text"]).split():
+            yield word + " "
+
+    async with running(tools), running(solo), running(story):
         async with httpx.AsyncClient() as h:
             async def routable() -> bool:
-                r = await h.get(f"{web.http}/a2a/a2a.tools/.well-known/agent-card.json")  # type: ignore[attr-defined]
-                s = await h.get(f"{web.http}/a2a/a2a-echo/.well-known/agent-card.json")  # type: ignore[attr-defined]
-                return r.status_code == 200 and s.status_code == 200 and '"state":"ready"' in r.text + s.text
+                for t in ("a2a.tools", "a2a-echo", "a2a-story"):
+                    r = await h.get(f"{web.http}/a2a/{t}/.well-known/agent-card.json")  # type: ignore[attr-defined]
+                    if r.status_code != 200 or '"state":"ready"' not in r.text:
+                        return False
+                return True
             await poll(routable, "the agents' cards ready")
         yield tools
 
@@ -143,6 +153,28 @@ async def test_streaming_message(web: Stack, agents: Agent) -> None:
         # As docs/a2a.md shows it: a text message made by the SDK's helper.
         events = [e async for e in client.send_message(SendMessageRequest(message=new_text_message("hi", role=Role.ROLE_USER)))]
         assert json_format.MessageToDict(events[0].task.artifacts[0].parts[0].data) == {"text": "hi"}
+    finally:
+        await client.close()
+
+
+async def test_streamed_result(web: Stack, agents: Agent) -> None:
+    # A skill that streams: each chunk an artifact update of the result
+    # artifact (the first append false, later ones true), a last update
+    # with lastChunk, then the final task with the whole result.
+    client = await create_client(f"{web.http}/a2a/a2a-story", ClientConfig(streaming=True))  # type: ignore[attr-defined]
+    try:
+        events = [e async for e in client.send_message(SendMessageRequest(message=new_text_message("once upon a time", role=Role.ROLE_USER)))]
+        assert [e.WhichOneof("payload") for e in events] == ["artifact_update"] * 5 + ["task"], events
+        updates = [e.artifact_update for e in events[:5]]
+        assert [json_format.MessageToDict(u.artifact.parts[0].data) for u in updates[:4]] == ["once ", "upon ", "a ", "time "]
+        assert [u.append for u in updates] == [False, True, True, True, True]
+        assert [u.last_chunk for u in updates] == [False, False, False, False, True]
+        assert updates[4].artifact.parts[0].text == ""
+        task = events[5].task
+        assert {u.artifact.artifact_id for u in updates} == {task.artifacts[0].artifact_id}
+        assert {(u.task_id, u.context_id) for u in updates} == {(task.id, task.context_id)}
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert json_format.MessageToDict(task.artifacts[0].parts[0].data) == "once upon a time "
     finally:
         await client.close()
 

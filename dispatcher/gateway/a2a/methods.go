@@ -22,7 +22,9 @@ var passed = []string{streams.HeaderTimeout, streams.HeaderDeadline, streams.Hea
 
 // sendMessage is SendMessage and SendStreamingMessage: a routed call of
 // the skill the message names (or the type's only one), answered as a
-// task; with returnImmediately, the task runs on and is answered WORKING.
+// task; with returnImmediately, the task runs on and is answered WORKING
+// (as the one event of a stream for SendStreamingMessage); else
+// SendStreamingMessage streams the result (streamMessage).
 func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, req Request, v typeView) {
 	var p SendMessageRequest
 	if e := decodeParams(req.Params, &p); e != nil {
@@ -83,6 +85,10 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request, req Request
 		s.answerTask(w, req, t)
 		return
 	}
+	if req.Method == MethodSendStreamingMessage {
+		s.streamMessage(w, r, req, t, ent, capability, m) // stream.go
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.CallTimeout)
 	defer cancel()
 	reply := s.d.Call(ctx, capability, m)
@@ -108,8 +114,7 @@ func (s *Server) start() bool {
 }
 
 // answerTask answers t: as the result for SendMessage, as the one event
-// of a stream for SendStreamingMessage (streamed results are not relayed
-// yet: the event is the final task).
+// of a stream for SendStreamingMessage with returnImmediately.
 func (s *Server) answerTask(w http.ResponseWriter, req Request, t Task) {
 	if req.Method != MethodSendStreamingMessage {
 		writeRPC(w, req.ID, SendMessageResponse{Task: &t}, nil)

@@ -226,9 +226,22 @@ type SendMessageResponse struct {
 	Task *Task `json:"task,omitempty"`
 }
 
-// StreamResponse is one event of SendStreamingMessage.
+// StreamResponse is one event of SendStreamingMessage: exactly one of
+// its fields.
 type StreamResponse struct {
-	Task *Task `json:"task,omitempty"`
+	Task           *Task                    `json:"task,omitempty"`
+	ArtifactUpdate *TaskArtifactUpdateEvent `json:"artifactUpdate,omitempty"`
+}
+
+// TaskArtifactUpdateEvent is a piece of a task's artifact as it is made:
+// append adds its parts to the artifact of the same id sent before
+// (false: it starts or replaces it); lastChunk says no more follow.
+type TaskArtifactUpdateEvent struct {
+	TaskID    string   `json:"taskId"`
+	ContextID string   `json:"contextId"`
+	Artifact  Artifact `json:"artifact"`
+	Append    bool     `json:"append"`
+	LastChunk bool     `json:"lastChunk"`
 }
 
 // GetTaskRequest is the params of GetTask.
