@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -180,5 +181,36 @@ func TestMCPProgressOverNATS(t *testing.T) {
 		}
 		return nil
 	})
+	checkProgressCalls(t, cs, log)
+}
+
+// TestMCPProgressThroughRelay: `agentreach mcp --url` (mcp.Relay of a
+// gateway's /mcp) passes a call's progress on under its client's token,
+// in order, before the complete result.
+func TestMCPProgressThroughRelay(t *testing.T) {
+	st := newMCPStack(t)
+	tellAgent(st.Stack)
+	WaitRoutable(t, "tell", 1, st.d)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	serverSide, clientSide := sdk.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- mcp.Relay(ctx, st.url, &http.Client{Transport: tr}, serverSide, "test", zerolog.Nop())
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	log := newProgressLog()
+	c := sdk.NewClient(&sdk.Implementation{Name: "desktop", Version: "1"}, &sdk.ClientOptions{ProgressNotificationHandler: log.handler})
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	cs, err := c.Connect(cctx, clientSide, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cs.Close() }()
 	checkProgressCalls(t, cs, log)
 }

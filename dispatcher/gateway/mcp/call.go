@@ -41,7 +41,7 @@ func (s *Server) callHandler(v *view, capability string) sdk.ToolHandler {
 		defer cancel()
 		if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
 			if st, ok := s.src.(Streamer); ok {
-				return resultOf(streamCall(ctx, st, req.Session, token, capability, task)), nil
+				return streamCall(ctx, st, req.Session, token, capability, task), nil
 			}
 		}
 		return resultOf(s.src.Call(ctx, capability, task)), nil

@@ -26,16 +26,28 @@ func (s *dispatcherSource) Stream(ctx context.Context, capability string, task *
 	return s.d.Stream(ctx, capability, task, each)
 }
 
+// MetaChunks is the _meta key of a streamed call's result that counts the
+// progress notifications sent before it (a relay waits for as many).
+const MetaChunks = "io.agentreach/chunks"
+
 // streamCall routes task as a stream and sends each chunk to the session
 // as a notifications/progress for token: progress the chunk's count,
 // message its text. A notification that cannot be sent (the client gone)
-// is dropped; the call ends as its context says.
-func streamCall(ctx context.Context, src Streamer, ss *sdk.ServerSession, token any, capability string, task *nats.Msg) *nats.Msg {
+// is dropped; the call ends as its context says. The result's _meta
+// counts the notifications (MetaChunks).
+func streamCall(ctx context.Context, src Streamer, ss *sdk.ServerSession, token any, capability string, task *nats.Msg) *sdk.CallToolResult {
 	n := 0
-	return src.Stream(ctx, capability, task, func(chunk *nats.Msg) {
+	res := resultOf(src.Stream(ctx, capability, task, func(chunk *nats.Msg) {
 		n++
 		_ = ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: chunkText(chunk)})
-	})
+	}))
+	if n > 0 {
+		if res.Meta == nil {
+			res.Meta = sdk.Meta{}
+		}
+		res.Meta[MetaChunks] = n
+	}
+	return res
 }
 
 // chunkText is the text of a chunk: a JSON string's value, other JSON as
