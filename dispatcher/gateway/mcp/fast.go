@@ -21,8 +21,9 @@ const statelessRevision = "2026-07-28"
 // which costs several times the call itself (BENCHMARKS.md, mcp); a
 // tools/call is most of an agent's traffic. Anything else — another
 // method or revision, a header that does not mirror the body, a missing
-// _meta key, a progress token (its chunks go as notifications), an unknown tool, input responses — reports false and is left
-// to the SDK, which answers it (or its error) as the protocol says.
+// _meta key, a progress token (its chunks go as notifications on an
+// event stream), an unknown tool, input responses — reports false and is
+// left to the SDK, which answers it (or its error) as the protocol says.
 func (h *httpHandler) fastCall(w http.ResponseWriter, r *http.Request, req rpcRequest, caller string) bool {
 	if r.Header.Get("Mcp-Protocol-Version") != statelessRevision || r.Header.Get("Mcp-Method") != "tools/call" {
 		return false
