@@ -22,7 +22,8 @@ const (
 )
 
 // callHandler is the tools/call handler of capability in v: a task routed
-// through the source as v's caller. Every failure is a tool result with
+// through the source as v's caller; with a progress token, as a stream
+// whose chunks are sent as notifications/progress. Every failure is a tool result with
 // isError and the Reach code in its text, never a protocol error.
 func (s *Server) callHandler(v *view, capability string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -38,6 +39,11 @@ func (s *Server) callHandler(v *view, capability string) sdk.ToolHandler {
 		}
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		defer cancel()
+		if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
+			if st, ok := s.src.(Streamer); ok {
+				return streamCall(ctx, st, req.Session, token, capability, task), nil
+			}
+		}
 		return resultOf(s.src.Call(ctx, capability, task)), nil
 	}
 }

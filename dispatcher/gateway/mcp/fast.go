@@ -21,8 +21,9 @@ const statelessRevision = "2026-07-28"
 // which costs several times the call itself (BENCHMARKS.md, mcp); a
 // tools/call is most of an agent's traffic. Anything else — another
 // method or revision, a header that does not mirror the body, a missing
-// _meta key, an unknown tool, input responses — reports false and is left
-// to the SDK, which answers it (or its error) as the protocol says.
+// _meta key, a progress token (its chunks go as notifications on an
+// event stream), an unknown tool, input responses — reports false and is
+// left to the SDK, which answers it (or its error) as the protocol says.
 func (h *httpHandler) fastCall(w http.ResponseWriter, r *http.Request, req rpcRequest, caller string) bool {
 	if r.Header.Get("Mcp-Protocol-Version") != statelessRevision || r.Header.Get("Mcp-Method") != "tools/call" {
 		return false
@@ -38,7 +39,7 @@ func (h *httpHandler) fastCall(w http.ResponseWriter, r *http.Request, req rpcRe
 	}
 	var params sdk.CallToolParamsRaw
 	if json.Unmarshal(req.Params, &params) != nil || params.Name == "" || r.Header.Get("Mcp-Name") != params.Name ||
-		len(params.InputResponses) > 0 || params.RequestState != "" {
+		len(params.InputResponses) > 0 || params.RequestState != "" || params.GetProgressToken() != nil {
 		return false
 	}
 	if params.Meta[sdk.MetaKeyProtocolVersion] != statelessRevision {

@@ -107,3 +107,33 @@ func FuzzHTTPRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChunkText: whatever an agent streams, a chunk's progress message is
+// made without a panic, a JSON string chunk is its value and other JSON
+// stays as it came.
+func FuzzChunkText(f *testing.F) {
+	f.Add([]byte(`"once"`), "application/json")
+	f.Add([]byte(`{"words":4}`), "")
+	f.Add([]byte{0xa4, 'o', 'n', 'c', 'e'}, "application/msgpack")
+	f.Add([]byte{0x81, 0xa1, 'a', 0x01}, "application/msgpack")
+	f.Add([]byte("\xff\xfe"), "text/plain")
+	f.Add([]byte(" null "), "application/json")
+	f.Fuzz(func(t *testing.T, data []byte, ct string) {
+		m := &nats.Msg{Header: nats.Header{}, Data: data}
+		if ct != "" {
+			m.Header.Set(streams.HeaderContentType, ct)
+		}
+		got := chunkText(m)
+		if streams.ContentType(m.Header, data) != streams.ContentTypeJSON || !json.Valid(data) {
+			return
+		}
+		var s string
+		if trimmed := strings.TrimSpace(string(data)); strings.HasPrefix(trimmed, `"`) && json.Unmarshal(data, &s) == nil {
+			if got != s {
+				t.Fatalf("%q → %q, want the string %q", data, got, s)
+			}
+		} else if got != strings.TrimSpace(string(data)) {
+			t.Fatalf("%q → %q, want the JSON as it came", data, got)
+		}
+	})
+}

@@ -105,13 +105,38 @@ func (s *NATSSource) Changed() []<-chan struct{} {
 // Call implements Source: a call over NATS as the client's identity (the
 // task's Reach-Source is the client's, not the task's).
 func (s *NATSSource) Call(ctx context.Context, capability string, task *nats.Msg) *nats.Msg {
+	res, err := s.client.Call(ctx, capability, task.Data, callOptions(task)...)
+	return replyOf(res, err)
+}
+
+// Stream implements Streamer: Client.Stream over NATS, each chunk given
+// to each with its Reach-Seq and content type.
+func (s *NATSSource) Stream(ctx context.Context, capability string, task *nats.Msg, each func(chunk *nats.Msg)) *nats.Msg {
+	for res, err := range s.client.Stream(ctx, capability, task.Data, callOptions(task)...) {
+		if err == nil && res.Status == streams.StatusChunk {
+			each(messageOf(res))
+			continue
+		}
+		return replyOf(res, err)
+	}
+	return replyOf(nil, streams.NewError(streams.CodeInternal, "the stream of %s ended without a reply", capability))
+}
+
+// callOptions carries the task's request id, idempotency key and content
+// type onto a client call.
+func callOptions(task *nats.Msg) []agentkit.CallOption {
 	var opts []agentkit.CallOption
 	for _, h := range []string{streams.HeaderRequestID, streams.HeaderIdempotencyKey, streams.HeaderContentType} {
 		if v := task.Header.Get(h); v != "" {
 			opts = append(opts, agentkit.WithHeader(h, v))
 		}
 	}
-	res, err := s.client.Call(ctx, capability, task.Data, opts...)
+	return opts
+}
+
+// replyOf is the reply of a client call: its result, or an error reply
+// (a context that ended is CANCELLED or DEADLINE_EXCEEDED).
+func replyOf(res *agentkit.Result, err error) *nats.Msg {
 	if err != nil {
 		e := streams.AsError(err)
 		if errors.Is(err, context.Canceled) {
@@ -124,6 +149,11 @@ func (s *NATSSource) Call(ctx context.Context, capability string, task *nats.Msg
 		m.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
 		return m
 	}
+	return messageOf(res)
+}
+
+// messageOf is a client result as a message, its content type set.
+func messageOf(res *agentkit.Result) *nats.Msg {
 	m := &nats.Msg{Header: res.Header, Data: res.Data}
 	if m.Header == nil {
 		m.Header = nats.Header{}
