@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -107,7 +106,7 @@ func A2A(r *harness.Run) error {
 	if _, err := httpLoop(r, addr, "/v1/call/"+harness.EchoCapability, payload, "warm-up http", dur/2, timeout); err != nil {
 		return err
 	}
-	if _, err := a2aLoop(r, addr, a2aReq, "warm-up a2a", dur/2, timeout); err != nil {
+	if _, err := closedLoop(r, addr, a2aReq, a2aFailure, "warm-up a2a", dur/2, timeout); err != nil {
 		return err
 	}
 	for _, c := range []string{microCapability, plainCapability} {
@@ -124,7 +123,7 @@ func A2A(r *harness.Run) error {
 			return err
 		}
 		httpRes.Add(l)
-		if l, err = a2aLoop(r, addr, a2aReq, "a2a, "+of, dur, timeout); err != nil {
+		if l, err = closedLoop(r, addr, a2aReq, a2aFailure, "a2a, "+of, dur, timeout); err != nil {
 			return err
 		}
 		a2aRes.Add(l)
@@ -257,55 +256,13 @@ func askStatsEverySecond(nc *nats.Conn) (stop func()) {
 	return func() { close(done); <-exited }
 }
 
-// a2aLoop is httpLoop for a prepared A2A request: an answer counts when
-// it is 200 with a completed task.
-func a2aLoop(r *harness.Run, addr string, req []byte, step string, dur, timeout time.Duration) (*harness.Latency, error) {
-	res := harness.NewLatency()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var count atomic.Int64
-	completed := []byte(string(a2a.StateCompleted))
-	r.Prog.Begin(step, func() string { return fmt.Sprintf("%d callers, %d answered", httpCallers, count.Load()) })
-	cpu0 := harness.ProcessCPU()
-	start := time.Now()
-	end := start.Add(dur)
-	for range httpCallers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := harness.NewLatency()
-			c := &httpConn{}
-			defer c.Close()
-			for time.Now().Before(end) && r.Ctx.Err() == nil {
-				clear(c.body)
-				t0 := time.Now()
-				status, err := c.roundTrip(addr, req, timeout)
-				lat := time.Since(t0)
-				switch {
-				case err != nil:
-					mine.Errors++
-					mine.Codes[err.Error()]++
-					lat = timeout
-					c.Close()
-				case status != http.StatusOK || !bytes.Contains(c.body, completed):
-					mine.Errors++
-					mine.Codes["status "+strconv.Itoa(status)+", not completed"]++
-					lat = timeout
-				default:
-					mine.OK++
-					count.Add(1)
-				}
-				_ = mine.Hist.RecordValue(max(lat.Microseconds(), 1))
-			}
-			mu.Lock()
-			res.Add(mine)
-			mu.Unlock()
-		}()
+// a2aFailure is httpFailure, and an answer without a completed task a
+// failure too.
+func a2aFailure(status int, body []byte) string {
+	if status != http.StatusOK || !bytes.Contains(body, []byte(string(a2a.StateCompleted))) {
+		return "status " + strconv.Itoa(status) + ", not completed"
 	}
-	wg.Wait()
-	res.Elapsed = time.Since(start)
-	res.CPU = harness.ProcessCPU() - cpu0
-	return res, r.Ctx.Err()
+	return ""
 }
 
 // echoAgents are the agents startEchoAgents started, with their

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,16 +18,33 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// httpLoop runs httpCallers callers POSTing payload to addr's path, each
-// on a keep-alive connection of its own and sending its next request as
-// soon as the previous one is answered, for dur. The client is a minimal
-// HTTP/1.1 one (a prepared request, the status line and Content-Length
-// read), as a load generator such as wrk is: what is measured is the
-// gateway, not Go's HTTP client, which would take as much CPU again on the
-// machine's cores as the server it calls.
+// httpLoop is closedLoop POSTing payload to addr's path, an answer other
+// than 200 a failure.
 func httpLoop(r *harness.Run, addr, path string, payload []byte, step string, dur, timeout time.Duration) (*harness.Latency, error) {
 	req := []byte(fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s",
 		path, addr, streams.ContentTypeJSON, len(payload), payload))
+	return closedLoop(r, addr, req, httpFailure, step, dur, timeout)
+}
+
+// httpFailure says why an answer is a failure: its status when not 200,
+// else "".
+func httpFailure(status int, _ []byte) string {
+	if status != http.StatusOK {
+		return strconv.Itoa(status)
+	}
+	return ""
+}
+
+// closedLoop runs httpCallers callers sending the prepared request req to
+// addr, each on a keep-alive connection of its own and sending its next
+// request as soon as the previous one is answered, for dur; an answer
+// failure names (a non-empty code) counts as failed, its latency as the
+// timeout. The client is a minimal HTTP/1.1 one (a prepared request, the
+// status line, Content-Length or chunks read), as a load generator such as
+// wrk is: what is measured is the gateway, not Go's HTTP client, which
+// would take as much CPU again on the machine's cores as the server it
+// calls. Every HTTP scenario (http, mcp, a2a) loads through it.
+func closedLoop(r *harness.Run, addr string, req []byte, failure func(status int, body []byte) string, step string, dur, timeout time.Duration) (*harness.Latency, error) {
 	res := harness.NewLatency()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -44,19 +62,20 @@ func httpLoop(r *harness.Run, addr, path string, payload []byte, step string, du
 			defer c.Close()
 			for time.Now().Before(end) && r.Ctx.Err() == nil {
 				t0 := time.Now()
-				status, err := c.roundTrip(addr, req, timeout)
+				status, body, err := c.roundTrip(addr, req, timeout)
 				lat := time.Since(t0)
-				switch {
-				case err != nil:
-					mine.Errors++
-					mine.Codes[err.Error()]++
-					lat = timeout
+				code := ""
+				if err != nil {
+					code = err.Error()
 					c.Close() // the next request dials again
-				case status != http.StatusOK:
+				} else {
+					code = failure(status, body)
+				}
+				if code != "" {
 					mine.Errors++
-					mine.Codes[strconv.Itoa(status)]++
+					mine.Codes[code]++
 					lat = timeout
-				default:
+				} else {
 					mine.OK++
 					count.Add(1)
 				}
@@ -73,66 +92,92 @@ func httpLoop(r *harness.Run, addr, path string, payload []byte, step string, du
 	return res, r.Ctx.Err()
 }
 
-// httpConn is one keep-alive connection of httpLoop's client.
+// httpConn is one keep-alive connection of closedLoop's client.
 type httpConn struct {
 	conn net.Conn
 	br   *bufio.Reader
 	body []byte
 }
 
-// roundTrip sends req on c (dialling addr first when not connected) and reads
-// the response: its status; the body is read and dropped.
-func (c *httpConn) roundTrip(addr string, req []byte, timeout time.Duration) (int, error) {
+// roundTrip sends req and reads the response: its status and body
+// (Content-Length or chunked).
+func (c *httpConn) roundTrip(addr string, req []byte, timeout time.Duration) (int, []byte, error) {
 	if c.conn == nil {
 		conn, err := net.DialTimeout("tcp", addr, timeout)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		c.conn, c.br = conn, bufio.NewReaderSize(conn, 4096)
 	}
 	if err := c.conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if _, err := c.conn.Write(req); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	line, err := c.br.ReadSlice('\n')
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
-		return 0, fmt.Errorf("bad status line %q", line)
+		return 0, nil, fmt.Errorf("bad status line %q", line)
 	}
 	status, err := strconv.Atoi(string(line[9:12]))
 	if err != nil {
-		return 0, fmt.Errorf("bad status line %q", line)
+		return 0, nil, fmt.Errorf("bad status line %q", line)
 	}
-	length := -1
+	length, chunked := -1, false
 	for {
 		line, err := c.br.ReadSlice('\n')
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		if len(line) == 0 {
 			break
 		}
-		if name, value, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(name, []byte("Content-Length")) {
-			if length, err = strconv.Atoi(string(bytes.TrimSpace(value))); err != nil {
-				return 0, fmt.Errorf("bad Content-Length %q", value)
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimSpace(value)
+		switch {
+		case !ok:
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil {
+				return 0, nil, fmt.Errorf("bad Content-Length %q", value)
 			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")) && bytes.EqualFold(value, []byte("chunked")):
+			chunked = true
 		}
 	}
-	if length < 0 {
-		return 0, fmt.Errorf("response without Content-Length")
+	c.body = c.body[:0]
+	switch {
+	case chunked:
+		for {
+			line, err := c.br.ReadSlice('\n')
+			if err != nil {
+				return 0, nil, err
+			}
+			size, err := strconv.ParseInt(string(bytes.TrimRight(line, "\r\n")), 16, 32)
+			if err != nil {
+				return 0, nil, fmt.Errorf("bad chunk size %q", line)
+			}
+			n := len(c.body)
+			c.body = slices.Grow(c.body, int(size)+2)[:n+int(size)+2]
+			if _, err := io.ReadFull(c.br, c.body[n:]); err != nil {
+				return 0, nil, err
+			}
+			c.body = c.body[:n+int(size)]
+			if size == 0 {
+				return status, c.body, nil
+			}
+		}
+	case length >= 0:
+		c.body = slices.Grow(c.body, length)[:length]
+		if _, err := io.ReadFull(c.br, c.body); err != nil {
+			return 0, nil, err
+		}
+		return status, c.body, nil
 	}
-	if cap(c.body) < length {
-		c.body = make([]byte, length)
-	}
-	if _, err := io.ReadFull(c.br, c.body[:length]); err != nil {
-		return 0, err
-	}
-	return status, nil
+	return 0, nil, fmt.Errorf("response without Content-Length or chunks")
 }
 
 func (c *httpConn) Close() {

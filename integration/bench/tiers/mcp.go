@@ -1,16 +1,10 @@
 package tiers
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"slices"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,22 +72,22 @@ func MCP(r *harness.Run) error {
 
 	dur := harness.Pick(r, 4*time.Second, 400*time.Millisecond)
 	const timeout = 2 * time.Second
-	if _, err := rawLoop(r, addr, mcpReq, "warm-up mcp", dur/2, timeout); err != nil {
+	if _, err := closedLoop(r, addr, mcpReq, mcpFailure, "warm-up mcp", dur/2, timeout); err != nil {
 		return err
 	}
-	if _, err := rawLoop(r, addr, callReq, "warm-up http", dur/2, timeout); err != nil {
+	if _, err := closedLoop(r, addr, callReq, httpFailure, "warm-up http", dur/2, timeout); err != nil {
 		return err
 	}
 	rounds := harness.Pick(r, httpRounds, 1)
 	httpRes, mcpRes := harness.NewLatency(), harness.NewLatency()
 	for round := range rounds {
 		of := fmt.Sprintf("round %d of %d", round+1, rounds)
-		l, err := rawLoop(r, addr, callReq, "http, "+of, dur, timeout)
+		l, err := closedLoop(r, addr, callReq, httpFailure, "http, "+of, dur, timeout)
 		if err != nil {
 			return err
 		}
 		httpRes.Add(l)
-		if l, err = rawLoop(r, addr, mcpReq, "mcp, "+of, dur, timeout); err != nil {
+		if l, err = closedLoop(r, addr, mcpReq, mcpFailure, "mcp, "+of, dur, timeout); err != nil {
 			return err
 		}
 		mcpRes.Add(l)
@@ -252,151 +246,13 @@ func drain(ch chan time.Duration) {
 	}
 }
 
-// rawLoop runs httpCallers callers sending req to addr over keep-alive
-// connections in closed loops for dur: httpLoop's client, which also reads
-// a chunked answer (an event stream of the SDK) and counts an MCP result with isError
-// as failed.
-func rawLoop(r *harness.Run, addr string, req []byte, step string, dur, timeout time.Duration) (*harness.Latency, error) {
-	res := harness.NewLatency()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var count atomic.Int64
-	r.Prog.Begin(step, func() string { return fmt.Sprintf("%d callers, %d answered", httpCallers, count.Load()) })
-	cpu0 := harness.ProcessCPU()
-	start := time.Now()
-	end := start.Add(dur)
-	for range httpCallers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := harness.NewLatency()
-			c := &rawConn{}
-			defer c.close()
-			for time.Now().Before(end) && r.Ctx.Err() == nil {
-				t0 := time.Now()
-				status, body, err := c.roundTrip(addr, req, timeout)
-				lat := time.Since(t0)
-				switch {
-				case err != nil:
-					mine.Errors++
-					mine.Codes[err.Error()]++
-					lat = timeout
-					c.close()
-				case status != http.StatusOK:
-					mine.Errors++
-					mine.Codes[strconv.Itoa(status)]++
-					lat = timeout
-				case bytes.Contains(body, []byte(`"isError":true`)):
-					mine.Errors++
-					mine.Codes["isError"]++
-				default:
-					mine.OK++
-					count.Add(1)
-				}
-				_ = mine.Hist.RecordValue(max(lat.Microseconds(), 1))
-			}
-			mu.Lock()
-			res.Add(mine)
-			mu.Unlock()
-		}()
+// mcpFailure is httpFailure, and an MCP result with isError a failure too.
+func mcpFailure(status int, body []byte) string {
+	if code := httpFailure(status, body); code != "" {
+		return code
 	}
-	wg.Wait()
-	res.Elapsed = time.Since(start)
-	res.CPU = harness.ProcessCPU() - cpu0
-	return res, r.Ctx.Err()
-}
-
-// rawConn is one keep-alive connection of rawLoop's client.
-type rawConn struct {
-	conn net.Conn
-	br   *bufio.Reader
-	body []byte
-}
-
-// roundTrip sends req and reads the response: its status and body
-// (Content-Length or chunked).
-func (c *rawConn) roundTrip(addr string, req []byte, timeout time.Duration) (int, []byte, error) {
-	if c.conn == nil {
-		conn, err := net.DialTimeout("tcp", addr, timeout)
-		if err != nil {
-			return 0, nil, err
-		}
-		c.conn, c.br = conn, bufio.NewReaderSize(conn, 4096)
+	if bytes.Contains(body, []byte(`"isError":true`)) {
+		return "isError"
 	}
-	if err := c.conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return 0, nil, err
-	}
-	if _, err := c.conn.Write(req); err != nil {
-		return 0, nil, err
-	}
-	line, err := c.br.ReadSlice('\n')
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
-		return 0, nil, fmt.Errorf("bad status line %q", line)
-	}
-	status, err := strconv.Atoi(string(line[9:12]))
-	if err != nil {
-		return 0, nil, fmt.Errorf("bad status line %q", line)
-	}
-	length, chunked := -1, false
-	for {
-		line, err := c.br.ReadSlice('\n')
-		if err != nil {
-			return 0, nil, err
-		}
-		line = bytes.TrimRight(line, "\r\n")
-		if len(line) == 0 {
-			break
-		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimSpace(value)
-		switch {
-		case !ok:
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			if length, err = strconv.Atoi(string(value)); err != nil {
-				return 0, nil, fmt.Errorf("bad Content-Length %q", value)
-			}
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")) && bytes.EqualFold(value, []byte("chunked")):
-			chunked = true
-		}
-	}
-	c.body = c.body[:0]
-	switch {
-	case chunked:
-		for {
-			line, err := c.br.ReadSlice('\n')
-			if err != nil {
-				return 0, nil, err
-			}
-			size, err := strconv.ParseInt(string(bytes.TrimRight(line, "\r\n")), 16, 32)
-			if err != nil {
-				return 0, nil, fmt.Errorf("bad chunk size %q", line)
-			}
-			n := len(c.body)
-			c.body = slices.Grow(c.body, int(size)+2)[:n+int(size)+2]
-			if _, err := io.ReadFull(c.br, c.body[n:]); err != nil {
-				return 0, nil, err
-			}
-			c.body = c.body[:n+int(size)]
-			if size == 0 {
-				return status, c.body, nil
-			}
-		}
-	case length >= 0:
-		c.body = slices.Grow(c.body, length)[:length]
-		if _, err := io.ReadFull(c.br, c.body); err != nil {
-			return 0, nil, err
-		}
-		return status, c.body, nil
-	}
-	return 0, nil, fmt.Errorf("response without Content-Length or chunks")
-}
-
-func (c *rawConn) close() {
-	if c.conn != nil {
-		_ = c.conn.Close()
-		c.conn = nil
-	}
+	return ""
 }
