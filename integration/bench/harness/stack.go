@@ -21,12 +21,15 @@ type agentSet struct {
 }
 
 // StartAgents starts n agents serving capabilities; agent i is named
-// "<prefix>-<i>" and runs handler(i) for each of them, with maxConc slots
-// shared among them.
-func (r *Run) StartAgents(e *Env, capabilities []string, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) (*agentSet, error) {
+// "<prefix>-<i>" (type "bench") and runs handler(i) for each of them, with
+// maxConc slots shared among them; configure, when given, adjusts each
+// agent's Config first.
+func (r *Run) StartAgents(e *Env, capabilities []string, prefix string, n, maxConc int, handler func(i int) agentkit.Handler, configure ...func(*agentkit.Config)) (*agentSet, error) {
 	set := &agentSet{}
 	var err error
-	Labelled(r.Ctx, CompAgents, func(context.Context) { err = r.addAgents(e, set, capabilities, prefix, n, maxConc, handler) })
+	Labelled(r.Ctx, CompAgents, func(context.Context) {
+		err = r.addAgents(e, set, capabilities, prefix, n, maxConc, handler, configure)
+	})
 	if err != nil {
 		set.Stop()
 		return nil, err
@@ -34,7 +37,7 @@ func (r *Run) StartAgents(e *Env, capabilities []string, prefix string, n, maxCo
 	return set, nil
 }
 
-func (r *Run) addAgents(e *Env, set *agentSet, capabilities []string, prefix string, n, maxConc int, handler func(i int) agentkit.Handler) error {
+func (r *Run) addAgents(e *Env, set *agentSet, capabilities []string, prefix string, n, maxConc int, handler func(i int) agentkit.Handler, configure []func(*agentkit.Config)) error {
 	for i := range n {
 		nc, err := e.Connect(fmt.Sprintf("%s-%d", prefix, i))
 		if err != nil {
@@ -45,10 +48,14 @@ func (r *Run) addAgents(e *Env, set *agentSet, capabilities []string, prefix str
 			return err
 		}
 		set.Conns = append(set.Conns, nc, hb)
-		a, err := agentkit.New(nc, agentkit.Config{
+		cfg := agentkit.Config{
 			Type: "bench", ID: fmt.Sprintf("%s-%d", prefix, i), MaxConcurrent: maxConc,
 			Heartbeat: e.Topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond,
-		}, agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb), agentkit.WithLogger(zerolog.Nop()))
+		}
+		for _, f := range configure {
+			f(&cfg)
+		}
+		a, err := agentkit.New(nc, cfg, agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb), agentkit.WithLogger(zerolog.Nop()))
 		for _, c := range capabilities {
 			if err == nil {
 				err = a.Handle(c, handler(i))

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
@@ -49,16 +47,16 @@ func A2A(r *harness.Run) error {
 		return err
 	}
 	defer agents.Stop()
-	withMicro, err := startEchoAgents(r, e, "bench-micro", microCapability, harness.OverheadAgents, true)
+	withMicro, err := r.StartAgents(e, []string{microCapability}, "bench-micro", harness.OverheadAgents, 1024, echoHandler, ofType("bench-micro", true))
 	if err != nil {
 		return err
 	}
-	defer withMicro.stop()
-	plain, err := startEchoAgents(r, e, "bench-plain", plainCapability, harness.OverheadAgents, false)
+	defer withMicro.Stop()
+	plain, err := r.StartAgents(e, []string{plainCapability}, "bench-plain", harness.OverheadAgents, 1024, echoHandler, ofType("bench-plain", false))
 	if err != nil {
 		return err
 	}
-	defer plain.stop()
+	defer plain.Stop()
 	ds, err := r.StartDispatcher(e, dispatcher.Config{}, true)
 	if err != nil {
 		return err
@@ -188,41 +186,10 @@ func A2A(r *harness.Run) error {
 	return nil
 }
 
-// startEchoAgents starts n echo agents of type typ serving capability,
-// answering the NATS micro protocol or not, each on a connection of its
-// own and one for its heartbeats.
-func startEchoAgents(r *harness.Run, e *harness.Env, typ, capability string, n int, micro bool) (*echoAgents, error) {
-	set := &echoAgents{}
-	for i := range n {
-		nc, err := e.Connect(fmt.Sprintf("%s-%d", typ, i))
-		var hb *nats.Conn
-		if err == nil {
-			set.conns = append(set.conns, nc)
-			hb, err = e.Connect(fmt.Sprintf("%s-%d-hb", typ, i))
-		}
-		if err != nil {
-			set.stop()
-			return nil, err
-		}
-		set.conns = append(set.conns, hb)
-		a, err := agentkit.New(nc, agentkit.Config{Type: typ, ID: fmt.Sprintf("%s-%d", typ, i), MaxConcurrent: 1024,
-			Heartbeat: e.Topo.HeartbeatInterval(), DrainTimeout: 100 * time.Millisecond, NoServiceDiscovery: !micro},
-			agentkit.WithoutSignals(), agentkit.WithHeartbeatConn(hb), agentkit.WithLogger(zerolog.Nop()))
-		if err == nil {
-			err = a.Handle(capability, echoHandler(i))
-		}
-		if err == nil {
-			ctx, cancel := context.WithTimeout(r.Ctx, 10*time.Second)
-			err = a.Start(ctx)
-			cancel()
-		}
-		if err != nil {
-			set.stop()
-			return nil, fmt.Errorf("agent %s-%d: %w", typ, i, err)
-		}
-		set.agents = append(set.agents, a)
-	}
-	return set, nil
+// ofType makes the bench agents of type typ, answering NATS micro
+// requests or not.
+func ofType(typ string, micro bool) func(*agentkit.Config) {
+	return func(c *agentkit.Config) { c.Type, c.NoServiceDiscovery = typ, !micro }
 }
 
 // askStatsEverySecond sends $SRV.STATS once a second on nc, collecting
@@ -263,31 +230,4 @@ func a2aFailure(status int, body []byte) string {
 		return "status " + strconv.Itoa(status) + ", not completed"
 	}
 	return ""
-}
-
-// echoAgents are the agents startEchoAgents started, with their
-// connections.
-type echoAgents struct {
-	agents []*agentkit.Agent
-	conns  []*nats.Conn
-}
-
-// stop drains every agent (100 ms for in-flight handlers), which deletes
-// their records, and closes their connections.
-func (s *echoAgents) stop() {
-	var wg sync.WaitGroup
-	for _, a := range s.agents {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = a.Drain(ctx)
-		}()
-	}
-	wg.Wait()
-	for _, nc := range s.conns {
-		nc.Close()
-	}
-	s.agents, s.conns = nil, nil
 }
