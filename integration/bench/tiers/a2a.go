@@ -153,26 +153,25 @@ func A2A(r *harness.Run) error {
 		}
 	}
 	a2aRatio, microRatio := harness.Ratio(a2aRes.RPS(), httpRes.RPS()), harness.Ratio(microRes.RPS(), plainRes.RPS())
-	perTask := func(l *harness.Latency) float64 { return harness.Ratio(harness.Micros(l.CPU), float64(l.OK)) }
 	r.Set("a2a_http_rps", httpRes.RPS())
 	r.Set("a2a_rps", a2aRes.RPS())
 	r.Set("a2a_throughput_ratio", a2aRatio)
 	r.Set("a2a_p50_ms", harness.Millis(a2aRes.P(50)))
 	r.Set("a2a_p99_ms", harness.Millis(a2aRes.P(99)))
 	r.Set("a2a_failed", float64(a2aRes.Failed()))
-	r.Set("a2a_cpu_us_per_task", perTask(a2aRes))
-	r.Set("a2a_http_cpu_us_per_task", perTask(httpRes))
+	r.Set("a2a_cpu_us_per_task", cpuPerTask(a2aRes))
+	r.Set("a2a_http_cpu_us_per_task", cpuPerTask(httpRes))
 	r.Set("micro_on_rps", microRes.RPS())
 	r.Set("micro_off_rps", plainRes.RPS())
 	r.Set("micro_throughput_ratio", microRatio)
-	r.Set("micro_on_cpu_us_per_task", perTask(microRes))
-	r.Set("micro_off_cpu_us_per_task", perTask(plainRes))
+	r.Set("micro_on_cpu_us_per_task", cpuPerTask(microRes))
+	r.Set("micro_off_cpu_us_per_task", cpuPerTask(plainRes))
 	r.AddTable(fmt.Sprintf("A2A and NATS micro, %d callers, %d rounds of %v", httpCallers, rounds, dur),
 		[]string{"path", "rps", "p50 ms", "p99 ms", "failed", "cpu µs/task"}, [][]string{
-			{"HTTP POST /v1/call/echo", harness.Cell(httpRes.RPS()), harness.Cell(harness.Millis(httpRes.P(50))), harness.Cell(harness.Millis(httpRes.P(99))), fmt.Sprint(httpRes.Failed()), harness.Cell(perTask(httpRes))},
-			{"A2A SendMessage /a2a/bench", harness.Cell(a2aRes.RPS()), harness.Cell(harness.Millis(a2aRes.P(50))), harness.Cell(harness.Millis(a2aRes.P(99))), fmt.Sprint(a2aRes.Failed()), harness.Cell(perTask(a2aRes))},
-			{"NATS, agents answering $SRV", harness.Cell(microRes.RPS()), harness.Cell(harness.Millis(microRes.P(50))), harness.Cell(harness.Millis(microRes.P(99))), fmt.Sprint(microRes.Failed()), harness.Cell(perTask(microRes))},
-			{"NATS, agents without $SRV", harness.Cell(plainRes.RPS()), harness.Cell(harness.Millis(plainRes.P(50))), harness.Cell(harness.Millis(plainRes.P(99))), fmt.Sprint(plainRes.Failed()), harness.Cell(perTask(plainRes))},
+			latencyRow("HTTP POST /v1/call/echo", httpRes),
+			latencyRow("A2A SendMessage /a2a/bench", a2aRes),
+			latencyRow("NATS, agents answering $SRV", microRes),
+			latencyRow("NATS, agents without $SRV", plainRes),
 		})
 	r.Note("A2A: a JSON-RPC SendMessage with a data part, answered as a completed task (remembered for GetTask), " +
 		"from the same minimal keep-alive HTTP/1.1 client as the HTTP calls, to the same gateway, dispatcher and agents; " +
@@ -181,7 +180,7 @@ func A2A(r *harness.Run) error {
 		"during their rounds) against %d started without it (Config.NoServiceDiscovery), alike otherwise, each set serving "+
 		"a capability of its own on the same dispatcher; the rounds alternate which set goes first.", harness.OverheadAgents, harness.OverheadAgents)
 	r.Note("Goal: answering $SRV costs agents no measurable throughput: micro_throughput_ratio %.2f, CPU per task %.1f against %.1f µs.",
-		microRatio, perTask(microRes), perTask(plainRes))
+		microRatio, cpuPerTask(microRes), cpuPerTask(plainRes))
 	r.Goal("a2a_throughput", fmt.Sprintf("A2A SendMessage throughput at %d callers is ≥ 0.6 of POST /v1/call (%.2f)", httpCallers, a2aRatio), a2aRatio >= 0.6)
 	return nil
 }

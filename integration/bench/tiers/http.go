@@ -164,24 +164,23 @@ func HTTP(r *harness.Run) error {
 	r.Set("observability_throughput_ratio", obsRatio)
 	// CPU per task (this process: server, dispatcher, agents and callers):
 	// less disturbed than throughput when other processes take the cores.
-	perTask := func(l *harness.Latency) float64 { return harness.Ratio(harness.Micros(l.CPU), float64(l.OK)) }
-	r.Set("nats_cpu_us_per_task", perTask(natsRes))
-	r.Set("http_cpu_us_per_task", perTask(httpRes))
-	r.Set("observability_on_cpu_us_per_task", perTask(onRes))
-	r.Set("metrics_only_cpu_us_per_task", perTask(metricsRes))
+	r.Set("nats_cpu_us_per_task", cpuPerTask(natsRes))
+	r.Set("http_cpu_us_per_task", cpuPerTask(httpRes))
+	r.Set("observability_on_cpu_us_per_task", cpuPerTask(onRes))
+	r.Set("metrics_only_cpu_us_per_task", cpuPerTask(metricsRes))
 	r.Set("metrics_only_rps", metricsRes.RPS())
 	r.Set("observability_sampled_rps", sampledRes.RPS())
 	r.Set("observability_sampled_throughput_ratio", harness.Ratio(sampledRes.RPS(), offRes.RPS()))
-	r.Set("observability_sampled_cpu_us_per_task", perTask(sampledRes))
+	r.Set("observability_sampled_cpu_us_per_task", cpuPerTask(sampledRes))
 	r.Set("metrics_only_throughput_ratio", harness.Ratio(metricsRes.RPS(), offRes.RPS()))
 	r.Set("observability_spans_per_task", harness.Ratio(float64(collector.spans.Load()), float64(onTasks)))
 	r.AddTable(fmt.Sprintf("HTTP gateway and observability, %d callers, %d rounds of %v", httpCallers, rounds, dur),
 		[]string{"path", "rps", "p50 ms", "p99 ms", "failed", "cpu µs/task"}, [][]string{
-			{"NATS reach.task.echo", harness.Cell(natsRes.RPS()), harness.Cell(harness.Millis(natsRes.P(50))), harness.Cell(harness.Millis(natsRes.P(99))), fmt.Sprint(natsRes.Failed()), harness.Cell(perTask(natsRes))},
-			{"HTTP POST /v1/call/echo", harness.Cell(httpRes.RPS()), harness.Cell(harness.Millis(httpRes.P(50))), harness.Cell(harness.Millis(httpRes.P(99))), fmt.Sprint(httpRes.Failed()), harness.Cell(perTask(httpRes))},
-			{"NATS, metrics + tracing on", harness.Cell(onRes.RPS()), harness.Cell(harness.Millis(onRes.P(50))), harness.Cell(harness.Millis(onRes.P(99))), fmt.Sprint(onRes.Failed()), harness.Cell(perTask(onRes))},
-			{"NATS, metrics on", harness.Cell(metricsRes.RPS()), harness.Cell(harness.Millis(metricsRes.P(50))), harness.Cell(harness.Millis(metricsRes.P(99))), fmt.Sprint(metricsRes.Failed()), harness.Cell(perTask(metricsRes))},
-			{"NATS, metrics + tracing 10 % sampled", harness.Cell(sampledRes.RPS()), harness.Cell(harness.Millis(sampledRes.P(50))), harness.Cell(harness.Millis(sampledRes.P(99))), fmt.Sprint(sampledRes.Failed()), harness.Cell(perTask(sampledRes))},
+			latencyRow("NATS reach.task.echo", natsRes),
+			latencyRow("HTTP POST /v1/call/echo", httpRes),
+			latencyRow("NATS, metrics + tracing on", onRes),
+			latencyRow("NATS, metrics on", metricsRes),
+			latencyRow("NATS, metrics + tracing 10 % sampled", sampledRes),
 		})
 	r.Note("The HTTP calls go through the gateway beside the same dispatcher and agents as the NATS requests, " +
 		"on keep-alive connections, one per caller, from a minimal HTTP/1.1 client (as wrk is: the gateway is measured, " +

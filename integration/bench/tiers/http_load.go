@@ -26,6 +26,18 @@ func httpLoop(r *harness.Run, addr, path string, payload []byte, step string, du
 	return closedLoop(r, addr, req, httpFailure, step, dur, timeout)
 }
 
+// cpuPerTask is l's CPU in µs per answered call.
+func cpuPerTask(l *harness.Latency) float64 {
+	return harness.Ratio(harness.Micros(l.CPU), float64(l.OK))
+}
+
+// latencyRow is the table row of the HTTP scenarios for a path: rps, p50
+// and p99 ms, failed, CPU µs per task.
+func latencyRow(path string, l *harness.Latency) []string {
+	return []string{path, harness.Cell(l.RPS()), harness.Cell(harness.Millis(l.P(50))), harness.Cell(harness.Millis(l.P(99))),
+		fmt.Sprint(l.Failed()), harness.Cell(cpuPerTask(l))}
+}
+
 // httpFailure says why an answer is a failure: its status when not 200,
 // else "".
 func httpFailure(status int, _ []byte) string {

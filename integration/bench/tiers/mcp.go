@@ -100,9 +100,8 @@ func MCP(r *harness.Run) error {
 	r.Set("mcp_p99_ms", harness.Millis(mcpRes.P(99)))
 	r.Set("mcp_failed", float64(mcpRes.Failed()))
 	r.Set("mcp_http_p50_ms", harness.Millis(httpRes.P(50)))
-	perTask := func(l *harness.Latency) float64 { return harness.Ratio(harness.Micros(l.CPU), float64(l.OK)) }
-	r.Set("mcp_cpu_us_per_call", perTask(mcpRes))
-	r.Set("mcp_http_cpu_us_per_call", perTask(httpRes))
+	r.Set("mcp_cpu_us_per_call", cpuPerTask(mcpRes))
+	r.Set("mcp_http_cpu_us_per_call", cpuPerTask(httpRes))
 
 	// list_changed: 1,000 capabilities, 100 clients, agents joining.
 	many := make([]string, mcpCapabilities)
@@ -130,8 +129,8 @@ func MCP(r *harness.Run) error {
 
 	r.AddTable(fmt.Sprintf("MCP at /mcp, %d callers, %d rounds of %v", httpCallers, rounds, dur),
 		[]string{"path", "rps", "p50 ms", "p99 ms", "failed", "cpu µs/call"}, [][]string{
-			{"HTTP POST /v1/call/echo", harness.Cell(httpRes.RPS()), harness.Cell(harness.Millis(httpRes.P(50))), harness.Cell(harness.Millis(httpRes.P(99))), fmt.Sprint(httpRes.Failed()), harness.Cell(perTask(httpRes))},
-			{"MCP tools/call echo", harness.Cell(mcpRes.RPS()), harness.Cell(harness.Millis(mcpRes.P(50))), harness.Cell(harness.Millis(mcpRes.P(99))), fmt.Sprint(mcpRes.Failed()), harness.Cell(perTask(mcpRes))},
+			latencyRow("HTTP POST /v1/call/echo", httpRes),
+			latencyRow("MCP tools/call echo", mcpRes),
 		})
 	r.AddTable(fmt.Sprintf("tools/list_changed, %d clients, %d tools", mcpListeners, listed),
 		[]string{"p50 ms", "p99 ms", "max ms", "missed"}, [][]string{
