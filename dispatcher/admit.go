@@ -70,14 +70,24 @@ func (d *Dispatcher) answerable(m *nats.Msg) bool {
 // fair share (fairShare). free(caller) gives it back when the task's
 // answer is decided.
 func (d *Dispatcher) admit(caller string) *streams.Error {
-	n := d.inflight.Add(1)
-	if n > int64(d.cfg.MaxInFlight) {
-		d.inflight.Add(-1)
-		d.stats.overloaded.Add(1)
-		return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight)
-	}
-	if ok, held, share := d.fair.Take(caller, n); !ok {
-		d.inflight.Add(-1)
+	// The cap and the share are checked before the task is counted, so a
+	// flood of refused tasks never holds the count above what is admitted
+	// (another caller's task would be refused for the cap meanwhile).
+	var n int64
+	for {
+		n = d.inflight.Load() + 1
+		if n > int64(d.cfg.MaxInFlight) {
+			d.stats.overloaded.Add(1)
+			return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight)
+		}
+		ok, held, share := d.fair.Take(caller, n)
+		if ok && d.inflight.CompareAndSwap(n-1, n) {
+			break
+		}
+		if ok {
+			d.fair.Give(caller) // another task was counted meanwhile: again
+			continue
+		}
 		d.stats.overloaded.Add(1)
 		if caller == "" {
 			caller = anonymous
