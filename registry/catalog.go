@@ -48,22 +48,9 @@ func NewCatalog(ctx context.Context, js jetstream.JetStream, opts ...WatchOption
 	return c, nil
 }
 
-// compileEntry compiles a stored declaration, which must be of its key's
-// type.
+// compileEntry compiles a stored declaration (CompileStored).
 func compileEntry(kve jetstream.KeyValueEntry) (*CompiledDeclaration, error) {
-	d, err := decodeDeclaration(kve.Value())
-	if err != nil {
-		return nil, err
-	}
-	if d.Type != kve.Key() {
-		return nil, fmt.Errorf("%w: type: %q, but the key is %q", ErrInvalidDeclaration, d.Type, kve.Key())
-	}
-	c, err := Compile(d)
-	if err != nil {
-		return nil, err
-	}
-	c.revision = kve.Revision()
-	return c, nil
+	return compileStored(kve.Key(), kve.Value(), kve.Revision())
 }
 
 // Start loads the full listing, returning once the catalog holds it (or

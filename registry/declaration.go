@@ -3,7 +3,9 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -96,6 +98,24 @@ func decodeDeclaration(data []byte) (*Declaration, error) {
 	return &d, nil
 }
 
+// compileStored decodes and compiles the declaration stored in REACH_CAPS
+// under key at revision (Revision reports it); it must be of key's type.
+func compileStored(key string, value []byte, revision uint64) (*CompiledDeclaration, error) {
+	d, err := decodeDeclaration(value)
+	if err != nil {
+		return nil, err
+	}
+	if d.Type != key {
+		return nil, fmt.Errorf("%w: type: %q, but the key is %q", ErrInvalidDeclaration, d.Type, key)
+	}
+	c, err := Compile(d)
+	if err != nil {
+		return nil, err
+	}
+	c.revision = revision
+	return c, nil
+}
+
 // Validate reports everything wrong with d in one error wrapping
 // ErrInvalidDeclaration, each problem named by its path
 // ("capabilities[1].input_schema: …; labels.engine[0]: …"). It compiles the
@@ -142,7 +162,7 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 			c.caps[spec.Name] = cc
 		}
 	}
-	for _, name := range sortedKeys(d.Labels) {
+	for _, name := range slices.Sorted(maps.Keys(d.Labels)) {
 		path := joinPath("labels", name)
 		if err := validateName(name); err != nil {
 			p.add(path, "%v", err)
@@ -156,7 +176,7 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 			}
 		}
 	}
-	for _, name := range sortedKeys(d.Limits) {
+	for _, name := range slices.Sorted(maps.Keys(d.Limits)) {
 		path := joinPath("limits", name)
 		if err := validateName(name); err != nil {
 			p.add(path, "%v", err)
@@ -274,31 +294,4 @@ func validateName(s string) error {
 			s, streams.MaxNameLength)
 	}
 	return nil
-}
-
-// problems collects validation problems, each prefixed with its path.
-type problems struct{ list []string }
-
-// maxProblems bounds how many problems one error lists.
-const maxProblems = 20
-
-func (p *problems) add(path, format string, args ...any) {
-	p.list = append(p.list, path+": "+fmt.Sprintf(format, args...))
-}
-
-// err returns nil without problems, else one error wrapping sentinel
-// that lists them after subject (when not empty).
-func (p *problems) err(sentinel error, subject string) error {
-	if len(p.list) == 0 {
-		return nil
-	}
-	list := p.list
-	more := ""
-	if len(list) > maxProblems {
-		list, more = list[:maxProblems], fmt.Sprintf("; and %d more", len(list)-maxProblems)
-	}
-	if subject != "" {
-		subject += ": "
-	}
-	return fmt.Errorf("%w: %s%s%s", sentinel, subject, strings.Join(list, "; "), more)
 }

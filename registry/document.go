@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -187,7 +188,7 @@ func checkShape(tree any, t reflect.Type, path string) error {
 			return wrong("an object")
 		}
 		fields := jsonFields(t)
-		for _, key := range sortedKeys(obj) {
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			f, ok := fields[key]
 			if !ok {
 				return fmt.Errorf("%s: unknown field (want one of %s)", joinPath(path, key), strings.Join(fieldNames(t), ", "))
@@ -201,7 +202,7 @@ func checkShape(tree any, t reflect.Type, path string) error {
 		if !ok {
 			return wrong("an object")
 		}
-		for _, key := range sortedKeys(obj) {
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			if err := checkShape(obj[key], t.Elem(), joinPath(path, key)); err != nil {
 				return err
 			}
@@ -271,15 +272,6 @@ func fieldNames(t reflect.Type) []string {
 		}
 	}
 	return names
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // describeValue names the JSON type of a tree value for an error.

@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -42,7 +43,7 @@ func ParseRequirement(data []byte) (Requirement, error) {
 	if err := decodeJSON(data, &r); err != nil {
 		return Requirement{}, fmt.Errorf("%w: %v", ErrInvalidRequirement, err)
 	}
-	r.Permissions = sortedSet(r.Permissions)
+	r.normalize()
 	var p problems
 	r.validate(&p, "")
 	if err := p.err(ErrInvalidRequirement, ""); err != nil {
@@ -51,9 +52,13 @@ func ParseRequirement(data []byte) (Requirement, error) {
 	return r, nil
 }
 
+// normalize sorts r's permissions and drops duplicates, as ParseRequirement
+// does; for a requirement decoded as part of a larger document.
+func (r *Requirement) normalize() { r.Permissions = sortedSet(r.Permissions) }
+
 // validate adds r's problems to p, their paths below prefix.
 func (r *Requirement) validate(p *problems, prefix string) {
-	for _, name := range sortedKeys(r.Labels) {
+	for _, name := range slices.Sorted(maps.Keys(r.Labels)) {
 		path := joinPath(joinPath(prefix, "labels"), name)
 		if err := validateName(name); err != nil {
 			p.add(path, "%v", err)
@@ -62,7 +67,7 @@ func (r *Requirement) validate(p *problems, prefix string) {
 			p.add(path, "must not be empty")
 		}
 	}
-	for _, name := range sortedKeys(r.Limits) {
+	for _, name := range slices.Sorted(maps.Keys(r.Limits)) {
 		path := joinPath(joinPath(prefix, "limits"), name)
 		if err := validateName(name); err != nil {
 			p.add(path, "%v", err)
