@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -58,31 +59,31 @@ func decodeACL(key string, value json.RawMessage) (any, error) {
 		return nil, fmt.Errorf("the ACL is stored under the key %q alone", PolicyACL)
 	}
 	var acl ACL
-	if err := decodeJSON(value, &acl); err != nil {
+	if err := document.DecodeJSON(value, &acl); err != nil {
 		return nil, err
 	}
-	var p problems
+	var p document.Problems
 	if acl.Rules == nil {
-		p.add("rules", "required: a list of {caller, may_call} rules (an empty list grants nothing)")
+		p.Add("rules", "required: a list of {caller, may_call} rules (an empty list grants nothing)")
 	}
 	if len(acl.Rules) > maxACLRules {
-		p.add("rules", "%d rules, more than the %d allowed", len(acl.Rules), maxACLRules)
+		p.Add("rules", "%d rules, more than the %d allowed", len(acl.Rules), maxACLRules)
 	}
 	for i, r := range acl.Rules {
-		path := indexPath("rules", i)
+		path := document.IndexPath("rules", i)
 		if err := validateCallerPattern(r.Caller); err != nil {
-			p.add(path+".caller", "%v", err)
+			p.Add(path+".caller", "%v", err)
 		}
 		if len(r.MayCall) == 0 {
-			p.add(path+".may_call", "required: at least one capability pattern")
+			p.Add(path+".may_call", "required: at least one capability pattern")
 		}
 		for j, c := range r.MayCall {
 			if err := ValidateCapabilityPattern(c); err != nil {
-				p.add(indexPath(path+".may_call", j), "%v", err)
+				p.Add(document.IndexPath(path+".may_call", j), "%v", err)
 			}
 		}
 	}
-	if err := p.err(ErrInvalidPolicy, ""); err != nil {
+	if err := p.Err(ErrInvalidPolicy, ""); err != nil {
 		// ParsePolicy names the key and the sentinel; keep only the list.
 		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), ErrInvalidPolicy.Error()+": "))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -92,7 +93,7 @@ func decodeDeclaration(data []byte) (*Declaration, error) {
 		return nil, fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrInvalidDeclaration, len(data), MaxDeclarationSize)
 	}
 	var d Declaration
-	if _, err := decodeDocument(data, &d); err != nil {
+	if _, err := document.Decode(data, &d); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDeclaration, err)
 	}
 	return &d, nil
@@ -143,56 +144,56 @@ type compiledCapability struct {
 // Compile validates d and compiles it. The result keeps d: do not modify d
 // afterwards.
 func Compile(d *Declaration) (*CompiledDeclaration, error) {
-	var p problems
+	var p document.Problems
 	if err := validateName(d.Type); err != nil {
-		p.add("type", "%v", err)
+		p.Add("type", "%v", err)
 	}
 	c := &CompiledDeclaration{decl: d, caps: make(map[string]*compiledCapability, len(d.Capabilities)),
 		perms: make(map[string]bool, len(d.Permissions)+len(d.Refuses))}
 	if len(d.Capabilities) == 0 {
-		p.add("capabilities", "at least one is required")
+		p.Add("capabilities", "at least one is required")
 	}
 	for i := range d.Capabilities {
 		spec := &d.Capabilities[i]
-		path := indexPath("capabilities", i)
+		path := document.IndexPath("capabilities", i)
 		if cc := compileCapability(spec, path, &p); cc != nil {
 			if _, dup := c.caps[spec.Name]; dup {
-				p.add(path+".name", "%q is declared twice", spec.Name)
+				p.Add(path+".name", "%q is declared twice", spec.Name)
 			}
 			c.caps[spec.Name] = cc
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(d.Labels)) {
-		path := joinPath("labels", name)
+		path := document.JoinPath("labels", name)
 		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+			p.Add(path, "%v", err)
 		}
 		if len(d.Labels[name]) == 0 {
-			p.add(path, "at least one value is required")
+			p.Add(path, "at least one value is required")
 		}
 		for i, v := range d.Labels[name] {
 			if v == "" {
-				p.add(indexPath(path, i), "must not be empty")
+				p.Add(document.IndexPath(path, i), "must not be empty")
 			}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(d.Limits)) {
-		path := joinPath("limits", name)
+		path := document.JoinPath("limits", name)
 		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+			p.Add(path, "%v", err)
 		}
 		if v := d.Limits[name]; math.IsNaN(v) || math.IsInf(v, 0) {
-			p.add(path, "must be a finite number")
+			p.Add(path, "must be a finite number")
 		}
 	}
 	names := func(field string, list []string, check func(string) error) {
 		seen := make(map[string]bool, len(list))
 		for i, v := range list {
 			if err := check(v); err != nil {
-				p.add(indexPath(field, i), "%v", err)
+				p.Add(document.IndexPath(field, i), "%v", err)
 			}
 			if seen[v] {
-				p.add(indexPath(field, i), "%q is listed twice", v)
+				p.Add(document.IndexPath(field, i), "%q is listed twice", v)
 			}
 			seen[v] = true
 		}
@@ -211,11 +212,11 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 	}
 	for i, perm := range d.Refuses {
 		if c.perms[perm] {
-			p.add(indexPath("refuses", i), "%q is also in permissions: a permission is granted or refused, not both", perm)
+			p.Add(document.IndexPath("refuses", i), "%q is also in permissions: a permission is granted or refused, not both", perm)
 		}
 		c.perms[perm] = false
 	}
-	if err := p.err(ErrInvalidDeclaration, ""); err != nil {
+	if err := p.Err(ErrInvalidDeclaration, ""); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -223,32 +224,32 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 
 // compileCapability validates one capability and compiles its input schema;
 // nil when its name is unusable.
-func compileCapability(spec *DeclaredCapability, path string, p *problems) *compiledCapability {
+func compileCapability(spec *DeclaredCapability, path string, p *document.Problems) *compiledCapability {
 	cc := &compiledCapability{spec: spec}
 	if err := streams.ValidateCapability(spec.Name); err != nil {
-		p.add(path+".name", "%v", err)
+		p.Add(path+".name", "%v", err)
 		cc = nil
 	}
 	if spec.Mode != "" && spec.Mode != ModeRead && spec.Mode != ModeWrite {
-		p.add(path+".mode", "want %q, %q or nothing, got %q", ModeRead, ModeWrite, spec.Mode)
+		p.Add(path+".mode", "want %q, %q or nothing, got %q", ModeRead, ModeWrite, spec.Mode)
 	}
 	if spec.TimeoutMS < 0 {
-		p.add(path+".timeout_ms", "must not be negative, got %d", spec.TimeoutMS)
+		p.Add(path+".timeout_ms", "must not be negative, got %d", spec.TimeoutMS)
 	}
 	if spec.Cost != nil && (*spec.Cost < 0 || math.IsNaN(*spec.Cost) || math.IsInf(*spec.Cost, 0)) {
-		p.add(path+".cost", "must be a finite number, 0 or more, got %v", *spec.Cost)
+		p.Add(path+".cost", "must be a finite number, 0 or more, got %v", *spec.Cost)
 	}
 	if len(spec.InputSchema) > 0 {
 		sch, err := compileSchema(spec.InputSchema)
 		if err != nil {
-			p.add(path+".input_schema", "%v", err)
+			p.Add(path+".input_schema", "%v", err)
 		} else if cc != nil {
 			cc.input = sch
 		}
 	}
 	if len(spec.OutputSchema) > 0 {
 		if _, err := compileSchema(spec.OutputSchema); err != nil {
-			p.add(path+".output_schema", "%v", err)
+			p.Add(path+".output_schema", "%v", err)
 		}
 	}
 	return cc

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -139,16 +140,16 @@ type BreakerPolicy struct {
 }
 
 // validate adds c's problems to p.
-func (c *CapabilityPolicy) validate(p *problems) {
+func (c *CapabilityPolicy) validate(p *document.Problems) {
 	if c.Strategy != nil && !slices.Contains(StrategyNames(), *c.Strategy) {
-		p.add("strategy", "unknown strategy %q (want one of %s)", *c.Strategy, strings.Join(StrategyNames(), ", "))
+		p.Add("strategy", "unknown strategy %q (want one of %s)", *c.Strategy, strings.Join(StrategyNames(), ", "))
 	}
 	if c.Retries != nil && *c.Retries < -1 {
-		p.add("retries", "must be -1 (none) or more, got %d", *c.Retries)
+		p.Add("retries", "must be -1 (none) or more, got %d", *c.Retries)
 	}
 	positive := func(path string, d *Duration) {
 		if d != nil && *d <= 0 {
-			p.add(path, "must be positive, got %s", time.Duration(*d))
+			p.Add(path, "must be positive, got %s", time.Duration(*d))
 		}
 	}
 	positive("ack_timeout", c.AckTimeout)
@@ -156,25 +157,25 @@ func (c *CapabilityPolicy) validate(p *problems) {
 	positive("max_call_timeout", c.MaxCallTimeout)
 	positive("deadline", c.Deadline)
 	if c.MinCallTimeout != nil && c.MaxCallTimeout != nil && *c.MaxCallTimeout < *c.MinCallTimeout {
-		p.add("max_call_timeout", "%s is less than min_call_timeout %s", time.Duration(*c.MaxCallTimeout), time.Duration(*c.MinCallTimeout))
+		p.Add("max_call_timeout", "%s is less than min_call_timeout %s", time.Duration(*c.MaxCallTimeout), time.Duration(*c.MinCallTimeout))
 	}
 	if c.MaxInFlight != nil && *c.MaxInFlight < 1 {
-		p.add("max_in_flight", "must be at least 1, got %d", *c.MaxInFlight)
+		p.Add("max_in_flight", "must be at least 1, got %d", *c.MaxInFlight)
 	}
 	if b := c.Breaker; b != nil {
 		atLeastOne := func(path string, n *int) {
 			if n != nil && *n < 1 {
-				p.add(path, "must be at least 1, got %d", *n)
+				p.Add(path, "must be at least 1, got %d", *n)
 			}
 		}
 		atLeastOne("breaker.consecutive_failures", b.ConsecutiveFailures)
 		atLeastOne("breaker.min_volume", b.MinVolume)
 		atLeastOne("breaker.probes", b.Probes)
 		if r := b.FailureRatio; r != nil && !(*r > 0 && *r <= 1) {
-			p.add("breaker.failure_ratio", "must be in (0,1], got %v", *r)
+			p.Add("breaker.failure_ratio", "must be in (0,1], got %v", *r)
 		}
 		if b.Window != nil && *b.Window < Duration(time.Second) {
-			p.add("breaker.window", "must be at least 1s, got %s", time.Duration(*b.Window))
+			p.Add("breaker.window", "must be at least 1s, got %s", time.Duration(*b.Window))
 		}
 		positive("breaker.cooldown", b.Cooldown)
 	}
@@ -183,23 +184,23 @@ func (c *CapabilityPolicy) validate(p *problems) {
 	}
 	if h := c.Hedge; h != nil {
 		if h.AfterMS != nil && *h.AfterMS < 0 {
-			p.add("hedge.after_ms", "must not be negative, got %d", *h.AfterMS)
+			p.Add("hedge.after_ms", "must not be negative, got %d", *h.AfterMS)
 		}
 		if h.AfterMS != nil && h.After != nil {
-			p.add("hedge", "give after_ms or after, not both")
+			p.Add("hedge", "give after_ms or after, not both")
 		}
 		if _, err := h.Percentile(); err != nil {
-			p.add("hedge.after", "%v", err)
+			p.Add("hedge.after", "%v", err)
 		}
 		if b := h.Budget; b != nil && !(*b > 0 && *b <= 1) {
-			p.add("hedge.budget", "must be in (0,1], got %v", *b)
+			p.Add("hedge.budget", "must be in (0,1], got %v", *b)
 		}
 		if c.Write != nil && *c.Write && !h.Off {
-			p.add("hedge", "a write is never hedged: a second delivery could execute it twice")
+			p.Add("hedge", "a write is never hedged: a second delivery could execute it twice")
 		}
 	}
 	if q := c.Quorum; q != nil && !(*q > 0 && (*q < 1 || *q == math.Trunc(*q))) {
-		p.add("quorum", "want a fraction between 0 and 1 (0.6) or a whole count (3), got %v", *q)
+		p.Add("quorum", "want a fraction between 0 and 1 (0.6) or a whole count (3), got %v", *q)
 	}
 }
 
@@ -367,15 +368,15 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 			}
 		}
 		var c CapabilityPolicy
-		if _, err := decodeDocument(data, &c); err != nil {
+		if _, err := document.Decode(data, &c); err != nil {
 			return bad(err)
 		}
 		if c.Require != nil {
 			c.Require.normalize()
 		}
-		var p problems
+		var p document.Problems
 		c.validate(&p)
-		if err := p.err(ErrInvalidPolicy, key); err != nil {
+		if err := p.Err(ErrInvalidPolicy, key); err != nil {
 			return PolicyValue{}, err
 		}
 		canonical, err := json.Marshal(c)
@@ -386,11 +387,11 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 	}
 	if !json.Valid(data) {
 		var err error
-		if data, err = yamlToJSON(data); err != nil {
+		if data, err = document.YAMLToJSON(data); err != nil {
 			return bad(err)
 		}
 	}
-	if err := checkUTF8(data); err != nil {
+	if err := document.CheckUTF8(data); err != nil {
 		return bad(err)
 	}
 	var compact bytes.Buffer

@@ -3,6 +3,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agent-reach/agentreach/registry/document"
 	"maps"
 	"math"
 	"slices"
@@ -40,13 +41,13 @@ func ParseRequirement(data []byte) (Requirement, error) {
 	if len(data) > MaxRequirementSize {
 		return r, fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrInvalidRequirement, len(data), MaxRequirementSize)
 	}
-	if err := decodeJSON(data, &r); err != nil {
+	if err := document.DecodeJSON(data, &r); err != nil {
 		return Requirement{}, fmt.Errorf("%w: %v", ErrInvalidRequirement, err)
 	}
 	r.normalize()
-	var p problems
+	var p document.Problems
 	r.validate(&p, "")
-	if err := p.err(ErrInvalidRequirement, ""); err != nil {
+	if err := p.Err(ErrInvalidRequirement, ""); err != nil {
 		return Requirement{}, err
 	}
 	return r, nil
@@ -57,35 +58,35 @@ func ParseRequirement(data []byte) (Requirement, error) {
 func (r *Requirement) normalize() { r.Permissions = sortedSet(r.Permissions) }
 
 // validate adds r's problems to p, their paths below prefix.
-func (r *Requirement) validate(p *problems, prefix string) {
+func (r *Requirement) validate(p *document.Problems, prefix string) {
 	for _, name := range slices.Sorted(maps.Keys(r.Labels)) {
-		path := joinPath(joinPath(prefix, "labels"), name)
+		path := document.JoinPath(document.JoinPath(prefix, "labels"), name)
 		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+			p.Add(path, "%v", err)
 		}
 		if r.Labels[name] == "" {
-			p.add(path, "must not be empty")
+			p.Add(path, "must not be empty")
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Limits)) {
-		path := joinPath(joinPath(prefix, "limits"), name)
+		path := document.JoinPath(document.JoinPath(prefix, "limits"), name)
 		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+			p.Add(path, "%v", err)
 		}
 		if v := r.Limits[name]; math.IsNaN(v) || math.IsInf(v, 0) {
-			p.add(path, "must be a finite number")
+			p.Add(path, "must be a finite number")
 		}
 	}
 	for i, perm := range r.Permissions {
 		if err := validateName(perm); err != nil {
-			p.add(indexPath(joinPath(prefix, "permissions"), i), "%v", err)
+			p.Add(document.IndexPath(document.JoinPath(prefix, "permissions"), i), "%v", err)
 		}
 	}
 	if v := r.MaxLatencyMS; v != nil && !(*v > 0 && !math.IsInf(*v, 0)) {
-		p.add(joinPath(prefix, "max_latency_ms"), "must be a positive number of milliseconds, got %v", *v)
+		p.Add(document.JoinPath(prefix, "max_latency_ms"), "must be a positive number of milliseconds, got %v", *v)
 	}
 	if v := r.MaxCost; v != nil && !(*v >= 0 && !math.IsInf(*v, 0)) {
-		p.add(joinPath(prefix, "max_cost"), "must be a finite number, 0 or more, got %v", *v)
+		p.Add(document.JoinPath(prefix, "max_cost"), "must be a finite number, 0 or more, got %v", *v)
 	}
 }
 

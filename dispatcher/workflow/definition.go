@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -172,7 +173,7 @@ func decodePolicy(key string, value json.RawMessage) (any, error) {
 
 // decodeDefinition reads and validates a definition from JSON.
 func decodeDefinition(data []byte) (*Definition, error) {
-	tree, err := registry.ReadTree(data)
+	tree, err := document.ReadTree(data)
 	if err != nil {
 		return nil, err
 	}

@@ -1,23 +1,25 @@
-package registry
+package document
 
 import (
 	"fmt"
 	"strings"
 )
 
-// problems collects validation problems, each prefixed with its path.
-type problems struct{ list []string }
+// Problems collects the validation problems of a document, each prefixed
+// with its path, to report them all in one error. The zero value is empty.
+type Problems struct{ list []string }
 
 // maxProblems bounds how many problems one error lists.
 const maxProblems = 20
 
-func (p *problems) add(path, format string, args ...any) {
+// Add adds the problem at path, its words formatted as by fmt.Sprintf.
+func (p *Problems) Add(path, format string, args ...any) {
 	p.list = append(p.list, path+": "+fmt.Sprintf(format, args...))
 }
 
-// err returns nil without problems, else one error wrapping sentinel
+// Err returns nil without problems, else one error wrapping sentinel
 // that lists them after subject (when not empty).
-func (p *problems) err(sentinel error, subject string) error {
+func (p *Problems) Err(sentinel error, subject string) error {
 	if len(p.list) == 0 {
 		return nil
 	}
