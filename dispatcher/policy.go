@@ -6,6 +6,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 )
 
 // Live policy (docs/declarations.md, Policy). Every setting of a capability comes from three
@@ -37,7 +38,7 @@ type capPolicy struct {
 	maxInFlight int
 	inflight    *atomic.Int64
 	breaker     *selection.BreakerConfig
-	require     registry.Requirement
+	require     declare.Requirement
 	// hedge is the capability's hedging (nil: off); from Config.Hedges it
 	// is the operator's word that hedging is safe, from the policy it needs
 	// idempotent here or the declarations' say-so (hedgeSafe).

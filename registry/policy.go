@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -87,7 +88,7 @@ type CapabilityPolicy struct {
 	Breaker *BreakerPolicy `json:"breaker,omitempty"`
 	// Require holds default requirements; a caller's Reach-Require is
 	// merged over them (Merge).
-	Require *Requirement `json:"require,omitempty"`
+	Require *declare.Requirement `json:"require,omitempty"`
 	// Hedge turns hedged requests on (docs/reference.md, Hedged requests); dispatchers hedge only a
 	// capability that is idempotent (here, or declared) or read-only
 	// (declared mode read), never a write.
@@ -180,7 +181,7 @@ func (c *CapabilityPolicy) validate(p *document.Problems) {
 		positive("breaker.cooldown", b.Cooldown)
 	}
 	if c.Require != nil {
-		c.Require.validate(p, "require")
+		c.Require.Check(p, "require")
 	}
 	if h := c.Hedge; h != nil {
 		if h.AfterMS != nil && *h.AfterMS < 0 {
@@ -234,7 +235,7 @@ func overlayPolicy(base, top CapabilityPolicy) CapabilityPolicy {
 		}
 	}
 	if base.Require != nil && top.Require != nil {
-		merged := Merge(*base.Require, *top.Require)
+		merged := declare.Merge(*base.Require, *top.Require)
 		out.Require = &merged
 	}
 	return out
@@ -283,7 +284,7 @@ var reservedPolicyKinds = []string{"acl", "workflow"}
 // watchers, whose last good value stays. Call it from an init function; it
 // panics on a bad or duplicate name, or one this package decodes itself.
 func RegisterPolicyKind(name string, decode PolicyDecoder) {
-	if err := validateName(name); err != nil || strings.Contains(name, ".") || decode == nil ||
+	if err := declare.ValidateName(name); err != nil || strings.Contains(name, ".") || decode == nil ||
 		name == PolicyDefaults || name+"." == PolicyCapabilityPrefix {
 		panic(fmt.Sprintf("registry: RegisterPolicyKind(%q): want a one-token name other than defaults and capability, and a decoder", name))
 	}
@@ -372,7 +373,7 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 			return bad(err)
 		}
 		if c.Require != nil {
-			c.Require.normalize()
+			c.Require.Normalize()
 		}
 		var p document.Problems
 		c.validate(&p)

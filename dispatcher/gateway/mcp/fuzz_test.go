@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -54,7 +55,7 @@ func FuzzToolSchema(f *testing.F) {
 	f.Add(`{"type":["string"]}`, `[]`)
 	f.Add(`{"properties":{"a":{"x-mcp-header":"Nope"}}}`, `{"type":"array"}`)
 	f.Fuzz(func(t *testing.T, in, out string) {
-		tool := buildTool("t", Offer{Capability: "t", Decl: &registry.DeclaredCapability{Name: "t",
+		tool := buildTool("t", Offer{Capability: "t", Decl: &declare.DeclaredCapability{Name: "t",
 			InputSchema: json.RawMessage(in), OutputSchema: json.RawMessage(out)}})
 		if m, ok := tool.InputSchema.(map[string]any); !ok || m["type"] != "object" {
 			t.Fatalf("input schema %v", tool.InputSchema)

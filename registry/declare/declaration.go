@@ -1,4 +1,4 @@
-package registry
+package declare
 
 import (
 	"encoding/json"
@@ -99,9 +99,9 @@ func decodeDeclaration(data []byte) (*Declaration, error) {
 	return &d, nil
 }
 
-// compileStored decodes and compiles the declaration stored in REACH_CAPS
+// CompileStored decodes and compiles the declaration stored in REACH_CAPS
 // under key at revision (Revision reports it); it must be of key's type.
-func compileStored(key string, value []byte, revision uint64) (*CompiledDeclaration, error) {
+func CompileStored(key string, value []byte, revision uint64) (*CompiledDeclaration, error) {
 	d, err := decodeDeclaration(value)
 	if err != nil {
 		return nil, err
@@ -145,7 +145,7 @@ type compiledCapability struct {
 // afterwards.
 func Compile(d *Declaration) (*CompiledDeclaration, error) {
 	var p document.Problems
-	if err := validateName(d.Type); err != nil {
+	if err := ValidateName(d.Type); err != nil {
 		p.Add("type", "%v", err)
 	}
 	c := &CompiledDeclaration{decl: d, caps: make(map[string]*compiledCapability, len(d.Capabilities)),
@@ -165,7 +165,7 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(d.Labels)) {
 		path := document.JoinPath("labels", name)
-		if err := validateName(name); err != nil {
+		if err := ValidateName(name); err != nil {
 			p.Add(path, "%v", err)
 		}
 		if len(d.Labels[name]) == 0 {
@@ -179,7 +179,7 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(d.Limits)) {
 		path := document.JoinPath("limits", name)
-		if err := validateName(name); err != nil {
+		if err := ValidateName(name); err != nil {
 			p.Add(path, "%v", err)
 		}
 		if v := d.Limits[name]; math.IsNaN(v) || math.IsInf(v, 0) {
@@ -198,9 +198,9 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 			seen[v] = true
 		}
 	}
-	names("permissions", d.Permissions, validateName)
-	names("refuses", d.Refuses, validateName)
-	names("depends_on", d.DependsOn, validateName)
+	names("permissions", d.Permissions, ValidateName)
+	names("refuses", d.Refuses, ValidateName)
+	names("depends_on", d.DependsOn, ValidateName)
 	names("tags", d.Tags, func(s string) error {
 		if strings.TrimSpace(s) == "" {
 			return fmt.Errorf("must not be empty")
@@ -287,9 +287,9 @@ func (d *CompiledDeclaration) ValidateInput(capability, contentType string, body
 	return validatePayload(cc.input, contentType, body)
 }
 
-// validateName checks a name of a label, a limit, a permission, a
+// ValidateName checks a name of a label, a limit, a permission, a
 // dependency or an agent type: dotted lowercase tokens, like capabilities.
-func validateName(s string) error {
+func ValidateName(s string) error {
 	if streams.ValidateCapability(s) != nil {
 		return fmt.Errorf("%q is not a valid name: want dotted lowercase tokens of [a-z0-9_-] such as \"history_days\", at most %d bytes",
 			s, streams.MaxNameLength)

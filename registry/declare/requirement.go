@@ -1,4 +1,4 @@
-package registry
+package declare
 
 import (
 	"encoding/json"
@@ -44,24 +44,25 @@ func ParseRequirement(data []byte) (Requirement, error) {
 	if err := document.DecodeJSON(data, &r); err != nil {
 		return Requirement{}, fmt.Errorf("%w: %v", ErrInvalidRequirement, err)
 	}
-	r.normalize()
+	r.Normalize()
 	var p document.Problems
-	r.validate(&p, "")
+	r.Check(&p, "")
 	if err := p.Err(ErrInvalidRequirement, ""); err != nil {
 		return Requirement{}, err
 	}
 	return r, nil
 }
 
-// normalize sorts r's permissions and drops duplicates, as ParseRequirement
+// Normalize sorts r's permissions and drops duplicates, as ParseRequirement
 // does; for a requirement decoded as part of a larger document.
-func (r *Requirement) normalize() { r.Permissions = sortedSet(r.Permissions) }
+func (r *Requirement) Normalize() { r.Permissions = sortedSet(r.Permissions) }
 
-// validate adds r's problems to p, their paths below prefix.
-func (r *Requirement) validate(p *document.Problems, prefix string) {
+// Check adds r's problems to p, their paths below prefix: for a requirement
+// decoded as part of a larger document (a policy's require), after Normalize.
+func (r *Requirement) Check(p *document.Problems, prefix string) {
 	for _, name := range slices.Sorted(maps.Keys(r.Labels)) {
 		path := document.JoinPath(document.JoinPath(prefix, "labels"), name)
-		if err := validateName(name); err != nil {
+		if err := ValidateName(name); err != nil {
 			p.Add(path, "%v", err)
 		}
 		if r.Labels[name] == "" {
@@ -70,7 +71,7 @@ func (r *Requirement) validate(p *document.Problems, prefix string) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Limits)) {
 		path := document.JoinPath(document.JoinPath(prefix, "limits"), name)
-		if err := validateName(name); err != nil {
+		if err := ValidateName(name); err != nil {
 			p.Add(path, "%v", err)
 		}
 		if v := r.Limits[name]; math.IsNaN(v) || math.IsInf(v, 0) {
@@ -78,7 +79,7 @@ func (r *Requirement) validate(p *document.Problems, prefix string) {
 		}
 	}
 	for i, perm := range r.Permissions {
-		if err := validateName(perm); err != nil {
+		if err := ValidateName(perm); err != nil {
 			p.Add(document.IndexPath(document.JoinPath(prefix, "permissions"), i), "%v", err)
 		}
 	}
