@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -122,8 +123,8 @@ const replyLogEvery = time.Minute
 
 // policyView is what one REACH_POLICY snapshot says to the authorizer.
 type policyView struct {
-	set     *registry.PolicySet
-	acl     *registry.ACL
+	set     *policy.Set
+	acl     *policy.ACL
 	entries sync.Map // name → *knownIdentity, nil when absent
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -30,7 +31,7 @@ func TestAuthorizer(t *testing.T) {
 	a := policyAuthorizer(t, v, map[string]any{
 		PolicyIdentityPrefix + "billing-1": DirectoryEntry{Role: RoleCaller, PublicKey: pub},
 		PolicyIdentityPrefix + "billing-9": DirectoryEntry{Role: RoleCaller, PublicKey: revokedPub, Revoked: time.Unix(1700000000, 0).UTC()},
-		registry.PolicyACL:                 registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+		policy.KeyACL:                      policy.ACL{Rules: []policy.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
 	}, withClock(func() time.Time { return now }))
 	signer, err := NewSigner("billing-1", seed, v.PublicKey())
 	if err != nil {
@@ -202,7 +203,7 @@ func TestAuthorizerAnswersOnlyInTheCallersInbox(t *testing.T) {
 		PolicyIdentityPrefix + "billing-1":  DirectoryEntry{Role: RoleCaller, PublicKey: pub},
 		PolicyIdentityPrefix + "billing-10": DirectoryEntry{Role: RoleCaller, PublicKey: otherPub},
 		PolicyIdentityPrefix + "gw":         DirectoryEntry{Role: RoleDispatcher, PublicKey: otherPub},
-		registry.PolicyACL:                  registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+		policy.KeyACL:                       policy.ACL{Rules: []policy.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
 	}, withClock(func() time.Time { return *now.Load() }),
 		WithAuthorizerLogger(zerolog.New(lockedWriter{&logsMu, &logs})))
 	signer, err := NewSigner("billing-1", seed, v.PublicKey())

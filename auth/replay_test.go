@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -42,7 +42,7 @@ func newReplayStack(t *testing.T, cfg AuthorizerConfig) *replayStack {
 		PolicyIdentityPrefix + "billing-1": DirectoryEntry{Role: RoleCaller, PublicKey: pub},
 		PolicyIdentityPrefix + "billing-2": DirectoryEntry{Role: RoleCaller, PublicKey: pub2},
 		PolicyIdentityPrefix + "ops":       DirectoryEntry{Role: RoleDispatcher, PublicKey: opsPub},
-		registry.PolicyACL:                 registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+		policy.KeyACL:                      policy.ACL{Rules: []policy.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
 	}, withClock(func() time.Time { return *st.now.Load() }),
 		WithAuthorizerLogger(zerolog.New(lockedWriter{&st.logsMu, &st.logs})))
 	var err error

@@ -22,6 +22,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -218,7 +219,7 @@ func (st *SecureStack) putACL(acl string) uint64 {
 	if err != nil {
 		st.T.Fatal(err)
 	}
-	rev, err := registry.PutPolicy(ctx, kv, registry.PolicyACL, []byte(acl))
+	rev, err := registry.PutPolicy(ctx, kv, policy.KeyACL, []byte(acl))
 	if err != nil {
 		st.T.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,7 +16,7 @@ type PolicyEntry struct {
 	// Raw is the stored value.
 	Raw []byte
 	// Value is Raw decoded; zero when Err is set.
-	Value PolicyValue
+	Value policy.Value
 	// Err says why Raw does not validate: dispatchers ignore such a value
 	// and keep the last good one.
 	Err      error
@@ -25,7 +26,7 @@ type PolicyEntry struct {
 
 func policyEntry(kve jetstream.KeyValueEntry) PolicyEntry {
 	e := PolicyEntry{Key: kve.Key(), Raw: kve.Value(), Revision: kve.Revision(), Updated: kve.Created()}
-	e.Value, e.Err = ParsePolicy(e.Key, e.Raw)
+	e.Value, e.Err = policy.Parse(e.Key, e.Raw)
 	return e
 }
 
@@ -58,7 +59,7 @@ func ListPolicy(ctx context.Context, kv jetstream.KeyValue) ([]PolicyEntry, erro
 
 // PutPolicy validates data (JSON or YAML) as the value of key and stores
 // its JSON form, returning the new revision. It refuses a key
-// ValidatePolicyKey refuses and an invalid value, writing nothing.
+// policy.ValidateKey refuses and an invalid value, writing nothing.
 func PutPolicy(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (uint64, error) {
 	value, err := checkedPolicy(key, data)
 	if err != nil {
@@ -83,10 +84,10 @@ func UpdatePolicy(ctx context.Context, kv jetstream.KeyValue, key string, data [
 
 // checkedPolicy returns the JSON to store for key, or why not.
 func checkedPolicy(key string, data []byte) ([]byte, error) {
-	if err := ValidatePolicyKey(key); err != nil {
+	if err := policy.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	v, err := ParsePolicy(key, data)
+	v, err := policy.Parse(key, data)
 	if err != nil {
 		return nil, err
 	}

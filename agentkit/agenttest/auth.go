@@ -13,6 +13,7 @@ import (
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -108,7 +109,7 @@ func (a *authSetup) start(ctx context.Context, s *suite) error {
 	if err != nil {
 		return streams.OpenError("agenttest", streams.BucketPolicy, err)
 	}
-	if _, err := registry.UpdatePolicy(ctx, pol, registry.PolicyACL, []byte(authACL), 0); err != nil {
+	if _, err := registry.UpdatePolicy(ctx, pol, policy.KeyACL, []byte(authACL), 0); err != nil {
 		return fmt.Errorf("agenttest: write the acl: %w", err)
 	}
 	sysOpts, err := a.connectFile(a.store.SystemCredsFile())

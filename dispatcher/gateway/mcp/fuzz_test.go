@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/declare"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -68,7 +68,7 @@ func FuzzToolSchema(f *testing.F) {
 type staticSource struct{}
 
 func (staticSource) Offers() []Offer            { return []Offer{{Capability: "echo"}} }
-func (staticSource) ACL() *registry.ACL         { return nil }
+func (staticSource) ACL() *policy.ACL           { return nil }
 func (staticSource) Changed() []<-chan struct{} { return nil }
 func (staticSource) Call(_ context.Context, _ string, task *nats.Msg) *nats.Msg {
 	m := &nats.Msg{Header: nats.Header{}, Data: task.Data}

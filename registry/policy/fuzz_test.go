@@ -1,10 +1,10 @@
-package registry_test
+package policy_test
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 func FuzzParsePolicy(f *testing.F) {
@@ -17,14 +17,14 @@ func FuzzParsePolicy(f *testing.F) {
 		f.Add(seed.key, []byte(seed.value))
 	}
 	f.Fuzz(func(t *testing.T, key string, data []byte) {
-		v, err := registry.ParsePolicy(key, data)
+		v, err := policy.Parse(key, data)
 		if err != nil {
-			if !errors.Is(err, registry.ErrInvalidPolicy) {
-				t.Fatalf("error without ErrInvalidPolicy: %v", err)
+			if !errors.Is(err, policy.ErrInvalid) {
+				t.Fatalf("error without ErrInvalid: %v", err)
 			}
 			return
 		}
-		again, err := registry.ParsePolicy(key, v.JSON)
+		again, err := policy.Parse(key, v.JSON)
 		if err != nil || string(again.JSON) != string(v.JSON) {
 			t.Fatalf("JSON form %s reads back as %s, %v", v.JSON, again.JSON, err)
 		}

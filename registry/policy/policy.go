@@ -1,4 +1,4 @@
-package registry
+package policy
 
 import (
 	"bytes"
@@ -19,15 +19,15 @@ import (
 
 // REACH_POLICY keys this package decodes (docs/declarations.md).
 const (
-	// PolicyDefaults is the key of the policy every capability starts from.
-	PolicyDefaults = "defaults"
-	// PolicyCapabilityPrefix starts the key of one capability's policy:
+	// KeyDefaults is the key of the policy every capability starts from.
+	KeyDefaults = "defaults"
+	// KeyCapabilityPrefix starts the key of one capability's policy:
 	// "capability.orders.query".
-	PolicyCapabilityPrefix = "capability."
+	KeyCapabilityPrefix = "capability."
 )
 
-// MaxPolicySize bounds one REACH_POLICY value.
-const MaxPolicySize = 1 << 20
+// MaxSize bounds one REACH_POLICY value.
+const MaxSize = 1 << 20
 
 // StrategyNames lists the selection strategies a policy may name, sorted;
 // they are the dispatcher's.
@@ -249,12 +249,12 @@ func pick[T any](base, top *T) *T {
 	return base
 }
 
-// PolicyValue is one decoded REACH_POLICY value.
-type PolicyValue struct {
+// Value is one decoded REACH_POLICY value.
+type Value struct {
 	// Capability is the value of "defaults" and "capability.<cap>" keys.
 	Capability *CapabilityPolicy
 	// Decoded is what the decoder of a kind registered with
-	// RegisterPolicyKind made of the value.
+	// RegisterKind made of the value.
 	Decoded any
 	// JSON is the value as compact JSON (canonical for a capability
 	// policy). For keys nothing decodes (such as "acl" until its kind is
@@ -262,14 +262,14 @@ type PolicyValue struct {
 	JSON json.RawMessage
 }
 
-// PolicyDecoder decodes and validates the value of one REACH_POLICY key of
+// Decoder decodes and validates the value of one REACH_POLICY key of
 // a registered kind, given as JSON (YAML is converted before). Its error
 // should name the bad field.
-type PolicyDecoder func(key string, value json.RawMessage) (any, error)
+type Decoder func(key string, value json.RawMessage) (any, error)
 
 var (
 	policyKindsMu sync.RWMutex
-	policyKinds   = map[string]PolicyDecoder{}
+	policyKinds   = map[string]Decoder{}
 )
 
 // reservedPolicyKinds are key families later parts of Agent-Reach decode
@@ -277,21 +277,21 @@ var (
 // their kind is registered, and keeps their values as JSON.
 var reservedPolicyKinds = []string{"acl", "workflow"}
 
-// RegisterPolicyKind makes ParsePolicy, and so PolicyWatcher and the CLI,
+// RegisterKind makes Parse, and so registry.PolicyWatcher and the CLI,
 // decode and validate the keys of kind name: the key name itself and every
 // key "name.<anything>" ("workflow" covers "workflow.claim.review"). An
 // invalid value of the kind is then refused by the CLI and ignored by
 // watchers, whose last good value stays. Call it from an init function; it
 // panics on a bad or duplicate name, or one this package decodes itself.
-func RegisterPolicyKind(name string, decode PolicyDecoder) {
+func RegisterKind(name string, decode Decoder) {
 	if err := declare.ValidateName(name); err != nil || strings.Contains(name, ".") || decode == nil ||
-		name == PolicyDefaults || name+"." == PolicyCapabilityPrefix {
-		panic(fmt.Sprintf("registry: RegisterPolicyKind(%q): want a one-token name other than defaults and capability, and a decoder", name))
+		name == KeyDefaults || name+"." == KeyCapabilityPrefix {
+		panic(fmt.Sprintf("policy: RegisterKind(%q): want a one-token name other than defaults and capability, and a decoder", name))
 	}
 	policyKindsMu.Lock()
 	defer policyKindsMu.Unlock()
 	if _, dup := policyKinds[name]; dup {
-		panic(fmt.Sprintf("registry: RegisterPolicyKind(%q) called twice", name))
+		panic(fmt.Sprintf("policy: RegisterKind(%q) called twice", name))
 	}
 	policyKinds[name] = decode
 }
@@ -302,30 +302,30 @@ func policyKind(key string) string {
 	return kind
 }
 
-// ValidatePolicyKey reports whether key is one `agentreach policy` may
+// ValidateKey reports whether key is one `agentreach policy` may
 // write: "defaults", "capability.<cap>", a registered kind's key, or one of
 // the kinds later parts of Agent-Reach decode ("acl", "workflow.<name>").
 // Watchers keep any other key's value as JSON, so a typo would go
 // unnoticed.
-func ValidatePolicyKey(key string) error {
+func ValidateKey(key string) error {
 	switch kind := policyKind(key); {
-	case key == PolicyDefaults:
+	case key == KeyDefaults:
 		return nil
-	case strings.HasPrefix(key, PolicyCapabilityPrefix):
-		if err := streams.ValidateCapability(strings.TrimPrefix(key, PolicyCapabilityPrefix)); err != nil {
-			return fmt.Errorf("%w: key %q: %v", ErrInvalidPolicy, key, err)
+	case strings.HasPrefix(key, KeyCapabilityPrefix):
+		if err := streams.ValidateCapability(strings.TrimPrefix(key, KeyCapabilityPrefix)); err != nil {
+			return fmt.Errorf("%w: key %q: %v", ErrInvalid, key, err)
 		}
 		return nil
 	case registeredKind(kind) != nil || slices.Contains(reservedPolicyKinds, kind):
 		if !validKey(key) {
-			return fmt.Errorf("%w: key %q: want letters, digits and - _ . only", ErrInvalidPolicy, key)
+			return fmt.Errorf("%w: key %q: want letters, digits and - _ . only", ErrInvalid, key)
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: unknown key %q (want %s, %s<capability>, acl or workflow.<name>)", ErrInvalidPolicy, key, PolicyDefaults, PolicyCapabilityPrefix)
+	return fmt.Errorf("%w: unknown key %q (want %s, %s<capability>, acl or workflow.<name>)", ErrInvalid, key, KeyDefaults, KeyCapabilityPrefix)
 }
 
-func registeredKind(kind string) PolicyDecoder {
+func registeredKind(kind string) Decoder {
 	policyKindsMu.RLock()
 	defer policyKindsMu.RUnlock()
 	return policyKinds[kind]
@@ -346,25 +346,25 @@ func validKey(key string) bool {
 	return true
 }
 
-// ParsePolicy reads the value of REACH_POLICY key from JSON or YAML.
+// Parse reads the value of REACH_POLICY key from JSON or YAML.
 // "defaults" and "capability.<cap>" hold a CapabilityPolicy, read strictly
 // (unknown keys, keys given twice, wrong types are errors) and validated;
 // a registered kind's keys go to its decoder; any other key's value is
-// kept as JSON. Every error wraps ErrInvalidPolicy and names the key and
+// kept as JSON. Every error wraps ErrInvalid and names the key and
 // the field.
-func ParsePolicy(key string, data []byte) (PolicyValue, error) {
-	bad := func(err error) (PolicyValue, error) {
-		return PolicyValue{}, fmt.Errorf("%w: %s: %v", ErrInvalidPolicy, key, err)
+func Parse(key string, data []byte) (Value, error) {
+	bad := func(err error) (Value, error) {
+		return Value{}, fmt.Errorf("%w: %s: %v", ErrInvalid, key, err)
 	}
 	if !validKey(key) {
 		return bad(errors.New("not a valid key: want letters, digits and - _ . only"))
 	}
-	if len(data) > MaxPolicySize {
-		return bad(fmt.Errorf("%d bytes, more than the %d allowed", len(data), MaxPolicySize))
+	if len(data) > MaxSize {
+		return bad(fmt.Errorf("%d bytes, more than the %d allowed", len(data), MaxSize))
 	}
-	if key == PolicyDefaults || strings.HasPrefix(key, PolicyCapabilityPrefix) {
-		if key != PolicyDefaults {
-			if err := streams.ValidateCapability(strings.TrimPrefix(key, PolicyCapabilityPrefix)); err != nil {
+	if key == KeyDefaults || strings.HasPrefix(key, KeyCapabilityPrefix) {
+		if key != KeyDefaults {
+			if err := streams.ValidateCapability(strings.TrimPrefix(key, KeyCapabilityPrefix)); err != nil {
 				return bad(err)
 			}
 		}
@@ -377,14 +377,14 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 		}
 		var p document.Problems
 		c.validate(&p)
-		if err := p.Err(ErrInvalidPolicy, key); err != nil {
-			return PolicyValue{}, err
+		if err := p.Err(ErrInvalid, key); err != nil {
+			return Value{}, err
 		}
 		canonical, err := json.Marshal(c)
 		if err != nil {
 			return bad(err)
 		}
-		return PolicyValue{Capability: &c, JSON: canonical}, nil
+		return Value{Capability: &c, JSON: canonical}, nil
 	}
 	if !json.Valid(data) {
 		var err error
@@ -399,7 +399,7 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 	if err := json.Compact(&compact, data); err != nil {
 		return bad(err)
 	}
-	v := PolicyValue{JSON: compact.Bytes()}
+	v := Value{JSON: compact.Bytes()}
 	if decode := registeredKind(policyKind(key)); decode != nil {
 		var err error
 		if v.Decoded, err = decode(key, v.JSON); err != nil {
@@ -409,24 +409,24 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 	return v, nil
 }
 
-// PolicySet is every REACH_POLICY value in force at one revision, resolved
+// Set is every REACH_POLICY value in force at one revision, resolved
 // for lookups on a dispatcher's hot path. It is immutable.
-type PolicySet struct {
+type Set struct {
 	revision uint64
 	defaults CapabilityPolicy
 	resolved map[string]CapabilityPolicy // capability → defaults overlaid by its own
-	values   map[string]PolicyValue
+	values   map[string]Value
 }
 
-// newPolicySet resolves values (key → value) at revision.
-func newPolicySet(values map[string]PolicyValue, revision uint64) *PolicySet {
-	s := &PolicySet{revision: revision, resolved: make(map[string]CapabilityPolicy), values: make(map[string]PolicyValue, len(values))}
-	if v, ok := values[PolicyDefaults]; ok && v.Capability != nil {
+// NewSet resolves values (key → value) at revision.
+func NewSet(values map[string]Value, revision uint64) *Set {
+	s := &Set{revision: revision, resolved: make(map[string]CapabilityPolicy), values: make(map[string]Value, len(values))}
+	if v, ok := values[KeyDefaults]; ok && v.Capability != nil {
 		s.defaults = *v.Capability
 	}
 	for key, v := range values {
 		s.values[key] = v
-		if c, ok := strings.CutPrefix(key, PolicyCapabilityPrefix); ok && v.Capability != nil {
+		if c, ok := strings.CutPrefix(key, KeyCapabilityPrefix); ok && v.Capability != nil {
 			s.resolved[c] = overlayPolicy(s.defaults, *v.Capability)
 		}
 	}
@@ -434,12 +434,12 @@ func newPolicySet(values map[string]PolicyValue, revision uint64) *PolicySet {
 }
 
 // Revision is the highest REACH_POLICY revision the set reflects.
-func (s *PolicySet) Revision() uint64 { return s.revision }
+func (s *Set) Revision() uint64 { return s.revision }
 
 // For returns capability's policy: "defaults" overlaid by
 // "capability.<capability>". Fields nil in both are left to the
 // dispatcher's flags. It does not allocate.
-func (s *PolicySet) For(capability string) CapabilityPolicy {
+func (s *Set) For(capability string) CapabilityPolicy {
 	if c, ok := s.resolved[capability]; ok {
 		return c
 	}
@@ -448,7 +448,7 @@ func (s *PolicySet) For(capability string) CapabilityPolicy {
 
 // Value returns the value in force under key, for keys beyond the
 // capability policies (a registered kind's Decoded, or JSON).
-func (s *PolicySet) Value(key string) (PolicyValue, bool) {
+func (s *Set) Value(key string) (Value, bool) {
 	v, ok := s.values[key]
 	return v, ok
 }
