@@ -12,39 +12,6 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// newVerifier returns a fresh verifier and its seed.
-func newVerifier(t *testing.T) *Verifier {
-	t.Helper()
-	kp, err := nkeys.CreateCurveKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := kp.Seed()
-	v, err := NewVerifier(seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func newUser(t *testing.T) (seed []byte, pub string) {
-	t.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ = kp.Seed()
-	pub, _ = kp.PublicKey()
-	return seed, pub
-}
-
-func task(id string) *nats.Msg {
-	m := nats.NewMsg("reach.task.echo")
-	m.Header.Set(streams.HeaderRequestID, id)
-	m.Data = []byte(`{"text":"hi"}`)
-	return m
-}
-
 // The caller's key (from its seed) and the dispatcher's (from the
 // verifier's private key and the caller's public key) agree, for many keys.
 func TestSignerVerifierAgree(t *testing.T) {
