@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -31,8 +32,8 @@ func (a *Authorizer) Vouch(authorization string, m *nats.Msg) *streams.Error {
 	token, ok := strings.CutPrefix(authorization, "Bearer ")
 	version, rest, ok2 := strings.Cut(token, ".")
 	name, _, ok3 := strings.Cut(rest, ".")
-	if !ok || !ok2 || !ok3 || version != bearerVersion || streams.ValidateInstanceID(name) != nil {
-		return streams.NewError(streams.CodeBadRequest, "the Authorization header is no Agent-Reach bearer token (want Bearer %s.<name>.<mac>)", bearerVersion)
+	if !ok || !ok2 || !ok3 || version != signature.BearerVersion || streams.ValidateInstanceID(name) != nil {
+		return streams.NewError(streams.CodeBadRequest, "the Authorization header is no Agent-Reach bearer token (want Bearer %s.<name>.<mac>)", signature.BearerVersion)
 	}
 	entry := a.current().entry(name)
 	switch {
@@ -41,7 +42,7 @@ func (a *Authorizer) Vouch(authorization string, m *nats.Msg) *streams.Error {
 	case !entry.Revoked.IsZero():
 		return streams.NewError(streams.CodeUnauthorized, "identity %s was revoked at %s", name, entry.Revoked.Format(time.RFC3339))
 	}
-	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(name, entry.PublicKey) })
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.Signer(name, entry.PublicKey) })
 	if entry.err != nil {
 		return streams.NewError(streams.CodeUnauthorized, "identity %s: %v", name, entry.err)
 	}

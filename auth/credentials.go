@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -30,16 +31,16 @@ const (
 // LoadSigner reads the credentials file of an Agent-Reach identity (as
 // `agentreach auth` writes it): its name and the verifier's public key from
 // the JWT, its seed.
-func LoadSigner(credsFile string) (*Signer, error) {
+func LoadSigner(credsFile string) (*signature.Signer, error) {
 	c, err := readCreds(credsFile)
 	if err != nil {
 		return nil, err
 	}
 	if c.verifier == "" {
 		return nil, fmt.Errorf("%w: %s: not made by `agentreach auth` (its JWT names no verifier key): it cannot sign Reach-Source",
-			ErrInvalidCredentials, credsFile)
+			signature.ErrInvalidCredentials, credsFile)
 	}
-	s, err := NewSigner(c.name, c.seed, c.verifier)
+	s, err := signature.NewSigner(c.name, c.seed, c.verifier)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", credsFile, err)
 	}
@@ -47,12 +48,12 @@ func LoadSigner(credsFile string) (*Signer, error) {
 }
 
 // LoadVerifier reads a verifier seed file (keys/verifier.nk of a store).
-func LoadVerifier(file string) (*Verifier, error) {
+func LoadVerifier(file string) (*signature.Verifier, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
+		return nil, fmt.Errorf("%w: %v", signature.ErrInvalidCredentials, err)
 	}
-	v, err := NewVerifier([]byte(strings.TrimSpace(string(b))))
+	v, err := signature.NewVerifier([]byte(strings.TrimSpace(string(b))))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
@@ -69,26 +70,26 @@ type creds struct {
 func readCreds(file string) (creds, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return creds{}, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
+		return creds{}, fmt.Errorf("%w: %v", signature.ErrInvalidCredentials, err)
 	}
 	token, err := jwt.ParseDecoratedJWT(b)
 	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: %v", ErrInvalidCredentials, file, err)
+		return creds{}, fmt.Errorf("%w: %s: %v", signature.ErrInvalidCredentials, file, err)
 	}
 	uc, err := jwt.DecodeUserClaims(token)
 	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: the user JWT: %v", ErrInvalidCredentials, file, err)
+		return creds{}, fmt.Errorf("%w: %s: the user JWT: %v", signature.ErrInvalidCredentials, file, err)
 	}
 	kp, err := jwt.ParseDecoratedUserNKey(b)
 	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: the seed: %v", ErrInvalidCredentials, file, err)
+		return creds{}, fmt.Errorf("%w: %s: the seed: %v", signature.ErrInvalidCredentials, file, err)
 	}
 	seed, err := kp.Seed()
 	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: the seed: %v", ErrInvalidCredentials, file, err)
+		return creds{}, fmt.Errorf("%w: %s: the seed: %v", signature.ErrInvalidCredentials, file, err)
 	}
 	if pub, _ := kp.PublicKey(); pub != uc.Subject {
-		return creds{}, fmt.Errorf("%w: %s: the seed is not the JWT's user key", ErrInvalidCredentials, file)
+		return creds{}, fmt.Errorf("%w: %s: the seed is not the JWT's user key", signature.ErrInvalidCredentials, file)
 	}
 	c := creds{name: uc.Name, seed: seed}
 	for _, t := range uc.Tags {
@@ -102,7 +103,7 @@ func readCreds(file string) (creds, error) {
 		}
 	}
 	if c.role != "" && streams.ValidateInstanceID(c.name) != nil {
-		return creds{}, errors.Join(ErrInvalidCredentials, fmt.Errorf("%s: the JWT's name %q is not an identity name", file, c.name))
+		return creds{}, errors.Join(signature.ErrInvalidCredentials, fmt.Errorf("%s: the JWT's name %q is not an identity name", file, c.name))
 	}
 	return c, nil
 }

@@ -20,7 +20,8 @@
 // The pieces: Store (the operator, accounts, keys and identities on disk,
 // `agentreach auth`), Permissions (a role's subjects), Syncer (pushes the
 // account JWT and the identity directory when the store or the ACL
-// changes), Signer and Verifier (Reach-Signature), Authorizer (the
+// changes), LoadSigner and LoadVerifier (Reach-Signature's keys from their
+// files; signing and checking are auth/signature's), Authorizer (the
 // dispatcher hook) and ConnectOptions (a client's connection options from
 // its credentials). The development CA and certificates are auth/devtls's.
 package auth

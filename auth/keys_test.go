@@ -6,18 +6,19 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // newVerifier returns a fresh verifier and its seed.
-func newVerifier(t *testing.T) *Verifier {
+func newVerifier(t *testing.T) *signature.Verifier {
 	t.Helper()
 	kp, err := nkeys.CreateCurveKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
 	seed, _ := kp.Seed()
-	v, err := NewVerifier(seed)
+	v, err := signature.NewVerifier(seed)
 	if err != nil {
 		t.Fatal(err)
 	}

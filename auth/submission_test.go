@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -17,8 +18,8 @@ func TestSubmissionID(t *testing.T) {
 	v := newVerifier(t)
 	seed, pub := newUser(t)
 	otherSeed, _ := newUser(t)
-	signer := func(name string, seed []byte) *Signer {
-		s, err := NewSigner(name, seed, v.PublicKey())
+	signer := func(name string, seed []byte) *signature.Signer {
+		s, err := signature.NewSigner(name, seed, v.PublicKey())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
 	"github.com/agent-reach/agentreach/auth/devtls"
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -54,7 +55,7 @@ type SecureStack struct {
 	TLS   devtls.TLSFiles
 
 	syncer   *auth.Syncer
-	verifier *auth.Verifier
+	verifier *signature.Verifier
 	admin    *nats.Conn
 
 	mu          sync.Mutex

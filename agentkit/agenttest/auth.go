@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
@@ -42,8 +43,8 @@ type authSetup struct {
 	sys    *nats.Conn
 	syncer *auth.Syncer
 	az     *auth.Authorizer
-	signer *auth.Signer // authCaller's
-	caller *nats.Conn   // authCaller's
+	signer *signature.Signer // authCaller's
+	caller *nats.Conn        // authCaller's
 }
 
 // newAuthStore makes the identity store of a run with auth in dir: the

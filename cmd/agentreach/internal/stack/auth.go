@@ -280,7 +280,7 @@ func (c *authCmd) change(do func(*auth.Store) (auth.Identity, error), done func(
 }
 
 // token prints identity name's HTTP bearer token, derived from its
-// credentials (auth.Signer.Bearer).
+// credentials (signature.Signer.Bearer).
 func (c *authCmd) token(name string) error {
 	s, err := c.open()
 	if err != nil {

@@ -1,4 +1,4 @@
-package auth
+package signature
 
 import (
 	"crypto/hmac"
@@ -16,14 +16,15 @@ import (
 // the identity for as long as the identity is in the directory and not
 // revoked; like any bearer token it is a secret (send it over TLS).
 const (
-	bearerVersion = "ar1"
+	// BearerVersion starts every bearer token.
+	BearerVersion = "ar1"
 	bearerLabel   = "agentreach-bearer-v1"
 )
 
 // Bearer returns the HTTP bearer token of the signer's identity, for the
 // Authorization header of a request to a dispatcher's HTTP gateway.
 func (s *Signer) Bearer() string {
-	return bearerVersion + "." + s.name + "." + s.bearerMAC()
+	return BearerVersion + "." + s.name + "." + s.bearerMAC()
 }
 
 func (s *Signer) bearerMAC() string {

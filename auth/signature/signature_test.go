@@ -1,4 +1,4 @@
-package auth
+package signature
 
 import (
 	"errors"
@@ -60,7 +60,7 @@ func TestVerifyRefuses(t *testing.T) {
 		"time changed": {func() *nats.Msg {
 			m := task("r1")
 			s.Sign(m, now)
-			m.Header.Set(HeaderSignature, "v2.1."+m.Header.Get(HeaderSignature)[17:])
+			m.Header.Set(streams.HeaderSignature, "v2.1."+m.Header.Get(streams.HeaderSignature)[17:])
 			return m
 		}, pub},
 		"deadline changed": {func() *nats.Msg {
@@ -86,7 +86,7 @@ func TestVerifyRefuses(t *testing.T) {
 		"v1, the same MAC": {func() *nats.Msg {
 			m := task("r1")
 			s.Sign(m, now)
-			m.Header.Set(HeaderSignature, "v1."+strings.TrimPrefix(m.Header.Get(HeaderSignature), "v2."))
+			m.Header.Set(streams.HeaderSignature, "v1."+strings.TrimPrefix(m.Header.Get(streams.HeaderSignature), "v2."))
 			return m
 		}, pub},
 		"replayed by its own signer as another source": {func() *nats.Msg {
@@ -96,7 +96,7 @@ func TestVerifyRefuses(t *testing.T) {
 			return m
 		}, pub},
 		"claims another's key": {func() *nats.Msg { m := task("r1"); s.Sign(m, now); return m }, otherPub},
-		"malformed":            {func() *nats.Msg { m := task("r1"); m.Header.Set(HeaderSignature, "v2.x"); return m }, pub},
+		"malformed":            {func() *nats.Msg { m := task("r1"); m.Header.Set(streams.HeaderSignature, "v2.x"); return m }, pub},
 		"missing":              {func() *nats.Msg { return task("r1") }, pub},
 	} {
 		if _, err := v.Verify(c.make(), "billing-1", c.user); !errors.Is(err, ErrBadSignature) {
@@ -145,14 +145,14 @@ func FuzzVerify(f *testing.F) {
 	}
 	m := task("r1")
 	s.Sign(m, time.UnixMilli(1700000000000))
-	good := m.Header.Get(HeaderSignature)
+	good := m.Header.Get(streams.HeaderSignature)
 	for _, seed := range []string{good, "v1." + strings.TrimPrefix(good, "v2."), "v2.1700000000000.", "v2..x", "v2.1.x", "", "v2.-5.abc",
 		"v2.99999999999999999999.a", good + "=", strings.TrimSuffix(good, good[len(good)-1:]), "v3.1700000000000.x"} {
 		f.Add(seed, "r1")
 	}
 	f.Fuzz(func(t *testing.T, sig, requestID string) {
 		m := task(requestID)
-		m.Header.Set(HeaderSignature, sig)
+		m.Header.Set(streams.HeaderSignature, sig)
 		_, err := v.Verify(m, "billing-1", pub)
 		if err == nil && (sig != good || requestID != "r1") {
 			t.Fatalf("accepted %q for request %q", sig, requestID)

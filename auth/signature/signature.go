@@ -1,4 +1,4 @@
-package auth
+package signature
 
 import (
 	"crypto/ecdh"
@@ -112,7 +112,7 @@ func (s *Signer) Sign(m *nats.Msg, now time.Time) {
 	}
 	m.Header.Set(streams.HeaderSource, s.name)
 	m.Header.Del(streams.HeaderReplayedBy)
-	s.sign(m, s.name, now)
+	s.SignAs(m, s.name, now)
 }
 
 // SignReplay signs m, a parked task resubmitted to the durable tier by this
@@ -126,11 +126,14 @@ func (s *Signer) SignReplay(m *nats.Msg, now time.Time) {
 		m.Header = nats.Header{}
 	}
 	m.Header.Set(streams.HeaderReplayedBy, s.name)
-	s.sign(m, m.Header.Get(streams.HeaderSource), now)
+	s.SignAs(m, m.Header.Get(streams.HeaderSource), now)
 }
 
-// sign sets m's Reach-Signature, with source as the signed source.
-func (s *Signer) sign(m *nats.Msg, source string, now time.Time) {
+// SignAs sets m's Reach-Signature to the signer's proof over m with source
+// as the signed source, changing no other header: a dispatcher re-signing a
+// parked task as its caller. Sign and SignReplay set the headers that go
+// with it.
+func (s *Signer) SignAs(m *nats.Msg, source string, now time.Time) {
 	ms := strconv.FormatInt(now.UnixMilli(), 10)
 	m.Header.Set(streams.HeaderSignature, signatureVersion+"."+ms+"."+s.mac(m, source, ms))
 }
@@ -164,15 +167,16 @@ type macState struct {
 // verify checks m's Reach-Signature against the signer's key, with
 // source as the signed source, and returns when it was made.
 func (s *Signer) verify(m *nats.Msg, source string) (time.Time, error) {
-	at, ms, sig, err := parseSignature(m.Header.Get(streams.HeaderSignature))
+	at, ms, sig, err := Parse(m.Header.Get(streams.HeaderSignature))
 	if err == nil {
-		err = s.check(m, source, ms, sig)
+		err = s.Check(m, source, ms, sig)
 	}
 	return at, err
 }
 
-// check reports whether sig is the signer's MAC of m, sent by source, at ms.
-func (s *Signer) check(m *nats.Msg, source, ms, sig string) error {
+// Check reports whether sig is the signer's MAC of m, sent by source, at ms
+// (as Parse returns them); the error wraps ErrBadSignature.
+func (s *Signer) Check(m *nats.Msg, source, ms, sig string) error {
 	if !hmac.Equal([]byte(sig), []byte(s.mac(m, source, ms))) {
 		return fmt.Errorf("%w: %s does not match the task for %s (another identity's, or the task — its body, %s or %s — changed after signing)",
 			ErrBadSignature, streams.HeaderSignature, s.name, streams.HeaderDeadline, streams.HeaderIdempotencyKey)
@@ -186,10 +190,10 @@ func (s *Signer) check(m *nats.Msg, source, ms, sig string) error {
 var ErrOldSignature = fmt.Errorf("%w: %s v1 is no longer accepted: sign with v2 (agentkit, the Python SDK and the CLI of this release do)",
 	ErrBadSignature, streams.HeaderSignature)
 
-// parseSignature splits a Reach-Signature value into its time (also as
+// Parse splits a Reach-Signature value into its time (also as
 // the decimal milliseconds it was written as) and its MAC, which must be
 // the 43 characters of an unpadded base64url SHA-256.
-func parseSignature(v string) (at time.Time, ms, sig string, err error) {
+func Parse(v string) (at time.Time, ms, sig string, err error) {
 	version, rest, ok1 := strings.Cut(v, ".")
 	if ok1 && version == oldSignatureVersion {
 		return time.Time{}, "", "", ErrOldSignature
@@ -250,9 +254,10 @@ func NewVerifier(seed []byte) (*Verifier, error) {
 // PublicKey is the verifier's public key ("X…"), which callers' JWTs name.
 func (v *Verifier) PublicKey() string { return v.pub }
 
-// signer returns the signer of identity name with user key user: the same
-// MAC key the identity derives from its seed.
-func (v *Verifier) signer(name, user string) (*Signer, error) {
+// Signer returns the signer of identity name with user key user: the same
+// MAC key the identity derives from its seed, for checking its signatures
+// (Check) and making its proofs.
+func (v *Verifier) Signer(name, user string) (*Signer, error) {
 	k := name + "\x00" + user
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -275,7 +280,7 @@ func (v *Verifier) signer(name, user string) (*Signer, error) {
 // Verify checks that m's Reach-Signature was made by identity name, whose
 // user key is user, and returns when it was made.
 func (v *Verifier) Verify(m *nats.Msg, name, user string) (time.Time, error) {
-	s, err := v.signer(name, user)
+	s, err := v.Signer(name, user)
 	if err != nil {
 		return time.Time{}, err
 	}
