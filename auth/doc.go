@@ -4,7 +4,7 @@
 // Identities are NATS users in the decentralised JWT model: an operator
 // signs the account AGENTREACH, and the account holds one scoped signing key
 // per identity whose permission template is generated from the identity's
-// role and the ACL in REACH_POLICY (registry.ACL). The server checks those
+// role and the ACL in REACH_POLICY (policy.ACL). The server checks those
 // permissions on every message. A change — a new identity, a revocation, a
 // new ACL — is a new account JWT pushed to the servers' resolver at run
 // time ($SYS.REQ.CLAIMS.UPDATE): no restart, and no user credential is

@@ -45,7 +45,7 @@ func sec(n int) (d time.Duration) { return time.Duration(n) * 1e9 }
 // The policy names the strategies the dispatcher has.
 func TestPolicyKnowsTheStrategies(t *testing.T) {
 	if got, want := policy.StrategyNames(), selection.StrategyNames(); !slices.Equal(got, want) {
-		t.Fatalf("registry.StrategyNames() = %v, dispatcher has %v", got, want)
+		t.Fatalf("policy.StrategyNames() = %v, dispatcher has %v", got, want)
 	}
 }
 

@@ -143,7 +143,7 @@ func (d *Dispatcher) resolvePolicy(capability string, set *policy.Set) *capPolic
 	}
 	p.quorum = cp.Quorum
 	if !selection.Known(p.strategy) {
-		// registry.StrategyNames and strategies agree (a test says so); a
+		// policy.StrategyNames and strategies agree (a test says so); a
 		// name neither knows cannot have passed validation.
 		p.strategy = c.DefaultStrategy
 	}

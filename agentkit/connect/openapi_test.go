@@ -157,7 +157,7 @@ func TestOpenAPIDeclarationFromTheSpec(t *testing.T) {
 		t.Errorf("delete_pet: mode %q idempotent %v, want write, idempotent", c.Mode, c.Idempotent)
 	}
 	// The schemas are self-contained and enforced: the dispatcher's check
-	// (registry.Compile) refuses a body without name, naming the field,
+	// (declare.Compile) refuses a body without name, naming the field,
 	// and an id that OpenAPI 3.0's exclusiveMinimum: true rules out.
 	cd, err := declare.Compile(d)
 	if err != nil {
