@@ -22,6 +22,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit/internal/idem"
 	"github.com/agent-reach/agentreach/agentkit/internal/micro"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -67,7 +68,7 @@ type Config struct {
 	// every capability it names handled — and refuses to start on an
 	// invalid one, naming the field. Nil: nothing is written, and the
 	// agent is routed by capability name alone.
-	Declaration *registry.Declaration
+	Declaration *declare.Declaration
 	// DeclarationFile is a YAML or JSON file with the Declaration, read at
 	// Start (one of the two, not both).
 	DeclarationFile string
@@ -110,8 +111,8 @@ type Agent struct {
 	hbConn    *nats.Conn
 	ownHBConn bool
 	noSignals bool
-	decl      *registry.Declaration // written to REACH_CAPS at Start
-	svc       *micro.Service        // answers $SRV once registered; nil with NoServiceDiscovery
+	decl      *declare.Declaration // written to REACH_CAPS at Start
+	svc       *micro.Service       // answers $SRV once registered; nil with NoServiceDiscovery
 
 	mu       sync.Mutex
 	handlers map[string]Handler

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -28,7 +28,7 @@ type Client struct {
 	ct       string
 	recent   recentCalls // who answered the latest calls, for Feedback
 
-	signer    *auth.Signer // signs every task (sign.go); nil: unsigned
+	signer    *signature.Signer // signs every task (sign.go); nil: unsigned
 	signerErr error
 	published sync.Map // subjects the server let this client publish to, checked on first use with a signer (sign.go)
 }

@@ -13,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // readDeclaration returns cfg's declaration, read and validated, or nil
 // when it has none; New calls it, so a bad one stops the agent at once.
-func readDeclaration(cfg Config) (*registry.Declaration, error) {
+func readDeclaration(cfg Config) (*declare.Declaration, error) {
 	d := cfg.Declaration
 	switch {
 	case d != nil && cfg.DeclarationFile != "":
@@ -28,7 +29,7 @@ func readDeclaration(cfg Config) (*registry.Declaration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("agentkit: declaration: %w", err)
 		}
-		if d, err = registry.ParseDeclaration(b); err != nil {
+		if d, err = declare.ParseDeclaration(b); err != nil {
 			return nil, fmt.Errorf("agentkit: declaration %s: %w", cfg.DeclarationFile, err)
 		}
 	case d == nil:
@@ -41,7 +42,7 @@ func readDeclaration(cfg Config) (*registry.Declaration, error) {
 		d.Type = cfg.Type
 	}
 	if d.Type != cfg.Type {
-		return nil, fmt.Errorf("agentkit: declaration: %w: type: %q, but the agent's type is %q", registry.ErrInvalidDeclaration, d.Type, cfg.Type)
+		return nil, fmt.Errorf("agentkit: declaration: %w: type: %q, but the agent's type is %q", declare.ErrInvalidDeclaration, d.Type, cfg.Type)
 	}
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("agentkit: declaration: %w", err)
@@ -52,14 +53,14 @@ func readDeclaration(cfg Config) (*registry.Declaration, error) {
 // declare writes declaration d of handlers to REACH_CAPS, unless the bucket
 // holds it already (every instance of a type writes the same one; an
 // unchanged value is left alone, so dispatchers' caches stay warm).
-func (a *Agent) declare(ctx context.Context, js jetstream.JetStream, d *registry.Declaration, handlers map[string]Handler) error {
+func (a *Agent) declare(ctx context.Context, js jetstream.JetStream, d *declare.Declaration, handlers map[string]Handler) error {
 	if d == nil {
 		return nil
 	}
 	for i, c := range d.Capabilities {
 		if _, ok := handlers[c.Name]; !ok {
 			return fmt.Errorf("agentkit: declaration: %w: capabilities[%d].name: %q has no handler (have %v)",
-				registry.ErrInvalidDeclaration, i, c.Name, slices.Sorted(maps.Keys(handlers)))
+				declare.ErrInvalidDeclaration, i, c.Name, slices.Sorted(maps.Keys(handlers)))
 		}
 	}
 	kv, err := js.KeyValue(ctx, streams.BucketCaps)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -18,7 +19,7 @@ import (
 // written first, then the handlers swapped and the record put at once; a
 // delivery for a capability just dropped is answered NO_AGENT. A refused
 // change changes nothing. Calls must not overlap.
-func (a *Agent) Redeclare(ctx context.Context, handlers map[string]Handler, decl *registry.Declaration) error {
+func (a *Agent) Redeclare(ctx context.Context, handlers map[string]Handler, decl *declare.Declaration) error {
 	for c, h := range handlers {
 		if err := streams.ValidateCapability(c); err != nil || h == nil {
 			return fmt.Errorf("agentkit: handler of %q: %v", c, err)

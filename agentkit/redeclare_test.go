@@ -13,6 +13,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -23,10 +24,10 @@ func TestRedeclareChangesWhatARunningAgentServes(t *testing.T) {
 	answer := func(v string) agentkit.Handler {
 		return func(context.Context, *agentkit.Request) (any, error) { return v, nil }
 	}
-	decl := func(caps ...string) *registry.Declaration {
-		d := &registry.Declaration{}
+	decl := func(caps ...string) *declare.Declaration {
+		d := &declare.Declaration{}
 		for _, c := range caps {
-			d.Capabilities = append(d.Capabilities, registry.DeclaredCapability{Name: c, Mode: registry.ModeRead})
+			d.Capabilities = append(d.Capabilities, declare.DeclaredCapability{Name: c, Mode: declare.ModeRead})
 		}
 		return d
 	}
@@ -64,7 +65,7 @@ func TestRedeclareChangesWhatARunningAgentServes(t *testing.T) {
 			record = r.Capabilities
 		}
 		if e, err := caps.Get(ctx, "up"); err == nil {
-			var d registry.Declaration
+			var d declare.Declaration
 			_ = json.Unmarshal(e.Value(), &d)
 			for _, c := range d.Capabilities {
 				declared = append(declared, c.Name)
@@ -77,13 +78,13 @@ func TestRedeclareChangesWhatARunningAgentServes(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		handlers map[string]agentkit.Handler
-		decl     *registry.Declaration
+		decl     *declare.Declaration
 	}{
 		{"no handlers", nil, nil},
 		{"a bad name", map[string]agentkit.Handler{"Up A": answer("x")}, nil},
 		{"a declared capability without a handler", map[string]agentkit.Handler{"up.a": answer("a")}, decl("up.a", "up.b")},
 		{"a declaration that does not compile", map[string]agentkit.Handler{"up.a": answer("a")},
-			&registry.Declaration{Capabilities: []registry.DeclaredCapability{{Name: "up.a", InputSchema: []byte(`{"type":7}`)}}}},
+			&declare.Declaration{Capabilities: []declare.DeclaredCapability{{Name: "up.a", InputSchema: []byte(`{"type":7}`)}}}},
 	} {
 		if err := a.Redeclare(ctx, c.handlers, c.decl); err == nil {
 			t.Errorf("Redeclare with %s: no error", c.name)

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/signature"
 )
 
 // WithCredentials makes the client sign every task it sends as the
@@ -25,7 +26,7 @@ func WithCredentials(credsFile string) ClientOption {
 
 // WithSigner makes the client sign every task it sends with s (see
 // WithCredentials).
-func WithSigner(s *auth.Signer) ClientOption { return func(c *Client) { c.signer = s } }
+func WithSigner(s *signature.Signer) ClientOption { return func(c *Client) { c.signer = s } }
 
 // checkSigner refuses a signer that could not be made, or one whose
 // identity is not the WithSource the client was also given.

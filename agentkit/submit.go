@@ -32,7 +32,7 @@ var (
 // crashes. Submitting the same request id again (WithRequestID) within two
 // minutes is deduplicated — per caller: its Nats-Msg-Id is
 // "<source>.<request-id>" (streams.SubmissionID), followed with credentials
-// by ".<proof>" (auth.Signer.SubmissionID), and another caller's task
+// by ".<proof>" (signature.Signer.SubmissionID), and another caller's task
 // under the same id is a task of its own. A full buffer (the capability's
 // pending bound) is refused with OVERLOADED; nothing is dropped silently.
 func (c *Client) Submit(ctx context.Context, capability string, payload any, opts ...CallOption) (string, error) {

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -52,7 +52,7 @@ func (s *Store) SystemAccountJWT() (string, error) {
 // revoked, whose template is Permissions(identity, acl, subjects), and the
 // user keys of revoked identities in its revocation list. Users issued
 // directly by the account key may do nothing.
-func (s *Store) AccountJWT(acl *registry.ACL, subjects streams.Subjects) (token, digest string, err error) {
+func (s *Store) AccountJWT(acl *policy.ACL, subjects streams.Subjects) (token, digest string, err error) {
 	kp, err := s.seed(filepath.Join(keysDir, "operator.nk"))
 	if err != nil {
 		return "", "", err
@@ -99,7 +99,7 @@ func encode(c jwt.Claims, kp nkeys.KeyPair) (string, error) {
 // claims, the system account's public key, and the JWTs of both accounts
 // by public key, to preload into its resolver (package authserver does it
 // for an embedded server).
-func (s *Store) Trust(acl *registry.ACL, subjects streams.Subjects) (operator *jwt.OperatorClaims, systemAccount string, preload map[string]string, err error) {
+func (s *Store) Trust(acl *policy.ACL, subjects streams.Subjects) (operator *jwt.OperatorClaims, systemAccount string, preload map[string]string, err error) {
 	op, err := s.OperatorJWT()
 	if err != nil {
 		return nil, "", nil, err
@@ -117,7 +117,7 @@ func (s *Store) Trust(acl *registry.ACL, subjects streams.Subjects) (operator *j
 // include in a server's config (deploy/nats/common.conf includes it): the
 // operator, the system account, a full resolver in resolverDir (as the
 // server sees the path) and the account JWTs to preload.
-func (s *Store) ServerConfig(resolverDir string, acl *registry.ACL, subjects streams.Subjects) (string, error) {
+func (s *Store) ServerConfig(resolverDir string, acl *policy.ACL, subjects streams.Subjects) (string, error) {
 	op, err := s.OperatorJWT()
 	if err != nil {
 		return "", err
@@ -144,7 +144,7 @@ func (s *Store) ServerConfig(resolverDir string, acl *registry.ACL, subjects str
 }
 
 // preload returns the JWTs of both accounts by public key.
-func (s *Store) preload(acl *registry.ACL, subjects streams.Subjects) (map[string]string, error) {
+func (s *Store) preload(acl *policy.ACL, subjects streams.Subjects) (map[string]string, error) {
 	sys, err := s.SystemAccountJWT()
 	if err != nil {
 		return nil, err

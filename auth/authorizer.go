@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -97,7 +99,7 @@ func withClock(now func() time.Time) AuthorizerOption { return func(a *Authorize
 // the dispatcher, Close it after. Authorize is safe for concurrent use and
 // allocates nothing on the way through.
 type Authorizer struct {
-	verifier *Verifier
+	verifier *signature.Verifier
 	pol      *registry.PolicyWatcher
 	cfg      AuthorizerConfig
 	log      zerolog.Logger
@@ -122,8 +124,8 @@ const replyLogEvery = time.Minute
 
 // policyView is what one REACH_POLICY snapshot says to the authorizer.
 type policyView struct {
-	set     *registry.PolicySet
-	acl     *registry.ACL
+	set     *policy.Set
+	acl     *policy.ACL
 	entries sync.Map // name → *knownIdentity, nil when absent
 }
 
@@ -132,13 +134,13 @@ type policyView struct {
 type knownIdentity struct {
 	*DirectoryEntry
 	once   sync.Once
-	signer *Signer
+	signer *signature.Signer
 	err    error
 }
 
 // NewAuthorizer returns an authorizer that checks signatures with verifier
 // against the directory and the ACL it reads from REACH_POLICY through js.
-func NewAuthorizer(ctx context.Context, js jetstream.JetStream, verifier *Verifier, cfg AuthorizerConfig, opts ...AuthorizerOption) (*Authorizer, error) {
+func NewAuthorizer(ctx context.Context, js jetstream.JetStream, verifier *signature.Verifier, cfg AuthorizerConfig, opts ...AuthorizerOption) (*Authorizer, error) {
 	if verifier == nil {
 		return nil, errors.New("auth: NewAuthorizer needs the verifier key (`agentreach auth init` made keys/verifier.nk)")
 	}
@@ -327,16 +329,16 @@ func (a *Authorizer) verify(v *policyView, source string, m *nats.Msg, durable b
 	case replayer != "" && entry.Role != RoleDispatcher:
 		return refuse("%s %s is a %s identity: only a dispatcher identity replays a parked task as its caller", HeaderReplayedBy, replayer, entry.Role)
 	}
-	made, ms, sig, err := parseSignature(m.Header.Get(HeaderSignature))
-	if errors.Is(err, ErrOldSignature) {
+	made, ms, sig, err := signature.Parse(m.Header.Get(HeaderSignature))
+	if errors.Is(err, signature.ErrOldSignature) {
 		return refuse("%v", err)
 	}
 	if err != nil {
 		return time.Time{}, "", streams.NewError(streams.CodeBadRequest, "%v", err)
 	}
-	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(signer, entry.PublicKey) })
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.Signer(signer, entry.PublicKey) })
 	if err = entry.err; err == nil {
-		err = entry.signer.check(m, source, ms, sig)
+		err = entry.signer.Check(m, source, ms, sig)
 	}
 	if err != nil {
 		return refuse("%s %s is not proven: %v", headerOf(replayer), signer, err)
@@ -371,16 +373,16 @@ func (a *Authorizer) SignReplay(m *nats.Msg) error {
 	entry := a.current().entry(source)
 	switch {
 	case source == "" || entry == nil:
-		return fmt.Errorf("%w: the task's %s %q is no known identity", ErrInvalidCredentials, streams.HeaderSource, source)
+		return fmt.Errorf("%w: the task's %s %q is no known identity", signature.ErrInvalidCredentials, streams.HeaderSource, source)
 	case !entry.Revoked.IsZero():
-		return fmt.Errorf("%w: the task's caller %s was revoked at %s", ErrInvalidCredentials, source, entry.Revoked.Format(time.RFC3339))
+		return fmt.Errorf("%w: the task's caller %s was revoked at %s", signature.ErrInvalidCredentials, source, entry.Revoked.Format(time.RFC3339))
 	}
-	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(source, entry.PublicKey) })
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.Signer(source, entry.PublicKey) })
 	if entry.err != nil {
 		return entry.err
 	}
 	m.Header.Del(HeaderReplayedBy)
-	entry.signer.sign(m, source, a.now())
+	entry.signer.SignAs(m, source, a.now())
 	return nil
 }
 

@@ -15,8 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -30,9 +32,9 @@ func TestAuthorizer(t *testing.T) {
 	a := policyAuthorizer(t, v, map[string]any{
 		PolicyIdentityPrefix + "billing-1": DirectoryEntry{Role: RoleCaller, PublicKey: pub},
 		PolicyIdentityPrefix + "billing-9": DirectoryEntry{Role: RoleCaller, PublicKey: revokedPub, Revoked: time.Unix(1700000000, 0).UTC()},
-		registry.PolicyACL:                 registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+		policy.KeyACL:                      policy.ACL{Rules: []policy.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
 	}, withClock(func() time.Time { return now }))
-	signer, err := NewSigner("billing-1", seed, v.PublicKey())
+	signer, err := signature.NewSigner("billing-1", seed, v.PublicKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,13 +138,13 @@ func TestAuthorizer(t *testing.T) {
 // policyAuthorizer starts an authorizer with verifier v over a real
 // REACH_POLICY holding policy (key → value, as JSON) on a server of its
 // own, once it has read every identity in it; the test's cleanup stops it.
-func policyAuthorizer(t *testing.T, v *Verifier, policy map[string]any, opts ...AuthorizerOption) *Authorizer {
+func policyAuthorizer(t *testing.T, v *signature.Verifier, policy map[string]any, opts ...AuthorizerOption) *Authorizer {
 	t.Helper()
 	return policyAuthorizerConfig(t, v, AuthorizerConfig{}, policy, opts...)
 }
 
 // policyAuthorizerConfig is policyAuthorizer with cfg.
-func policyAuthorizerConfig(t *testing.T, v *Verifier, cfg AuthorizerConfig, policy map[string]any, opts ...AuthorizerOption) *Authorizer {
+func policyAuthorizerConfig(t *testing.T, v *signature.Verifier, cfg AuthorizerConfig, policy map[string]any, opts ...AuthorizerOption) *Authorizer {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc := natstest.Connect(t, s)
@@ -202,10 +204,10 @@ func TestAuthorizerAnswersOnlyInTheCallersInbox(t *testing.T) {
 		PolicyIdentityPrefix + "billing-1":  DirectoryEntry{Role: RoleCaller, PublicKey: pub},
 		PolicyIdentityPrefix + "billing-10": DirectoryEntry{Role: RoleCaller, PublicKey: otherPub},
 		PolicyIdentityPrefix + "gw":         DirectoryEntry{Role: RoleDispatcher, PublicKey: otherPub},
-		registry.PolicyACL:                  registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+		policy.KeyACL:                       policy.ACL{Rules: []policy.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
 	}, withClock(func() time.Time { return *now.Load() }),
 		WithAuthorizerLogger(zerolog.New(lockedWriter{&logsMu, &logs})))
-	signer, err := NewSigner("billing-1", seed, v.PublicKey())
+	signer, err := signature.NewSigner("billing-1", seed, v.PublicKey())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,43 +2,14 @@ package auth
 
 import (
 	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/streams"
 )
-
-// An identity's HTTP bearer token is
-//
-//	"ar1." name "." base64url(HMAC-SHA256(MAC key, "agentreach-bearer-v1" 0 name))
-//
-// keyed by the same MAC key as its Reach-Signature (see Signer), so the
-// identity derives it from its credentials and a dispatcher from the
-// verifier key: nothing new is stored or sent ahead. It names and proves
-// the identity for as long as the identity is in the directory and not
-// revoked; like any bearer token it is a secret (send it over TLS).
-const (
-	bearerVersion = "ar1"
-	bearerLabel   = "agentreach-bearer-v1"
-)
-
-// Bearer returns the HTTP bearer token of the signer's identity, for the
-// Authorization header of a request to a dispatcher's HTTP gateway.
-func (s *Signer) Bearer() string {
-	return bearerVersion + "." + s.name + "." + s.bearerMAC()
-}
-
-func (s *Signer) bearerMAC() string {
-	h := hmac.New(sha256.New, s.key)
-	h.Write([]byte(bearerLabel))
-	h.Write([]byte{0})
-	h.Write([]byte(s.name))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
-}
 
 // Vouch is the HTTP gateway's side of the ACL: it checks authorization,
 // the value of a request's Authorization header ("Bearer <token>"), and
@@ -60,9 +31,9 @@ func (a *Authorizer) Vouch(authorization string, m *nats.Msg) *streams.Error {
 	}
 	token, ok := strings.CutPrefix(authorization, "Bearer ")
 	version, rest, ok2 := strings.Cut(token, ".")
-	name, mac, ok3 := strings.Cut(rest, ".")
-	if !ok || !ok2 || !ok3 || version != bearerVersion || streams.ValidateInstanceID(name) != nil {
-		return streams.NewError(streams.CodeBadRequest, "the Authorization header is no Agent-Reach bearer token (want Bearer %s.<name>.<mac>)", bearerVersion)
+	name, _, ok3 := strings.Cut(rest, ".")
+	if !ok || !ok2 || !ok3 || version != signature.BearerVersion || streams.ValidateInstanceID(name) != nil {
+		return streams.NewError(streams.CodeBadRequest, "the Authorization header is no Agent-Reach bearer token (want Bearer %s.<name>.<mac>)", signature.BearerVersion)
 	}
 	entry := a.current().entry(name)
 	switch {
@@ -71,11 +42,11 @@ func (a *Authorizer) Vouch(authorization string, m *nats.Msg) *streams.Error {
 	case !entry.Revoked.IsZero():
 		return streams.NewError(streams.CodeUnauthorized, "identity %s was revoked at %s", name, entry.Revoked.Format(time.RFC3339))
 	}
-	entry.once.Do(func() { entry.signer, entry.err = a.verifier.signer(name, entry.PublicKey) })
+	entry.once.Do(func() { entry.signer, entry.err = a.verifier.Signer(name, entry.PublicKey) })
 	if entry.err != nil {
 		return streams.NewError(streams.CodeUnauthorized, "identity %s: %v", name, entry.err)
 	}
-	if !hmac.Equal([]byte(mac), []byte(entry.signer.bearerMAC())) {
+	if !hmac.Equal([]byte(token), []byte(entry.signer.Bearer())) {
 		return streams.NewError(streams.CodeUnauthorized, "the bearer token of %s is not its own (made with other credentials, or the identity was re-created)", name)
 	}
 	if m.Header == nil {

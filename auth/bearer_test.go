@@ -7,7 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/auth/signature"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -23,10 +24,10 @@ func TestVouch(t *testing.T) {
 	a := policyAuthorizer(t, v, map[string]any{
 		PolicyIdentityPrefix + "web":  DirectoryEntry{Role: RoleCaller, PublicKey: pub},
 		PolicyIdentityPrefix + "gone": DirectoryEntry{Role: RoleCaller, PublicKey: otherPub, Revoked: time.Unix(1700000000, 0).UTC()},
-		registry.PolicyACL:            registry.ACL{Rules: []registry.ACLRule{{Caller: "web", MayCall: []string{"echo"}}}},
+		policy.KeyACL:                 policy.ACL{Rules: []policy.ACLRule{{Caller: "web", MayCall: []string{"echo"}}}},
 	})
-	signer := func(name string, seed []byte) *Signer {
-		s, err := NewSigner(name, seed, v.PublicKey())
+	signer := func(name string, seed []byte) *signature.Signer {
+		s, err := signature.NewSigner(name, seed, v.PublicKey())
 		if err != nil {
 			t.Fatal(err)
 		}

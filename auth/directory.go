@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 // PolicyIdentityPrefix starts the REACH_POLICY key of an identity's
@@ -31,7 +31,7 @@ type DirectoryEntry struct {
 	Revoked time.Time `json:"revoked,omitzero"`
 }
 
-func init() { registry.RegisterPolicyKind(strings.TrimSuffix(PolicyIdentityPrefix, "."), decodeEntry) }
+func init() { policy.RegisterKind(strings.TrimSuffix(PolicyIdentityPrefix, "."), decodeEntry) }
 
 // entryOf returns the directory entry of id.
 func entryOf(id Identity) DirectoryEntry {
@@ -47,7 +47,7 @@ func (e *DirectoryEntry) Grant() []string {
 	return grantOf(e.Type, e.Serves)
 }
 
-// decodeEntry is the PolicyDecoder of the "identity" kind.
+// decodeEntry is the policy.Decoder of the "identity" kind.
 func decodeEntry(key string, value json.RawMessage) (any, error) {
 	name, ok := strings.CutPrefix(key, PolicyIdentityPrefix)
 	if !ok {

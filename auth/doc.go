@@ -4,7 +4,7 @@
 // Identities are NATS users in the decentralised JWT model: an operator
 // signs the account AGENTREACH, and the account holds one scoped signing key
 // per identity whose permission template is generated from the identity's
-// role and the ACL in REACH_POLICY (registry.ACL). The server checks those
+// role and the ACL in REACH_POLICY (policy.ACL). The server checks those
 // permissions on every message. A change — a new identity, a revocation, a
 // new ACL — is a new account JWT pushed to the servers' resolver at run
 // time ($SYS.REQ.CLAIMS.UPDATE): no restart, and no user credential is
@@ -20,7 +20,8 @@
 // The pieces: Store (the operator, accounts, keys and identities on disk,
 // `agentreach auth`), Permissions (a role's subjects), Syncer (pushes the
 // account JWT and the identity directory when the store or the ACL
-// changes), Signer and Verifier (Reach-Signature), Authorizer (the
+// changes), LoadSigner and LoadVerifier (Reach-Signature's keys from their
+// files; signing and checking are auth/signature's), Authorizer (the
 // dispatcher hook) and ConnectOptions (a client's connection options from
 // its credentials). The development CA and certificates are auth/devtls's.
 package auth

@@ -19,13 +19,6 @@ var (
 	ErrUnknownIdentity = errors.New("auth: unknown identity")
 	// ErrRevoked is returned for an identity that was revoked.
 	ErrRevoked = errors.New("auth: identity revoked")
-	// ErrInvalidCredentials is returned for a credentials, seed or key file
-	// that does not parse or does not belong to Agent-Reach; the wrapped
-	// message names the file.
-	ErrInvalidCredentials = errors.New("auth: invalid credentials")
-	// ErrBadSignature is returned when a task's Reach-Signature does not
-	// prove its Reach-Source.
-	ErrBadSignature = errors.New("auth: bad signature")
 	// ErrPush is returned when the servers refuse or do not confirm an
 	// account update.
 	ErrPush = errors.New("auth: account update not applied")

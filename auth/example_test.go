@@ -14,6 +14,7 @@ import (
 	"github.com/agent-reach/agentreach/auth/authserver"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -65,7 +66,7 @@ func Example() {
 		panic(err)
 	}
 	kv, _ := js.KeyValue(ctx, streams.BucketPolicy)
-	if _, err := registry.PutPolicy(ctx, kv, registry.PolicyACL, []byte(`{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`)); err != nil {
+	if _, err := registry.PutPolicy(ctx, kv, policy.KeyACL, []byte(`{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`)); err != nil {
 		panic(err)
 	}
 	syncer, err := auth.NewSyncer(ctx, store, sys, disp, auth.SyncConfig{})
@@ -79,7 +80,7 @@ func Example() {
 
 	// What the ACL grants billing-1, its permissions say.
 	billing, _ := store.Identity("billing-1")
-	acl, _ := registry.ParseACL([]byte(`{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`))
+	acl, _ := policy.ParseACL([]byte(`{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`))
 	for _, s := range auth.Permissions(billing, acl, streams.Subjects{}).Pub.Allow {
 		if strings.Contains(s, "payment") {
 			fmt.Println("billing-1 may publish to", s)

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 // FuzzDirectoryEntry reads identity.<name> values as a dispatcher does
 // (anyone with a dispatcher identity can write REACH_POLICY): an entry is
-// refused with ErrInvalidPolicy or is one whose grant is valid, whose JSON
+// refused with policy.ErrInvalid or is one whose grant is valid, whose JSON
 // form reads back the same, and which grants nothing unless it is an
 // agent's.
 func FuzzDirectoryEntry(f *testing.F) {
@@ -24,10 +24,10 @@ func FuzzDirectoryEntry(f *testing.F) {
 		f.Add(seed.name, []byte(seed.value))
 	}
 	f.Fuzz(func(t *testing.T, name string, data []byte) {
-		v, err := registry.ParsePolicy(PolicyIdentityPrefix+name, data)
+		v, err := policy.Parse(PolicyIdentityPrefix+name, data)
 		if err != nil {
-			if !errors.Is(err, registry.ErrInvalidPolicy) {
-				t.Fatalf("error without ErrInvalidPolicy: %v", err)
+			if !errors.Is(err, policy.ErrInvalid) {
+				t.Fatalf("error without policy.ErrInvalid: %v", err)
 			}
 			return
 		}
@@ -41,7 +41,7 @@ func FuzzDirectoryEntry(f *testing.F) {
 		if g := e.Grant(); (e.Role == RoleAgent) != (len(g) > 0) {
 			t.Fatalf("role %s has grant %q", e.Role, g)
 		}
-		again, err := registry.ParsePolicy(PolicyIdentityPrefix+name, v.JSON)
+		again, err := policy.Parse(PolicyIdentityPrefix+name, v.JSON)
 		if err != nil || string(again.JSON) != string(v.JSON) {
 			t.Fatalf("JSON form %s reads back as %v, %v", v.JSON, again, err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 // TestServesValidation checks what an agent's grant may hold: capability
@@ -135,10 +136,10 @@ func TestDirectoryEntryServes(t *testing.T) {
 		{"identity.risk-1", `{"role":"agent","type":"risk","serves":["risk.*","risk.*"],"public_key":"` + pub + `"}`, "given twice", nil},
 		{"identity.web", `{"role":"caller","serves":["echo"],"public_key":"` + pub + `"}`, "only an agent serves", nil},
 	} {
-		v, err := registry.ParsePolicy(c.key, []byte(c.value))
+		v, err := policy.Parse(c.key, []byte(c.value))
 		if c.want != "" {
-			if err == nil || !errors.Is(err, registry.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%s: got %v, want an ErrInvalidPolicy saying %q", c.value, err, c.want)
+			if err == nil || !errors.Is(err, policy.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: got %v, want a policy.ErrInvalid saying %q", c.value, err, c.want)
 			}
 			continue
 		}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -95,7 +95,7 @@ func ValidateServes(patterns []string) error {
 		return fmt.Errorf("serves: %d patterns, more than the %d allowed", len(patterns), MaxServes)
 	}
 	for i, p := range patterns {
-		if err := registry.ValidateCapabilityPattern(p); err != nil {
+		if err := policy.ValidateCapabilityPattern(p); err != nil {
 			return fmt.Errorf("serves[%d]: %v", i, err)
 		}
 		if slices.Contains(patterns[:i], p) {
@@ -127,7 +127,7 @@ func grantOf(typ string, serves []string) []string {
 
 // Grants reports whether grant (Identity.Grant) covers capability.
 func Grants(grant []string, capability string) bool {
-	return slices.ContainsFunc(grant, func(p string) bool { return registry.MatchCapability(p, capability) })
+	return slices.ContainsFunc(grant, func(p string) bool { return policy.MatchCapability(p, capability) })
 }
 
 // InboxPrefix is the reply-inbox prefix of identity name: it may subscribe

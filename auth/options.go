@@ -3,6 +3,7 @@ package auth
 import (
 	"fmt"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/nats-io/nats.go"
 )
 
@@ -37,5 +38,5 @@ func CredentialsName(credsFile string) (name string, role Role, err error) {
 	if r := Role(c.role); r == RoleAgent || r == RoleCaller || r == RoleDispatcher {
 		return c.name, r, nil
 	}
-	return "", "", fmt.Errorf("%w: %s: unknown role %q", ErrInvalidCredentials, credsFile, c.role)
+	return "", "", fmt.Errorf("%w: %s: unknown role %q", signature.ErrInvalidCredentials, credsFile, c.role)
 }

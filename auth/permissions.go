@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -44,7 +44,7 @@ const (
 //   - A dispatcher serves the task subjects, delivers to agents, answers
 //     callers, sends its HTTP gateway's durable tasks, broadcasts and
 //     fan-outs, and provisions and uses every bucket and stream.
-func Permissions(id Identity, acl *registry.ACL, subjects streams.Subjects) jwt.Permissions {
+func Permissions(id Identity, acl *policy.ACL, subjects streams.Subjects) jwt.Permissions {
 	var p jwt.Permissions
 	inbox := InboxPrefix(id.Name) + ".>"
 	switch id.Role {
@@ -130,7 +130,7 @@ func IdempotencyKeys(id Identity) []string {
 // else: STREAM.MSG.GET and the bare DIRECT.GET take any subject or
 // sequence in their body, and STREAM.INFO lists the stream's subjects,
 // which name other callers' request ids.
-func callerPermissions(p *jwt.Permissions, id Identity, acl *registry.ACL, subjects streams.Subjects) {
+func callerPermissions(p *jwt.Permissions, id Identity, acl *policy.ACL, subjects streams.Subjects) {
 	own := subjects.ResultsOf(id.Name)
 	p.Sub.Allow.Add(InboxPrefix(id.Name)+".>", own)
 	p.Pub.Allow.Add(subjects.FanOut(), subjects.Cancel(), subjects.Feedback(),

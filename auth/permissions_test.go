@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -47,7 +47,7 @@ func TestIdempotencyKeys(t *testing.T) {
 // no bucket-wide write, no consumer, no read whose body names the subject.
 // Its other buckets keep what they had.
 func TestAgentIdempotencyPermissions(t *testing.T) {
-	acl, err := registry.ParseACL([]byte(`{"rules": [{"caller": "*", "may_call": [">"]}]}`))
+	acl, err := policy.ParseACL([]byte(`{"rules": [{"caller": "*", "may_call": [">"]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func subjectMatch(p, s string) bool {
 // another subject or a sequence (STREAM.MSG.GET, the bare DIRECT.GET) or
 // lists the stream's subjects (STREAM.INFO). A dispatcher keeps them all.
 func TestPermissionsReadOnlyOwnResults(t *testing.T) {
-	acl, err := registry.ParseACL([]byte(`{"rules": [{"caller": "*", "may_call": ["echo"]}]}`))
+	acl, err := policy.ParseACL([]byte(`{"rules": [{"caller": "*", "may_call": ["echo"]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -20,7 +20,7 @@ const (
 // <name>, the ACL granting <name> the pattern <capability>. docs/security.md
 // carries it, regenerated from this code (TestSecurityDocPermissionTable).
 func PermissionsTable(subjects streams.Subjects) string {
-	acl := &registry.ACL{Rules: []registry.ACLRule{{Caller: tableName, MayCall: []string{tableCapability}}}}
+	acl := &policy.ACL{Rules: []policy.ACLRule{{Caller: tableName, MayCall: []string{tableCapability}}}}
 	var b strings.Builder
 	b.WriteString("| role | may publish | may not publish | may subscribe | may answer what it received |\n")
 	b.WriteString("|---|---|---|---|---|\n")

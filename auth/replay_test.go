@@ -12,7 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/auth/signature"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -22,8 +23,8 @@ import (
 type replayStack struct {
 	a             *Authorizer
 	now           atomic.Pointer[time.Time]
-	caller, other *Signer
-	operator      *Signer
+	caller, other *signature.Signer
+	operator      *signature.Signer
 	logs          bytes.Buffer
 	logsMu        sync.Mutex
 	requests      atomic.Int64
@@ -42,16 +43,16 @@ func newReplayStack(t *testing.T, cfg AuthorizerConfig) *replayStack {
 		PolicyIdentityPrefix + "billing-1": DirectoryEntry{Role: RoleCaller, PublicKey: pub},
 		PolicyIdentityPrefix + "billing-2": DirectoryEntry{Role: RoleCaller, PublicKey: pub2},
 		PolicyIdentityPrefix + "ops":       DirectoryEntry{Role: RoleDispatcher, PublicKey: opsPub},
-		registry.PolicyACL:                 registry.ACL{Rules: []registry.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
+		policy.KeyACL:                      policy.ACL{Rules: []policy.ACLRule{{Caller: "billing-*", MayCall: []string{"payment.*"}}}},
 	}, withClock(func() time.Time { return *st.now.Load() }),
 		WithAuthorizerLogger(zerolog.New(lockedWriter{&st.logsMu, &st.logs})))
 	var err error
 	for _, s := range []struct {
-		to   **Signer
+		to   **signature.Signer
 		name string
 		seed []byte
 	}{{&st.caller, "billing-1", seed}, {&st.other, "billing-2", seed2}, {&st.operator, "ops", opsSeed}} {
-		if *s.to, err = NewSigner(s.name, s.seed, v.PublicKey()); err != nil {
+		if *s.to, err = signature.NewSigner(s.name, s.seed, v.PublicKey()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,7 +65,7 @@ func (st *replayStack) advance(d time.Duration) {
 }
 
 // task is a signed direct-tier task of s, as it arrives over NATS.
-func (st *replayStack) task(s *Signer, subject, requestID string) *nats.Msg {
+func (st *replayStack) task(s *signature.Signer, subject, requestID string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Sub = &nats.Subscription{}
 	m.Header.Set(streams.HeaderRequestID, requestID)

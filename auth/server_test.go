@@ -17,6 +17,7 @@ import (
 	"github.com/agent-reach/agentreach/auth/authserver"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -104,7 +105,7 @@ func (s *secureServer) putACL(src string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := registry.PutPolicy(ctx, kv, registry.PolicyACL, []byte(src)); err != nil {
+	if _, err := registry.PutPolicy(ctx, kv, policy.KeyACL, []byte(src)); err != nil {
 		s.t.Fatal(err)
 	}
 }

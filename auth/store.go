@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/internal/atomicfile"
 )
 
@@ -392,7 +393,7 @@ func (s *Store) seed(rel string) (nkeys.KeyPair, error) {
 	}
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidCredentials, path, err)
+		return nil, fmt.Errorf("%w: %s: %v", signature.ErrInvalidCredentials, path, err)
 	}
 	return kp, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -264,9 +265,9 @@ func (s *Syncer) push(ctx context.Context, token string) error {
 }
 
 // aclOf returns the ACL in force in set, or nil (which grants nothing).
-func aclOf(set *registry.PolicySet) *registry.ACL {
-	if v, ok := set.Value(registry.PolicyACL); ok {
-		if acl, ok := v.Decoded.(*registry.ACL); ok {
+func aclOf(set *policy.Set) *policy.ACL {
+	if v, ok := set.Value(policy.KeyACL); ok {
+		if acl, ok := v.Decoded.(*policy.ACL); ok {
 			return acl
 		}
 	}
@@ -275,7 +276,7 @@ func aclOf(set *registry.PolicySet) *registry.ACL {
 
 // grantedNames lists the identities in force that acl grants something,
 // for the log.
-func grantedNames(acl *registry.ACL, ids []Identity) []string {
+func grantedNames(acl *policy.ACL, ids []Identity) []string {
 	var out []string
 	for _, id := range ids {
 		if id.Active() && id.Role != RoleDispatcher && len(acl.Grants(id.Name)) > 0 {

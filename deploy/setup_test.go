@@ -17,7 +17,7 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/devtls"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -38,7 +38,7 @@ var generatedDirs = []string{"auth", "certs", authConf}
 type generated struct {
 	dir   string
 	store *auth.Store
-	acl   *registry.ACL // acl.yaml, which auth-sync seeds
+	acl   *policy.ACL // acl.yaml, which auth-sync seeds
 }
 
 var authLine = regexp.MustCompile(`^\$AR auth ([a-z-]+)(.*)$`)
@@ -114,7 +114,7 @@ func setup(t *testing.T) *generated {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.acl, err = registry.ParseACL(b); err != nil {
+	if g.acl, err = policy.ParseACL(b); err != nil {
 		t.Fatalf("%s: %v", aclFile, err)
 	}
 	return g

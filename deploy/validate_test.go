@@ -44,6 +44,7 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -607,11 +608,11 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	if err := streams.Provision(ctx, djs, streams.Topology{}); err != nil {
 		t.Fatalf("dispatcher cannot provision the topology in account %s: %v", auth.AccountName, err)
 	}
-	policy, err := djs.KeyValue(ctx, streams.BucketPolicy)
+	policyKV, err := djs.KeyValue(ctx, streams.BucketPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := registry.PutPolicy(ctx, policy, registry.PolicyACL, []byte(readFile(t, aclFile))); err != nil {
+	if _, err := registry.PutPolicy(ctx, policyKV, policy.KeyACL, []byte(readFile(t, aclFile))); err != nil {
 		t.Fatalf("the dispatcher identity cannot store %s: %v", aclFile, err)
 	}
 	snc, sErr := connect(g.store.SystemCredsFile())

@@ -2,11 +2,10 @@ package dispatcher
 
 import (
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/agent-reach/agentreach/registry"
 )
 
 func TestCallTimeoutClamp(t *testing.T) {
@@ -45,8 +44,8 @@ func sec(n int) (d time.Duration) { return time.Duration(n) * 1e9 }
 
 // The policy names the strategies the dispatcher has.
 func TestPolicyKnowsTheStrategies(t *testing.T) {
-	if got, want := registry.StrategyNames(), selection.StrategyNames(); !slices.Equal(got, want) {
-		t.Fatalf("registry.StrategyNames() = %v, dispatcher has %v", got, want)
+	if got, want := policy.StrategyNames(), selection.StrategyNames(); !slices.Equal(got, want) {
+		t.Fatalf("policy.StrategyNames() = %v, dispatcher has %v", got, want)
 	}
 }
 

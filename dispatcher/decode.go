@@ -2,11 +2,11 @@ package dispatcher
 
 import (
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -133,7 +133,7 @@ func taskIDs(h nats.Header) (requestID, orchID string) {
 
 // parsedRequirement is a cached parse of a Reach-Require value.
 type parsedRequirement struct {
-	req registry.Requirement
+	req declare.Requirement
 	err *streams.Error
 }
 
@@ -148,7 +148,7 @@ func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
 	if v := h.Get(streams.HeaderRequire); v != "" {
 		p, ok := d.requirements.Load(v)
 		if !ok {
-			r, err := registry.ParseRequirement([]byte(v))
+			r, err := declare.ParseRequirement([]byte(v))
 			pr := &parsedRequirement{req: r}
 			if err != nil {
 				pr.err = streams.NewError(streams.CodeBadRequest, "header %s: %v", streams.HeaderRequire, err)
@@ -160,7 +160,7 @@ func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
 		if pr.err != nil {
 			return pr.err
 		}
-		need = registry.Merge(need, pr.req)
+		need = declare.Merge(need, pr.req)
 	}
 	if !need.Empty() {
 		t.need, t.needKey = need, need.Key()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -78,7 +79,7 @@ func (h *harness) instance(rec registry.Record) {
 // catalog has it.
 func (h *harness) declare(src string) {
 	h.t.Helper()
-	decl, err := registry.ParseDeclaration([]byte(src))
+	decl, err := declare.ParseDeclaration([]byte(src))
 	if err != nil {
 		h.t.Fatal(err)
 	}

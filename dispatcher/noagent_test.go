@@ -13,7 +13,7 @@ import (
 
 // NO_AGENT's excluded list gives every condition an instance fails, not
 // only the first: its dependencies down and each requirement it cannot
-// meet, joined by registry.MatchSeparator.
+// meet, joined by declare.MatchSeparator.
 func TestNoAgentListsEveryFailedCondition(t *testing.T) {
 	h := newHarness(t, natstest.Options(t.TempDir()))
 	h.declare(`{"type":"orders-reader","capabilities":[{"name":"orders.query"}],

@@ -5,7 +5,8 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 // Live policy (docs/declarations.md, Policy). Every setting of a capability comes from three
@@ -22,7 +23,7 @@ import (
 
 // capPolicy is one capability's resolved policy.
 type capPolicy struct {
-	set        *registry.PolicySet // the snapshot it was resolved from; nil: none yet
+	set        *policy.Set // the snapshot it was resolved from; nil: none yet
 	strategy   string
 	retries    int // ≥ 0
 	write      bool
@@ -37,7 +38,7 @@ type capPolicy struct {
 	maxInFlight int
 	inflight    *atomic.Int64
 	breaker     *selection.BreakerConfig
-	require     registry.Requirement
+	require     declare.Requirement
 	// hedge is the capability's hedging (nil: off); from Config.Hedges it
 	// is the operator's word that hedging is safe, from the policy it needs
 	// idempotent here or the declarations' say-so (hedgeSafe).
@@ -48,7 +49,7 @@ type capPolicy struct {
 
 // policy returns capability's resolved policy under the current snapshot.
 func (d *Dispatcher) policy(capability string) *capPolicy {
-	var set *registry.PolicySet
+	var set *policy.Set
 	if d.policies != nil {
 		set = d.policies.Current()
 	}
@@ -63,7 +64,7 @@ func (d *Dispatcher) policy(capability string) *capPolicy {
 }
 
 // resolvePolicy overlays set's policy for capability on the Config.
-func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *capPolicy {
+func (d *Dispatcher) resolvePolicy(capability string, set *policy.Set) *capPolicy {
 	c := &d.cfg
 	p := &capPolicy{
 		set: set, strategy: c.DefaultStrategy, retries: c.retries(capability), write: c.isWrite(capability),
@@ -142,7 +143,7 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 	}
 	p.quorum = cp.Quorum
 	if !selection.Known(p.strategy) {
-		// registry.StrategyNames and strategies agree (a test says so); a
+		// policy.StrategyNames and strategies agree (a test says so); a
 		// name neither knows cannot have passed validation.
 		p.strategy = c.DefaultStrategy
 	}
@@ -152,7 +153,7 @@ func (d *Dispatcher) resolvePolicy(capability string, set *registry.PolicySet) *
 	return p
 }
 
-func setDuration(field *time.Duration, v *registry.Duration) {
+func setDuration(field *time.Duration, v *policy.Duration) {
 	if v != nil {
 		*field = time.Duration(*v)
 	}

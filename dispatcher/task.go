@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -56,7 +56,7 @@ type task struct {
 	// preference, the view of the instances that meet it, the instances a
 	// pick passed over and why, and the types whose input schema refused
 	// the payload.
-	need     registry.Requirement
+	need     declare.Requirement
 	needKey  string
 	prefer   string
 	view     *selection.View

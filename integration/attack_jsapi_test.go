@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,6 @@ import (
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
-	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -77,7 +77,7 @@ func TestSecurityJetStreamAPISweep(t *testing.T) {
 		values    map[string]string
 	}
 	watchedKeys := [][2]string{
-		{streams.BucketPolicy, registry.PolicyACL}, {streams.BucketAgents, "echo-2"}, {streams.BucketCaps, "payment"},
+		{streams.BucketPolicy, policy.KeyACL}, {streams.BucketAgents, "echo-2"}, {streams.BucketCaps, "payment"},
 		{streams.BucketBreakers, "echo-2"}, {streams.BucketRuns, "forged-run"}, {streams.BucketIdempotency, "echo.caller.forged"},
 	}
 	snapshot := func() state {
@@ -156,7 +156,7 @@ func TestSecurityJetStreamAPISweep(t *testing.T) {
 		{"read REACH_RUNS's stream", "$JS.API.STREAM.MSG.GET.KV_" + streams.BucketRuns, `{"seq":1}`},
 		{"list the streams", "$JS.API.STREAM.LIST", ""},
 		{"read REACH_TASKS's info", "$JS.API.STREAM.INFO." + streams.StreamTasks, ""},
-		{"write the ACL", "$KV." + streams.BucketPolicy + "." + registry.PolicyACL, `{"rules":[{"caller":"*","may_call":["*"]}]}`},
+		{"write the ACL", "$KV." + streams.BucketPolicy + "." + policy.KeyACL, `{"rules":[{"caller":"*","may_call":["*"]}]}`},
 		{"write another agent's REACH_AGENTS key", "$KV." + streams.BucketAgents + ".echo-2",
 			`{"id":"echo-2","type":"echo","capabilities":["echo"],"max_concurrent":8,"heartbeat_ms":1000,"status":"draining"}`},
 		{"write another type's REACH_CAPS key", "$KV." + streams.BucketCaps + ".payment", `{}`},

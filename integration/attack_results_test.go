@@ -309,7 +309,7 @@ func TestAttackResultsASubmittedRequestIDCannotBeSquatted(t *testing.T) {
 // under the Nats-Msg-Id hers would have without credentials
 // ("alice.<id>") or with a proof he made up: with credentials a
 // submission's Nats-Msg-Id carries a proof of its identity
-// (auth.Signer.SubmissionID), so alice's task, submitted next within the
+// (signature.Signer.SubmissionID), so alice's task, submitted next within the
 // deduplication window, is stored and runs, and each gets their own result.
 func TestAttackResultsASubmissionCannotBePreempted(t *testing.T) {
 	st := newResultsStack(t)

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"strings"
 	"sync"
@@ -61,12 +62,12 @@ func deliveries(seen *sync.Map, id string) int32 {
 }
 
 // signedTask is a direct-tier echo task of signer, complete and signed.
-func signedTask(signer *auth.Signer, id string) *nats.Msg {
+func signedTask(signer *signature.Signer, id string) *nats.Msg {
 	return signedTaskAt(signer, id, time.Now())
 }
 
 // signedTaskAt is signedTask signed at at.
-func signedTaskAt(signer *auth.Signer, id string, at time.Time) *nats.Msg {
+func signedTaskAt(signer *signature.Signer, id string, at time.Time) *nats.Msg {
 	m := nats.NewMsg(streams.Subjects{}.Task("echo"))
 	m.Header.Set(streams.HeaderRequestID, id)
 	m.Header.Set(streams.HeaderDeadline, fmt.Sprint(time.Now().Add(30*time.Second).UnixMilli()))

@@ -24,7 +24,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit/connect"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -107,9 +107,9 @@ func callJSON(tb testing.TB, c *agentkit.Client, capability, payload string, opt
 
 // waitDeclared waits until d's catalog holds typ's declaration with
 // capability.
-func waitDeclared(tb testing.TB, d *dispatcher.Dispatcher, typ, capability string) registry.DeclaredCapability {
+func waitDeclared(tb testing.TB, d *dispatcher.Dispatcher, typ, capability string) declare.DeclaredCapability {
 	tb.Helper()
-	var found registry.DeclaredCapability
+	var found declare.DeclaredCapability
 	natstest.WaitFor(tb, 10*time.Second, func() error {
 		cd, ok := d.Catalog().Lookup(typ)
 		if !ok {
@@ -136,7 +136,7 @@ func TestMCPConnectorServesAFastMCPServer(t *testing.T) {
 	}
 	WaitRoutable(t, "fm.add", 1, d)
 	weather := waitDeclared(t, d, "fm", "fm.get_weather")
-	if weather.Mode != registry.ModeRead || !weather.Idempotent || !strings.Contains(string(weather.InputSchema), `"city"`) {
+	if weather.Mode != declare.ModeRead || !weather.Idempotent || !strings.Contains(string(weather.InputSchema), `"city"`) {
 		t.Errorf("fm.get_weather declared %+v, want read-only, idempotent, its input schema", weather)
 	}
 	if add := waitDeclared(t, d, "fm", "fm.add"); add.Mode != "" || add.Description != "Adds two integers." {
@@ -271,7 +271,7 @@ func TestMCPConnectorFollowsAGoSDKServerAndLeavesWhenItDies(t *testing.T) {
 			t.Errorf("gs.echo on %s: %s, %v", id, got, err)
 		}
 	}
-	if echo := waitDeclared(t, d, "gs", "gs.echo"); echo.Mode != registry.ModeRead || len(echo.OutputSchema) == 0 {
+	if echo := waitDeclared(t, d, "gs", "gs.echo"); echo.Mode != declare.ModeRead || len(echo.OutputSchema) == 0 {
 		t.Errorf("gs.echo declared %+v, want read-only with the tool's output schema", echo)
 	}
 

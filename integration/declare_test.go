@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
-	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -24,7 +24,7 @@ func TestAgentkitWritesItsDeclarationAndRefusesABadOne(t *testing.T) {
 	st := NewStack(t, time.Second)
 	d := st.Dispatcher(dispatcher.Config{})
 	cost := 0.002
-	decl := &registry.Declaration{Capabilities: []registry.DeclaredCapability{{Name: "orders.query", Mode: registry.ModeRead, Cost: &cost,
+	decl := &declare.Declaration{Capabilities: []declare.DeclaredCapability{{Name: "orders.query", Mode: declare.ModeRead, Cost: &cost,
 		InputSchema: []byte(`{"type":"object","required":["sku"]}`)}}, Labels: map[string][]string{"engine": {"postgres"}}}
 	st.Agent(agentkit.Config{Type: "orders", Declaration: decl}, map[string]agentkit.Handler{"orders.query": echoHandler()})
 	WaitRoutable(t, "orders.query", 1, d)
@@ -46,20 +46,20 @@ func TestAgentkitWritesItsDeclarationAndRefusesABadOne(t *testing.T) {
 		cfg  agentkit.Config
 		want string
 	}{
-		{"a schema that does not compile", agentkit.Config{Type: "bad", Declaration: &registry.Declaration{
-			Capabilities: []registry.DeclaredCapability{{Name: "x.y", InputSchema: []byte(`{"type": 7}`)}}}}, "capabilities[0].input_schema"},
-		{"a permission granted and refused", agentkit.Config{Type: "bad", Declaration: &registry.Declaration{
-			Capabilities: []registry.DeclaredCapability{{Name: "x.y"}}, Permissions: []string{"write"}, Refuses: []string{"write"}}}, "write"},
-		{"another type", agentkit.Config{Type: "bad", Declaration: &registry.Declaration{Type: "other",
-			Capabilities: []registry.DeclaredCapability{{Name: "x.y"}}}}, `"other"`},
+		{"a schema that does not compile", agentkit.Config{Type: "bad", Declaration: &declare.Declaration{
+			Capabilities: []declare.DeclaredCapability{{Name: "x.y", InputSchema: []byte(`{"type": 7}`)}}}}, "capabilities[0].input_schema"},
+		{"a permission granted and refused", agentkit.Config{Type: "bad", Declaration: &declare.Declaration{
+			Capabilities: []declare.DeclaredCapability{{Name: "x.y"}}, Permissions: []string{"write"}, Refuses: []string{"write"}}}, "write"},
+		{"another type", agentkit.Config{Type: "bad", Declaration: &declare.Declaration{Type: "other",
+			Capabilities: []declare.DeclaredCapability{{Name: "x.y"}}}}, `"other"`},
 	} {
-		if _, err := agentkit.New(st.Conn(), c.cfg); !errors.Is(err, registry.ErrInvalidDeclaration) || !strings.Contains(err.Error(), c.want) {
+		if _, err := agentkit.New(st.Conn(), c.cfg); !errors.Is(err, declare.ErrInvalidDeclaration) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrInvalidDeclaration naming %s", c.name, err, c.want)
 		}
 	}
 	// A declared capability without a handler stops Start, and nothing is written.
-	a, err := agentkit.New(st.Conn(), agentkit.Config{Type: "half", Declaration: &registry.Declaration{
-		Capabilities: []registry.DeclaredCapability{{Name: "half.a"}, {Name: "half.b"}}}}, agentkit.WithoutSignals())
+	a, err := agentkit.New(st.Conn(), agentkit.Config{Type: "half", Declaration: &declare.Declaration{
+		Capabilities: []declare.DeclaredCapability{{Name: "half.a"}, {Name: "half.b"}}}}, agentkit.WithoutSignals())
 	if err != nil {
 		t.Fatal(err)
 	}

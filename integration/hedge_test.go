@@ -261,7 +261,7 @@ func TestThePolicyHedgesOnlyWhatIsSafeToRepeat(t *testing.T) {
 	st := NewStack(t, time.Second)
 	d := st.Dispatcher(dispatcher.Config{})
 	nc := st.Conn()
-	declare(t, nc, "type: lookup-svc\ncapabilities: [{name: lookup, mode: read}, {name: book}]\n", d)
+	putDeclaration(t, nc, "type: lookup-svc\ncapabilities: [{name: lookup, mode: read}, {name: book}]\n", d)
 	js, _ := jetstream.New(nc)
 	kv, err := js.KeyValue(context.Background(), streams.BucketPolicy)
 	if err != nil {

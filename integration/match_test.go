@@ -16,14 +16,15 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// declare puts a declaration into REACH_CAPS, written as an operator
+// putDeclaration puts a declaration into REACH_CAPS, written as an operator
 // would with `agentreach caps put`, and waits until every dispatcher has it.
-func declare(t *testing.T, nc *nats.Conn, yaml string, ds ...*dispatcher.Dispatcher) {
+func putDeclaration(t *testing.T, nc *nats.Conn, yaml string, ds ...*dispatcher.Dispatcher) {
 	t.Helper()
-	d, err := registry.ParseDeclaration([]byte(yaml))
+	d, err := declare.ParseDeclaration([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestRequirementsRouteToInstancesThatCanDoTheTask(t *testing.T) {
 	st := NewStack(t, time.Second)
 	d := st.Dispatcher(dispatcher.Config{})
 	nc := st.Conn()
-	declare(t, nc, `
+	putDeclaration(t, nc, `
 type: orders-pg
 capabilities:
   - name: orders.query
@@ -102,7 +103,7 @@ labels: {engine: [postgres]}
 limits: {history_days: 365}
 permissions: [read, write]
 `, d)
-	declare(t, nc, `
+	putDeclaration(t, nc, `
 type: orders-archive
 capabilities: [{name: orders.query, mode: read}]
 labels: {engine: [postgres]}
@@ -110,7 +111,7 @@ limits: {history_days: 30}
 permissions: [read]
 refuses: [write]
 `, d)
-	declare(t, nc, `
+	putDeclaration(t, nc, `
 type: orders-mysql
 capabilities: [{name: orders.query}]
 labels: {engine: [mysql]}
@@ -200,8 +201,8 @@ func TestPreferCostMovesTrafficToTheCheaperInstance(t *testing.T) {
 	st := NewStack(t, time.Second)
 	d := st.Dispatcher(dispatcher.Config{})
 	nc := st.Conn()
-	declare(t, nc, "type: mt-cheap\ncapabilities: [{name: translate, cost: 0.001}]\n", d)
-	declare(t, nc, "type: mt-dear\ncapabilities: [{name: translate, cost: 0.02}]\n", d)
+	putDeclaration(t, nc, "type: mt-cheap\ncapabilities: [{name: translate, cost: 0.001}]\n", d)
+	putDeclaration(t, nc, "type: mt-dear\ncapabilities: [{name: translate, cost: 0.02}]\n", d)
 	var counts sync.Map
 	typed(t, st, "cheap-1", "mt-cheap", nil, &counts, "translate")
 	typed(t, st, "dear-1", "mt-dear", nil, &counts, "translate")

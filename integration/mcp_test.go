@@ -23,7 +23,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/mcp"
 	"github.com/agent-reach/agentreach/internal/natstest"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -32,8 +32,8 @@ import (
 var mcpRevisions = []string{"2026-07-28", "2025-11-25"}
 
 // mcpMath is a declared type: math.add reads, with an input schema.
-var mcpMath = &registry.Declaration{Type: "math", Description: "Arithmetic", Capabilities: []registry.DeclaredCapability{{
-	Name: "math.add", Description: "Adds a and b", Mode: registry.ModeRead, Idempotent: true,
+var mcpMath = &declare.Declaration{Type: "math", Description: "Arithmetic", Capabilities: []declare.DeclaredCapability{{
+	Name: "math.add", Description: "Adds a and b", Mode: declare.ModeRead, Idempotent: true,
 	InputSchema: json.RawMessage(`{"type":"object","required":["a","b"],"properties":{"a":{"type":"number"},"b":{"type":"number"}}}`),
 }}}
 

@@ -18,10 +18,12 @@ import (
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
 	"github.com/agent-reach/agentreach/auth/devtls"
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -53,7 +55,7 @@ type SecureStack struct {
 	TLS   devtls.TLSFiles
 
 	syncer   *auth.Syncer
-	verifier *auth.Verifier
+	verifier *signature.Verifier
 	admin    *nats.Conn
 
 	mu          sync.Mutex
@@ -218,7 +220,7 @@ func (st *SecureStack) putACL(acl string) uint64 {
 	if err != nil {
 		st.T.Fatal(err)
 	}
-	rev, err := registry.PutPolicy(ctx, kv, registry.PolicyACL, []byte(acl))
+	rev, err := registry.PutPolicy(ctx, kv, policy.KeyACL, []byte(acl))
 	if err != nil {
 		st.T.Fatal(err)
 	}

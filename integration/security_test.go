@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"maps"
 	"os"
 	"path/filepath"
@@ -27,7 +28,6 @@ import (
 	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
-	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -684,7 +684,7 @@ func TestANewACLIsInForceWithoutARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, registry.PolicyACL, []byte(`{"rules": [{"caller": "*", "may_call": ["pay*"]}]}`)); err != nil {
+	if _, err := kv.Put(ctx, policy.KeyACL, []byte(`{"rules": [{"caller": "*", "may_call": ["pay*"]}]}`)); err != nil {
 		t.Fatal(err)
 	}
 	st.WaitSynced()
@@ -1088,7 +1088,7 @@ const forgedACL = `{"rules": [{"caller": "caller", "may_call": ["*"]}]}`
 // replyTargets are where a hostile caller points a task's reply subject:
 // the ACL, another caller's inbox, an agent's delivery subject.
 var replyTargets = []struct{ name, subject string }{
-	{"the ACL", "$KV." + streams.BucketPolicy + "." + registry.PolicyACL},
+	{"the ACL", "$KV." + streams.BucketPolicy + "." + policy.KeyACL},
 	{"another caller's inbox", "_INBOX.billing-1.mux.1"},
 	{"an agent's delivery subject", "reach.agent.pay-1"},
 }
@@ -1118,7 +1118,7 @@ func witnessReplies(t *testing.T, st *SecureStack) *replyWitness {
 	if w.policy, err = js.KeyValue(ctx, streams.BucketPolicy); err != nil {
 		t.Fatal(err)
 	}
-	acl, err := w.policy.Get(ctx, registry.PolicyACL)
+	acl, err := w.policy.Get(ctx, policy.KeyACL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1142,7 +1142,7 @@ func (w *replyWitness) untouched() {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	acl, err := w.policy.Get(ctx, registry.PolicyACL)
+	acl, err := w.policy.Get(ctx, policy.KeyACL)
 	if err != nil || acl.Revision() != w.aclRev {
 		w.t.Errorf("the ACL was written: %v (revision %d, was %d)", err, acl.Revision(), w.aclRev)
 	}

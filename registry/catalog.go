@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -24,13 +25,13 @@ import (
 // Lookup and Version read an immutable snapshot without locks. All methods
 // are safe for concurrent use; Close is idempotent.
 type Catalog struct {
-	f    *follower[*CompiledDeclaration]
+	f    *follower[*declare.CompiledDeclaration]
 	snap atomic.Pointer[catalogSnapshot]
 }
 
 type catalogSnapshot struct {
 	version uint64
-	byType  map[string]*CompiledDeclaration
+	byType  map[string]*declare.CompiledDeclaration
 }
 
 // NewCatalog binds to REACH_CAPS, which streams.Provision creates; call
@@ -41,29 +42,16 @@ func NewCatalog(ctx context.Context, js jetstream.JetStream, opts ...WatchOption
 		return nil, streams.OpenError("registry", streams.BucketCaps, err)
 	}
 	c := &Catalog{}
-	c.snap.Store(&catalogSnapshot{byType: map[string]*CompiledDeclaration{}})
-	c.f = newFollower(js, kv, opts, compileEntry, func(values map[string]*CompiledDeclaration, _ uint64) {
+	c.snap.Store(&catalogSnapshot{byType: map[string]*declare.CompiledDeclaration{}})
+	c.f = newFollower(js, kv, opts, compileEntry, func(values map[string]*declare.CompiledDeclaration, _ uint64) {
 		c.snap.Store(&catalogSnapshot{version: c.snap.Load().version + 1, byType: maps.Clone(values)})
 	})
 	return c, nil
 }
 
-// compileEntry compiles a stored declaration, which must be of its key's
-// type.
-func compileEntry(kve jetstream.KeyValueEntry) (*CompiledDeclaration, error) {
-	d, err := decodeDeclaration(kve.Value())
-	if err != nil {
-		return nil, err
-	}
-	if d.Type != kve.Key() {
-		return nil, fmt.Errorf("%w: type: %q, but the key is %q", ErrInvalidDeclaration, d.Type, kve.Key())
-	}
-	c, err := Compile(d)
-	if err != nil {
-		return nil, err
-	}
-	c.revision = kve.Revision()
-	return c, nil
+// compileEntry compiles a stored declaration (declare.CompileStored).
+func compileEntry(kve jetstream.KeyValueEntry) (*declare.CompiledDeclaration, error) {
+	return declare.CompileStored(kve.Key(), kve.Value(), kve.Revision())
 }
 
 // Start loads the full listing, returning once the catalog holds it (or
@@ -75,7 +63,7 @@ func (c *Catalog) Close() { c.f.close() }
 
 // Lookup returns the declaration in force for agentType. It takes no lock
 // and does not allocate.
-func (c *Catalog) Lookup(agentType string) (*CompiledDeclaration, bool) {
+func (c *Catalog) Lookup(agentType string) (*declare.CompiledDeclaration, bool) {
 	d, ok := c.snap.Load().byType[agentType]
 	return d, ok
 }
@@ -95,7 +83,7 @@ type DeclarationEntry struct {
 	// Raw is the stored value.
 	Raw []byte
 	// Declaration is Raw decoded; nil when Err is set.
-	Declaration *Declaration
+	Declaration *declare.Declaration
 	// Err says why Raw is not a valid declaration of Type: dispatchers
 	// ignore such a value and keep the last good one.
 	Err      error
@@ -116,16 +104,16 @@ func declarationEntry(kve jetstream.KeyValueEntry) DeclarationEntry {
 // PutDeclaration validates d and stores it under its type in kv
 // (REACH_CAPS), returning the new revision. An invalid declaration is
 // refused, with the field named, and nothing is written.
-func PutDeclaration(ctx context.Context, kv jetstream.KeyValue, d *Declaration) (uint64, error) {
+func PutDeclaration(ctx context.Context, kv jetstream.KeyValue, d *declare.Declaration) (uint64, error) {
 	if err := d.Validate(); err != nil {
 		return 0, err
 	}
 	b, err := json.Marshal(d)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrInvalidDeclaration, err)
+		return 0, fmt.Errorf("%w: %v", declare.ErrInvalidDeclaration, err)
 	}
-	if len(b) > MaxDeclarationSize {
-		return 0, fmt.Errorf("%w: %d bytes as JSON, more than the %d allowed", ErrInvalidDeclaration, len(b), MaxDeclarationSize)
+	if len(b) > declare.MaxDeclarationSize {
+		return 0, fmt.Errorf("%w: %d bytes as JSON, more than the %d allowed", declare.ErrInvalidDeclaration, len(b), declare.MaxDeclarationSize)
 	}
 	return kv.Put(ctx, d.Type, b)
 }
@@ -134,8 +122,8 @@ func PutDeclaration(ctx context.Context, kv jetstream.KeyValue, d *Declaration) 
 // ErrNoDeclaration. A stored value that does not validate is returned with
 // Err set, not as an error.
 func GetDeclaration(ctx context.Context, kv jetstream.KeyValue, agentType string) (DeclarationEntry, error) {
-	if err := validateName(agentType); err != nil {
-		return DeclarationEntry{}, fmt.Errorf("%w: type: %v", ErrInvalidDeclaration, err)
+	if err := declare.ValidateName(agentType); err != nil {
+		return DeclarationEntry{}, fmt.Errorf("%w: type: %v", declare.ErrInvalidDeclaration, err)
 	}
 	kve, err := kv.Get(ctx, agentType)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -164,8 +152,8 @@ func ListDeclarations(ctx context.Context, kv jetstream.KeyValue) ([]Declaration
 // DeleteDeclaration removes agentType's declaration from kv; deleting one
 // that does not exist is not an error.
 func DeleteDeclaration(ctx context.Context, kv jetstream.KeyValue, agentType string) error {
-	if err := validateName(agentType); err != nil {
-		return fmt.Errorf("%w: type: %v", ErrInvalidDeclaration, err)
+	if err := declare.ValidateName(agentType); err != nil {
+		return fmt.Errorf("%w: type: %v", declare.ErrInvalidDeclaration, err)
 	}
 	return kv.Delete(ctx, agentType)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -47,9 +48,15 @@ func capsBucket(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
 	return kv
 }
 
-func declaration(t *testing.T, src string) *registry.Declaration {
+// ordersReader declares an input schema, a permission and two refusals.
+const ordersReader = `{"type": "orders-reader", "version": "1.2.0",
+ "capabilities": [{"name": "orders.query", "mode": "read",
+                   "input_schema": {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string"}}}}],
+ "permissions": ["read"], "refuses": ["write", "delete"]}`
+
+func declaration(t *testing.T, src string) *declare.Declaration {
 	t.Helper()
-	d, err := registry.ParseDeclaration([]byte(src))
+	d, err := declare.ParseDeclaration([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +102,7 @@ func TestCatalogKeepsTheLastGoodDeclaration(t *testing.T) {
 	if !ok || d.Revision() != first {
 		t.Fatalf("after Start: %v, %v; want revision %d", d, ok, first)
 	}
-	if err := d.ValidateInput("orders.query", streams.ContentTypeJSON, []byte(`{}`)); !errors.Is(err, registry.ErrInvalidPayload) {
+	if err := d.ValidateInput("orders.query", streams.ContentTypeJSON, []byte(`{}`)); !errors.Is(err, declare.ErrInvalidPayload) {
 		t.Fatalf("the catalog's declaration does not check payloads: %v", err)
 	}
 	version := c.Version()
@@ -152,7 +159,7 @@ func TestDeclarationHelpers(t *testing.T) {
 
 	bad := declaration(t, ordersReader)
 	bad.Refuses = append(bad.Refuses, "read")
-	if _, err := registry.PutDeclaration(ctx, kv, bad); !errors.Is(err, registry.ErrInvalidDeclaration) ||
+	if _, err := registry.PutDeclaration(ctx, kv, bad); !errors.Is(err, declare.ErrInvalidDeclaration) ||
 		!strings.Contains(err.Error(), `refuses[2]: "read" is also in permissions`) {
 		t.Fatalf("PutDeclaration of an invalid declaration: %v", err)
 	}
@@ -175,7 +182,7 @@ func TestDeclarationHelpers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 2 || list[0].Type != "junk" || !errors.Is(list[0].Err, registry.ErrInvalidDeclaration) ||
+	if len(list) != 2 || list[0].Type != "junk" || !errors.Is(list[0].Err, declare.ErrInvalidDeclaration) ||
 		list[0].Declaration != nil || string(list[0].Raw) != "not: [valid" || list[1].Type != "orders-reader" || list[1].Err != nil {
 		t.Fatalf("List: %+v", list)
 	}

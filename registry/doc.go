@@ -10,19 +10,19 @@
 // watching routing table sees within milliseconds. No agent's clock is ever
 // compared with another's.
 //
-// Declarations and requirements: a Declaration says what an agent type can
-// do and refuses (labels, limits, permissions, JSON Schemas of its inputs);
-// a Requirement (Reach-Require, or a policy's require) says what a task
-// needs. CompiledDeclaration.Match decides the hard filter without
-// allocating, ValidateInput checks payloads, and a Catalog holds the last
-// good declaration of every type, read without locks.
+// Declarations: what they say and how a requirement matches them is
+// package registry/declare's, which needs no connection; a Catalog holds
+// the last good compiled declaration of every type in REACH_CAPS, read
+// without locks, and PutDeclaration, GetDeclaration, ListDeclarations and
+// DeleteDeclaration store them.
 //
-// Policy: ParsePolicy reads the values of REACH_POLICY, and a PolicyWatcher
-// holds the last good value of every key, resolved per capability
-// (PolicySet.For), so a change is in force within a second without a
-// restart.
+// Policy: the values of REACH_POLICY are package registry/policy's
+// (policy.Parse, the ACL); a PolicyWatcher holds the last good value of
+// every key, resolved per capability (policy.Set.For), so a change is in
+// force within a second without a restart, and PutPolicy, UpdatePolicy,
+// GetPolicy and ListPolicy store them.
 //
 // Declarations and policy values are documents people write, in JSON or
-// YAML; they are read strictly and every error names the field by its path.
-// docs/declarations.md describes them.
+// YAML; they are read strictly (registry/document) and every error names
+// the field by its path. docs/declarations.md describes them.
 package registry

@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -118,7 +120,7 @@ func (f *follower[T]) Replace(listing map[string]jetstream.KeyValueEntry) {
 			delete(f.rejected, key)
 		}
 	}
-	keys := sortedKeys(listing) // log refusals in a stable order
+	keys := slices.Sorted(maps.Keys(listing)) // log refusals in a stable order
 	for _, key := range keys {
 		changed = f.put(listing[key]) || changed
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -40,8 +41,8 @@ func TestFollowerLogsARefusedRevisionOnce(t *testing.T) {
 	var logs bytes.Buffer
 	published := 0
 	f := newFollower(js, kv, []WatchOption{WatchLogger(zerolog.New(&logs))},
-		func(kve jetstream.KeyValueEntry) (PolicyValue, error) { return ParsePolicy(kve.Key(), kve.Value()) },
-		func(map[string]PolicyValue, uint64) { published++ })
+		func(kve jetstream.KeyValueEntry) (policy.Value, error) { return policy.Parse(kve.Key(), kve.Value()) },
+		func(map[string]policy.Value, uint64) { published++ })
 	logged := func() int { return strings.Count(logs.String(), "ignoring an invalid value") }
 
 	good := entry("defaults", `{"retries": 1}`)

@@ -6,11 +6,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // PolicyWatcher is the watched view of REACH_POLICY: the last good value of
-// every key (ParsePolicy), resolved into a PolicySet. A value put by hand
+// every key (policy.Parse), resolved into a policy.Set. A value put by hand
 // that does not validate is ignored with one logged error (per key
 // revision) and the key's previous good value stays in force; a delete
 // removes it. A put is in force within milliseconds. Like a Table, it
@@ -20,8 +21,8 @@ import (
 // Current reads an immutable set without locks. All methods are safe for
 // concurrent use; Close is idempotent.
 type PolicyWatcher struct {
-	f   *follower[PolicyValue]
-	set atomic.Pointer[PolicySet]
+	f   *follower[policy.Value]
+	set atomic.Pointer[policy.Set]
 }
 
 // NewPolicyWatcher binds to REACH_POLICY, which streams.Provision creates;
@@ -32,11 +33,11 @@ func NewPolicyWatcher(ctx context.Context, js jetstream.JetStream, opts ...Watch
 		return nil, streams.OpenError("registry", streams.BucketPolicy, err)
 	}
 	w := &PolicyWatcher{}
-	w.set.Store(newPolicySet(nil, 0))
-	w.f = newFollower(js, kv, opts, func(kve jetstream.KeyValueEntry) (PolicyValue, error) {
-		return ParsePolicy(kve.Key(), kve.Value())
-	}, func(values map[string]PolicyValue, revision uint64) {
-		w.set.Store(newPolicySet(values, revision))
+	w.set.Store(policy.NewSet(nil, 0))
+	w.f = newFollower(js, kv, opts, func(kve jetstream.KeyValueEntry) (policy.Value, error) {
+		return policy.Parse(kve.Key(), kve.Value())
+	}, func(values map[string]policy.Value, revision uint64) {
+		w.set.Store(policy.NewSet(values, revision))
 	})
 	return w, nil
 }
@@ -49,7 +50,7 @@ func (w *PolicyWatcher) Start(ctx context.Context) error { return w.f.start(ctx)
 func (w *PolicyWatcher) Close() { w.f.close() }
 
 // Current returns the policy in force; never nil. It takes no lock.
-func (w *PolicyWatcher) Current() *PolicySet { return w.set.Load() }
+func (w *PolicyWatcher) Current() *policy.Set { return w.set.Load() }
 
 // Revision is the highest REACH_POLICY revision the watcher has processed,
 // whether its value was taken or refused.

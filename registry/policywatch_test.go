@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -170,10 +171,10 @@ func TestPolicyHelpers(t *testing.T) {
 	_, js := setup(t, 0)
 	ctx := context.Background()
 	kv := policyBucket(t, js)
-	if _, err := registry.PutPolicy(ctx, kv, "capabilities.echo", []byte(`{}`)); !errors.Is(err, registry.ErrInvalidPolicy) {
+	if _, err := registry.PutPolicy(ctx, kv, "capabilities.echo", []byte(`{}`)); !errors.Is(err, policy.ErrInvalid) {
 		t.Fatalf("PutPolicy under an unknown key: %v", err)
 	}
-	if _, err := registry.PutPolicy(ctx, kv, "defaults", []byte(`{"retries": -5}`)); !errors.Is(err, registry.ErrInvalidPolicy) {
+	if _, err := registry.PutPolicy(ctx, kv, "defaults", []byte(`{"retries": -5}`)); !errors.Is(err, policy.ErrInvalid) {
 		t.Fatalf("PutPolicy of an invalid value: %v", err)
 	}
 	if _, err := registry.GetPolicy(ctx, kv, "defaults"); !errors.Is(err, registry.ErrNoPolicy) {
@@ -205,7 +206,7 @@ func TestPolicyHelpers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 2 || list[0].Key != "capability.echo" || !errors.Is(list[0].Err, registry.ErrInvalidPolicy) ||
+	if len(list) != 2 || list[0].Key != "capability.echo" || !errors.Is(list[0].Err, policy.ErrInvalid) ||
 		list[1].Key != "defaults" || list[1].Err != nil {
 		t.Fatalf("List: %+v", list)
 	}

@@ -3,6 +3,8 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/agent-reach/agentreach/streams"
@@ -109,7 +111,7 @@ func (r *Record) Validate() error {
 			return bad("incarnation: %v", err)
 		}
 	}
-	for _, dep := range sortedKeys(r.Deps) {
+	for _, dep := range slices.Sorted(maps.Keys(r.Deps)) {
 		state := r.Deps[dep]
 		if err := streams.ValidateCapability(dep); err != nil {
 			return bad("deps: %v", err)

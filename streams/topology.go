@@ -74,8 +74,8 @@ const (
 	// REACH_BREAKERS: an instance's record, a breaker's transition.
 	RecordMaxValueSize = 64 << 10
 	// DocumentMaxValueSize bounds one value of REACH_CAPS and REACH_POLICY:
-	// a declaration or a policy document (registry.MaxDeclarationSize,
-	// registry.MaxPolicySize) and room for its headers.
+	// a declaration or a policy document (declare.MaxDeclarationSize,
+	// policy.MaxSize) and room for its headers.
 	DocumentMaxValueSize = 1<<20 + 4<<10
 	// minSmallMaxBytes is the least a small bucket holds: a few documents
 	// with their history.

@@ -12,7 +12,9 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/authserver"
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -41,8 +43,8 @@ type authSetup struct {
 	sys    *nats.Conn
 	syncer *auth.Syncer
 	az     *auth.Authorizer
-	signer *auth.Signer // authCaller's
-	caller *nats.Conn   // authCaller's
+	signer *signature.Signer // authCaller's
+	caller *nats.Conn        // authCaller's
 }
 
 // newAuthStore makes the identity store of a run with auth in dir: the
@@ -108,7 +110,7 @@ func (a *authSetup) start(ctx context.Context, s *suite) error {
 	if err != nil {
 		return streams.OpenError("agenttest", streams.BucketPolicy, err)
 	}
-	if _, err := registry.UpdatePolicy(ctx, pol, registry.PolicyACL, []byte(authACL), 0); err != nil {
+	if _, err := registry.UpdatePolicy(ctx, pol, policy.KeyACL, []byte(authACL), 0); err != nil {
 		return fmt.Errorf("agenttest: write the acl: %w", err)
 	}
 	sysOpts, err := a.connectFile(a.store.SystemCredsFile())

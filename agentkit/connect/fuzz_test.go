@@ -7,7 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -67,7 +67,7 @@ func FuzzOpenAPIDeclaration(f *testing.F) {
 		if err := d.Validate(); err != nil {
 			t.Fatalf("an accepted spec gives an invalid declaration: %v", err)
 		}
-		if _, err := registry.Compile(d); err != nil {
+		if _, err := declare.Compile(d); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range d.Capabilities {

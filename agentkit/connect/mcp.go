@@ -20,7 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -281,7 +281,7 @@ func (c *MCP) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	handlers := make(map[string]agentkit.Handler, len(served))
 	caps := make([]string, 0, len(served))
 	for _, e := range served {
-		repeatable := e.cap.Mode == registry.ModeRead || e.cap.Idempotent
+		repeatable := e.cap.Mode == declare.ModeRead || e.cap.Idempotent
 		handlers[e.cap.Name] = c.call(e.name, repeatable)
 		caps = append(caps, e.cap.Name)
 	}
@@ -310,13 +310,13 @@ func (c *MCP) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	return nil
 }
 
-func (c *MCP) sameDeclaration(d *registry.Declaration) bool {
+func (c *MCP) sameDeclaration(d *declare.Declaration) bool {
 	b, err := json.Marshal(d)
 	return err == nil && bytes.Equal(b, c.declared)
 }
 
 // start registers the instance with handlers and decl.
-func (c *MCP) start(ctx context.Context, handlers map[string]agentkit.Handler, decl *registry.Declaration) error {
+func (c *MCP) start(ctx context.Context, handlers map[string]agentkit.Handler, decl *declare.Declaration) error {
 	cfg := c.cfg.Agent
 	cfg.Declaration = decl
 	opts := append([]agentkit.Option{agentkit.WithLogger(c.log), agentkit.WithoutSignals()}, c.cfg.AgentOptions...)
@@ -431,8 +431,8 @@ func arguments(req *agentkit.Request) (any, error) {
 // its schemas do not compile. Annotations give the mode: readOnlyHint →
 // "read" (and idempotent), otherwise "write", idempotent as idempotentHint;
 // a tool without annotations says neither.
-func ToolCapability(prefix string, t *mcp.Tool) (registry.DeclaredCapability, error) {
-	var dc registry.DeclaredCapability
+func ToolCapability(prefix string, t *mcp.Tool) (declare.DeclaredCapability, error) {
+	var dc declare.DeclaredCapability
 	if t == nil {
 		return dc, errors.New("the tool is null")
 	}
@@ -448,15 +448,15 @@ func ToolCapability(prefix string, t *mcp.Tool) (registry.DeclaredCapability, er
 	if err != nil {
 		return dc, fmt.Errorf("outputSchema: %v", err)
 	}
-	dc = registry.DeclaredCapability{Name: name, Description: t.Description, InputSchema: in, OutputSchema: out}
+	dc = declare.DeclaredCapability{Name: name, Description: t.Description, InputSchema: in, OutputSchema: out}
 	if dc.Description == "" {
 		dc.Description = t.Title
 	}
 	if a := t.Annotations; a != nil {
 		if a.ReadOnlyHint {
-			dc.Mode, dc.Idempotent = registry.ModeRead, true
+			dc.Mode, dc.Idempotent = declare.ModeRead, true
 		} else {
-			dc.Mode, dc.Idempotent = registry.ModeWrite, a.IdempotentHint
+			dc.Mode, dc.Idempotent = declare.ModeWrite, a.IdempotentHint
 		}
 	}
 	if err := checkCapability(prefix, dc); err != nil {

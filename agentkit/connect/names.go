@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -52,7 +52,7 @@ type Skipped struct {
 // entry is one upstream name on its way to a capability.
 type entry struct {
 	name string // upstream name
-	cap  registry.DeclaredCapability
+	cap  declare.DeclaredCapability
 	err  error
 }
 
@@ -92,8 +92,8 @@ func resolve(entries []entry) (served []entry, skipped []Skipped) {
 
 // checkCapability validates one capability as its own declaration of type
 // typ would, so one bad schema skips one capability, not the whole set.
-func checkCapability(typ string, c registry.DeclaredCapability) error {
-	d := registry.Declaration{Type: typ, Capabilities: []registry.DeclaredCapability{c}}
+func checkCapability(typ string, c declare.DeclaredCapability) error {
+	d := declare.Declaration{Type: typ, Capabilities: []declare.DeclaredCapability{c}}
 	if err := d.Validate(); err != nil {
 		return err
 	}
@@ -116,8 +116,8 @@ func rawSchema(v any) (json.RawMessage, error) {
 }
 
 // declaration returns the declaration of typ serving entries.
-func declaration(typ, version, description string, served []entry) *registry.Declaration {
-	d := &registry.Declaration{Type: typ, Version: version, Description: description}
+func declaration(typ, version, description string, served []entry) *declare.Declaration {
+	d := &declare.Declaration{Type: typ, Version: version, Description: description}
 	for _, e := range served {
 		d.Capabilities = append(d.Capabilities, e.cap)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -85,7 +85,7 @@ func TestToolsWithBadSchemasOrNamesAreSkipped(t *testing.T) {
 			t.Errorf("%s is not idempotent", e.cap.Name)
 		}
 	}
-	if modes["up.ro"] != registry.ModeRead || modes["up.idem"] != registry.ModeWrite || modes["up.ok"] != "" {
+	if modes["up.ro"] != declare.ModeRead || modes["up.idem"] != declare.ModeWrite || modes["up.ok"] != "" {
 		t.Errorf("modes %v, want ro read, idem write, ok unsaid", modes)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -85,7 +85,7 @@ type OpenAPI struct {
 	base    *url.URL
 	client  *http.Client
 	ops     map[string]*operation
-	decl    *registry.Declaration
+	decl    *declare.Declaration
 	skipped []Skipped
 	agent   *agentkit.Agent
 }
@@ -173,7 +173,7 @@ func newOpenAPI(cfg OpenAPIConfig) (*OpenAPI, error) {
 }
 
 // Declaration returns the declaration made from the spec.
-func (o *OpenAPI) Declaration() *registry.Declaration { return o.decl }
+func (o *OpenAPI) Declaration() *declare.Declaration { return o.decl }
 
 // Skipped returns the operations left out, with the reasons.
 func (o *OpenAPI) Skipped() []Skipped { return slices.Clone(o.skipped) }
@@ -241,7 +241,7 @@ func (o *OpenAPI) Run(ctx context.Context) error {
 // OpenAPIDeclaration reads an OpenAPI document and returns the declaration
 // of type name serving its operations, and the operations left out; see
 // parseOpenAPI.
-func OpenAPIDeclaration(name string, spec []byte) (*registry.Declaration, []Skipped, error) {
+func OpenAPIDeclaration(name string, spec []byte) (*declare.Declaration, []Skipped, error) {
 	_, d, s, err := parseOpenAPI(name, spec)
 	return d, s, err
 }
@@ -252,7 +252,7 @@ func OpenAPIDeclaration(name string, spec []byte) (*registry.Declaration, []Skip
 // or onto another's, a schema that does not compile). An error means the
 // document does not parse or has no operation to serve; it starts with
 // ":<line>: " when the line is known.
-func parseOpenAPI(name string, spec []byte) (map[string]*operation, *registry.Declaration, []Skipped, error) {
+func parseOpenAPI(name string, spec []byte) (map[string]*operation, *declare.Declaration, []Skipped, error) {
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(spec)
 	if err != nil {
@@ -315,8 +315,8 @@ func describeSkipped(s []Skipped) string {
 }
 
 // operationCapability makes the capability of one operation.
-func operationCapability(prefix string, doc *openapi3.T, path, method string, item *openapi3.PathItem, op *openapi3.Operation) (*operation, registry.DeclaredCapability, error) {
-	var dc registry.DeclaredCapability
+func operationCapability(prefix string, doc *openapi3.T, path, method string, item *openapi3.PathItem, op *openapi3.Operation) (*operation, declare.DeclaredCapability, error) {
+	var dc declare.DeclaredCapability
 	cname, err := CapabilityName(prefix, op.OperationID)
 	if err != nil {
 		return nil, dc, err
@@ -390,7 +390,7 @@ func operationCapability(prefix string, doc *openapi3.T, path, method string, it
 	if err != nil {
 		return nil, dc, fmt.Errorf("input schema: %v", err)
 	}
-	dc = registry.DeclaredCapability{Name: cname, Description: op.Summary, InputSchema: inRaw}
+	dc = declare.DeclaredCapability{Name: cname, Description: op.Summary, InputSchema: inRaw}
 	if dc.Description == "" {
 		dc.Description = op.Description
 	}
@@ -401,11 +401,11 @@ func operationCapability(prefix string, doc *openapi3.T, path, method string, it
 	}
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
-		dc.Mode, dc.Idempotent = registry.ModeRead, true
+		dc.Mode, dc.Idempotent = declare.ModeRead, true
 	case http.MethodPut, http.MethodDelete:
-		dc.Mode, dc.Idempotent = registry.ModeWrite, true
+		dc.Mode, dc.Idempotent = declare.ModeWrite, true
 	default:
-		dc.Mode = registry.ModeWrite
+		dc.Mode = declare.ModeWrite
 	}
 	if err := checkCapability(prefix, dc); err != nil {
 		return nil, dc, err

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -143,23 +143,23 @@ func TestOpenAPIDeclarationFromTheSpec(t *testing.T) {
 	if len(skipped) != 2 || !strings.Contains(skipped[0], "/legacy") || !strings.Contains(skipped[1], "submitForm") {
 		t.Errorf("skipped %q, want GET /legacy (no operationId) and submitForm (not JSON)", skipped)
 	}
-	caps := map[string]registry.DeclaredCapability{}
+	caps := map[string]declare.DeclaredCapability{}
 	for _, c := range d.Capabilities {
 		caps[c.Name] = c
 	}
-	if c := caps["pets.list_pets"]; c.Mode != registry.ModeRead || !c.Idempotent || c.Description == "" {
+	if c := caps["pets.list_pets"]; c.Mode != declare.ModeRead || !c.Idempotent || c.Description == "" {
 		t.Errorf("list_pets: mode %q idempotent %v description %q, want read, idempotent, the summary", c.Mode, c.Idempotent, c.Description)
 	}
-	if c := caps["pets.create_pet"]; c.Mode != registry.ModeWrite || c.Idempotent {
+	if c := caps["pets.create_pet"]; c.Mode != declare.ModeWrite || c.Idempotent {
 		t.Errorf("create_pet: mode %q idempotent %v, want write, not idempotent", c.Mode, c.Idempotent)
 	}
-	if c := caps["pets.delete_pet"]; c.Mode != registry.ModeWrite || !c.Idempotent {
+	if c := caps["pets.delete_pet"]; c.Mode != declare.ModeWrite || !c.Idempotent {
 		t.Errorf("delete_pet: mode %q idempotent %v, want write, idempotent", c.Mode, c.Idempotent)
 	}
 	// The schemas are self-contained and enforced: the dispatcher's check
-	// (registry.Compile) refuses a body without name, naming the field,
+	// (declare.Compile) refuses a body without name, naming the field,
 	// and an id that OpenAPI 3.0's exclusiveMinimum: true rules out.
-	cd, err := registry.Compile(d)
+	cd, err := declare.Compile(d)
 	if err != nil {
 		t.Fatal(err)
 	}

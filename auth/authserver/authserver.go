@@ -7,7 +7,7 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/devtls"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -16,7 +16,7 @@ import (
 // resolverDir (kept across restarts) preloaded with the current account
 // JWTs, generated with acl (nil grants nothing until the Syncer pushes the
 // ACL in force).
-func Configure(opts *server.Options, store *auth.Store, resolverDir string, acl *registry.ACL, subjects streams.Subjects) error {
+func Configure(opts *server.Options, store *auth.Store, resolverDir string, acl *policy.ACL, subjects streams.Subjects) error {
 	operator, sys, preload, err := store.Trust(acl, subjects)
 	if err != nil {
 		return err

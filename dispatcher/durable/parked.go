@@ -175,7 +175,7 @@ type replayConfig struct {
 // ReplaySign makes Replay sign the resubmission with sign once it is
 // complete. A parked entry keeps no Reach-Signature, so where auth is on a
 // replay runs as its caller only when a dispatcher identity signs it:
-// auth.Signer.SignReplay of the operator's dispatcher credentials
+// signature.Signer.SignReplay of the operator's dispatcher credentials
 // (`agentreach dlq replay --creds`), or the dispatcher's own
 // ReplaySigner. An error leaves the entry parked (ErrNotReplayable).
 func ReplaySign(sign func(*nats.Msg) error) ReplayOption {

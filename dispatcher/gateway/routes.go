@@ -220,7 +220,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.Subject = g.d.Config().Subjects.Submit(capability)
-	m.Header.Set(streams.HeaderMsgID, id) // with auth on, Vouch makes it the identity's proof (auth.Signer.SubmissionID)
+	m.Header.Set(streams.HeaderMsgID, id) // with auth on, Vouch makes it the identity's proof (signature.Signer.SubmissionID)
 	if f := g.identify(r, m); f != nil {
 		g.answer(w, r, f)
 		return

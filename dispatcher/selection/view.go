@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -23,7 +24,7 @@ import (
 
 // Declarations looks up what an agent type declares (registry.Catalog).
 type Declarations interface {
-	Lookup(agentType string) (*registry.CompiledDeclaration, bool)
+	Lookup(agentType string) (*declare.CompiledDeclaration, bool)
 }
 
 // View is the static filter of one capability's routes for one
@@ -41,12 +42,12 @@ type View struct {
 // for the capability.
 type typeSchema struct {
 	agentType string
-	decl      *registry.CompiledDeclaration
+	decl      *declare.CompiledDeclaration
 }
 
 // BuildView filters rs, the routes of capability, by need and the
 // declarations.
-func BuildView(decls Declarations, capability string, need registry.Requirement, rs *registry.Routes) *View {
+func BuildView(decls Declarations, capability string, need declare.Requirement, rs *registry.Routes) *View {
 	v := &View{HedgeSafe: rs.Len() > 0}
 	keep := make([]*registry.Instance, 0, rs.Len())
 	seen := map[string]bool{}
@@ -62,13 +63,13 @@ func BuildView(decls Declarations, capability string, need registry.Requirement,
 			failed = append(failed, why)
 		}
 		if len(failed) > 0 {
-			v.Excluded = append(v.Excluded, streams.Exclusion{Node: inst.ID, Reason: strings.Join(failed, registry.MatchSeparator)})
+			v.Excluded = append(v.Excluded, streams.Exclusion{Node: inst.ID, Reason: strings.Join(failed, declare.MatchSeparator)})
 			continue
 		}
 		keep = append(keep, inst)
 		if decl == nil {
 			v.HedgeSafe = false
-		} else if c, ok := decl.Capability(capability); !ok || !c.Idempotent && c.Mode != registry.ModeRead {
+		} else if c, ok := decl.Capability(capability); !ok || !c.Idempotent && c.Mode != declare.ModeRead {
 			v.HedgeSafe = false
 		}
 		if decl != nil && !seen[e.Type] {

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/agent-reach/agentreach/registry/document"
 )
 
 // Op is the comparison of a condition.
@@ -311,7 +313,7 @@ func (c *Condition) String() string {
 func knownKeys(obj map[string]any, path string, allowed ...string) error {
 	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		if !slices.Contains(allowed, k) {
-			return fmt.Errorf("%s: unknown field (want one of %s)", joinPath(path, k), strings.Join(allowed, ", "))
+			return fmt.Errorf("%s: unknown field (want one of %s)", document.JoinPath(path, k), strings.Join(allowed, ", "))
 		}
 	}
 	return nil

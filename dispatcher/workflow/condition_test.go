@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/document"
 )
 
 // compiled reads a condition the way a definition's step 1 would see it:
 // after step "score", with params limit (10) and tags (["gold","silver"]).
 func compiled(t testing.TB, doc string) (*Condition, error) {
 	t.Helper()
-	tree, err := registry.ReadTree([]byte(doc))
+	tree, err := document.ReadTree([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}

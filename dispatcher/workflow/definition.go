@@ -10,7 +10,8 @@ import (
 	"strings"
 
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/document"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -26,7 +27,7 @@ const (
 	MaxSteps = 64
 )
 
-func init() { registry.RegisterPolicyKind(PolicyKind, decodePolicy) }
+func init() { policy.RegisterKind(PolicyKind, decodePolicy) }
 
 // Definition is a declarative workflow (docs/workflows.md): called like a
 // capability by its Name, it runs its Steps in order, each a call or a
@@ -147,11 +148,11 @@ func (st *Step) action() Action {
 // valid capability names, no step calling the workflow itself. Every error
 // wraps ErrInvalidDefinition and names the step and the field.
 func Parse(data []byte) (*Definition, error) {
-	// ParsePolicy reads YAML as every REACH_POLICY value is read and hands
+	// policy.Parse reads YAML as every REACH_POLICY value is read and hands
 	// the JSON to decodePolicy; the key "workflow" checks no name.
-	v, err := registry.ParsePolicy(PolicyKind, data)
+	v, err := policy.Parse(PolicyKind, data)
 	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), registry.ErrInvalidPolicy.Error()+": "+PolicyKind+": ")
+		msg := strings.TrimPrefix(err.Error(), policy.ErrInvalid.Error()+": "+PolicyKind+": ")
 		return nil, fmt.Errorf("%w: %s", ErrInvalidDefinition, msg)
 	}
 	return v.Decoded.(*Definition), nil
@@ -172,7 +173,7 @@ func decodePolicy(key string, value json.RawMessage) (any, error) {
 
 // decodeDefinition reads and validates a definition from JSON.
 func decodeDefinition(data []byte) (*Definition, error) {
-	tree, err := registry.ReadTree(data)
+	tree, err := document.ReadTree(data)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/document"
 )
 
 // FuzzParseDefinition: a definition's decoder never panics, refuses with
@@ -60,7 +60,7 @@ func FuzzCondition(f *testing.F) {
 	f.Add(`{"all":[{"field":"$input.0","op":"le","value":"$params.limit"}]}`, `[3]`)
 	f.Add(`{"field":"$input.x","op":"lt","value":"m"}`, `{"x": 1e400}`)
 	f.Fuzz(func(t *testing.T, cond, input string) {
-		tree, err := registry.ReadTree([]byte(cond))
+		tree, err := document.ReadTree([]byte(cond))
 		if err != nil {
 			return
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agent-reach/agentreach/registry/document"
 )
 
 // References. A string value in an input or output mapping, or a
@@ -160,7 +162,7 @@ func compileTemplate(v any, path string, check func(r *ref, path string) error) 
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for _, k := range slices.Sorted(maps.Keys(x)) { // the first problem in key order
-			c, err := compileTemplate(x[k], joinPath(path, k), check)
+			c, err := compileTemplate(x[k], document.JoinPath(path, k), check)
 			if err != nil {
 				return nil, err
 			}

@@ -17,14 +17,6 @@ import (
 // large for a float64 travels unchanged; comparisons read them as int64
 // when both sides are integers, else as float64.
 
-// joinPath appends a key to a document path.
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
 // orTop names the top of a document when path is empty.
 func orTop(path string) string {
 	if path == "" {

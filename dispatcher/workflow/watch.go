@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 // Definitions are followed in REACH_POLICY by the engine itself (rather
@@ -84,7 +84,7 @@ func (f *definitions) take(name string, kve jetstream.KeyValueEntry) *version {
 	if cur != nil && cur.revision == kve.Revision() {
 		return cur
 	}
-	pv, err := registry.ParsePolicy(kve.Key(), kve.Value())
+	pv, err := policy.Parse(kve.Key(), kve.Value())
 	if err != nil {
 		if f.rejected[name] != kve.Revision() {
 			f.rejected[name] = kve.Revision()

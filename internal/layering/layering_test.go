@@ -24,7 +24,13 @@ const module = "github.com/agent-reach/agentreach/"
 var layers = [][]string{
 	{"streams"},
 	{"internal/"}, // private helpers shared by two packages
+	// The registry's documents, declarations and policy values need no
+	// connection; the registry stores and watches them.
+	{"registry/document"},
+	{"registry/declare"},
+	{"registry/policy"},
 	{"registry"},
+	{"auth/signature"}, // Reach-Signature: no file, no directory
 	{"auth"},
 	{"auth/authserver"},
 	// The dispatcher's lower tier: selection needs no NATS, events and
@@ -44,7 +50,7 @@ var layers = [][]string{
 // connectionFree packages decide without a connection: they import no NATS
 // client package themselves (what they import from registry is values), so
 // their tests need no server.
-var connectionFree = []string{"dispatcher/selection"}
+var connectionFree = []string{"registry/document", "registry/declare", "registry/policy", "dispatcher/selection"}
 
 // maxLines is the most lines of non-test Go a package may hold.
 const maxLines = 2500
@@ -53,11 +59,9 @@ const maxLines = 2500
 // with its size then as its ceiling: they may shrink, never grow. Lower a
 // ceiling when a package shrinks; remove the entry once it is under maxLines.
 var oversize = map[string]int{
-	"registry":            3793, // records / declarations and requirements / policy (+31: retrying a store without a leader, incarnation)
 	"dispatcher/workflow": 3315, // definitions / execution (+99: step events once recorded, lost answers read back, outcome claims)
-	"auth":                2660, // the replay cache is the next to move
-	"agentkit":            2743, // with streaming (stream.go) and micro; the client side is the next to move
-	"dispatcher":          4488, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next
+	"agentkit":            2747, // with streaming (stream.go) and micro; the client side is the next to move (+4: imports of registry/declare and auth/signature beside registry and auth)
+	"dispatcher":          4489, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next (+1: registry/policy imported beside registry)
 }
 
 type pkg struct {
@@ -149,9 +153,11 @@ func TestLayerOf(t *testing.T) {
 		path string
 		want int
 	}{
-		{"streams", 0}, {"internal/natstest", 1}, {"dispatcher", 6}, {"dispatcher/selection", 5},
-		{"dispatcher/gateway/mcp", 9}, {"dispatcher/workflow", 8}, {"agentkit/connect", 5},
-		{"agentkit/agenttest", 7}, {"cmd/agentreach", 11}, {"authz", -1}, {"dispatchers", -1},
+		{"streams", 0}, {"internal/natstest", 1}, {"registry/document", 2}, {"registry/policy", 4},
+		{"registry", 5}, {"registry/other", 5}, {"auth/signature", 6}, {"auth", 7}, {"auth/devtls", 7},
+		{"dispatcher", 10}, {"dispatcher/selection", 9}, {"dispatcher/gateway/mcp", 13},
+		{"dispatcher/workflow", 12}, {"agentkit/connect", 9}, {"agentkit/agenttest", 11},
+		{"cmd/agentreach", 15}, {"authz", -1}, {"dispatchers", -1},
 	} {
 		if got := layerOf(c.path); got != c.want {
 			t.Errorf("layerOf(%q) = %d, want %d", c.path, got, c.want)

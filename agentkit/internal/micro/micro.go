@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 )
 
 // Config describes the service.
@@ -31,7 +31,7 @@ type Config struct {
 	Subject      string
 	Capabilities []string
 	// Declaration, when set, gives the description.
-	Declaration *registry.Declaration
+	Declaration *declare.Declaration
 }
 
 // Service answers the micro protocol's requests for one agent. Count is

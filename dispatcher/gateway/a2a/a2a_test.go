@@ -20,6 +20,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -48,8 +49,8 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	decl := &registry.Declaration{Type: "tools", Description: "test tools", Version: "1.2.3", Capabilities: []registry.DeclaredCapability{
-		{Name: "tools.echo", Description: "answers its input", Mode: registry.ModeRead,
+	decl := &declare.Declaration{Type: "tools", Description: "test tools", Version: "1.2.3", Capabilities: []declare.DeclaredCapability{
+		{Name: "tools.echo", Description: "answers its input", Mode: declare.ModeRead,
 			InputSchema: json.RawMessage(`{"type":"object"}`), OutputSchema: json.RawMessage(`{"type":"object"}`)},
 		{Name: "tools.refuse"}, {Name: "tools.slow"},
 	}}
@@ -201,8 +202,8 @@ func TestCards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := registry.PutDeclaration(context.Background(), kv, &registry.Declaration{Type: "ghost",
-		Capabilities: []registry.DeclaredCapability{{Name: "ghost.walk"}}}); err != nil {
+	if _, err := registry.PutDeclaration(context.Background(), kv, &declare.Declaration{Type: "ghost",
+		Capabilities: []declare.DeclaredCapability{{Name: "ghost.walk"}}}); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 20*time.Second, func() error {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 )
 
 // The media types of the cards' input and output modes.
@@ -21,9 +22,9 @@ const bearerScheme = "bearer"
 // agent type.
 type typeView struct {
 	name      string
-	decl      *registry.Declaration // nil: none stored
-	live      []registry.Entry      // its instances
-	caps      []string              // declared and live, sorted
+	decl      *declare.Declaration // nil: none stored
+	live      []registry.Entry     // its instances
+	caps      []string             // declared and live, sorted
 	readiness map[string]any
 }
 
@@ -101,7 +102,7 @@ func (s *Server) card(v typeView, base string) AgentCard {
 		c.Version = v.live[0].Version
 	}
 	schemas := map[string]any{}
-	declared := map[string]registry.DeclaredCapability{}
+	declared := map[string]declare.DeclaredCapability{}
 	if v.decl != nil {
 		if v.decl.Description != "" {
 			c.Description = v.decl.Description

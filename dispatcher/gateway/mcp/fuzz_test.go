@@ -10,7 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -54,7 +55,7 @@ func FuzzToolSchema(f *testing.F) {
 	f.Add(`{"type":["string"]}`, `[]`)
 	f.Add(`{"properties":{"a":{"x-mcp-header":"Nope"}}}`, `{"type":"array"}`)
 	f.Fuzz(func(t *testing.T, in, out string) {
-		tool := buildTool("t", Offer{Capability: "t", Decl: &registry.DeclaredCapability{Name: "t",
+		tool := buildTool("t", Offer{Capability: "t", Decl: &declare.DeclaredCapability{Name: "t",
 			InputSchema: json.RawMessage(in), OutputSchema: json.RawMessage(out)}})
 		if m, ok := tool.InputSchema.(map[string]any); !ok || m["type"] != "object" {
 			t.Fatalf("input schema %v", tool.InputSchema)
@@ -67,7 +68,7 @@ func FuzzToolSchema(f *testing.F) {
 type staticSource struct{}
 
 func (staticSource) Offers() []Offer            { return []Offer{{Capability: "echo"}} }
-func (staticSource) ACL() *registry.ACL         { return nil }
+func (staticSource) ACL() *policy.ACL           { return nil }
 func (staticSource) Changed() []<-chan struct{} { return nil }
 func (staticSource) Call(_ context.Context, _ string, task *nats.Msg) *nats.Msg {
 	m := &nats.Msg{Header: nats.Header{}, Data: task.Data}

@@ -11,7 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 // Defaults of Config.
@@ -80,7 +80,7 @@ type Server struct {
 
 // snapshot is what the source offers at one moment, as tools.
 type snapshot struct {
-	acl   *registry.ACL
+	acl   *policy.ACL
 	tools []*toolSpec // sorted by name
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 // Source is what a Server serves: the routable capabilities, the ACL, the
@@ -20,7 +21,7 @@ type Source interface {
 	Offers() []Offer
 	// ACL returns the access control list in force; nil with auth off
 	// (every caller may call everything).
-	ACL() *registry.ACL
+	ACL() *policy.ACL
 	// Changed returns channels that are closed at the next change of what
 	// Offers or ACL return (nil channels are never closed).
 	Changed() []<-chan struct{}
@@ -69,15 +70,15 @@ func offers(table *registry.Table, catalog *registry.Catalog) []Offer {
 }
 
 // aclOf returns the ACL in set, nil when there is none.
-func aclOf(set *registry.PolicySet) *registry.ACL {
+func aclOf(set *policy.Set) *policy.ACL {
 	if set == nil {
 		return nil
 	}
-	v, ok := set.Value(registry.PolicyACL)
+	v, ok := set.Value(policy.KeyACL)
 	if !ok {
 		return nil
 	}
-	acl, _ := v.Decoded.(*registry.ACL)
+	acl, _ := v.Decoded.(*policy.ACL)
 	return acl
 }
 
@@ -98,17 +99,17 @@ func DispatcherSource(d *dispatcher.Dispatcher, acl bool) Source {
 
 func (s *dispatcherSource) Offers() []Offer { return offers(s.d.Table(), s.d.Catalog()) }
 
-func (s *dispatcherSource) ACL() *registry.ACL {
+func (s *dispatcherSource) ACL() *policy.ACL {
 	if !s.checked {
 		return nil
 	}
 	if acl := aclOf(s.policies()); acl != nil {
 		return acl
 	}
-	return &registry.ACL{} // auth on and no ACL: nothing is granted
+	return &policy.ACL{} // auth on and no ACL: nothing is granted
 }
 
-func (s *dispatcherSource) policies() *registry.PolicySet {
+func (s *dispatcherSource) policies() *policy.Set {
 	if p := s.d.Policies(); p != nil {
 		return p.Current()
 	}

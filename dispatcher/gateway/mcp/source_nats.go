@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -83,14 +84,14 @@ func (s *NATSSource) Close() {
 func (s *NATSSource) Offers() []Offer { return offers(s.table, s.catalog) }
 
 // ACL implements Source.
-func (s *NATSSource) ACL() *registry.ACL {
+func (s *NATSSource) ACL() *policy.ACL {
 	if !s.checked {
 		return nil
 	}
 	if acl := aclOf(s.policies.Current()); acl != nil {
 		return acl
 	}
-	return &registry.ACL{}
+	return &policy.ACL{}
 }
 
 // Changed implements Source.

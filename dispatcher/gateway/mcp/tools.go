@@ -7,14 +7,14 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 )
 
 // Offer is one routable capability with what its declaration says about
 // it (Decl nil when no routable instance's type declares it).
 type Offer struct {
 	Capability string
-	Decl       *registry.DeclaredCapability
+	Decl       *declare.DeclaredCapability
 	// TypeDescription is the declaring type's description, used when the
 	// capability has none of its own.
 	TypeDescription string
@@ -42,10 +42,10 @@ func buildTool(name string, o Offer) *sdk.Tool {
 		if out, ok := OutputSchema(d.OutputSchema); ok {
 			t.OutputSchema = out
 		}
-		read := d.Mode == registry.ModeRead
+		read := d.Mode == declare.ModeRead
 		t.Annotations.ReadOnlyHint = read
 		t.Annotations.IdempotentHint = read || d.Idempotent
-		if d.Mode == registry.ModeWrite {
+		if d.Mode == declare.ModeWrite {
 			f := false
 			if d.Idempotent {
 				t.Annotations.DestructiveHint = &f

@@ -18,6 +18,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -262,7 +263,7 @@ func startSecureEnv(ctx context.Context, topo streams.Topology, withTLS bool) (*
 			_, err = store.Add(id)
 		}
 	}
-	acl, aerr := registry.ParseACL([]byte(securityACL))
+	acl, aerr := policy.ParseACL([]byte(securityACL))
 	opts := harness.ServerOptions(dir)
 	if err == nil {
 		err = aerr
@@ -337,7 +338,7 @@ func secure(r *harness.Run, e *harness.Env, store *auth.Store) (az *auth.Authori
 	}
 	kv, err := js.KeyValue(ctx, streams.BucketPolicy)
 	if err == nil {
-		_, err = registry.PutPolicy(ctx, kv, registry.PolicyACL, []byte(securityACL))
+		_, err = registry.PutPolicy(ctx, kv, policy.KeyACL, []byte(securityACL))
 	}
 	if err != nil {
 		return nil, nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"math"
 	"slices"
 	"time"
@@ -351,7 +352,7 @@ func Match(r *harness.Run) error {
 		"match_policy_change_ms when a routed call (one caller, back to back, no Reach-Require) first comes back from "+
 		"the new type — the first task routed under the new requirement, whose view of the %d instances is built then. "+
 		"match_policy_stale_calls counts the calls after it (50 per change) that still came from the old type; "+
-		"match_policy_not_followed the changes not followed within 5 s, match_policy_failed_calls the calls that failed during the timed changes (before the first, untimed put the capability has no requirement and a call may land on an instance without a responder).", registry.PolicyCapabilityPrefix+matchCapability, agents)
+		"match_policy_not_followed the changes not followed within 5 s, match_policy_failed_calls the calls that failed during the timed changes (before the first, untimed put the capability has no requirement and a call may land on an instance without a responder).", policy.KeyCapabilityPrefix+matchCapability, agents)
 	r.Note("Where the time goes: a task's record in REACH_EVENTS names at most %d of the instances its requirement "+
 		"passed over (Event.Excluded) and counts all %d (Event.ExcludedTotal), so a record of the required method is "+
 		"about as large as the plain method's. The callers get their answers from the agents directly, and the "+

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/agent-reach/agentreach/integration/bench/harness"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 )
 
 // The match scenario's population: 100 declared types, their instances,
@@ -19,14 +19,14 @@ func matchID(i, j int) string { return fmt.Sprintf("m%02d-%03d", i, j) }
 // matchDeclaration is type i's declaration: pool p<i%5>, shard
 // s<(i/10)%10>, history_days 30 for i%10 == 0 and 7 for the others, read
 // granted and delete refused.
-func matchDeclaration(i int) *registry.Declaration {
+func matchDeclaration(i int) *declare.Declaration {
 	days := 7.0
 	if i%matchEvery == 0 {
 		days = 30
 	}
-	return &registry.Declaration{
+	return &declare.Declaration{
 		Type: matchType(i), Version: "1.0.0",
-		Capabilities: []registry.DeclaredCapability{{Name: matchCapability, Mode: registry.ModeRead, Idempotent: true}},
+		Capabilities: []declare.DeclaredCapability{{Name: matchCapability, Mode: declare.ModeRead, Idempotent: true}},
 		Labels: map[string][]string{"pool": {fmt.Sprintf("p%d", i%5)}, "shard": {fmt.Sprintf("s%d", (i/10)%10)},
 			"region": {[]string{"eu-west", "us-east"}[i%2]}},
 		Limits:      map[string]float64{"history_days": days, "max_rows": float64(1000 * (i + 1))},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -30,7 +31,7 @@ type policyOutcome struct {
 // change: until the dispatcher's watcher reflects it, and until a call
 // routed without Reach-Require comes back from the new type.
 func policyChanges(r *harness.Run, ds *harness.Dispatch, kv jetstream.KeyValue, nc *nats.Conn, payload []byte, reps int) (*policyOutcome, error) {
-	key := registry.PolicyCapabilityPrefix + matchCapability
+	key := policy.KeyCapabilityPrefix + matchCapability
 	subject := streams.Subjects{}.Task(matchCapability)
 	hdr := nats.Header{streams.HeaderContentType: []string{streams.ContentTypeJSON}}
 	// call returns the node that answered, or "" for a failed call

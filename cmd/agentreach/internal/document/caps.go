@@ -19,6 +19,7 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -46,10 +47,10 @@ Example:
 
 // CapsEntryJSON is one row of `caps ls --json`.
 type CapsEntryJSON struct {
-	Type        string                `json:"type"`
-	Revision    uint64                `json:"revision"`
-	Updated     time.Time             `json:"updated"`
-	Declaration *registry.Declaration `json:"declaration,omitempty"`
+	Type        string               `json:"type"`
+	Revision    uint64               `json:"revision"`
+	Updated     time.Time            `json:"updated"`
+	Declaration *declare.Declaration `json:"declaration,omitempty"`
 	// Error says why the stored value is invalid: dispatchers ignore it
 	// and keep the last good one.
 	Error string `json:"error,omitempty"`
@@ -80,15 +81,15 @@ func RunCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cl.UsageError(stderr, "%s: %q is not an agent type: want dotted lowercase tokens such as orders-reader", sub, arg)
 	}
 
-	var decl *registry.Declaration
+	var decl *declare.Declaration
 	var name string
 	if argName == "FILE" {
-		data, from, err := ReadDocument(arg, registry.MaxDeclarationSize)
+		data, from, err := ReadDocument(arg, declare.MaxDeclarationSize)
 		if err != nil {
 			return cl.UsageError(stderr, "%v", err)
 		}
 		name = from
-		if decl, err = registry.ParseDeclaration(data); err != nil {
+		if decl, err = declare.ParseDeclaration(data); err != nil {
 			return cl.Fail(stderr, InvalidDocument(from, err))
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -72,8 +72,8 @@ func TestCapsCommands(t *testing.T) {
 		// show prints YAML that reads back as the same declaration.
 		r = caps("show", "orders-reader")
 		clitest.Expect(t, r, cli.ExitOK, "out:type: orders-reader", `out:- "no"`)
-		fromFile, _ := registry.ParseDeclaration([]byte(ordersReaderYAML))
-		shown, err := registry.ParseDeclaration([]byte(r.Stdout))
+		fromFile, _ := declare.ParseDeclaration([]byte(ordersReaderYAML))
+		shown, err := declare.ParseDeclaration([]byte(r.Stdout))
 		if err != nil {
 			t.Fatalf("show's YAML does not read back: %v\n%s", err, r.Stdout)
 		}
@@ -83,7 +83,7 @@ func TestCapsCommands(t *testing.T) {
 			t.Fatalf("show changed the declaration:\n%s\n%s", a, b)
 		}
 		r = caps("show", "--json", "billing")
-		var d registry.Declaration
+		var d declare.Declaration
 		if err := json.Unmarshal([]byte(r.Stdout), &d); err != nil || d.Capabilities[0].Mode != "write" {
 			t.Fatalf("show --json: %q (%v)", r.Stdout, err)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -104,7 +105,7 @@ func RunPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var key string
 	if n > 0 {
 		key = rest[0]
-		if err := registry.ValidatePolicyKey(key); err != nil {
+		if err := policy.ValidateKey(key); err != nil {
 			return cl.UsageError(stderr, "%s: %v", sub, err)
 		}
 	}
@@ -112,10 +113,10 @@ func RunPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var name string
 	if n == 2 {
 		var err error
-		if data, name, err = ReadDocument(rest[1], registry.MaxPolicySize); err != nil {
+		if data, name, err = ReadDocument(rest[1], policy.MaxSize); err != nil {
 			return cl.UsageError(stderr, "%v", err)
 		}
-		if _, err := registry.ParsePolicy(key, data); err != nil {
+		if _, err := policy.Parse(key, data); err != nil {
 			return cl.Fail(stderr, InvalidDocument(name, err))
 		}
 	}
@@ -290,7 +291,7 @@ func (p *policyCmd) edit(ctx context.Context, key string) error {
 			p.stored(key, rev, false)
 			return nil
 		}
-		_, perr := registry.ParsePolicy(key, edited)
+		_, perr := policy.Parse(key, edited)
 		if perr == nil {
 			wctx, cancel := p.Bounded(ctx)
 			newRev, err := registry.UpdatePolicy(wctx, p.kv, key, edited, rev)
@@ -317,7 +318,7 @@ func (p *policyCmd) edit(ctx context.Context, key string) error {
 
 // policyFields is the comment edit puts above a capability policy.
 func policyFields(key string) string {
-	if key != registry.PolicyDefaults && !strings.HasPrefix(key, registry.PolicyCapabilityPrefix) {
+	if key != policy.KeyDefaults && !strings.HasPrefix(key, policy.KeyCapabilityPrefix) {
 		return ""
 	}
 	return "# Fields, all optional: strategy, retries, write, idempotent, ack_timeout, min_call_timeout,\n" +

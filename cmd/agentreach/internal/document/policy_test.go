@@ -12,6 +12,7 @@ import (
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/clitest"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -24,7 +25,7 @@ require: {labels: {engine: postgres}}
 
 func TestPolicyCommands(t *testing.T) {
 	s, srv := clitest.Provisioned(t)
-	policy := func(args ...string) clitest.Result {
+	policyCmd := func(args ...string) clitest.Result {
 		return clitest.RunCmd(t, RunPolicy, append(append([]string{}, srv...), args...)...)
 	}
 	dir := clitest.WriteFiles(t, map[string]string{
@@ -41,9 +42,9 @@ func TestPolicyCommands(t *testing.T) {
 	})
 
 	t.Run("set and get", func(t *testing.T) {
-		clitest.Expect(t, policy("set", "capability.echo", good), cli.ExitOK, "out:set capability.echo (revision ")
-		clitest.Expect(t, policy("set", "capability.echo", bad), cli.ExitFail, "strategy: unknown strategy")
-		r := policy("get", "capability.echo")
+		clitest.Expect(t, policyCmd("set", "capability.echo", good), cli.ExitOK, "out:set capability.echo (revision ")
+		clitest.Expect(t, policyCmd("set", "capability.echo", bad), cli.ExitFail, "strategy: unknown strategy")
+		r := policyCmd("get", "capability.echo")
 		want := `strategy: round_robin
 retries: 1
 ack_timeout: 500ms
@@ -56,30 +57,30 @@ require:
 		if r.Code != cli.ExitOK || r.Stdout != want {
 			t.Fatalf("get: exit %d\n%s\nwant\n%s\nstderr: %s", r.Code, r.Stdout, want, r.Stderr)
 		}
-		var v registry.CapabilityPolicy
-		if err := json.Unmarshal([]byte(policy("get", "--json", "capability.echo").Stdout), &v); err != nil || *v.Retries != 1 {
+		var v policy.CapabilityPolicy
+		if err := json.Unmarshal([]byte(policyCmd("get", "--json", "capability.echo").Stdout), &v); err != nil || *v.Retries != 1 {
 			t.Fatalf("get --json: %+v (%v)", v, err)
 		}
 		clitest.SetPayloadInput(t, `{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`)
-		clitest.Expect(t, policy("set", "--json", "acl", "-"), cli.ExitOK, `out:{"changed":true,"key":"acl","revision":`)
-		clitest.Expect(t, policy("get", "defaults"), cli.ExitFail, `REACH_POLICY holds nothing under "defaults"`)
+		clitest.Expect(t, policyCmd("set", "--json", "acl", "-"), cli.ExitOK, `out:{"changed":true,"key":"acl","revision":`)
+		clitest.Expect(t, policyCmd("get", "defaults"), cli.ExitFail, `REACH_POLICY holds nothing under "defaults"`)
 	})
 
 	t.Run("ls", func(t *testing.T) {
 		if _, err := clitest.Bucket(t, s, streams.BucketPolicy).Put(context.Background(), "defaults", []byte(`{"retries": "two"}`)); err != nil {
 			t.Fatal(err)
 		}
-		clitest.Expect(t, policy("ls"), cli.ExitOK, "out:KEY", "out:acl", `out:{"strategy":"round_robin"`,
+		clitest.Expect(t, policyCmd("ls"), cli.ExitOK, "out:KEY", "out:acl", `out:{"strategy":"round_robin"`,
 			"out:ignored: invalid policy: defaults: retries: want an integer, got a string")
 		var list []PolicyEntryJSON
-		if err := json.Unmarshal([]byte(policy("ls", "--json").Stdout), &list); err != nil {
+		if err := json.Unmarshal([]byte(policyCmd("ls", "--json").Stdout), &list); err != nil {
 			t.Fatal(err)
 		}
 		if len(list) != 3 || list[0].Key != "acl" || list[1].Key != "capability.echo" || list[2].Key != "defaults" ||
 			list[2].Error == "" || list[2].Value != nil {
 			t.Fatalf("ls --json: %+v", list)
 		}
-		clitest.Expect(t, policy("get", "defaults"), cli.ExitFail, "REACH_POLICY holds an invalid value under defaults",
+		clitest.Expect(t, policyCmd("get", "defaults"), cli.ExitFail, "REACH_POLICY holds an invalid value under defaults",
 			"fix it with 'agentreach policy edit defaults'")
 	})
 
@@ -94,7 +95,7 @@ require:
 		{[]string{"set", "defaults", filepath.Join(dir, "missing.yaml")}, "missing.yaml: no such file"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			clitest.Expect(t, policy(tc.args...), cli.ExitUsage, tc.want)
+			clitest.Expect(t, policyCmd(tc.args...), cli.ExitUsage, tc.want)
 		})
 	}
 }
@@ -127,28 +128,28 @@ if [ -f %[1]s/edit-$n.yaml ]; then cp %[1]s/edit-$n.yaml "$1"; fi
 
 func TestPolicyEdit(t *testing.T) {
 	_, srv := clitest.Provisioned(t)
-	policy := func(args ...string) clitest.Result {
+	policyCmd := func(args ...string) clitest.Result {
 		return clitest.RunCmd(t, RunPolicy, append(append([]string{}, srv...), args...)...)
 	}
 
 	t.Run("a new key", func(t *testing.T) {
 		dir := fakeEditor(t, "retries: 4\n")
-		clitest.Expect(t, policy("edit", "defaults"), cli.ExitOK, "out:set defaults (revision ")
+		clitest.Expect(t, policyCmd("edit", "defaults"), cli.ExitOK, "out:set defaults (revision ")
 		if got := clitest.Seen(t, dir, 1); !strings.Contains(got, "# REACH_POLICY defaults (revision 0)") || !strings.HasSuffix(got, "{}\n") {
 			t.Fatalf("the editor was given:\n%s", got)
 		}
-		clitest.Expect(t, policy("get", "defaults"), cli.ExitOK, "out:retries: 4")
+		clitest.Expect(t, policyCmd("get", "defaults"), cli.ExitOK, "out:retries: 4")
 	})
 
 	t.Run("unchanged", func(t *testing.T) {
 		fakeEditor(t)
-		clitest.Expect(t, policy("edit", "defaults"), cli.ExitOK, "out:no change to defaults")
+		clitest.Expect(t, policyCmd("edit", "defaults"), cli.ExitOK, "out:no change to defaults")
 	})
 
 	t.Run("invalid, then fixed", func(t *testing.T) {
 		clitest.SetConfirmInput(t, "\n", true) // the default answer: edit again
 		dir := fakeEditor(t, "retries: many\n", "retries: 5\nstrategy: hash\n")
-		r := policy("edit", "defaults")
+		r := policyCmd("edit", "defaults")
 		clitest.Expect(t, r, cli.ExitOK, "out:set defaults", "error: invalid policy: defaults: retries: want an integer, got a string", "Edit again? [Y/n]")
 		if got := clitest.Seen(t, dir, 1); !strings.Contains(got, "\nretries: 4\n") {
 			t.Fatalf("the editor did not get the stored value in YAML:\n%s", got)
@@ -156,20 +157,20 @@ func TestPolicyEdit(t *testing.T) {
 		if got := clitest.Seen(t, dir, 2); !strings.HasPrefix(got, "# error: invalid policy: defaults: retries: want an integer") || !strings.Contains(got, "retries: many") {
 			t.Fatalf("the editor was not given the error and the person's text again:\n%s", got)
 		}
-		clitest.Expect(t, policy("get", "defaults"), cli.ExitOK, "out:strategy: hash")
+		clitest.Expect(t, policyCmd("get", "defaults"), cli.ExitOK, "out:strategy: hash")
 	})
 
 	t.Run("invalid, given up", func(t *testing.T) {
 		clitest.SetConfirmInput(t, "n\n", true)
 		fakeEditor(t, "retries: -3\n")
-		clitest.Expect(t, policy("edit", "defaults"), cli.ExitFail, "nothing stored: the edited value is invalid", "retries: must be -1 (none) or more")
-		clitest.Expect(t, policy("get", "defaults"), cli.ExitOK, "out:retries: 5")
+		clitest.Expect(t, policyCmd("edit", "defaults"), cli.ExitFail, "nothing stored: the edited value is invalid", "retries: must be -1 (none) or more")
+		clitest.Expect(t, policyCmd("get", "defaults"), cli.ExitOK, "out:retries: 5")
 	})
 
 	t.Run("invalid, not on a terminal", func(t *testing.T) {
 		clitest.SetConfirmInput(t, "y\n", false)
 		dir := fakeEditor(t, "retries: -3\n", "retries: 1\n")
-		clitest.Expect(t, policy("edit", "defaults"), cli.ExitFail, "nothing stored")
+		clitest.Expect(t, policyCmd("edit", "defaults"), cli.ExitFail, "nothing stored")
 		if clitest.Seen(t, dir, 2) != "" {
 			t.Fatal("the editor was opened again without a terminal to ask on")
 		}
@@ -177,7 +178,7 @@ func TestPolicyEdit(t *testing.T) {
 
 	t.Run("editor fails", func(t *testing.T) {
 		t.Setenv("EDITOR", "false")
-		clitest.Expect(t, policy("edit", "defaults"), cli.ExitFail, "editor false: exit status 1; nothing stored")
+		clitest.Expect(t, policyCmd("edit", "defaults"), cli.ExitFail, "editor false: exit status 1; nothing stored")
 	})
 }
 

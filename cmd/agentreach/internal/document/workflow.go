@@ -16,6 +16,7 @@ import (
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -85,7 +86,7 @@ func RunWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if argName == "FILE" {
 		var from string
 		var err error
-		if data, from, err = ReadDocument(arg, registry.MaxPolicySize); err != nil {
+		if data, from, err = ReadDocument(arg, policy.MaxSize); err != nil {
 			return cl.UsageError(stderr, "%v", err)
 		}
 		if def, err = workflow.Parse(data); err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/document"
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -280,7 +280,7 @@ func (c *authCmd) change(do func(*auth.Store) (auth.Identity, error), done func(
 }
 
 // token prints identity name's HTTP bearer token, derived from its
-// credentials (auth.Signer.Bearer).
+// credentials (signature.Signer.Bearer).
 func (c *authCmd) token(name string) error {
 	s, err := c.open()
 	if err != nil {
@@ -351,10 +351,10 @@ func (c *authCmd) sync(ctx context.Context, conn *cli.ConnFlags, once bool, seed
 	var seed []byte
 	if seedACL != "" {
 		var name string
-		if seed, name, err = document.ReadDocument(seedACL, registry.MaxPolicySize); err != nil {
+		if seed, name, err = document.ReadDocument(seedACL, policy.MaxSize); err != nil {
 			return cli.WithCode(cli.CodeUsage, fmt.Errorf("--seed-acl: %w", err))
 		}
-		if _, err := registry.ParseACL(seed); err != nil {
+		if _, err := policy.ParseACL(seed); err != nil {
 			return document.InvalidDocument(name, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -127,7 +128,7 @@ func seedPolicy(ctx context.Context, nc *nats.Conn, acl []byte, log zerolog.Logg
 	if err != nil {
 		return fmt.Errorf("open %s, provisioned a moment ago: %w", streams.BucketPolicy, err)
 	}
-	if _, err := registry.UpdatePolicy(ctx, kv, registry.PolicyACL, acl, 0); err == nil {
+	if _, err := registry.UpdatePolicy(ctx, kv, policy.KeyACL, acl, 0); err == nil {
 		log.Warn().Str("acl", string(acl)).Msg("REACH_POLICY had no acl: wrote this one; change it with `agentreach policy set acl FILE`")
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("write the acl: %w", err)

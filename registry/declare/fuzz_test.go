@@ -1,11 +1,11 @@
-package registry_test
+package declare_test
 
 import (
 	"encoding/json"
 	"errors"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 )
 
 // The parsers of documents people write never panic, refuse with their
@@ -21,9 +21,9 @@ func FuzzParseDeclaration(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d, err := registry.ParseDeclaration(data)
+		d, err := declare.ParseDeclaration(data)
 		if err != nil {
-			if !errors.Is(err, registry.ErrInvalidDeclaration) {
+			if !errors.Is(err, declare.ErrInvalidDeclaration) {
 				t.Fatalf("error without ErrInvalidDeclaration: %v", err)
 			}
 			return
@@ -31,7 +31,7 @@ func FuzzParseDeclaration(f *testing.F) {
 		if err := d.Validate(); err != nil {
 			t.Fatalf("accepted, then invalid: %v", err)
 		}
-		roundTrip(t, d, func(b []byte) (any, error) { return registry.ParseDeclaration(b) })
+		roundTrip(t, d, func(b []byte) (any, error) { return declare.ParseDeclaration(b) })
 	})
 }
 
@@ -41,45 +41,21 @@ func FuzzParseRequirement(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := registry.ParseRequirement(data)
+		r, err := declare.ParseRequirement(data)
 		if err != nil {
-			if !errors.Is(err, registry.ErrInvalidRequirement) {
+			if !errors.Is(err, declare.ErrInvalidRequirement) {
 				t.Fatalf("error without ErrInvalidRequirement: %v", err)
 			}
 			return
 		}
-		again, err := registry.ParseRequirement([]byte(r.Key()))
+		again, err := declare.ParseRequirement([]byte(r.Key()))
 		if r.Empty() {
-			again, err = registry.ParseRequirement([]byte(`{}`))
+			again, err = declare.ParseRequirement([]byte(`{}`))
 		}
 		if err != nil || again.Key() != r.Key() {
 			t.Fatalf("key %s reads back as %s, %v", r.Key(), again.Key(), err)
 		}
-		roundTrip(t, r, func(b []byte) (any, error) { return registry.ParseRequirement(b) })
-	})
-}
-
-func FuzzParsePolicy(f *testing.F) {
-	for _, seed := range []struct{ key, value string }{
-		{"defaults", `{"strategy":"hash","retries":-1,"ack_timeout":"500ms","breaker":{"failure_ratio":0.5,"window":"1m"}}`},
-		{"capability.orders.query", "queue_wait: -1s\nrequire: {labels: {engine: postgres}, max_cost: 0.01}\n"},
-		{"acl", `{"rules":[{"caller":"billing-*","may_call":["payment.*"]}]}`},
-		{"workflow.claim.review", "name: claim.review\nsteps: [{name: verify, call: claim.verify}]\n"},
-	} {
-		f.Add(seed.key, []byte(seed.value))
-	}
-	f.Fuzz(func(t *testing.T, key string, data []byte) {
-		v, err := registry.ParsePolicy(key, data)
-		if err != nil {
-			if !errors.Is(err, registry.ErrInvalidPolicy) {
-				t.Fatalf("error without ErrInvalidPolicy: %v", err)
-			}
-			return
-		}
-		again, err := registry.ParsePolicy(key, v.JSON)
-		if err != nil || string(again.JSON) != string(v.JSON) {
-			t.Fatalf("JSON form %s reads back as %s, %v", v.JSON, again.JSON, err)
-		}
+		roundTrip(t, r, func(b []byte) (any, error) { return declare.ParseRequirement(b) })
 	})
 }
 

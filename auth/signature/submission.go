@@ -1,4 +1,4 @@
-package auth
+package signature
 
 import (
 	"crypto/hmac"

@@ -1,4 +1,4 @@
-package auth
+package signature
 
 import (
 	"errors"
@@ -11,39 +11,6 @@ import (
 
 	"github.com/agent-reach/agentreach/streams"
 )
-
-// newVerifier returns a fresh verifier and its seed.
-func newVerifier(t *testing.T) *Verifier {
-	t.Helper()
-	kp, err := nkeys.CreateCurveKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := kp.Seed()
-	v, err := NewVerifier(seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func newUser(t *testing.T) (seed []byte, pub string) {
-	t.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ = kp.Seed()
-	pub, _ = kp.PublicKey()
-	return seed, pub
-}
-
-func task(id string) *nats.Msg {
-	m := nats.NewMsg("reach.task.echo")
-	m.Header.Set(streams.HeaderRequestID, id)
-	m.Data = []byte(`{"text":"hi"}`)
-	return m
-}
 
 // The caller's key (from its seed) and the dispatcher's (from the
 // verifier's private key and the caller's public key) agree, for many keys.
@@ -93,7 +60,7 @@ func TestVerifyRefuses(t *testing.T) {
 		"time changed": {func() *nats.Msg {
 			m := task("r1")
 			s.Sign(m, now)
-			m.Header.Set(HeaderSignature, "v2.1."+m.Header.Get(HeaderSignature)[17:])
+			m.Header.Set(streams.HeaderSignature, "v2.1."+m.Header.Get(streams.HeaderSignature)[17:])
 			return m
 		}, pub},
 		"deadline changed": {func() *nats.Msg {
@@ -119,7 +86,7 @@ func TestVerifyRefuses(t *testing.T) {
 		"v1, the same MAC": {func() *nats.Msg {
 			m := task("r1")
 			s.Sign(m, now)
-			m.Header.Set(HeaderSignature, "v1."+strings.TrimPrefix(m.Header.Get(HeaderSignature), "v2."))
+			m.Header.Set(streams.HeaderSignature, "v1."+strings.TrimPrefix(m.Header.Get(streams.HeaderSignature), "v2."))
 			return m
 		}, pub},
 		"replayed by its own signer as another source": {func() *nats.Msg {
@@ -129,7 +96,7 @@ func TestVerifyRefuses(t *testing.T) {
 			return m
 		}, pub},
 		"claims another's key": {func() *nats.Msg { m := task("r1"); s.Sign(m, now); return m }, otherPub},
-		"malformed":            {func() *nats.Msg { m := task("r1"); m.Header.Set(HeaderSignature, "v2.x"); return m }, pub},
+		"malformed":            {func() *nats.Msg { m := task("r1"); m.Header.Set(streams.HeaderSignature, "v2.x"); return m }, pub},
 		"missing":              {func() *nats.Msg { return task("r1") }, pub},
 	} {
 		if _, err := v.Verify(c.make(), "billing-1", c.user); !errors.Is(err, ErrBadSignature) {
@@ -178,14 +145,14 @@ func FuzzVerify(f *testing.F) {
 	}
 	m := task("r1")
 	s.Sign(m, time.UnixMilli(1700000000000))
-	good := m.Header.Get(HeaderSignature)
+	good := m.Header.Get(streams.HeaderSignature)
 	for _, seed := range []string{good, "v1." + strings.TrimPrefix(good, "v2."), "v2.1700000000000.", "v2..x", "v2.1.x", "", "v2.-5.abc",
 		"v2.99999999999999999999.a", good + "=", strings.TrimSuffix(good, good[len(good)-1:]), "v3.1700000000000.x"} {
 		f.Add(seed, "r1")
 	}
 	f.Fuzz(func(t *testing.T, sig, requestID string) {
 		m := task(requestID)
-		m.Header.Set(HeaderSignature, sig)
+		m.Header.Set(streams.HeaderSignature, sig)
 		_, err := v.Verify(m, "billing-1", pub)
 		if err == nil && (sig != good || requestID != "r1") {
 			t.Fatalf("accepted %q for request %q", sig, requestID)

@@ -1,4 +1,4 @@
-package registry_test
+package policy_test
 
 import (
 	"errors"
@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 func TestParseACL(t *testing.T) {
-	acl, err := registry.ParseACL([]byte("rules:\n  - caller: billing-*\n    may_call: [payment.*, ledger.>]\n  - caller: '*'\n    may_call: [echo]\n"))
+	acl, err := policy.ParseACL([]byte("rules:\n  - caller: billing-*\n    may_call: [payment.*, ledger.>]\n  - caller: '*'\n    may_call: [echo]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestParseACL(t *testing.T) {
 	if got := acl.Grants("ops-1"); !slices.Equal(got, []string{"echo"}) {
 		t.Errorf("Grants(ops-1) = %v", got)
 	}
-	var none *registry.ACL
+	var none *policy.ACL
 	if none.Allows("a", "echo") || none.Grants("a") != nil {
 		t.Error("a nil ACL grants something")
 	}
@@ -58,12 +58,12 @@ func TestParseACLRefuses(t *testing.T) {
 		{`{"rules": [{"caller": "a", "may_call": "echo"}]}`, `rules[0].may_call: want an array`},
 		{`{"rules": [{"caller": "a", "may_call": ["x"], "deny": true}]}`, `rules[0].deny: unknown field`},
 	} {
-		_, err := registry.ParseACL([]byte(c.src))
-		if !errors.Is(err, registry.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("ParseACL(%s) = %v, want ErrInvalidPolicy naming %q", c.src, err, c.want)
+		_, err := policy.ParseACL([]byte(c.src))
+		if !errors.Is(err, policy.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseACL(%s) = %v, want ErrInvalid naming %q", c.src, err, c.want)
 		}
 	}
-	if _, err := registry.ParsePolicy("acl.extra", []byte(`{"rules": []}`)); err == nil || !strings.Contains(err.Error(), `under the key "acl" alone`) {
+	if _, err := policy.Parse("acl.extra", []byte(`{"rules": []}`)); err == nil || !strings.Contains(err.Error(), `under the key "acl" alone`) {
 		t.Errorf("acl.extra: %v", err)
 	}
 }
@@ -85,7 +85,7 @@ func TestMatchCapability(t *testing.T) {
 		{"a.*.c", "a.b.d", false},
 		{"*", "", false},
 	} {
-		if got := registry.MatchCapability(c.pattern, c.capability); got != c.want {
+		if got := policy.MatchCapability(c.pattern, c.capability); got != c.want {
 			t.Errorf("MatchCapability(%q, %q) = %v, want %v", c.pattern, c.capability, got, c.want)
 		}
 	}
@@ -104,27 +104,27 @@ func FuzzParseACL(f *testing.F) {
 		f.Add([]byte(s), "billing-1", "payment.execute")
 	}
 	f.Fuzz(func(t *testing.T, data []byte, caller, capability string) {
-		v, err := registry.ParsePolicy(registry.PolicyACL, data)
+		v, err := policy.Parse(policy.KeyACL, data)
 		if err != nil {
-			if !errors.Is(err, registry.ErrInvalidPolicy) {
-				t.Fatalf("error without ErrInvalidPolicy: %v", err)
+			if !errors.Is(err, policy.ErrInvalid) {
+				t.Fatalf("error without ErrInvalid: %v", err)
 			}
 			return
 		}
-		acl := v.Decoded.(*registry.ACL)
+		acl := v.Decoded.(*policy.ACL)
 		for _, r := range acl.Rules {
 			for _, p := range r.MayCall {
-				if err := registry.ValidateCapabilityPattern(p); err != nil {
+				if err := policy.ValidateCapabilityPattern(p); err != nil {
 					t.Fatalf("accepted an invalid pattern: %v", err)
 				}
 			}
 		}
 		if acl.Allows(caller, capability) && !slices.ContainsFunc(acl.Grants(caller), func(p string) bool {
-			return registry.MatchCapability(p, capability)
+			return policy.MatchCapability(p, capability)
 		}) {
 			t.Fatalf("Allows(%q, %q) but no grant matches", caller, capability)
 		}
-		again, err := registry.ParseACL(v.JSON)
+		again, err := policy.ParseACL(v.JSON)
 		if err != nil || len(again.Rules) != len(acl.Rules) {
 			t.Fatalf("JSON form %s reads back as %v, %v", v.JSON, again, err)
 		}

@@ -1,13 +1,16 @@
-package registry
+package declare
 
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -90,10 +93,28 @@ func decodeDeclaration(data []byte) (*Declaration, error) {
 		return nil, fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrInvalidDeclaration, len(data), MaxDeclarationSize)
 	}
 	var d Declaration
-	if _, err := decodeDocument(data, &d); err != nil {
+	if _, err := document.Decode(data, &d); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDeclaration, err)
 	}
 	return &d, nil
+}
+
+// CompileStored decodes and compiles the declaration stored in REACH_CAPS
+// under key at revision (Revision reports it); it must be of key's type.
+func CompileStored(key string, value []byte, revision uint64) (*CompiledDeclaration, error) {
+	d, err := decodeDeclaration(value)
+	if err != nil {
+		return nil, err
+	}
+	if d.Type != key {
+		return nil, fmt.Errorf("%w: type: %q, but the key is %q", ErrInvalidDeclaration, d.Type, key)
+	}
+	c, err := Compile(d)
+	if err != nil {
+		return nil, err
+	}
+	c.revision = revision
+	return c, nil
 }
 
 // Validate reports everything wrong with d in one error wrapping
@@ -123,63 +144,63 @@ type compiledCapability struct {
 // Compile validates d and compiles it. The result keeps d: do not modify d
 // afterwards.
 func Compile(d *Declaration) (*CompiledDeclaration, error) {
-	var p problems
-	if err := validateName(d.Type); err != nil {
-		p.add("type", "%v", err)
+	var p document.Problems
+	if err := ValidateName(d.Type); err != nil {
+		p.Add("type", "%v", err)
 	}
 	c := &CompiledDeclaration{decl: d, caps: make(map[string]*compiledCapability, len(d.Capabilities)),
 		perms: make(map[string]bool, len(d.Permissions)+len(d.Refuses))}
 	if len(d.Capabilities) == 0 {
-		p.add("capabilities", "at least one is required")
+		p.Add("capabilities", "at least one is required")
 	}
 	for i := range d.Capabilities {
 		spec := &d.Capabilities[i]
-		path := indexPath("capabilities", i)
+		path := document.IndexPath("capabilities", i)
 		if cc := compileCapability(spec, path, &p); cc != nil {
 			if _, dup := c.caps[spec.Name]; dup {
-				p.add(path+".name", "%q is declared twice", spec.Name)
+				p.Add(path+".name", "%q is declared twice", spec.Name)
 			}
 			c.caps[spec.Name] = cc
 		}
 	}
-	for _, name := range sortedKeys(d.Labels) {
-		path := joinPath("labels", name)
-		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+	for _, name := range slices.Sorted(maps.Keys(d.Labels)) {
+		path := document.JoinPath("labels", name)
+		if err := ValidateName(name); err != nil {
+			p.Add(path, "%v", err)
 		}
 		if len(d.Labels[name]) == 0 {
-			p.add(path, "at least one value is required")
+			p.Add(path, "at least one value is required")
 		}
 		for i, v := range d.Labels[name] {
 			if v == "" {
-				p.add(indexPath(path, i), "must not be empty")
+				p.Add(document.IndexPath(path, i), "must not be empty")
 			}
 		}
 	}
-	for _, name := range sortedKeys(d.Limits) {
-		path := joinPath("limits", name)
-		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+	for _, name := range slices.Sorted(maps.Keys(d.Limits)) {
+		path := document.JoinPath("limits", name)
+		if err := ValidateName(name); err != nil {
+			p.Add(path, "%v", err)
 		}
 		if v := d.Limits[name]; math.IsNaN(v) || math.IsInf(v, 0) {
-			p.add(path, "must be a finite number")
+			p.Add(path, "must be a finite number")
 		}
 	}
 	names := func(field string, list []string, check func(string) error) {
 		seen := make(map[string]bool, len(list))
 		for i, v := range list {
 			if err := check(v); err != nil {
-				p.add(indexPath(field, i), "%v", err)
+				p.Add(document.IndexPath(field, i), "%v", err)
 			}
 			if seen[v] {
-				p.add(indexPath(field, i), "%q is listed twice", v)
+				p.Add(document.IndexPath(field, i), "%q is listed twice", v)
 			}
 			seen[v] = true
 		}
 	}
-	names("permissions", d.Permissions, validateName)
-	names("refuses", d.Refuses, validateName)
-	names("depends_on", d.DependsOn, validateName)
+	names("permissions", d.Permissions, ValidateName)
+	names("refuses", d.Refuses, ValidateName)
+	names("depends_on", d.DependsOn, ValidateName)
 	names("tags", d.Tags, func(s string) error {
 		if strings.TrimSpace(s) == "" {
 			return fmt.Errorf("must not be empty")
@@ -191,11 +212,11 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 	}
 	for i, perm := range d.Refuses {
 		if c.perms[perm] {
-			p.add(indexPath("refuses", i), "%q is also in permissions: a permission is granted or refused, not both", perm)
+			p.Add(document.IndexPath("refuses", i), "%q is also in permissions: a permission is granted or refused, not both", perm)
 		}
 		c.perms[perm] = false
 	}
-	if err := p.err(ErrInvalidDeclaration, ""); err != nil {
+	if err := p.Err(ErrInvalidDeclaration, ""); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -203,32 +224,32 @@ func Compile(d *Declaration) (*CompiledDeclaration, error) {
 
 // compileCapability validates one capability and compiles its input schema;
 // nil when its name is unusable.
-func compileCapability(spec *DeclaredCapability, path string, p *problems) *compiledCapability {
+func compileCapability(spec *DeclaredCapability, path string, p *document.Problems) *compiledCapability {
 	cc := &compiledCapability{spec: spec}
 	if err := streams.ValidateCapability(spec.Name); err != nil {
-		p.add(path+".name", "%v", err)
+		p.Add(path+".name", "%v", err)
 		cc = nil
 	}
 	if spec.Mode != "" && spec.Mode != ModeRead && spec.Mode != ModeWrite {
-		p.add(path+".mode", "want %q, %q or nothing, got %q", ModeRead, ModeWrite, spec.Mode)
+		p.Add(path+".mode", "want %q, %q or nothing, got %q", ModeRead, ModeWrite, spec.Mode)
 	}
 	if spec.TimeoutMS < 0 {
-		p.add(path+".timeout_ms", "must not be negative, got %d", spec.TimeoutMS)
+		p.Add(path+".timeout_ms", "must not be negative, got %d", spec.TimeoutMS)
 	}
 	if spec.Cost != nil && (*spec.Cost < 0 || math.IsNaN(*spec.Cost) || math.IsInf(*spec.Cost, 0)) {
-		p.add(path+".cost", "must be a finite number, 0 or more, got %v", *spec.Cost)
+		p.Add(path+".cost", "must be a finite number, 0 or more, got %v", *spec.Cost)
 	}
 	if len(spec.InputSchema) > 0 {
 		sch, err := compileSchema(spec.InputSchema)
 		if err != nil {
-			p.add(path+".input_schema", "%v", err)
+			p.Add(path+".input_schema", "%v", err)
 		} else if cc != nil {
 			cc.input = sch
 		}
 	}
 	if len(spec.OutputSchema) > 0 {
 		if _, err := compileSchema(spec.OutputSchema); err != nil {
-			p.add(path+".output_schema", "%v", err)
+			p.Add(path+".output_schema", "%v", err)
 		}
 	}
 	return cc
@@ -266,39 +287,12 @@ func (d *CompiledDeclaration) ValidateInput(capability, contentType string, body
 	return validatePayload(cc.input, contentType, body)
 }
 
-// validateName checks a name of a label, a limit, a permission, a
+// ValidateName checks a name of a label, a limit, a permission, a
 // dependency or an agent type: dotted lowercase tokens, like capabilities.
-func validateName(s string) error {
+func ValidateName(s string) error {
 	if streams.ValidateCapability(s) != nil {
 		return fmt.Errorf("%q is not a valid name: want dotted lowercase tokens of [a-z0-9_-] such as \"history_days\", at most %d bytes",
 			s, streams.MaxNameLength)
 	}
 	return nil
-}
-
-// problems collects validation problems, each prefixed with its path.
-type problems struct{ list []string }
-
-// maxProblems bounds how many problems one error lists.
-const maxProblems = 20
-
-func (p *problems) add(path, format string, args ...any) {
-	p.list = append(p.list, path+": "+fmt.Sprintf(format, args...))
-}
-
-// err returns nil without problems, else one error wrapping sentinel
-// that lists them after subject (when not empty).
-func (p *problems) err(sentinel error, subject string) error {
-	if len(p.list) == 0 {
-		return nil
-	}
-	list := p.list
-	more := ""
-	if len(list) > maxProblems {
-		list, more = list[:maxProblems], fmt.Sprintf("; and %d more", len(list)-maxProblems)
-	}
-	if subject != "" {
-		subject += ": "
-	}
-	return fmt.Errorf("%w: %s%s%s", sentinel, subject, strings.Join(list, "; "), more)
 }

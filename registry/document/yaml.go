@@ -1,4 +1,4 @@
-package registry
+package document
 
 import (
 	"bytes"
@@ -19,12 +19,12 @@ import (
 // JSON, keys in their order, and then read like JSON, so both formats obey
 // one set of json tags and one strict reader.
 
-// yamlToJSON converts one YAML document to JSON. A second document, a
+// YAMLToJSON converts one YAML document to JSON. A second document, a
 // mapping key that is not a scalar, a key given twice, a custom tag and a
 // number that is not finite are errors; timestamps and binary values stay
 // the strings they were written as. The output is bounded by
 // maxYAMLOutput, so aliases cannot blow it up.
-func yamlToJSON(data []byte) ([]byte, error) {
+func YAMLToJSON(data []byte) ([]byte, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -93,7 +93,7 @@ func (w *yamlWriter) value(n *yaml.Node, path string, depth int) error {
 			if i > 0 {
 				w.buf.WriteByte(',')
 			}
-			if err := w.value(item, indexPath(path, i), depth+1); err != nil {
+			if err := w.value(item, IndexPath(path, i), depth+1); err != nil {
 				return err
 			}
 		}
@@ -112,7 +112,7 @@ func (w *yamlWriter) value(n *yaml.Node, path string, depth int) error {
 			k, _ := json.Marshal(p.key) // a string always marshals
 			w.buf.Write(k)
 			w.buf.WriteByte(':')
-			if err := w.value(p.value, joinPath(path, p.key), depth+1); err != nil {
+			if err := w.value(p.value, JoinPath(path, p.key), depth+1); err != nil {
 				return err
 			}
 		}
@@ -188,7 +188,7 @@ func (w *yamlWriter) mappingPairs(n *yaml.Node, path string, depth int) ([]yamlP
 			continue
 		}
 		if line, dup := seen[k.Value]; dup {
-			return nil, fmt.Errorf("line %d: %s: key given twice (first on line %d)", k.Line, joinPath(path, k.Value), line)
+			return nil, fmt.Errorf("line %d: %s: key given twice (first on line %d)", k.Line, JoinPath(path, k.Value), line)
 		}
 		seen[k.Value] = k.Line
 		own = append(own, yamlPair{k.Value, v})

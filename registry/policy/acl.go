@@ -1,4 +1,4 @@
-package registry
+package policy
 
 import (
 	"encoding/json"
@@ -6,11 +6,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// PolicyACL is the REACH_POLICY key of the access control list (docs/security.md, The ACL).
-const PolicyACL = "acl"
+// KeyACL is the REACH_POLICY key of the access control list (docs/security.md, The ACL).
+const KeyACL = "acl"
 
 // ACL says which callers may call which capabilities: the value of "acl" in
 // REACH_POLICY. A caller may call a capability when some rule's Caller
@@ -38,53 +39,53 @@ type ACLRule struct {
 // maxACLRules bounds the rules of one ACL.
 const maxACLRules = 10000
 
-func init() { RegisterPolicyKind(PolicyACL, decodeACL) }
+func init() { RegisterKind(KeyACL, decodeACL) }
 
 // ParseACL reads an ACL from JSON or YAML strictly: an unknown key, a key
 // given twice or a value of the wrong type is an error, and so is any
-// invalid pattern; every error wraps ErrInvalidPolicy and names the field
+// invalid pattern; every error wraps ErrInvalid and names the field
 // ("rules[1].may_call[0]").
 func ParseACL(data []byte) (*ACL, error) {
-	v, err := ParsePolicy(PolicyACL, data)
+	v, err := Parse(KeyACL, data)
 	if err != nil {
 		return nil, err
 	}
 	return v.Decoded.(*ACL), nil
 }
 
-// decodeACL is the PolicyDecoder of the "acl" kind.
+// decodeACL is the Decoder of the "acl" kind.
 func decodeACL(key string, value json.RawMessage) (any, error) {
-	if key != PolicyACL {
-		return nil, fmt.Errorf("the ACL is stored under the key %q alone", PolicyACL)
+	if key != KeyACL {
+		return nil, fmt.Errorf("the ACL is stored under the key %q alone", KeyACL)
 	}
 	var acl ACL
-	if err := decodeJSON(value, &acl); err != nil {
+	if err := document.DecodeJSON(value, &acl); err != nil {
 		return nil, err
 	}
-	var p problems
+	var p document.Problems
 	if acl.Rules == nil {
-		p.add("rules", "required: a list of {caller, may_call} rules (an empty list grants nothing)")
+		p.Add("rules", "required: a list of {caller, may_call} rules (an empty list grants nothing)")
 	}
 	if len(acl.Rules) > maxACLRules {
-		p.add("rules", "%d rules, more than the %d allowed", len(acl.Rules), maxACLRules)
+		p.Add("rules", "%d rules, more than the %d allowed", len(acl.Rules), maxACLRules)
 	}
 	for i, r := range acl.Rules {
-		path := indexPath("rules", i)
+		path := document.IndexPath("rules", i)
 		if err := validateCallerPattern(r.Caller); err != nil {
-			p.add(path+".caller", "%v", err)
+			p.Add(path+".caller", "%v", err)
 		}
 		if len(r.MayCall) == 0 {
-			p.add(path+".may_call", "required: at least one capability pattern")
+			p.Add(path+".may_call", "required: at least one capability pattern")
 		}
 		for j, c := range r.MayCall {
 			if err := ValidateCapabilityPattern(c); err != nil {
-				p.add(indexPath(path+".may_call", j), "%v", err)
+				p.Add(document.IndexPath(path+".may_call", j), "%v", err)
 			}
 		}
 	}
-	if err := p.err(ErrInvalidPolicy, ""); err != nil {
-		// ParsePolicy names the key and the sentinel; keep only the list.
-		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), ErrInvalidPolicy.Error()+": "))
+	if err := p.Err(ErrInvalid, ""); err != nil {
+		// Parse names the key and the sentinel; keep only the list.
+		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
 	}
 	return &acl, nil
 }

@@ -1,4 +1,4 @@
-package auth
+package signature
 
 import (
 	"crypto/hmac"
@@ -52,7 +52,7 @@ func TestSignatureVector(t *testing.T) {
 	}
 	m := vectorTask()
 	s.Sign(m, time.UnixMilli(vectorUnixMilli))
-	if got := m.Header.Get(HeaderSignature); got != vectorSignature {
+	if got := m.Header.Get(streams.HeaderSignature); got != vectorSignature {
 		t.Errorf("signature %s, want %s", got, vectorSignature)
 	}
 	// The signed string, spelt out as docs/security.md defines it.
@@ -61,8 +61,8 @@ func TestSignatureVector(t *testing.T) {
 		"1700000000123\x00" + vectorDeadline + "\x00" + vectorIdempotency + "\x00" + hex.EncodeToString(digest[:])
 	h := hmac.New(sha256.New, s.key)
 	h.Write([]byte(signed))
-	if want := "v2.1700000000123." + base64.RawURLEncoding.EncodeToString(h.Sum(nil)); want != m.Header.Get(HeaderSignature) {
-		t.Errorf("the signer signs another string than the documented one: %s, spelt out %s", m.Header.Get(HeaderSignature), want)
+	if want := "v2.1700000000123." + base64.RawURLEncoding.EncodeToString(h.Sum(nil)); want != m.Header.Get(streams.HeaderSignature) {
+		t.Errorf("the signer signs another string than the documented one: %s, spelt out %s", m.Header.Get(streams.HeaderSignature), want)
 	}
 	// And the dispatchers' side derives the same key.
 	v, err := NewVerifier([]byte(vectorVerifierSeed))

@@ -1,4 +1,4 @@
-package registry_test
+package policy_test
 
 import (
 	"encoding/json"
@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 )
 
 func TestParsePolicy(t *testing.T) {
-	v, err := registry.ParsePolicy("capability.orders.query", []byte(`
+	v, err := policy.Parse("capability.orders.query", []byte(`
 strategy: round_robin
 retries: -1
 write: false
@@ -35,7 +35,7 @@ require: {labels: {engine: postgres}, permissions: [read]}
 		t.Fatalf("decoded %s", v.JSON)
 	}
 	// The JSON form reads back to itself.
-	again, err := registry.ParsePolicy("capability.orders.query", v.JSON)
+	again, err := policy.Parse("capability.orders.query", v.JSON)
 	if err != nil || string(again.JSON) != string(v.JSON) {
 		t.Fatalf("JSON form %s reads back as %s, %v", v.JSON, again.JSON, err)
 	}
@@ -77,9 +77,9 @@ require: {labels: {engine: postgres}, permissions: [read]}
 	}
 	for _, tc := range cases {
 		t.Run(tc.key+" "+tc.src, func(t *testing.T) {
-			_, err := registry.ParsePolicy(tc.key, []byte(tc.src))
-			if !errors.Is(err, registry.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("want ErrInvalidPolicy containing %q, got %v", tc.want, err)
+			_, err := policy.Parse(tc.key, []byte(tc.src))
+			if !errors.Is(err, policy.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want ErrInvalid containing %q, got %v", tc.want, err)
 			}
 		})
 	}
@@ -89,7 +89,7 @@ require: {labels: {engine: postgres}, permissions: [read]}
 func TestParsePolicyKeepsOtherKeysAsJSON(t *testing.T) {
 	for _, src := range []string{`{"rules": [{"caller": "billing-*", "may_call": ["payment.*"]}]}`,
 		"rules:\n  - caller: billing-*\n    may_call: [payment.*]\n"} {
-		v, err := registry.ParsePolicy("acl", []byte(src))
+		v, err := policy.Parse("acl", []byte(src))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,9 +110,9 @@ func TestValidatePolicyKey(t *testing.T) {
 		"default":                 `unknown key "default"`,
 		"workflow.claim review":   `want letters, digits`,
 	} {
-		err := registry.ValidatePolicyKey(key)
-		if (want == "") != (err == nil) || (err != nil && (!errors.Is(err, registry.ErrInvalidPolicy) || !strings.Contains(err.Error(), want))) {
-			t.Errorf("ValidatePolicyKey(%q) = %v, want %q", key, err, want)
+		err := policy.ValidateKey(key)
+		if (want == "") != (err == nil) || (err != nil && (!errors.Is(err, policy.ErrInvalid) || !strings.Contains(err.Error(), want))) {
+			t.Errorf("ValidateKey(%q) = %v, want %q", key, err, want)
 		}
 	}
 }
@@ -123,7 +123,7 @@ type quota struct {
 }
 
 func init() {
-	registry.RegisterPolicyKind("quota", func(key string, value json.RawMessage) (any, error) {
+	policy.RegisterKind("quota", func(key string, value json.RawMessage) (any, error) {
 		var q quota
 		if err := json.Unmarshal(value, &q); err != nil {
 			return nil, err
@@ -136,28 +136,28 @@ func init() {
 }
 
 func TestRegisteredPolicyKind(t *testing.T) {
-	v, err := registry.ParsePolicy("quota.billing", []byte("per_minute: 60\n"))
+	v, err := policy.Parse("quota.billing", []byte("per_minute: 60\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if q, ok := v.Decoded.(quota); !ok || q.PerMinute != 60 {
 		t.Fatalf("decoded %#v", v.Decoded)
 	}
-	if _, err := registry.ParsePolicy("quota", []byte(`{"per_minute": 0}`)); !errors.Is(err, registry.ErrInvalidPolicy) ||
+	if _, err := policy.Parse("quota", []byte(`{"per_minute": 0}`)); !errors.Is(err, policy.ErrInvalid) ||
 		!strings.Contains(err.Error(), "quota: per_minute: must be at least 1") {
 		t.Fatalf("invalid quota: %v", err)
 	}
-	if err := registry.ValidatePolicyKey("quota.billing"); err != nil {
+	if err := policy.ValidateKey("quota.billing"); err != nil {
 		t.Fatalf("a registered kind's key is refused: %v", err)
 	}
 	for _, name := range []string{"quota", "defaults", "capability", "a.b", ""} {
 		func() {
 			defer func() {
 				if recover() == nil {
-					t.Errorf("RegisterPolicyKind(%q) did not panic", name)
+					t.Errorf("RegisterKind(%q) did not panic", name)
 				}
 			}()
-			registry.RegisterPolicyKind(name, func(string, json.RawMessage) (any, error) { return nil, nil })
+			policy.RegisterKind(name, func(string, json.RawMessage) (any, error) { return nil, nil })
 		}()
 	}
 }

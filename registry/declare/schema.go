@@ -1,4 +1,4 @@
-package registry
+package declare
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -223,7 +224,7 @@ func instancePath(root string, loc []string, instance any) string {
 			instance = nil
 		}
 		if plainKey(tok) {
-			path = joinPath(path, tok)
+			path = document.JoinPath(path, tok)
 		} else {
 			path += "[" + strconv.Quote(tok) + "]"
 		}

@@ -1,8 +1,10 @@
-package registry
+package declare
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agent-reach/agentreach/registry/document"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -39,48 +41,53 @@ func ParseRequirement(data []byte) (Requirement, error) {
 	if len(data) > MaxRequirementSize {
 		return r, fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrInvalidRequirement, len(data), MaxRequirementSize)
 	}
-	if err := decodeJSON(data, &r); err != nil {
+	if err := document.DecodeJSON(data, &r); err != nil {
 		return Requirement{}, fmt.Errorf("%w: %v", ErrInvalidRequirement, err)
 	}
-	r.Permissions = sortedSet(r.Permissions)
-	var p problems
-	r.validate(&p, "")
-	if err := p.err(ErrInvalidRequirement, ""); err != nil {
+	r.Normalize()
+	var p document.Problems
+	r.Check(&p, "")
+	if err := p.Err(ErrInvalidRequirement, ""); err != nil {
 		return Requirement{}, err
 	}
 	return r, nil
 }
 
-// validate adds r's problems to p, their paths below prefix.
-func (r *Requirement) validate(p *problems, prefix string) {
-	for _, name := range sortedKeys(r.Labels) {
-		path := joinPath(joinPath(prefix, "labels"), name)
-		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+// Normalize sorts r's permissions and drops duplicates, as ParseRequirement
+// does; for a requirement decoded as part of a larger document.
+func (r *Requirement) Normalize() { r.Permissions = sortedSet(r.Permissions) }
+
+// Check adds r's problems to p, their paths below prefix: for a requirement
+// decoded as part of a larger document (a policy's require), after Normalize.
+func (r *Requirement) Check(p *document.Problems, prefix string) {
+	for _, name := range slices.Sorted(maps.Keys(r.Labels)) {
+		path := document.JoinPath(document.JoinPath(prefix, "labels"), name)
+		if err := ValidateName(name); err != nil {
+			p.Add(path, "%v", err)
 		}
 		if r.Labels[name] == "" {
-			p.add(path, "must not be empty")
+			p.Add(path, "must not be empty")
 		}
 	}
-	for _, name := range sortedKeys(r.Limits) {
-		path := joinPath(joinPath(prefix, "limits"), name)
-		if err := validateName(name); err != nil {
-			p.add(path, "%v", err)
+	for _, name := range slices.Sorted(maps.Keys(r.Limits)) {
+		path := document.JoinPath(document.JoinPath(prefix, "limits"), name)
+		if err := ValidateName(name); err != nil {
+			p.Add(path, "%v", err)
 		}
 		if v := r.Limits[name]; math.IsNaN(v) || math.IsInf(v, 0) {
-			p.add(path, "must be a finite number")
+			p.Add(path, "must be a finite number")
 		}
 	}
 	for i, perm := range r.Permissions {
-		if err := validateName(perm); err != nil {
-			p.add(indexPath(joinPath(prefix, "permissions"), i), "%v", err)
+		if err := ValidateName(perm); err != nil {
+			p.Add(document.IndexPath(document.JoinPath(prefix, "permissions"), i), "%v", err)
 		}
 	}
 	if v := r.MaxLatencyMS; v != nil && !(*v > 0 && !math.IsInf(*v, 0)) {
-		p.add(joinPath(prefix, "max_latency_ms"), "must be a positive number of milliseconds, got %v", *v)
+		p.Add(document.JoinPath(prefix, "max_latency_ms"), "must be a positive number of milliseconds, got %v", *v)
 	}
 	if v := r.MaxCost; v != nil && !(*v >= 0 && !math.IsInf(*v, 0)) {
-		p.add(joinPath(prefix, "max_cost"), "must be a finite number, 0 or more, got %v", *v)
+		p.Add(document.JoinPath(prefix, "max_cost"), "must be a finite number, 0 or more, got %v", *v)
 	}
 }
 

@@ -1,4 +1,4 @@
-package registry_test
+package declare_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -56,13 +56,13 @@ depends_on: [ext.orders-db]
 tags: [team-a]
 `
 
-func compiled(t testing.TB, src string) *registry.CompiledDeclaration {
+func compiled(t testing.TB, src string) *declare.CompiledDeclaration {
 	t.Helper()
-	d, err := registry.ParseDeclaration([]byte(src))
+	d, err := declare.ParseDeclaration([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := registry.Compile(d)
+	c, err := declare.Compile(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +70,11 @@ func compiled(t testing.TB, src string) *registry.CompiledDeclaration {
 }
 
 func TestParseDeclarationJSONAndYAMLAgree(t *testing.T) {
-	fromJSON, err := registry.ParseDeclaration([]byte(ordersReader))
+	fromJSON, err := declare.ParseDeclaration([]byte(ordersReader))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromYAML, err := registry.ParseDeclaration([]byte(ordersReaderYAML))
+	fromYAML, err := declare.ParseDeclaration([]byte(ordersReaderYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestParseDeclarationJSONAndYAMLAgree(t *testing.T) {
 
 // YAML 1.2: "no", "on" and dates stay strings; anchors and merge keys work.
 func TestParseDeclarationYAMLScalarsAndAnchors(t *testing.T) {
-	d, err := registry.ParseDeclaration([]byte(`
+	d, err := declare.ParseDeclaration([]byte(`
 type: geo
 capabilities:
   - &cap {name: geo.lookup, timeout_ms: 100}
@@ -159,8 +159,8 @@ func TestDeclarationErrorsNameTheField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := registry.ParseDeclaration([]byte(tc.src))
-			if !errors.Is(err, registry.ErrInvalidDeclaration) || !strings.Contains(err.Error(), tc.want) {
+			_, err := declare.ParseDeclaration([]byte(tc.src))
+			if !errors.Is(err, declare.ErrInvalidDeclaration) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want ErrInvalidDeclaration containing %q, got %v", tc.want, err)
 			}
 		})
@@ -169,7 +169,7 @@ func TestDeclarationErrorsNameTheField(t *testing.T) {
 
 // Validate reports every problem at once, in a stable order.
 func TestDeclarationValidateListsEveryProblem(t *testing.T) {
-	d := &registry.Declaration{Type: "a", Capabilities: []registry.DeclaredCapability{{Name: "x", TimeoutMS: -1}},
+	d := &declare.Declaration{Type: "a", Capabilities: []declare.DeclaredCapability{{Name: "x", TimeoutMS: -1}},
 		Labels: map[string][]string{"b": {""}, "a": {""}}}
 	err := d.Validate()
 	want := `invalid capability declaration: capabilities[0].timeout_ms: must not be negative, got -1; labels.a[0]: must not be empty; labels.b[0]: must not be empty`
@@ -180,7 +180,7 @@ func TestDeclarationValidateListsEveryProblem(t *testing.T) {
 
 func TestValidateInput(t *testing.T) {
 	d := compiled(t, ordersReader)
-	if c, ok := d.Capability("orders.query"); !ok || c.Mode != registry.ModeRead || !c.Idempotent || c.TimeoutMS != 2000 {
+	if c, ok := d.Capability("orders.query"); !ok || c.Mode != declare.ModeRead || !c.Idempotent || c.TimeoutMS != 2000 {
 		t.Fatalf("Capability(orders.query) = %+v, %v", c, ok)
 	}
 	if _, ok := d.Capability("orders.write"); ok {
@@ -222,7 +222,7 @@ func TestValidateInput(t *testing.T) {
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
-			case tc.want != "" && (!errors.Is(err, registry.ErrInvalidPayload) || !strings.Contains(err.Error(), tc.want)):
+			case tc.want != "" && (!errors.Is(err, declare.ErrInvalidPayload) || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("want ErrInvalidPayload containing %q, got %v", tc.want, err)
 			}
 		})

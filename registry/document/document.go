@@ -1,4 +1,4 @@
-package registry
+package document
 
 import (
 	"bytes"
@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -22,22 +23,24 @@ import (
 // maxDocumentDepth bounds how deeply a document may nest.
 const maxDocumentDepth = 64
 
-// decodeDocument reads data, one JSON or YAML document, into v (a pointer to
+// Decode reads data, one JSON or YAML document, into v (a pointer to
 // a struct with json tags). Data that is valid JSON is read as JSON; anything
 // else as YAML, converted to JSON first. It returns the JSON it decoded.
-func decodeDocument(data []byte, v any) ([]byte, error) {
+func Decode(data []byte, v any) ([]byte, error) {
 	if !json.Valid(data) {
 		var err error
-		if data, err = yamlToJSON(data); err != nil {
+		if data, err = YAMLToJSON(data); err != nil {
 			return nil, err
 		}
 	}
-	return data, decodeJSON(data, v)
+	return data, DecodeJSON(data, v)
 }
 
-// decodeJSON reads one JSON object into v strictly.
-func decodeJSON(data []byte, v any) error {
-	if err := checkUTF8(data); err != nil {
+// DecodeJSON reads one JSON object into v (a pointer to a struct with json
+// tags) strictly: an unknown key, a key given twice or a value of the wrong
+// type is an error naming the field by its path.
+func DecodeJSON(data []byte, v any) error {
+	if err := CheckUTF8(data); err != nil {
 		return err
 	}
 	tree, err := ReadTree(data)
@@ -58,9 +61,9 @@ func decodeJSON(data []byte, v any) error {
 	return nil
 }
 
-// checkUTF8 refuses text that is not UTF-8, which encoding/json would
+// CheckUTF8 refuses text that is not UTF-8, which encoding/json would
 // otherwise change silently.
-func checkUTF8(data []byte) error {
+func CheckUTF8(data []byte) error {
 	if utf8.Valid(data) {
 		return nil
 	}
@@ -109,7 +112,7 @@ func readValue(dec *json.Decoder, path string, depth int) (any, error) {
 				return nil, fmt.Errorf("not valid JSON: %s", describeJSONError(err))
 			}
 			key := kt.(string) // inside an object the decoder yields only string keys
-			sub := joinPath(path, key)
+			sub := JoinPath(path, key)
 			if _, dup := obj[key]; dup {
 				return nil, fmt.Errorf("%s: key given twice", sub)
 			}
@@ -122,7 +125,7 @@ func readValue(dec *json.Decoder, path string, depth int) (any, error) {
 	case json.Delim('['):
 		arr := []any{}
 		for dec.More() {
-			v, err := readValue(dec, indexPath(path, len(arr)), depth+1)
+			v, err := readValue(dec, IndexPath(path, len(arr)), depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -134,16 +137,16 @@ func readValue(dec *json.Decoder, path string, depth int) (any, error) {
 	return tok, nil
 }
 
-// joinPath appends a key to a document path.
-func joinPath(path, key string) string {
+// JoinPath appends a key to a document path.
+func JoinPath(path, key string) string {
 	if path == "" {
 		return key
 	}
 	return path + "." + key
 }
 
-// indexPath appends an array index to a document path.
-func indexPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+// IndexPath appends an array index to a document path.
+func IndexPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
 
 // pathOrTop names the top of a document when path is empty.
 func pathOrTop(path string) string {
@@ -187,12 +190,12 @@ func checkShape(tree any, t reflect.Type, path string) error {
 			return wrong("an object")
 		}
 		fields := jsonFields(t)
-		for _, key := range sortedKeys(obj) {
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			f, ok := fields[key]
 			if !ok {
-				return fmt.Errorf("%s: unknown field (want one of %s)", joinPath(path, key), strings.Join(fieldNames(t), ", "))
+				return fmt.Errorf("%s: unknown field (want one of %s)", JoinPath(path, key), strings.Join(fieldNames(t), ", "))
 			}
-			if err := checkShape(obj[key], f.Type, joinPath(path, key)); err != nil {
+			if err := checkShape(obj[key], f.Type, JoinPath(path, key)); err != nil {
 				return err
 			}
 		}
@@ -201,8 +204,8 @@ func checkShape(tree any, t reflect.Type, path string) error {
 		if !ok {
 			return wrong("an object")
 		}
-		for _, key := range sortedKeys(obj) {
-			if err := checkShape(obj[key], t.Elem(), joinPath(path, key)); err != nil {
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if err := checkShape(obj[key], t.Elem(), JoinPath(path, key)); err != nil {
 				return err
 			}
 		}
@@ -212,7 +215,7 @@ func checkShape(tree any, t reflect.Type, path string) error {
 			return wrong("an array")
 		}
 		for i, x := range arr {
-			if err := checkShape(x, t.Elem(), indexPath(path, i)); err != nil {
+			if err := checkShape(x, t.Elem(), IndexPath(path, i)); err != nil {
 				return err
 			}
 		}
@@ -271,15 +274,6 @@ func fieldNames(t reflect.Type) []string {
 		}
 	}
 	return names
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // describeValue names the JSON type of a tree value for an error.

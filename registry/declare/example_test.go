@@ -1,16 +1,16 @@
-package registry_test
+package declare_test
 
 import (
 	"fmt"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // A declaration, in YAML, decides which tasks its instances may take and
 // checks their payloads.
 func ExampleCompiledDeclaration_Match() {
-	d, err := registry.ParseDeclaration([]byte(`
+	d, err := declare.ParseDeclaration([]byte(`
 type: orders-reader
 capabilities:
   - name: orders.query
@@ -25,13 +25,13 @@ refuses: [write]
 	if err != nil {
 		panic(err)
 	}
-	decl, _ := registry.Compile(d)
+	decl, _ := declare.Compile(d)
 	for _, require := range []string{
 		`{"labels": {"engine": "postgres"}, "permissions": ["read"], "max_cost": 0.01}`,
 		`{"limits": {"history_days": 90}}`,
 		`{"permissions": ["write"]}`,
 	} {
-		r, _ := registry.ParseRequirement([]byte(require))
+		r, _ := declare.ParseRequirement([]byte(require))
 		if ok, why := decl.Match("orders.query", r); ok {
 			fmt.Println("matches")
 		} else {

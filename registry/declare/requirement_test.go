@@ -1,16 +1,16 @@
-package registry_test
+package declare_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/declare"
 )
 
-func requirement(t testing.TB, src string) registry.Requirement {
+func requirement(t testing.TB, src string) declare.Requirement {
 	t.Helper()
-	r, err := registry.ParseRequirement([]byte(src))
+	r, err := declare.ParseRequirement([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +46,12 @@ func TestParseRequirement(t *testing.T) {
 		{"latency", `{"max_latency_ms":0}`, `max_latency_ms: must be a positive number of milliseconds, got 0`},
 		{"cost", `{"max_cost":-1}`, `max_cost: must be a finite number, 0 or more, got -1`},
 		{"not UTF-8", "{\"labels\":{\"engine\":\"pg\xe4\"}}", `not valid UTF-8 (at byte 23)`},
-		{"too large", `{"labels":{"a":"` + strings.Repeat("x", registry.MaxRequirementSize) + `"}}`, `more than the 4096 allowed`},
+		{"too large", `{"labels":{"a":"` + strings.Repeat("x", declare.MaxRequirementSize) + `"}}`, `more than the 4096 allowed`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := registry.ParseRequirement([]byte(tc.src))
-			if !errors.Is(err, registry.ErrInvalidRequirement) || !strings.Contains(err.Error(), tc.want) {
+			_, err := declare.ParseRequirement([]byte(tc.src))
+			if !errors.Is(err, declare.ErrInvalidRequirement) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want ErrInvalidRequirement containing %q, got %v", tc.want, err)
 			}
 		})
@@ -61,7 +61,7 @@ func TestParseRequirement(t *testing.T) {
 func TestMergeAndKey(t *testing.T) {
 	defaults := requirement(t, `{"labels":{"engine":"postgres","region":"eu-west"},"permissions":["read"],"max_latency_ms":500,"max_cost":0.01}`)
 	caller := requirement(t, `{"labels":{"region":"eu-central"},"limits":{"history_days":90},"permissions":["audit"],"max_cost":0.05}`)
-	got := registry.Merge(defaults, caller)
+	got := declare.Merge(defaults, caller)
 	want := requirement(t, `{"labels":{"engine":"postgres","region":"eu-central"},"limits":{"history_days":90},
 		"permissions":["audit","read"],"max_latency_ms":500,"max_cost":0.05}`)
 	if got.Key() != want.Key() {
@@ -70,16 +70,16 @@ func TestMergeAndKey(t *testing.T) {
 	if defaults.Labels["region"] != "eu-west" {
 		t.Fatal("Merge changed its defaults")
 	}
-	if k := registry.Merge(registry.Requirement{}, caller).Key(); k != caller.Key() {
+	if k := declare.Merge(declare.Requirement{}, caller).Key(); k != caller.Key() {
 		t.Fatalf("merge over nothing: %s, want %s", k, caller.Key())
 	}
-	if k := registry.Merge(defaults, registry.Requirement{}).Key(); k != defaults.Key() {
+	if k := declare.Merge(defaults, declare.Requirement{}).Key(); k != defaults.Key() {
 		t.Fatalf("merge of nothing: %s, want %s", k, defaults.Key())
 	}
 
 	// Equal requirements have equal keys, whatever their order; others differ.
 	a := requirement(t, `{"permissions":["b","a"],"labels":{"y":"2","x":"1"}}`)
-	b := registry.Requirement{Labels: map[string]string{"x": "1", "y": "2"}, Permissions: []string{"a", "b"}}
+	b := declare.Requirement{Labels: map[string]string{"x": "1", "y": "2"}, Permissions: []string{"a", "b"}}
 	if a.Key() != b.Key() {
 		t.Fatalf("keys differ: %s and %s", a.Key(), b.Key())
 	}
@@ -90,7 +90,7 @@ func TestMergeAndKey(t *testing.T) {
 	if c := requirement(t, `{"labels":{"x":"1","y":"3"},"permissions":["a","b"]}`); c.Key() == a.Key() {
 		t.Fatalf("different requirements share the key %s", a.Key())
 	}
-	if k := (registry.Requirement{}).Key(); k != "" {
+	if k := (declare.Requirement{}).Key(); k != "" {
 		t.Fatalf("empty requirement's key %q", k)
 	}
 }
@@ -100,7 +100,7 @@ func TestMatch(t *testing.T) {
 	free := compiled(t, `{"type":"free","capabilities":[{"name":"orders.query","cost":0}]}`)
 	cases := []struct {
 		name       string
-		decl       *registry.CompiledDeclaration
+		decl       *declare.CompiledDeclaration
 		capability string // default orders.query
 		req        string
 		why        string // "" when it matches
@@ -179,7 +179,7 @@ func BenchmarkParseRequirement(b *testing.B) {
 	src := []byte(`{"labels":{"engine":"postgres"},"limits":{"history_days":90},"permissions":["read"],"max_latency_ms":500}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := registry.ParseRequirement(src); err != nil {
+		if _, err := declare.ParseRequirement(src); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package auth
+package signature
 
 import (
 	"crypto/ecdh"
@@ -7,44 +7,25 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash"
 	"math/big"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// HeaderSignature carries a task's proof that its Reach-Source is its
-// sender: "v2.<unix ms>.<base64url HMAC-SHA256>" (docs/security.md).
-const HeaderSignature = streams.HeaderSignature
-
-// HeaderReplayedBy names the dispatcher identity that replayed a parked
-// task (SignReplay): its signature, not the caller's, proves the task.
-const HeaderReplayedBy = streams.HeaderReplayedBy
-
 // signatureVersion starts every Reach-Signature value; oldSignatureVersion
 // is the version dispatchers no longer accept.
 const (
 	signatureVersion    = "v2"
 	oldSignatureVersion = "v1"
-)
-
-// Tags the user JWTs of Agent-Reach identities carry (lowercase, as JWT
-// tags are).
-const (
-	tagRole     = "reach-role:"
-	tagType     = "reach-type:"
-	tagVerifier = "reach-verifier:"
 )
 
 // A task's signature is an HMAC-SHA256 over
@@ -118,25 +99,6 @@ func newSigner(name string, key []byte) *Signer {
 	return s
 }
 
-// LoadSigner reads the credentials file of an Agent-Reach identity (as
-// `agentreach auth` writes it): its name and the verifier's public key from
-// the JWT, its seed.
-func LoadSigner(credsFile string) (*Signer, error) {
-	c, err := readCreds(credsFile)
-	if err != nil {
-		return nil, err
-	}
-	if c.verifier == "" {
-		return nil, fmt.Errorf("%w: %s: not made by `agentreach auth` (its JWT names no verifier key): it cannot sign Reach-Source",
-			ErrInvalidCredentials, credsFile)
-	}
-	s, err := NewSigner(c.name, c.seed, c.verifier)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", credsFile, err)
-	}
-	return s, nil
-}
-
 // Name is the identity the signer signs as.
 func (s *Signer) Name() string { return s.name }
 
@@ -149,8 +111,8 @@ func (s *Signer) Sign(m *nats.Msg, now time.Time) {
 		m.Header = nats.Header{}
 	}
 	m.Header.Set(streams.HeaderSource, s.name)
-	m.Header.Del(HeaderReplayedBy)
-	s.sign(m, s.name, now)
+	m.Header.Del(streams.HeaderReplayedBy)
+	s.SignAs(m, s.name, now)
 }
 
 // SignReplay signs m, a parked task resubmitted to the durable tier by this
@@ -163,14 +125,17 @@ func (s *Signer) SignReplay(m *nats.Msg, now time.Time) {
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	m.Header.Set(HeaderReplayedBy, s.name)
-	s.sign(m, m.Header.Get(streams.HeaderSource), now)
+	m.Header.Set(streams.HeaderReplayedBy, s.name)
+	s.SignAs(m, m.Header.Get(streams.HeaderSource), now)
 }
 
-// sign sets m's Reach-Signature, with source as the signed source.
-func (s *Signer) sign(m *nats.Msg, source string, now time.Time) {
+// SignAs sets m's Reach-Signature to the signer's proof over m with source
+// as the signed source, changing no other header: a dispatcher re-signing a
+// parked task as its caller. Sign and SignReplay set the headers that go
+// with it.
+func (s *Signer) SignAs(m *nats.Msg, source string, now time.Time) {
 	ms := strconv.FormatInt(now.UnixMilli(), 10)
-	m.Header.Set(HeaderSignature, signatureVersion+"."+ms+"."+s.mac(m, source, ms))
+	m.Header.Set(streams.HeaderSignature, signatureVersion+"."+ms+"."+s.mac(m, source, ms))
 }
 
 // mac computes the signature of m, as sent by source, at ms (the decimal
@@ -202,18 +167,19 @@ type macState struct {
 // verify checks m's Reach-Signature against the signer's key, with
 // source as the signed source, and returns when it was made.
 func (s *Signer) verify(m *nats.Msg, source string) (time.Time, error) {
-	at, ms, sig, err := parseSignature(m.Header.Get(HeaderSignature))
+	at, ms, sig, err := Parse(m.Header.Get(streams.HeaderSignature))
 	if err == nil {
-		err = s.check(m, source, ms, sig)
+		err = s.Check(m, source, ms, sig)
 	}
 	return at, err
 }
 
-// check reports whether sig is the signer's MAC of m, sent by source, at ms.
-func (s *Signer) check(m *nats.Msg, source, ms, sig string) error {
+// Check reports whether sig is the signer's MAC of m, sent by source, at ms
+// (as Parse returns them); the error wraps ErrBadSignature.
+func (s *Signer) Check(m *nats.Msg, source, ms, sig string) error {
 	if !hmac.Equal([]byte(sig), []byte(s.mac(m, source, ms))) {
 		return fmt.Errorf("%w: %s does not match the task for %s (another identity's, or the task — its body, %s or %s — changed after signing)",
-			ErrBadSignature, HeaderSignature, s.name, streams.HeaderDeadline, streams.HeaderIdempotencyKey)
+			ErrBadSignature, streams.HeaderSignature, s.name, streams.HeaderDeadline, streams.HeaderIdempotencyKey)
 	}
 	return nil
 }
@@ -222,12 +188,12 @@ func (s *Signer) check(m *nats.Msg, source, ms, sig string) error {
 // dispatchers no longer accept (it covered neither the deadline nor the
 // idempotency key).
 var ErrOldSignature = fmt.Errorf("%w: %s v1 is no longer accepted: sign with v2 (agentkit, the Python SDK and the CLI of this release do)",
-	ErrBadSignature, HeaderSignature)
+	ErrBadSignature, streams.HeaderSignature)
 
-// parseSignature splits a Reach-Signature value into its time (also as
+// Parse splits a Reach-Signature value into its time (also as
 // the decimal milliseconds it was written as) and its MAC, which must be
 // the 43 characters of an unpadded base64url SHA-256.
-func parseSignature(v string) (at time.Time, ms, sig string, err error) {
+func Parse(v string) (at time.Time, ms, sig string, err error) {
 	version, rest, ok1 := strings.Cut(v, ".")
 	if ok1 && version == oldSignatureVersion {
 		return time.Time{}, "", "", ErrOldSignature
@@ -235,7 +201,7 @@ func parseSignature(v string) (at time.Time, ms, sig string, err error) {
 	ms, sig, ok2 := strings.Cut(rest, ".")
 	n, perr := strconv.ParseInt(ms, 10, 64)
 	if !ok1 || !ok2 || version != signatureVersion || perr != nil || n <= 0 || len(sig) != macLen {
-		return time.Time{}, "", "", fmt.Errorf("%w: %s %q: want v2.<unix ms>.<base64url MAC>", ErrBadSignature, HeaderSignature, v)
+		return time.Time{}, "", "", fmt.Errorf("%w: %s %q: want v2.<unix ms>.<base64url MAC>", ErrBadSignature, streams.HeaderSignature, v)
 	}
 	return time.UnixMilli(n), ms, sig, nil
 }
@@ -285,25 +251,13 @@ func NewVerifier(seed []byte) (*Verifier, error) {
 	return &Verifier{priv: priv, pub: pub, signers: map[string]*Signer{}}, nil
 }
 
-// LoadVerifier reads a verifier seed file (keys/verifier.nk of a store).
-func LoadVerifier(file string) (*Verifier, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
-	}
-	v, err := NewVerifier([]byte(strings.TrimSpace(string(b))))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	return v, nil
-}
-
 // PublicKey is the verifier's public key ("X…"), which callers' JWTs name.
 func (v *Verifier) PublicKey() string { return v.pub }
 
-// signer returns the signer of identity name with user key user: the same
-// MAC key the identity derives from its seed.
-func (v *Verifier) signer(name, user string) (*Signer, error) {
+// Signer returns the signer of identity name with user key user: the same
+// MAC key the identity derives from its seed, for checking its signatures
+// (Check) and making its proofs.
+func (v *Verifier) Signer(name, user string) (*Signer, error) {
 	k := name + "\x00" + user
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -326,7 +280,7 @@ func (v *Verifier) signer(name, user string) (*Signer, error) {
 // Verify checks that m's Reach-Signature was made by identity name, whose
 // user key is user, and returns when it was made.
 func (v *Verifier) Verify(m *nats.Msg, name, user string) (time.Time, error) {
-	s, err := v.signer(name, user)
+	s, err := v.Signer(name, user)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -378,52 +332,4 @@ func userCurvePublic(user string) (*ecdh.PublicKey, error) {
 		return nil, fmt.Errorf("%w: user key %q: %v", ErrInvalidCredentials, user, err)
 	}
 	return pub, nil
-}
-
-// creds is what an Agent-Reach credentials file says.
-type creds struct {
-	name, role, typ, verifier string
-	seed                      []byte
-}
-
-// readCreds reads a credentials file: the user JWT and the seed.
-func readCreds(file string) (creds, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return creds{}, fmt.Errorf("%w: %v", ErrInvalidCredentials, err)
-	}
-	token, err := jwt.ParseDecoratedJWT(b)
-	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: %v", ErrInvalidCredentials, file, err)
-	}
-	uc, err := jwt.DecodeUserClaims(token)
-	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: the user JWT: %v", ErrInvalidCredentials, file, err)
-	}
-	kp, err := jwt.ParseDecoratedUserNKey(b)
-	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: the seed: %v", ErrInvalidCredentials, file, err)
-	}
-	seed, err := kp.Seed()
-	if err != nil {
-		return creds{}, fmt.Errorf("%w: %s: the seed: %v", ErrInvalidCredentials, file, err)
-	}
-	if pub, _ := kp.PublicKey(); pub != uc.Subject {
-		return creds{}, fmt.Errorf("%w: %s: the seed is not the JWT's user key", ErrInvalidCredentials, file)
-	}
-	c := creds{name: uc.Name, seed: seed}
-	for _, t := range uc.Tags {
-		switch {
-		case strings.HasPrefix(t, tagRole):
-			c.role = strings.TrimPrefix(t, tagRole)
-		case strings.HasPrefix(t, tagType):
-			c.typ = strings.TrimPrefix(t, tagType)
-		case strings.HasPrefix(t, tagVerifier):
-			c.verifier = strings.ToUpper(strings.TrimPrefix(t, tagVerifier))
-		}
-	}
-	if c.role != "" && streams.ValidateInstanceID(c.name) != nil {
-		return creds{}, errors.Join(ErrInvalidCredentials, fmt.Errorf("%s: the JWT's name %q is not an identity name", file, c.name))
-	}
-	return c, nil
 }

@@ -1,8 +1,7 @@
-package registry
+package policy
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,22 +12,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/agent-reach/agentreach/registry/declare"
+	"github.com/agent-reach/agentreach/registry/document"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // REACH_POLICY keys this package decodes (docs/declarations.md).
 const (
-	// PolicyDefaults is the key of the policy every capability starts from.
-	PolicyDefaults = "defaults"
-	// PolicyCapabilityPrefix starts the key of one capability's policy:
+	// KeyDefaults is the key of the policy every capability starts from.
+	KeyDefaults = "defaults"
+	// KeyCapabilityPrefix starts the key of one capability's policy:
 	// "capability.orders.query".
-	PolicyCapabilityPrefix = "capability."
+	KeyCapabilityPrefix = "capability."
 )
 
-// MaxPolicySize bounds one REACH_POLICY value.
-const MaxPolicySize = 1 << 20
+// MaxSize bounds one REACH_POLICY value.
+const MaxSize = 1 << 20
 
 // StrategyNames lists the selection strategies a policy may name, sorted;
 // they are the dispatcher's.
@@ -89,7 +88,7 @@ type CapabilityPolicy struct {
 	Breaker *BreakerPolicy `json:"breaker,omitempty"`
 	// Require holds default requirements; a caller's Reach-Require is
 	// merged over them (Merge).
-	Require *Requirement `json:"require,omitempty"`
+	Require *declare.Requirement `json:"require,omitempty"`
 	// Hedge turns hedged requests on (docs/reference.md, Hedged requests); dispatchers hedge only a
 	// capability that is idempotent (here, or declared) or read-only
 	// (declared mode read), never a write.
@@ -142,16 +141,16 @@ type BreakerPolicy struct {
 }
 
 // validate adds c's problems to p.
-func (c *CapabilityPolicy) validate(p *problems) {
+func (c *CapabilityPolicy) validate(p *document.Problems) {
 	if c.Strategy != nil && !slices.Contains(StrategyNames(), *c.Strategy) {
-		p.add("strategy", "unknown strategy %q (want one of %s)", *c.Strategy, strings.Join(StrategyNames(), ", "))
+		p.Add("strategy", "unknown strategy %q (want one of %s)", *c.Strategy, strings.Join(StrategyNames(), ", "))
 	}
 	if c.Retries != nil && *c.Retries < -1 {
-		p.add("retries", "must be -1 (none) or more, got %d", *c.Retries)
+		p.Add("retries", "must be -1 (none) or more, got %d", *c.Retries)
 	}
 	positive := func(path string, d *Duration) {
 		if d != nil && *d <= 0 {
-			p.add(path, "must be positive, got %s", time.Duration(*d))
+			p.Add(path, "must be positive, got %s", time.Duration(*d))
 		}
 	}
 	positive("ack_timeout", c.AckTimeout)
@@ -159,50 +158,50 @@ func (c *CapabilityPolicy) validate(p *problems) {
 	positive("max_call_timeout", c.MaxCallTimeout)
 	positive("deadline", c.Deadline)
 	if c.MinCallTimeout != nil && c.MaxCallTimeout != nil && *c.MaxCallTimeout < *c.MinCallTimeout {
-		p.add("max_call_timeout", "%s is less than min_call_timeout %s", time.Duration(*c.MaxCallTimeout), time.Duration(*c.MinCallTimeout))
+		p.Add("max_call_timeout", "%s is less than min_call_timeout %s", time.Duration(*c.MaxCallTimeout), time.Duration(*c.MinCallTimeout))
 	}
 	if c.MaxInFlight != nil && *c.MaxInFlight < 1 {
-		p.add("max_in_flight", "must be at least 1, got %d", *c.MaxInFlight)
+		p.Add("max_in_flight", "must be at least 1, got %d", *c.MaxInFlight)
 	}
 	if b := c.Breaker; b != nil {
 		atLeastOne := func(path string, n *int) {
 			if n != nil && *n < 1 {
-				p.add(path, "must be at least 1, got %d", *n)
+				p.Add(path, "must be at least 1, got %d", *n)
 			}
 		}
 		atLeastOne("breaker.consecutive_failures", b.ConsecutiveFailures)
 		atLeastOne("breaker.min_volume", b.MinVolume)
 		atLeastOne("breaker.probes", b.Probes)
 		if r := b.FailureRatio; r != nil && !(*r > 0 && *r <= 1) {
-			p.add("breaker.failure_ratio", "must be in (0,1], got %v", *r)
+			p.Add("breaker.failure_ratio", "must be in (0,1], got %v", *r)
 		}
 		if b.Window != nil && *b.Window < Duration(time.Second) {
-			p.add("breaker.window", "must be at least 1s, got %s", time.Duration(*b.Window))
+			p.Add("breaker.window", "must be at least 1s, got %s", time.Duration(*b.Window))
 		}
 		positive("breaker.cooldown", b.Cooldown)
 	}
 	if c.Require != nil {
-		c.Require.validate(p, "require")
+		c.Require.Check(p, "require")
 	}
 	if h := c.Hedge; h != nil {
 		if h.AfterMS != nil && *h.AfterMS < 0 {
-			p.add("hedge.after_ms", "must not be negative, got %d", *h.AfterMS)
+			p.Add("hedge.after_ms", "must not be negative, got %d", *h.AfterMS)
 		}
 		if h.AfterMS != nil && h.After != nil {
-			p.add("hedge", "give after_ms or after, not both")
+			p.Add("hedge", "give after_ms or after, not both")
 		}
 		if _, err := h.Percentile(); err != nil {
-			p.add("hedge.after", "%v", err)
+			p.Add("hedge.after", "%v", err)
 		}
 		if b := h.Budget; b != nil && !(*b > 0 && *b <= 1) {
-			p.add("hedge.budget", "must be in (0,1], got %v", *b)
+			p.Add("hedge.budget", "must be in (0,1], got %v", *b)
 		}
 		if c.Write != nil && *c.Write && !h.Off {
-			p.add("hedge", "a write is never hedged: a second delivery could execute it twice")
+			p.Add("hedge", "a write is never hedged: a second delivery could execute it twice")
 		}
 	}
 	if q := c.Quorum; q != nil && !(*q > 0 && (*q < 1 || *q == math.Trunc(*q))) {
-		p.add("quorum", "want a fraction between 0 and 1 (0.6) or a whole count (3), got %v", *q)
+		p.Add("quorum", "want a fraction between 0 and 1 (0.6) or a whole count (3), got %v", *q)
 	}
 }
 
@@ -236,7 +235,7 @@ func overlayPolicy(base, top CapabilityPolicy) CapabilityPolicy {
 		}
 	}
 	if base.Require != nil && top.Require != nil {
-		merged := Merge(*base.Require, *top.Require)
+		merged := declare.Merge(*base.Require, *top.Require)
 		out.Require = &merged
 	}
 	return out
@@ -250,12 +249,12 @@ func pick[T any](base, top *T) *T {
 	return base
 }
 
-// PolicyValue is one decoded REACH_POLICY value.
-type PolicyValue struct {
+// Value is one decoded REACH_POLICY value.
+type Value struct {
 	// Capability is the value of "defaults" and "capability.<cap>" keys.
 	Capability *CapabilityPolicy
 	// Decoded is what the decoder of a kind registered with
-	// RegisterPolicyKind made of the value.
+	// RegisterKind made of the value.
 	Decoded any
 	// JSON is the value as compact JSON (canonical for a capability
 	// policy). For keys nothing decodes (such as "acl" until its kind is
@@ -263,14 +262,14 @@ type PolicyValue struct {
 	JSON json.RawMessage
 }
 
-// PolicyDecoder decodes and validates the value of one REACH_POLICY key of
+// Decoder decodes and validates the value of one REACH_POLICY key of
 // a registered kind, given as JSON (YAML is converted before). Its error
 // should name the bad field.
-type PolicyDecoder func(key string, value json.RawMessage) (any, error)
+type Decoder func(key string, value json.RawMessage) (any, error)
 
 var (
 	policyKindsMu sync.RWMutex
-	policyKinds   = map[string]PolicyDecoder{}
+	policyKinds   = map[string]Decoder{}
 )
 
 // reservedPolicyKinds are key families later parts of Agent-Reach decode
@@ -278,21 +277,21 @@ var (
 // their kind is registered, and keeps their values as JSON.
 var reservedPolicyKinds = []string{"acl", "workflow"}
 
-// RegisterPolicyKind makes ParsePolicy, and so PolicyWatcher and the CLI,
+// RegisterKind makes Parse, and so registry.PolicyWatcher and the CLI,
 // decode and validate the keys of kind name: the key name itself and every
 // key "name.<anything>" ("workflow" covers "workflow.claim.review"). An
 // invalid value of the kind is then refused by the CLI and ignored by
 // watchers, whose last good value stays. Call it from an init function; it
 // panics on a bad or duplicate name, or one this package decodes itself.
-func RegisterPolicyKind(name string, decode PolicyDecoder) {
-	if err := validateName(name); err != nil || strings.Contains(name, ".") || decode == nil ||
-		name == PolicyDefaults || name+"." == PolicyCapabilityPrefix {
-		panic(fmt.Sprintf("registry: RegisterPolicyKind(%q): want a one-token name other than defaults and capability, and a decoder", name))
+func RegisterKind(name string, decode Decoder) {
+	if err := declare.ValidateName(name); err != nil || strings.Contains(name, ".") || decode == nil ||
+		name == KeyDefaults || name+"." == KeyCapabilityPrefix {
+		panic(fmt.Sprintf("policy: RegisterKind(%q): want a one-token name other than defaults and capability, and a decoder", name))
 	}
 	policyKindsMu.Lock()
 	defer policyKindsMu.Unlock()
 	if _, dup := policyKinds[name]; dup {
-		panic(fmt.Sprintf("registry: RegisterPolicyKind(%q) called twice", name))
+		panic(fmt.Sprintf("policy: RegisterKind(%q) called twice", name))
 	}
 	policyKinds[name] = decode
 }
@@ -303,30 +302,30 @@ func policyKind(key string) string {
 	return kind
 }
 
-// ValidatePolicyKey reports whether key is one `agentreach policy` may
+// ValidateKey reports whether key is one `agentreach policy` may
 // write: "defaults", "capability.<cap>", a registered kind's key, or one of
 // the kinds later parts of Agent-Reach decode ("acl", "workflow.<name>").
 // Watchers keep any other key's value as JSON, so a typo would go
 // unnoticed.
-func ValidatePolicyKey(key string) error {
+func ValidateKey(key string) error {
 	switch kind := policyKind(key); {
-	case key == PolicyDefaults:
+	case key == KeyDefaults:
 		return nil
-	case strings.HasPrefix(key, PolicyCapabilityPrefix):
-		if err := streams.ValidateCapability(strings.TrimPrefix(key, PolicyCapabilityPrefix)); err != nil {
-			return fmt.Errorf("%w: key %q: %v", ErrInvalidPolicy, key, err)
+	case strings.HasPrefix(key, KeyCapabilityPrefix):
+		if err := streams.ValidateCapability(strings.TrimPrefix(key, KeyCapabilityPrefix)); err != nil {
+			return fmt.Errorf("%w: key %q: %v", ErrInvalid, key, err)
 		}
 		return nil
 	case registeredKind(kind) != nil || slices.Contains(reservedPolicyKinds, kind):
 		if !validKey(key) {
-			return fmt.Errorf("%w: key %q: want letters, digits and - _ . only", ErrInvalidPolicy, key)
+			return fmt.Errorf("%w: key %q: want letters, digits and - _ . only", ErrInvalid, key)
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: unknown key %q (want %s, %s<capability>, acl or workflow.<name>)", ErrInvalidPolicy, key, PolicyDefaults, PolicyCapabilityPrefix)
+	return fmt.Errorf("%w: unknown key %q (want %s, %s<capability>, acl or workflow.<name>)", ErrInvalid, key, KeyDefaults, KeyCapabilityPrefix)
 }
 
-func registeredKind(kind string) PolicyDecoder {
+func registeredKind(kind string) Decoder {
 	policyKindsMu.RLock()
 	defer policyKindsMu.RUnlock()
 	return policyKinds[kind]
@@ -347,60 +346,60 @@ func validKey(key string) bool {
 	return true
 }
 
-// ParsePolicy reads the value of REACH_POLICY key from JSON or YAML.
+// Parse reads the value of REACH_POLICY key from JSON or YAML.
 // "defaults" and "capability.<cap>" hold a CapabilityPolicy, read strictly
 // (unknown keys, keys given twice, wrong types are errors) and validated;
 // a registered kind's keys go to its decoder; any other key's value is
-// kept as JSON. Every error wraps ErrInvalidPolicy and names the key and
+// kept as JSON. Every error wraps ErrInvalid and names the key and
 // the field.
-func ParsePolicy(key string, data []byte) (PolicyValue, error) {
-	bad := func(err error) (PolicyValue, error) {
-		return PolicyValue{}, fmt.Errorf("%w: %s: %v", ErrInvalidPolicy, key, err)
+func Parse(key string, data []byte) (Value, error) {
+	bad := func(err error) (Value, error) {
+		return Value{}, fmt.Errorf("%w: %s: %v", ErrInvalid, key, err)
 	}
 	if !validKey(key) {
 		return bad(errors.New("not a valid key: want letters, digits and - _ . only"))
 	}
-	if len(data) > MaxPolicySize {
-		return bad(fmt.Errorf("%d bytes, more than the %d allowed", len(data), MaxPolicySize))
+	if len(data) > MaxSize {
+		return bad(fmt.Errorf("%d bytes, more than the %d allowed", len(data), MaxSize))
 	}
-	if key == PolicyDefaults || strings.HasPrefix(key, PolicyCapabilityPrefix) {
-		if key != PolicyDefaults {
-			if err := streams.ValidateCapability(strings.TrimPrefix(key, PolicyCapabilityPrefix)); err != nil {
+	if key == KeyDefaults || strings.HasPrefix(key, KeyCapabilityPrefix) {
+		if key != KeyDefaults {
+			if err := streams.ValidateCapability(strings.TrimPrefix(key, KeyCapabilityPrefix)); err != nil {
 				return bad(err)
 			}
 		}
 		var c CapabilityPolicy
-		if _, err := decodeDocument(data, &c); err != nil {
+		if _, err := document.Decode(data, &c); err != nil {
 			return bad(err)
 		}
 		if c.Require != nil {
-			c.Require.Permissions = sortedSet(c.Require.Permissions)
+			c.Require.Normalize()
 		}
-		var p problems
+		var p document.Problems
 		c.validate(&p)
-		if err := p.err(ErrInvalidPolicy, key); err != nil {
-			return PolicyValue{}, err
+		if err := p.Err(ErrInvalid, key); err != nil {
+			return Value{}, err
 		}
 		canonical, err := json.Marshal(c)
 		if err != nil {
 			return bad(err)
 		}
-		return PolicyValue{Capability: &c, JSON: canonical}, nil
+		return Value{Capability: &c, JSON: canonical}, nil
 	}
 	if !json.Valid(data) {
 		var err error
-		if data, err = yamlToJSON(data); err != nil {
+		if data, err = document.YAMLToJSON(data); err != nil {
 			return bad(err)
 		}
 	}
-	if err := checkUTF8(data); err != nil {
+	if err := document.CheckUTF8(data); err != nil {
 		return bad(err)
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, data); err != nil {
 		return bad(err)
 	}
-	v := PolicyValue{JSON: compact.Bytes()}
+	v := Value{JSON: compact.Bytes()}
 	if decode := registeredKind(policyKind(key)); decode != nil {
 		var err error
 		if v.Decoded, err = decode(key, v.JSON); err != nil {
@@ -410,24 +409,24 @@ func ParsePolicy(key string, data []byte) (PolicyValue, error) {
 	return v, nil
 }
 
-// PolicySet is every REACH_POLICY value in force at one revision, resolved
+// Set is every REACH_POLICY value in force at one revision, resolved
 // for lookups on a dispatcher's hot path. It is immutable.
-type PolicySet struct {
+type Set struct {
 	revision uint64
 	defaults CapabilityPolicy
 	resolved map[string]CapabilityPolicy // capability → defaults overlaid by its own
-	values   map[string]PolicyValue
+	values   map[string]Value
 }
 
-// newPolicySet resolves values (key → value) at revision.
-func newPolicySet(values map[string]PolicyValue, revision uint64) *PolicySet {
-	s := &PolicySet{revision: revision, resolved: make(map[string]CapabilityPolicy), values: make(map[string]PolicyValue, len(values))}
-	if v, ok := values[PolicyDefaults]; ok && v.Capability != nil {
+// NewSet resolves values (key → value) at revision.
+func NewSet(values map[string]Value, revision uint64) *Set {
+	s := &Set{revision: revision, resolved: make(map[string]CapabilityPolicy), values: make(map[string]Value, len(values))}
+	if v, ok := values[KeyDefaults]; ok && v.Capability != nil {
 		s.defaults = *v.Capability
 	}
 	for key, v := range values {
 		s.values[key] = v
-		if c, ok := strings.CutPrefix(key, PolicyCapabilityPrefix); ok && v.Capability != nil {
+		if c, ok := strings.CutPrefix(key, KeyCapabilityPrefix); ok && v.Capability != nil {
 			s.resolved[c] = overlayPolicy(s.defaults, *v.Capability)
 		}
 	}
@@ -435,12 +434,12 @@ func newPolicySet(values map[string]PolicyValue, revision uint64) *PolicySet {
 }
 
 // Revision is the highest REACH_POLICY revision the set reflects.
-func (s *PolicySet) Revision() uint64 { return s.revision }
+func (s *Set) Revision() uint64 { return s.revision }
 
 // For returns capability's policy: "defaults" overlaid by
 // "capability.<capability>". Fields nil in both are left to the
 // dispatcher's flags. It does not allocate.
-func (s *PolicySet) For(capability string) CapabilityPolicy {
+func (s *Set) For(capability string) CapabilityPolicy {
 	if c, ok := s.resolved[capability]; ok {
 		return c
 	}
@@ -449,91 +448,7 @@ func (s *PolicySet) For(capability string) CapabilityPolicy {
 
 // Value returns the value in force under key, for keys beyond the
 // capability policies (a registered kind's Decoded, or JSON).
-func (s *PolicySet) Value(key string) (PolicyValue, bool) {
+func (s *Set) Value(key string) (Value, bool) {
 	v, ok := s.values[key]
 	return v, ok
-}
-
-// PolicyEntry is one REACH_POLICY key as stored.
-type PolicyEntry struct {
-	Key string
-	// Raw is the stored value.
-	Raw []byte
-	// Value is Raw decoded; zero when Err is set.
-	Value PolicyValue
-	// Err says why Raw does not validate: dispatchers ignore such a value
-	// and keep the last good one.
-	Err      error
-	Revision uint64
-	Updated  time.Time
-}
-
-func policyEntry(kve jetstream.KeyValueEntry) PolicyEntry {
-	e := PolicyEntry{Key: kve.Key(), Raw: kve.Value(), Revision: kve.Revision(), Updated: kve.Created()}
-	e.Value, e.Err = ParsePolicy(e.Key, e.Raw)
-	return e
-}
-
-// GetPolicy returns the value stored under key, or an error wrapping
-// ErrNoPolicy. A stored value that does not validate is returned with Err
-// set, not as an error.
-func GetPolicy(ctx context.Context, kv jetstream.KeyValue, key string) (PolicyEntry, error) {
-	kve, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return PolicyEntry{}, fmt.Errorf("%w under key %q", ErrNoPolicy, key)
-	}
-	if err != nil {
-		return PolicyEntry{}, err
-	}
-	return policyEntry(kve), nil
-}
-
-// ListPolicy returns every stored key, sorted, invalid values with Err set.
-func ListPolicy(ctx context.Context, kv jetstream.KeyValue) ([]PolicyEntry, error) {
-	kves, err := listBucket(ctx, kv)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]PolicyEntry, len(kves))
-	for i, kve := range kves {
-		out[i] = policyEntry(kve)
-	}
-	return out, nil
-}
-
-// PutPolicy validates data (JSON or YAML) as the value of key and stores
-// its JSON form, returning the new revision. It refuses a key
-// ValidatePolicyKey refuses and an invalid value, writing nothing.
-func PutPolicy(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (uint64, error) {
-	value, err := checkedPolicy(key, data)
-	if err != nil {
-		return 0, err
-	}
-	return kv.Put(ctx, key, value)
-}
-
-// UpdatePolicy is PutPolicy that writes only if key is still at revision,
-// or, with revision 0, does not exist: for changing a value read before
-// without losing someone else's change made in between.
-func UpdatePolicy(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, revision uint64) (uint64, error) {
-	value, err := checkedPolicy(key, data)
-	if err != nil {
-		return 0, err
-	}
-	if revision == 0 {
-		return kv.Create(ctx, key, value)
-	}
-	return kv.Update(ctx, key, value, revision)
-}
-
-// checkedPolicy returns the JSON to store for key, or why not.
-func checkedPolicy(key string, data []byte) ([]byte, error) {
-	if err := ValidatePolicyKey(key); err != nil {
-		return nil, err
-	}
-	v, err := ParsePolicy(key, data)
-	if err != nil {
-		return nil, err
-	}
-	return v.JSON, nil
 }
