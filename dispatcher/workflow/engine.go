@@ -18,6 +18,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -187,7 +188,7 @@ func (e *Engine) Serves(name string) bool {
 
 // Definition returns the definition in force under name and the
 // REACH_POLICY revision of its key.
-func (e *Engine) Definition(name string) (*Definition, uint64, bool) {
+func (e *Engine) Definition(name string) (*spec.Definition, uint64, bool) {
 	v, ok := (*e.defs.Load())[name]
 	if !ok {
 		return nil, 0, false

@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"encoding/json"
@@ -91,6 +91,10 @@ type Parallel struct {
 	quorum fanout.Quorum
 }
 
+// QuorumRule is the step's quorum as fanout.Gather takes it (meaningful in
+// mode quorum).
+func (p *Parallel) QuorumRule() fanout.Quorum { return p.quorum }
+
 // Branch is one task of a Parallel step.
 type Branch struct {
 	Name string `json:"name"`
@@ -131,8 +135,9 @@ func (o OnFailure) MarshalJSON() ([]byte, error) {
 	return json.Marshal(string(o.Action))
 }
 
-// action returns what a failure of st does.
-func (st *Step) action() Action {
+// Action returns what a failure of st does: its OnFailure's action, abort
+// without one.
+func (st *Step) Action() Action {
 	if st.OnFailure == nil {
 		return ActionAbort
 	}
@@ -160,7 +165,7 @@ func Parse(data []byte) (*Definition, error) {
 // decodePolicy is the REACH_POLICY decoder of the workflow kind: the value
 // of "workflow.<name>" must define <name>.
 func decodePolicy(key string, value json.RawMessage) (any, error) {
-	def, err := decodeDefinition(value)
+	def, err := Decode(value)
 	if err != nil {
 		return nil, err
 	}
@@ -170,8 +175,10 @@ func decodePolicy(key string, value json.RawMessage) (any, error) {
 	return def, nil
 }
 
-// decodeDefinition reads and validates a definition from JSON.
-func decodeDefinition(data []byte) (*Definition, error) {
+// Decode reads and validates a definition from JSON (a Definition
+// marshalled, as a run's record keeps it), by Parse's rules; its errors
+// do not wrap ErrInvalidDefinition.
+func Decode(data []byte) (*Definition, error) {
 	tree, err := registry.ReadTree(data)
 	if err != nil {
 		return nil, err
@@ -492,13 +499,21 @@ func (d *Definition) Step(name string) *Step {
 	return nil
 }
 
-// paramsFor returns the run's parameters: the defaults, overridden by the
-// caller's JSON object (HeaderParams), each of a known name and of its
-// default's type (any type where the default is null).
-func (d *Definition) paramsFor(override string) (map[string]any, error) {
+// StepIndex returns the index in Steps of the step called name, or -1.
+func (d *Definition) StepIndex(name string) int {
+	if i, ok := d.index[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// ParamsFor returns a run's parameters as a JSON object: the defaults,
+// overridden by the caller's JSON object (HeaderParams), each of a known
+// name and of its default's type (any type where the default is null).
+func (d *Definition) ParamsFor(override string) (json.RawMessage, error) {
 	out := maps.Clone(d.params)
 	if override == "" {
-		return out, nil
+		return encodeJSON(out), nil
 	}
 	v, err := parseJSON([]byte(override))
 	obj, ok := v.(map[string]any)
@@ -515,5 +530,5 @@ func (d *Definition) paramsFor(override string) (map[string]any, error) {
 		}
 		out[k] = obj[k]
 	}
-	return out, nil
+	return encodeJSON(out), nil
 }

@@ -1,6 +1,7 @@
-package workflow
+package spec
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -77,17 +78,49 @@ func parseRef(s string) (*ref, error) {
 	return r, nil
 }
 
-// scope is what references resolve against during a run.
-type scope struct {
+// Scope is what references resolve against during a run: its input, its
+// parameters, the results of the steps done and why the others have none.
+// It is not safe for concurrent use.
+type Scope struct {
 	input   any
 	params  map[string]any
 	results map[string]any    // the results of the steps done
 	missing map[string]string // why a step has no result: skipped, failed, not run yet
 }
 
+// NewScope returns the scope of a run whose input and parameters are
+// input and params (JSON; params an object).
+func NewScope(input, params json.RawMessage) (*Scope, error) {
+	s := &Scope{results: map[string]any{}, missing: map[string]string{}}
+	var err error
+	if s.input, err = parseJSON(input); err != nil {
+		return nil, fmt.Errorf("its input: %w", err)
+	}
+	p, err := parseJSON(params)
+	if err != nil {
+		return nil, fmt.Errorf("its params: %w", err)
+	}
+	s.params, _ = p.(map[string]any)
+	return s, nil
+}
+
+// SetResult records the result of step (JSON), which references to it
+// then read.
+func (s *Scope) SetResult(step string, result json.RawMessage) error {
+	v, err := parseJSON(result)
+	if err != nil {
+		return fmt.Errorf("the result of step %s: %w", step, err)
+	}
+	s.results[step] = v
+	return nil
+}
+
+// SetMissing records why step has no result (a reference to it says so).
+func (s *Scope) SetMissing(step, why string) { s.missing[step] = why }
+
 // resolve returns the value r refers to, or an error naming r and the
 // first key that is not there.
-func (s *scope) resolve(r *ref) (any, error) {
+func (s *Scope) resolve(r *ref) (any, error) {
 	var v any
 	var where string
 	switch r.root {
@@ -181,8 +214,52 @@ func compileTemplate(v any, path string, check func(r *ref, path string) error) 
 	return v, nil
 }
 
+// BuildInput builds the payload of st's task in s from its input mapping;
+// without one, it is the run's input.
+func (st *Step) BuildInput(s *Scope) (json.RawMessage, error) {
+	if st.input == nil {
+		return encodeJSON(s.input), nil
+	}
+	v, err := s.fill(st.input)
+	if err != nil {
+		return nil, err
+	}
+	return encodeJSON(v), nil
+}
+
+// BuildInput builds the payload of b's task in s from its input mapping;
+// without one, it is its step's, stepInput.
+func (b *Branch) BuildInput(s *Scope, stepInput json.RawMessage) (json.RawMessage, error) {
+	if b.input == nil {
+		return stepInput, nil
+	}
+	v, err := s.fill(b.input)
+	if err != nil {
+		return nil, err
+	}
+	return encodeJSON(v), nil
+}
+
+// BuildOutput builds a run's answer in s from d's output mapping; without
+// one, it is the result of the last step done (null if none is).
+func (d *Definition) BuildOutput(s *Scope) (json.RawMessage, error) {
+	if d.output == nil {
+		for i := len(d.Steps) - 1; i >= 0; i-- {
+			if res, ok := s.results[d.Steps[i].Name]; ok {
+				return encodeJSON(res), nil
+			}
+		}
+		return json.RawMessage("null"), nil
+	}
+	v, err := s.fill(d.output)
+	if err != nil {
+		return nil, err
+	}
+	return encodeJSON(v), nil
+}
+
 // fill evaluates a compiled template in s.
-func (s *scope) fill(t any) (any, error) {
+func (s *Scope) fill(t any) (any, error) {
 	switch x := t.(type) {
 	case *ref:
 		return s.resolve(x)

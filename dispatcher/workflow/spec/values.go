@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"bytes"
@@ -48,6 +48,16 @@ func parseJSON(data []byte) (any, error) {
 		return nil, errors.New("more than one JSON value")
 	}
 	return v, nil
+}
+
+// DecodeBody reads a message body of contentType (JSON or msgpack) as
+// JSON; a BAD_REQUEST says what is wrong with it.
+func DecodeBody(contentType string, data []byte) (json.RawMessage, *streams.Error) {
+	v, e := decodeBody(contentType, data)
+	if e != nil {
+		return nil, e
+	}
+	return encodeJSON(v), nil
 }
 
 // decodeBody reads a message body of contentType (JSON or msgpack) into a

@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"encoding/json"
@@ -79,10 +79,10 @@ func FuzzCondition(f *testing.F) {
 		if err != nil {
 			return
 		}
-		s := &scope{input: in, params: d.params, results: map[string]any{"score": in}, missing: map[string]string{}}
+		s := &Scope{input: in, params: d.params, results: map[string]any{"score": in}, missing: map[string]string{}}
 		var t1, t2 strings.Builder
-		v1, err1 := c.eval(s, "when", &t1)
-		v2, err2 := c.eval(s, "when", &t2)
+		v1, err1 := c.Eval(s, "when", &t1)
+		v2, err2 := c.Eval(s, "when", &t2)
 		if v1 != v2 || (err1 == nil) != (err2 == nil) || t1.String() != t2.String() {
 			t.Fatalf("%s on %s: %v/%v (%v/%v), traces %q and %q", cond, input, v1, v2, err1, err2, t1.String(), t2.String())
 		}
