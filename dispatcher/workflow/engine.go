@@ -259,11 +259,9 @@ func (e *Engine) Direct(m *nats.Msg, name string) *nats.Msg {
 	defer e.running.Done()
 	r, fail := e.newRun(m.Header, m.Data, name, time.Now(), "direct")
 	if fail == nil {
-		var x *runner
-		if x, fail = e.runnerOf(r, m.Header, false); fail == nil {
-			x.execute()
-			x.release()
-		}
+		x := e.runnerOf(r, m.Header, false)
+		x.execute()
+		x.release()
 	}
 	switch {
 	case fail != nil:
@@ -398,11 +396,7 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 			return v
 		}
 	}
-	x, fail := e.runnerOf(r, h, true)
-	if fail != nil {
-		e.log.Error().Str("request_id", id).Str("error", fail.Message).Msg("durable run record unusable; it will be redelivered")
-		return verdict{kind: retry, id: id}
-	}
+	x := e.runnerOf(r, h, true)
 	defer x.release()
 	switch s := x.execute(); s {
 	case stepWait:

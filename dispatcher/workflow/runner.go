@@ -123,24 +123,19 @@ func (e *Engine) newRun(h nats.Header, data []byte, name string, submitted time.
 // runnerOf prepares r to run: its scope rebuilt from the record (a
 // resumed run's results), its context bounded by the run's deadline.
 // header is the request's that started the run.
-func (e *Engine) runnerOf(r *Run, header nats.Header, durable bool) (*runner, *streams.Error) {
-	scope, err := spec.NewScope(r.Input, r.Params)
-	if err != nil {
-		return nil, streams.NewError(streams.CodeInternal, "run %s: %v", r.ID, err)
-	}
+func (e *Engine) runnerOf(r *Run, header nats.Header, durable bool) *runner {
+	scope := spec.NewScope(r.Input, r.Params) // JSON: read from the request, or from the record
 	x := &runner{e: e, r: r, header: header, durable: durable, scope: scope}
 	for _, sr := range r.Steps {
 		switch sr.Status {
 		case StepDone, StepCompensated:
-			if err := scope.SetResult(sr.Name, sr.Result); err != nil {
-				return nil, streams.NewError(streams.CodeInternal, "run %s: %v", r.ID, err)
-			}
+			scope.SetResult(sr.Name, sr.Result)
 		case StepSkipped:
 			scope.SetMissing(sr.Name, "was skipped: "+sr.Skipped)
 		}
 	}
 	x.ctx, x.cancel = context.WithDeadline(e.ctx, r.Deadline)
-	return x, nil
+	return x
 }
 
 // release frees the runner's context.
@@ -294,7 +289,7 @@ func (x *runner) done(i int, res json.RawMessage) {
 	sr := x.r.Steps[i]
 	sr.Status, sr.Error = StepDone, nil
 	sr.Result = res
-	_ = x.scope.SetResult(sr.Name, res) // checked by call and parallel
+	x.scope.SetResult(sr.Name, res)
 	x.e.stepEvent(x.r, i)
 }
 

@@ -158,7 +158,7 @@ func compileCondition(tree any, path string, check func(*ref, string) error, par
 // any run: the value's (a literal, or a parameter's default) and, for a
 // parameter field, the field's. A null default says nothing about type.
 func (c *Condition) checkTypes(params map[string]any) error {
-	known := &Scope{params: params}
+	known := &Scope{params: encodeJSON(params)}
 	value, valueKnown := c.value, true
 	if r, isRef := c.value.(*ref); isRef {
 		v, err := known.resolve(r)

@@ -23,11 +23,11 @@ func compiled(t testing.TB, doc string) (*Condition, error) {
 }
 
 func testScope(t testing.TB) *Scope {
-	input, _ := parseJSON([]byte(`{"amount": 12000, "tier": "gold", "items": [{"sku": "a"}], "big": 9007199254740993, "flag": false, "nothing": null}`))
-	score, _ := parseJSON([]byte(`{"credit": {"score": 0.21}, "label": "high"}`))
-	params, _ := parseJSON([]byte(`{"limit": 10, "tags": ["gold", "silver"], "none": null}`))
-	return &Scope{input: input, params: params.(map[string]any), results: map[string]any{"score": score},
-		missing: map[string]string{"manual": "was skipped: its condition is false"}}
+	s := NewScope([]byte(`{"amount": 12000, "tier": "gold", "items": [{"sku": "a"}], "big": 9007199254740993, "flag": false, "nothing": null}`),
+		[]byte(`{"limit": 10, "tags": ["gold", "silver"], "none": null}`))
+	s.SetResult("score", []byte(`{"credit": {"score": 0.21}, "label": "high"}`))
+	s.SetMissing("manual", "was skipped: its condition is false")
+	return s
 }
 
 func TestConditionsEvaluateWithTheirTrace(t *testing.T) {

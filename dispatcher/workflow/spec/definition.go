@@ -44,9 +44,10 @@ type Definition struct {
 	// step that ran.
 	Output json.RawMessage `json:"output,omitempty"`
 
-	params map[string]any
-	output any // compiled template
-	index  map[string]int
+	params     map[string]any
+	paramsJSON json.RawMessage // the defaults, encoded once
+	output     any             // compiled template
+	index      map[string]int
 }
 
 // Step is one step of a Definition: Call (one task to a capability) or
@@ -214,6 +215,7 @@ func Decode(data []byte) (*Definition, error) {
 			d.Params[k] = encodeJSON(params[k])
 		}
 	}
+	d.paramsJSON = encodeJSON(d.params)
 	steps, ok := obj["steps"].([]any)
 	switch {
 	case !ok:
@@ -511,10 +513,10 @@ func (d *Definition) StepIndex(name string) int {
 // overridden by the caller's JSON object (HeaderParams), each of a known
 // name and of its default's type (any type where the default is null).
 func (d *Definition) ParamsFor(override string) (json.RawMessage, error) {
-	out := maps.Clone(d.params)
 	if override == "" {
-		return encodeJSON(out), nil
+		return d.paramsJSON, nil
 	}
+	out := maps.Clone(d.params)
 	v, err := parseJSON([]byte(override))
 	obj, ok := v.(map[string]any)
 	if err != nil || !ok {

@@ -80,54 +80,53 @@ func parseRef(s string) (*ref, error) {
 
 // Scope is what references resolve against during a run: its input, its
 // parameters, the results of the steps done and why the others have none.
-// It is not safe for concurrent use.
+// Each is held as the JSON it arrived in, never decoded whole: a reference
+// into one extracts the field it names, and a reference to the whole
+// passes its bytes on. It is not safe for concurrent use.
 type Scope struct {
-	input   any
-	params  map[string]any
-	results map[string]any    // the results of the steps done
-	missing map[string]string // why a step has no result: skipped, failed, not run yet
+	input   json.RawMessage
+	params  json.RawMessage            // an object
+	results map[string]json.RawMessage // the results of the steps done
+	missing map[string]string          // why a step has no result: skipped, failed, not run yet
 }
 
 // NewScope returns the scope of a run whose input and parameters are
-// input and params (JSON; params an object).
-func NewScope(input, params json.RawMessage) (*Scope, error) {
-	s := &Scope{results: map[string]any{}, missing: map[string]string{}}
-	var err error
-	if s.input, err = parseJSON(input); err != nil {
-		return nil, fmt.Errorf("its input: %w", err)
-	}
-	p, err := parseJSON(params)
-	if err != nil {
-		return nil, fmt.Errorf("its params: %w", err)
-	}
-	s.params, _ = p.(map[string]any)
-	return s, nil
+// input and params: JSON, as DecodeBody and Definition.ParamsFor return
+// it (or a run's record holds it).
+func NewScope(input, params json.RawMessage) *Scope {
+	return &Scope{input: jsonValue(input), params: jsonValue(params),
+		results: map[string]json.RawMessage{}, missing: map[string]string{}}
 }
 
-// SetResult records the result of step (JSON), which references to it
-// then read.
-func (s *Scope) SetResult(step string, result json.RawMessage) error {
-	v, err := parseJSON(result)
-	if err != nil {
-		return fmt.Errorf("the result of step %s: %w", step, err)
-	}
-	s.results[step] = v
-	return nil
+// SetResult records the result of step, JSON as DecodeBody returns it,
+// which references to the step then read.
+func (s *Scope) SetResult(step string, result json.RawMessage) {
+	s.results[step] = jsonValue(result)
 }
 
 // SetMissing records why step has no result (a reference to it says so).
 func (s *Scope) SetMissing(step, why string) { s.missing[step] = why }
 
-// resolve returns the value r refers to, or an error naming r and the
-// first key that is not there.
+// resolve returns the value r refers to as a tree (for a condition), or an
+// error naming r and the first key that is not there.
 func (s *Scope) resolve(r *ref) (any, error) {
-	var v any
+	raw, err := s.resolveJSON(r)
+	if err != nil {
+		return nil, err
+	}
+	return parseJSON(raw)
+}
+
+// resolveJSON returns the JSON of the value r refers to: a slice of the
+// value it starts from, which only the keys of r's path are read in.
+func (s *Scope) resolveJSON(r *ref) (json.RawMessage, error) {
+	var v json.RawMessage
 	var where string
 	switch r.root {
 	case rootInput:
 		v, where = s.input, "the input"
 	case rootParam:
-		p, ok := s.params[r.name]
+		p, ok := member(s.params, r.name)
 		if !ok {
 			return nil, fmt.Errorf("%s: no parameter %q", r.text, r.name)
 		}
@@ -148,28 +147,48 @@ func (s *Scope) resolve(r *ref) (any, error) {
 		if i > 0 {
 			at += " at " + strings.Join(r.path[:i], ".")
 		}
-		switch x := v.(type) {
-		case map[string]any:
-			next, ok := x[seg]
+		switch kindOf(v) {
+		case '{':
+			next, ok := member(v, seg)
 			if !ok {
 				return nil, fmt.Errorf("%s: %s has no field %q", r.text, at, seg)
 			}
 			v = next
-		case []any:
+		case '[':
 			n, err := strconv.Atoi(seg)
-			if err != nil || n < 0 || n >= len(x) {
-				return nil, fmt.Errorf("%s: %s is an array of %d, and %q is not an index of it", r.text, at, len(x), seg)
+			if err != nil || n < 0 {
+				n = -1 // no index: element counts the array
 			}
-			v = x[n]
+			next, length := element(v, n)
+			if next == nil {
+				return nil, fmt.Errorf("%s: %s is an array of %d, and %q is not an index of it", r.text, at, length, seg)
+			}
+			v = next
 		default:
-			return nil, fmt.Errorf("%s: %s is %s, which has no field %q", r.text, at, typeName(v), seg)
+			return nil, fmt.Errorf("%s: %s is %s, which has no field %q", r.text, at, kindName(v), seg)
 		}
 	}
 	return v, nil
 }
 
-// A template is a compiled mapping: the value tree as written, with each
-// reference replaced by its *ref.
+// A template is a compiled mapping: each part without a reference encoded
+// once, as JSON (literal); an object or array with references in it a
+// *tmplObject or *tmplArray; a reference its *ref. Filling one writes
+// JSON: the literals as they are, each reference's value as the JSON it
+// was found in.
+
+// literal is a part of a template without references, encoded.
+type literal json.RawMessage
+
+// tmplObject is an object of a template with references in it: its keys
+// in order, each encoded with its colon ("key":), and their values.
+type tmplObject struct {
+	keys [][]byte
+	vals []any
+}
+
+// tmplArray is an array of a template with references in it.
+type tmplArray struct{ vals []any }
 
 // compileTemplate compiles a mapping read from a definition at path;
 // check validates each reference (the steps and parameters it names).
@@ -177,10 +196,10 @@ func compileTemplate(v any, path string, check func(r *ref, path string) error) 
 	switch x := v.(type) {
 	case string:
 		if !strings.HasPrefix(x, "$") {
-			return x, nil
+			return literal(encodeJSON(x)), nil
 		}
 		if strings.HasPrefix(x, "$$") {
-			return x[1:], nil
+			return literal(encodeJSON(x[1:])), nil
 		}
 		r, err := parseRef(x)
 		if err == nil {
@@ -191,40 +210,124 @@ func compileTemplate(v any, path string, check func(r *ref, path string) error) 
 		}
 		return r, nil
 	case map[string]any:
-		out := make(map[string]any, len(x))
-		for _, k := range slices.Sorted(maps.Keys(x)) { // the first problem in key order
+		out := &tmplObject{}
+		constant := true
+		for _, k := range slices.Sorted(maps.Keys(x)) { // the first problem in key order, as the JSON writes keys
 			c, err := compileTemplate(x[k], joinPath(path, k), check)
 			if err != nil {
 				return nil, err
 			}
-			out[k] = c
+			_, isLiteral := c.(literal)
+			constant = constant && isLiteral
+			out.keys = append(out.keys, append(encodeJSON(k), ':'))
+			out.vals = append(out.vals, c)
+		}
+		if constant {
+			return literal(encodeJSON(unescapeLiterals(x))), nil
 		}
 		return out, nil
 	case []any:
-		out := make([]any, len(x))
+		out := &tmplArray{}
+		constant := true
 		for i, e := range x {
 			c, err := compileTemplate(e, fmt.Sprintf("%s[%d]", path, i), check)
 			if err != nil {
 				return nil, err
 			}
-			out[i] = c
+			_, isLiteral := c.(literal)
+			constant = constant && isLiteral
+			out.vals = append(out.vals, c)
+		}
+		if constant {
+			return literal(encodeJSON(unescapeLiterals(x))), nil
 		}
 		return out, nil
 	}
-	return v, nil
+	return literal(encodeJSON(v)), nil
+}
+
+// unescapeLiterals returns a tree without references with its "$$"
+// strings written as the literal "$" strings they stand for.
+func unescapeLiterals(v any) any {
+	switch x := v.(type) {
+	case string:
+		if strings.HasPrefix(x, "$$") {
+			return x[1:]
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = unescapeLiterals(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = unescapeLiterals(e)
+		}
+		return out
+	}
+	return v
+}
+
+// fill appends the JSON of a compiled template, evaluated in s, to b.
+func (s *Scope) fill(b []byte, t any) ([]byte, error) {
+	switch x := t.(type) {
+	case literal:
+		return append(b, x...), nil
+	case *ref:
+		v, err := s.resolveJSON(x)
+		if err != nil {
+			return nil, err
+		}
+		return append(b, v...), nil
+	case *tmplObject:
+		b = append(b, '{')
+		for i, k := range x.keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = s.fill(append(b, k...), x.vals[i]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	case *tmplArray:
+		b = append(b, '[')
+		for i, e := range x.vals {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = s.fill(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	}
+	return nil, fmt.Errorf("template part %T", t) // compileTemplate makes none other
+}
+
+// build fills template t in s: its JSON. A reference to a whole value is
+// that value's JSON itself.
+func (s *Scope) build(t any) (json.RawMessage, error) {
+	switch x := t.(type) {
+	case literal:
+		return json.RawMessage(x), nil
+	case *ref:
+		return s.resolveJSON(x)
+	}
+	return s.fill(make([]byte, 0, 128), t)
 }
 
 // BuildInput builds the payload of st's task in s from its input mapping;
 // without one, it is the run's input.
 func (st *Step) BuildInput(s *Scope) (json.RawMessage, error) {
 	if st.input == nil {
-		return encodeJSON(s.input), nil
+		return s.input, nil
 	}
-	v, err := s.fill(st.input)
-	if err != nil {
-		return nil, err
-	}
-	return encodeJSON(v), nil
+	return s.build(st.input)
 }
 
 // BuildInput builds the payload of b's task in s from its input mapping;
@@ -233,11 +336,7 @@ func (b *Branch) BuildInput(s *Scope, stepInput json.RawMessage) (json.RawMessag
 	if b.input == nil {
 		return stepInput, nil
 	}
-	v, err := s.fill(b.input)
-	if err != nil {
-		return nil, err
-	}
-	return encodeJSON(v), nil
+	return s.build(b.input)
 }
 
 // BuildOutput builds a run's answer in s from d's output mapping; without
@@ -246,43 +345,10 @@ func (d *Definition) BuildOutput(s *Scope) (json.RawMessage, error) {
 	if d.output == nil {
 		for i := len(d.Steps) - 1; i >= 0; i-- {
 			if res, ok := s.results[d.Steps[i].Name]; ok {
-				return encodeJSON(res), nil
+				return res, nil
 			}
 		}
 		return json.RawMessage("null"), nil
 	}
-	v, err := s.fill(d.output)
-	if err != nil {
-		return nil, err
-	}
-	return encodeJSON(v), nil
-}
-
-// fill evaluates a compiled template in s.
-func (s *Scope) fill(t any) (any, error) {
-	switch x := t.(type) {
-	case *ref:
-		return s.resolve(x)
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for _, k := range slices.Sorted(maps.Keys(x)) { // the first problem in key order
-			v, err := s.fill(x[k])
-			if err != nil {
-				return nil, err
-			}
-			out[k] = v
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			v, err := s.fill(e)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = v
-		}
-		return out, nil
-	}
-	return t, nil
+	return s.build(d.output)
 }
