@@ -215,7 +215,7 @@ func Decode(data []byte) (*Definition, error) {
 			d.Params[k] = encodeJSON(params[k])
 		}
 	}
-	d.paramsJSON = encodeJSON(d.params)
+	d.paramsJSON = slices.Clip(encodeJSON(d.params)) // shared by every run: an append makes a copy
 	steps, ok := obj["steps"].([]any)
 	switch {
 	case !ok:

@@ -3,6 +3,7 @@ package spec
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 )
 
 // Lazy field access. A run's values are held as JSON (Scope); a reference
@@ -12,14 +13,14 @@ import (
 // (DecodeBody checked them, or a run's record held them); on anything
 // else the scan finds nothing, and never reads out of bounds.
 
-// jsonValue returns a JSON value without the space around it; null when
-// it is empty.
+// jsonValue returns a JSON value without the space around it, its
+// capacity clipped (an append makes a copy); null when it is empty.
 func jsonValue(b json.RawMessage) json.RawMessage {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return json.RawMessage("null")
 	}
-	return b
+	return slices.Clip(b)
 }
 
 // kindOf returns the first byte of a JSON value: '{', '[', '"', 't', 'f'

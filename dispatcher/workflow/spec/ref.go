@@ -168,7 +168,7 @@ func (s *Scope) resolveJSON(r *ref) (json.RawMessage, error) {
 			return nil, fmt.Errorf("%s: %s is %s, which has no field %q", r.text, at, kindName(v), seg)
 		}
 	}
-	return v, nil
+	return slices.Clip(v), nil // a slice of a value the run keeps: an append makes a copy
 }
 
 // A template is a compiled mapping: each part without a reference encoded
@@ -179,6 +179,10 @@ func (s *Scope) resolveJSON(r *ref) (json.RawMessage, error) {
 
 // literal is a part of a template without references, encoded.
 type literal json.RawMessage
+
+// literalOf encodes a part without references. Its slice is shared by
+// every run, so its capacity is clipped: an append makes a copy.
+func literalOf(v any) literal { return literal(slices.Clip(encodeJSON(v))) }
 
 // tmplObject is an object of a template with references in it: its keys
 // in order, each encoded with its colon ("key":), and their values.
@@ -196,10 +200,10 @@ func compileTemplate(v any, path string, check func(r *ref, path string) error) 
 	switch x := v.(type) {
 	case string:
 		if !strings.HasPrefix(x, "$") {
-			return literal(encodeJSON(x)), nil
+			return literalOf(x), nil
 		}
 		if strings.HasPrefix(x, "$$") {
-			return literal(encodeJSON(x[1:])), nil
+			return literalOf(x[1:]), nil
 		}
 		r, err := parseRef(x)
 		if err == nil {
@@ -223,7 +227,7 @@ func compileTemplate(v any, path string, check func(r *ref, path string) error) 
 			out.vals = append(out.vals, c)
 		}
 		if constant {
-			return literal(encodeJSON(unescapeLiterals(x))), nil
+			return literalOf(unescapeLiterals(x)), nil
 		}
 		return out, nil
 	case []any:
@@ -239,11 +243,11 @@ func compileTemplate(v any, path string, check func(r *ref, path string) error) 
 			out.vals = append(out.vals, c)
 		}
 		if constant {
-			return literal(encodeJSON(unescapeLiterals(x))), nil
+			return literalOf(unescapeLiterals(x)), nil
 		}
 		return out, nil
 	}
-	return literal(encodeJSON(v)), nil
+	return literalOf(v), nil
 }
 
 // unescapeLiterals returns a tree without references with its "$$"
