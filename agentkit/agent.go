@@ -21,6 +21,8 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit/internal/idem"
 	"github.com/agent-reach/agentreach/agentkit/internal/micro"
+	"github.com/agent-reach/agentreach/agentkit/internal/tracing"
+	"github.com/agent-reach/agentreach/agentkit/internal/workers"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
@@ -127,7 +129,7 @@ type Agent struct {
 	replyPrefix string
 
 	slots    chan struct{}
-	workers  *workers
+	workers  *workers.Pool[job]
 	inflight sync.WaitGroup
 	running  sync.Map        // *Request → struct{}: the deliveries holding a slot, for CANCEL
 	ctx      context.Context // cancelled on hard stop
@@ -318,7 +320,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.idem = &idem.Store{KV: ikv, Reg: reg, Owner: a.id, Incarnation: a.incarn, Check: a.cfg.Heartbeat, Log: a.log}
 	a.ctx, a.stop = context.WithCancel(context.Background())
-	a.workers = newWorkers(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
+	a.workers = workers.New(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
 	if !a.cfg.NoServiceDiscovery {
 		a.svc = micro.New(micro.Config{Type: a.cfg.Type, ID: a.id, Version: a.cfg.Version, Subject: a.cfg.Subjects.Agent(a.id), Capabilities: rec.Capabilities, Declaration: a.decl})
@@ -433,6 +435,12 @@ func (a *Agent) Drain(ctx context.Context) error {
 	return a.drainErr
 }
 
+// job is one task for a worker (workers.Pool).
+type job struct {
+	h   Handler
+	req *Request
+}
+
 // deliver runs on the subscription's goroutine for each delivery: it takes a
 // slot or answers TARGET_BUSY, acknowledges, and starts the handler.
 func (a *Agent) deliver(m *nats.Msg) {
@@ -474,7 +482,7 @@ func (a *Agent) deliver(m *nats.Msg) {
 	a.running.Store(req, struct{}{})
 	a.hb.SetActive(len(a.slots))
 	req.ackTimer = time.AfterFunc(AckDelay, func() { a.ack(req) })
-	a.workers.push(job{h, req})
+	a.workers.Push(job{h, req})
 }
 
 // cancelTask cancels the handler context of the delivery a CANCEL names:
@@ -701,7 +709,9 @@ func (a *Agent) errorMsg(req *Request, e *streams.Error) *nats.Msg {
 }
 
 func (a *Agent) publish(req *Request, m *nats.Msg) {
-	markReply(req, m)
+	if c := req.ctx.Load(); c != nil {
+		tracing.MarkReply(c.Context, m)
+	}
 	req.stampChunks(m)
 	req.answered.Store(true) // a pending ACK is no longer needed
 	if req.ackTimer != nil {

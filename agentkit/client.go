@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/agentkit/internal/requester"
 	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -30,7 +30,7 @@ type Client struct {
 
 	signer    *signature.Signer // signs every task (sign.go); nil: unsigned
 	signerErr error
-	published sync.Map // subjects the server let this client publish to, checked on first use with a signer (sign.go)
+	requests  *requester.Requester
 }
 
 // ClientOption configures a Client.
@@ -61,6 +61,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if err := c.checkSigner(); err != nil {
 		return nil, err
 	}
+	c.requests = requester.New(nc, c.signer != nil, c.cancel)
 	return c, nil
 }
 
@@ -139,7 +140,7 @@ func (c *Client) Call(ctx context.Context, capability string, payload any, opts 
 	if err != nil {
 		return nil, err
 	}
-	reply, err := c.request(ctx, m, "call "+capability)
+	reply, err := c.requests.Request(ctx, m, "call "+capability)
 	if err != nil {
 		return nil, err
 	}

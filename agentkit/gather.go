@@ -2,11 +2,8 @@ package agentkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -151,7 +148,7 @@ func (c *Client) FanOutRaw(ctx context.Context, body []byte, opts ...CallOption)
 
 // gather sends a broadcast or fan-out request and reads its aggregate.
 func (c *Client) gather(ctx context.Context, m *nats.Msg, what string) (*Gathered, error) {
-	reply, err := c.request(ctx, m, what)
+	reply, err := c.requests.Request(ctx, m, what)
 	if err != nil {
 		return nil, err
 	}
@@ -187,83 +184,6 @@ func (c *Client) encode(payload any) ([]byte, error) {
 		return b, nil
 	}
 	return streams.Encode(c.ct, payload)
-}
-
-// request sends m and waits for its one reply, cancelling the task when
-// ctx ends first; errors carry wire codes.
-func (c *Client) request(ctx context.Context, m *nats.Msg, what string) (reply *nats.Msg, err error) {
-	span := traceCall(ctx, m)
-	defer func() { endCall(span, reply, err) }()
-	if err = streams.CheckSize(m, c.nc.MaxPayload()); err != nil { // every header is on it now, a trace's too
-		return nil, err
-	}
-	// "No responders": no dispatcher listens right now — they restart,
-	// or this connection came back before theirs. Nothing received the
-	// request, so it is sent again, backing off with jitter, until one
-	// listens or ctx ends.
-	for wait := noDispatcherFirst; ; wait = min(2*wait, noDispatcherMax) {
-		if c.signer != nil && !c.mayPublish(m.Subject) {
-			reply, err = c.firstRequest(ctx, m)
-		} else {
-			reply, err = c.nc.RequestMsgWithContext(ctx, m)
-		}
-		if !errors.Is(err, nats.ErrNoResponders) {
-			break
-		}
-		d := wait/2 + rand.N(wait/2+1)
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) < d {
-			break // no deadline to retry within, or not enough of it left
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	var refused *refusal
-	if errors.As(err, &refused) {
-		return nil, streams.NewError(streams.CodeUnauthorized, "%s: the server refused it: %v", what, refused.err)
-	}
-	if err != nil && ctx.Err() != nil {
-		c.cancel(m.Header.Get(streams.HeaderRequestID)) // nobody will read the answer now
-	}
-	switch {
-	case err == nil:
-		return reply, nil
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, streams.NewError(streams.CodeNoAgent, "no dispatcher is listening on %s (retried within the caller's deadline)", m.Subject)
-	case errors.Is(err, context.Canceled):
-		return nil, streams.NewError(streams.CodeCancelled, "%s cancelled: %v", what, context.Cause(ctx))
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		if denied := c.refused(m.Subject); denied != nil {
-			return nil, streams.NewError(streams.CodeUnauthorized, "%s: the server refused it: %v", what, denied)
-		}
-		return nil, streams.NewError(streams.CodeDeadlineExceeded, "no answer for %s within the caller's deadline", what)
-	}
-	return nil, fmt.Errorf("agentkit: %s: %w", what, err)
-}
-
-// Backoff of a request nobody listens to (request): from
-// noDispatcherFirst, doubling up to noDispatcherMax, each wait drawn
-// between half and all of it.
-const (
-	noDispatcherFirst = 50 * time.Millisecond
-	noDispatcherMax   = time.Second
-)
-
-// refused returns the connection's last error when it is the server
-// refusing a publish to subject: a request the server drops for want of
-// permission (docs/security.md) gets no reply, so it can only time out.
-func (c *Client) refused(subject string) error {
-	err := c.nc.LastError()
-	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
-		return err
-	}
-	return nil
 }
 
 // WithQuorum asks a Broadcast for a quorum instead of every instance: a

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/agentkit/internal/results"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -102,7 +103,7 @@ func (c *Client) Result(ctx context.Context, requestID string) (*Result, error) 
 }
 
 func (c *Client) result(ctx context.Context, source, requestID string) (*Result, error) {
-	m, err := c.directGet(ctx, c.subjects.Result(source, requestID))
+	m, err := results.Last(ctx, c.nc, c.js, c.subjects.Result(source, requestID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNoResult, requestID)
 	}
@@ -124,51 +125,6 @@ func (c *Client) resultSource() (string, error) {
 		return "", streams.NewError(streams.CodeBadRequest, "%v", err)
 	}
 	return s, nil
-}
-
-// noDirectGet explains a direct get nobody answered (err): no JetStream,
-// no stream, or a stream provisioned before results were read by direct
-// get — which a look at the stream tells apart where the identity may
-// look (a caller under auth may not: it is told the last).
-func (c *Client) noDirectGet(ctx context.Context, subject string, err error) error {
-	ictx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	_, ierr := c.js.Stream(ictx, streams.StreamResults)
-	switch {
-	case errors.Is(ierr, jetstream.ErrStreamNotFound), errors.Is(ierr, jetstream.ErrJetStreamNotEnabled),
-		errors.Is(ierr, jetstream.ErrJetStreamNotEnabledForAccount), errors.Is(ierr, nats.ErrNoResponders):
-		return fmt.Errorf("agentkit: read %s: %w", subject, ierr)
-	}
-	return fmt.Errorf("agentkit: read %s: stream %s answers no direct get (%w): provisioning it again "+
-		"(`agentreach up`, or a dispatcher's start) allows it", subject, streams.StreamResults, err)
-}
-
-// Headers a direct get adds to the stored message.
-var directGetHeaders = []string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"}
-
-// directGet reads the last message REACH_RESULTS holds on subject, by a
-// direct get of that one subject ($JS.API.DIRECT.GET.REACH_RESULTS.<subject>):
-// the only read of the stream a caller's permissions allow, scoped to its
-// own results. jetstream.ErrMsgNotFound when there is none.
-func (c *Client) directGet(ctx context.Context, subject string) (*nats.Msg, error) {
-	resp, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+streams.StreamResults+"."+subject, nil)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, c.noDirectGet(ctx, subject, err)
-	case err != nil:
-		return nil, fmt.Errorf("agentkit: read %s: %w", subject, err)
-	}
-	switch status := resp.Header.Get("Status"); status {
-	case "":
-	case "404":
-		return nil, jetstream.ErrMsgNotFound
-	default:
-		return nil, fmt.Errorf("agentkit: read %s: %s %s", subject, status, resp.Header.Get("Description"))
-	}
-	for _, k := range directGetHeaders {
-		resp.Header.Del(k)
-	}
-	return &nats.Msg{Subject: subject, Header: resp.Header, Data: resp.Data}, nil
 }
 
 // Wait waits for the outcome of a durable task until ctx ends. A task

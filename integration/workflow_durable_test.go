@@ -14,6 +14,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -308,9 +309,9 @@ func TestBadWorkflowInputFailsTheStepNamingTheReference(t *testing.T) {
 			[]string{"BAD_REQUEST", "step reserve", "$input.order: the input is an array"}},
 		{"types that do not compare", "wf.cond", `{"amount": 5, "risk": "high"}`, nil,
 			[]string{"BAD_REQUEST", "step manual", "$steps.score.result.risk is a string (\\\"high\\\"), which gt cannot compare with a number"}},
-		{"an unknown param", "wf.cond", `{"amount": 5}`, []string{workflow.HeaderParams, `{"limit": 3}`},
+		{"an unknown param", "wf.cond", `{"amount": 5}`, []string{spec.HeaderParams, `{"limit": 3}`},
 			[]string{"BAD_REQUEST", `has no parameter \"limit\"`}},
-		{"a param of the wrong type", "wf.cond", `{"amount": 5}`, []string{workflow.HeaderParams, `{"threshold": "high"}`},
+		{"a param of the wrong type", "wf.cond", `{"amount": 5}`, []string{spec.HeaderParams, `{"threshold": "high"}`},
 			[]string{"BAD_REQUEST", "parameter threshold is a number, got a string"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -335,7 +336,7 @@ func TestBadWorkflowInputFailsTheStepNamingTheReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad, err := kv.Put(context.Background(), workflow.PolicyPrefix+"wf.seq", []byte(`{"name":"wf.seq","steps":[{"name":"a","call":"seq.reserve","when":{"field":"$input.x","op":"near"}}]}`))
+	bad, err := kv.Put(context.Background(), spec.PolicyPrefix+"wf.seq", []byte(`{"name":"wf.seq","steps":[{"name":"a","call":"seq.reserve","when":{"field":"$input.x","op":"near"}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

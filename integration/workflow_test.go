@@ -19,6 +19,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -440,7 +441,7 @@ func TestAConditionalStepRunsOrIsSkippedByItsCondition(t *testing.T) {
 		{"above the threshold", `{"amount": 500}`, nil, true,
 			`any[$steps.score.result.risk (0.1) gt 0.5 → false, $input.amount (500) gt $params.threshold (100) → true] → true`},
 		{"risky", `{"amount": 5, "risk": 0.9}`, nil, true, `any[$steps.score.result.risk (0.9) gt 0.5 → true] → true`},
-		{"the threshold raised by the call", `{"amount": 500}`, []string{workflow.HeaderParams, `{"threshold": 1000}`}, false,
+		{"the threshold raised by the call", `{"amount": 500}`, []string{spec.HeaderParams, `{"threshold": 1000}`}, false,
 			`any[$steps.score.result.risk (0.1) gt 0.5 → false, $input.amount (500) gt $params.threshold (1000) → false] → false`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

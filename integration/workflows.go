@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -89,9 +90,9 @@ func runWorkflowsChild(ctx context.Context, nc *nats.Conn, cfgJSON string) error
 
 // PutWorkflow stores a workflow definition (YAML or JSON) in REACH_POLICY
 // and waits until every engine given has it in force.
-func PutWorkflow(tb testing.TB, nc *nats.Conn, doc string, engines ...*workflow.Engine) *workflow.Definition {
+func PutWorkflow(tb testing.TB, nc *nats.Conn, doc string, engines ...*workflow.Engine) *spec.Definition {
 	tb.Helper()
-	def, err := workflow.Parse([]byte(doc))
+	def, err := spec.Parse([]byte(doc))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func PutWorkflow(tb testing.TB, nc *nats.Conn, doc string, engines ...*workflow.
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rev, err := registry.PutPolicy(ctx, kv, workflow.PolicyPrefix+def.Name, []byte(doc))
+	rev, err := registry.PutPolicy(ctx, kv, spec.PolicyPrefix+def.Name, []byte(doc))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -4,11 +4,11 @@
 // was done, and every decision is recorded.
 //
 // A workflow is defined in REACH_POLICY under workflow.<name> (YAML or
-// JSON, read by Parse; docs/workflows.md has the schema) and called like a
-// capability: reach.task.<name> (or Dispatcher.Call: the HTTP gateway, a
-// fan-out branch) on the direct tier, reach.submit.<name> on the durable
-// tier. A workflow shadows a capability of the same name; its own steps
-// call capabilities (dispatcher.ToCapability). The Engine is the
+// JSON, read by spec.Parse; docs/workflows.md has the schema) and called
+// like a capability: reach.task.<name> (or Dispatcher.Call: the HTTP
+// gateway, a fan-out branch) on the direct tier, reach.submit.<name> on
+// the durable tier. A workflow shadows a capability of the same name; its
+// own steps call capabilities (dispatcher.ToCapability). The Engine is the
 // dispatcher's Resolver for those names:
 //
 //	eng, _ := workflow.New(nc, workflow.Config{})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -187,7 +188,7 @@ func (e *Engine) Serves(name string) bool {
 
 // Definition returns the definition in force under name and the
 // REACH_POLICY revision of its key.
-func (e *Engine) Definition(name string) (*Definition, uint64, bool) {
+func (e *Engine) Definition(name string) (*spec.Definition, uint64, bool) {
 	v, ok := (*e.defs.Load())[name]
 	if !ok {
 		return nil, 0, false
@@ -258,11 +259,9 @@ func (e *Engine) Direct(m *nats.Msg, name string) *nats.Msg {
 	defer e.running.Done()
 	r, fail := e.newRun(m.Header, m.Data, name, time.Now(), "direct")
 	if fail == nil {
-		var x *runner
-		if x, fail = e.runnerOf(r, m.Header, false); fail == nil {
-			x.execute()
-			x.release()
-		}
+		x := e.runnerOf(r, m.Header, false)
+		x.execute()
+		x.release()
 	}
 	switch {
 	case fail != nil:
@@ -397,11 +396,7 @@ func (e *Engine) durable(msg jetstream.Msg, name string) verdict {
 			return v
 		}
 	}
-	x, fail := e.runnerOf(r, h, true)
-	if fail != nil {
-		e.log.Error().Str("request_id", id).Str("error", fail.Message).Msg("durable run record unusable; it will be redelivered")
-		return verdict{kind: retry, id: id}
-	}
+	x := e.runnerOf(r, h, true)
 	defer x.release()
 	switch s := x.execute(); s {
 	case stepWait:

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -87,7 +88,7 @@ func TestARunRecordIsWrittenByOneOwnerAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	def, err := Parse([]byte(`{"name":"wf.t","steps":[{"name":"a","call":"t.a"}]}`))
+	def, err := spec.Parse([]byte(`{"name":"wf.t","steps":[{"name":"a","call":"t.a"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,6 @@ package workflow
 import "errors"
 
 var (
-	// ErrInvalidDefinition wraps every reason a workflow definition is
-	// refused; the message names the step and the field.
-	ErrInvalidDefinition = errors.New("workflow: invalid definition")
 	// ErrInvalidConfig is returned by New for a configuration it cannot run.
 	ErrInvalidConfig = errors.New("workflow: invalid config")
 	// ErrNoRun is returned by GetRun for a run id REACH_RUNS does not hold.

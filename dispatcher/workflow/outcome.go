@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,8 +122,7 @@ func (r *Run) reply(maxPayload int64) *nats.Msg {
 	var err error
 	if r.Status == RunFinished {
 		m.Header.Set(streams.HeaderStatus, string(streams.StatusFinished))
-		out, _ := parseJSON(r.Output) // written by the run: valid
-		m.Data, err = streams.Encode(ct, plain(out))
+		m.Data, err = r.answer(ct)
 	} else {
 		e := r.Error
 		if e == nil {
@@ -152,6 +152,24 @@ func (r *Run) reply(maxPayload int64) *nats.Msg {
 		return out
 	}
 	return m
+}
+
+// answer is a finished run's output in content type ct: as the run wrote
+// it in JSON (null when it has none), or re-encoded in msgpack.
+func (r *Run) answer(ct string) ([]byte, error) {
+	if len(r.Output) == 0 {
+		return streams.Encode(ct, nil)
+	}
+	if ct == streams.ContentTypeJSON {
+		return r.Output, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.Output))
+	dec.UseNumber() // integers too large for a float64 stay whole
+	var out any
+	if err := dec.Decode(&out); err != nil {
+		return nil, streams.NewError(streams.CodeInternal, "the output: %v", err)
+	}
+	return streams.Encode(ct, plain(out))
 }
 
 // plain turns a tree's json.Numbers into int64 or float64, for an

@@ -5,6 +5,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"time"
 
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -111,7 +112,7 @@ type Run struct {
 	// Definition is the definition the run started with.
 	Definition json.RawMessage `json:"definition"`
 
-	def      *Definition
+	def      *spec.Definition
 	revision uint64 // of the record in REACH_RUNS, as last read or written
 	// pending are a durable run's step and decision events not recorded
 	// yet: they go to REACH_EVENTS once the record that holds their step

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -46,7 +47,7 @@ type runner struct {
 	e       *Engine
 	r       *Run
 	header  nats.Header // the request that started the run
-	scope   scope
+	scope   *spec.Scope
 	ctx     context.Context // the run's deadline, and the engine's Close
 	cancel  context.CancelFunc
 	durable bool
@@ -106,48 +107,35 @@ func (e *Engine) newRun(h nats.Header, data []byte, name string, submitted time.
 	if !now.Before(r.Deadline) {
 		return r, streams.NewError(streams.CodeDeadlineExceeded, "the deadline passed before the run started")
 	}
-	params, err := v.def.paramsFor(h.Get(HeaderParams))
+	params, err := v.def.ParamsFor(h.Get(spec.HeaderParams))
 	if err != nil {
 		return r, streams.NewError(streams.CodeBadRequest, "%v", err)
 	}
-	r.Params = encodeJSON(params)
-	input, e3 := decodeBody(ct, data)
+	r.Params = params
+	input, e3 := spec.DecodeBody(ct, data)
 	if e3 != nil {
 		return r, e3
 	}
-	r.Input = encodeJSON(input)
+	r.Input = input
 	return r, nil
 }
 
 // runnerOf prepares r to run: its scope rebuilt from the record (a
 // resumed run's results), its context bounded by the run's deadline.
 // header is the request's that started the run.
-func (e *Engine) runnerOf(r *Run, header nats.Header, durable bool) (*runner, *streams.Error) {
-	x := &runner{e: e, r: r, header: header, durable: durable,
-		scope: scope{results: map[string]any{}, missing: map[string]string{}}}
-	var err error
-	if x.scope.input, err = parseJSON(r.Input); err != nil {
-		return nil, streams.NewError(streams.CodeInternal, "run %s: its input: %v", r.ID, err)
-	}
-	params, err := parseJSON(r.Params)
-	if err != nil {
-		return nil, streams.NewError(streams.CodeInternal, "run %s: its params: %v", r.ID, err)
-	}
-	x.scope.params, _ = params.(map[string]any)
+func (e *Engine) runnerOf(r *Run, header nats.Header, durable bool) *runner {
+	scope := spec.NewScope(r.Input, r.Params) // JSON: read from the request, or from the record
+	x := &runner{e: e, r: r, header: header, durable: durable, scope: scope}
 	for _, sr := range r.Steps {
 		switch sr.Status {
 		case StepDone, StepCompensated:
-			res, err := parseJSON(sr.Result)
-			if err != nil {
-				return nil, streams.NewError(streams.CodeInternal, "run %s: the result of step %s: %v", r.ID, sr.Name, err)
-			}
-			x.scope.results[sr.Name] = res
+			scope.SetResult(sr.Name, sr.Result)
 		case StepSkipped:
-			x.scope.missing[sr.Name] = "was skipped: " + sr.Skipped
+			scope.SetMissing(sr.Name, "was skipped: "+sr.Skipped)
 		}
 	}
 	x.ctx, x.cancel = context.WithDeadline(e.ctx, r.Deadline)
-	return x, nil
+	return x
 }
 
 // release frees the runner's context.
@@ -186,7 +174,7 @@ func (x *runner) stopping() bool {
 func (x *runner) execute() stop {
 	r, def := x.r, x.r.def
 	if r.Status == RunCompensating {
-		return x.compensate(def.index[r.FailedStep])
+		return x.compensate(def.StepIndex(r.FailedStep))
 	}
 	r.Status = RunRunning
 	for i, st := range def.Steps {
@@ -216,12 +204,12 @@ func (x *runner) execute() stop {
 			return s
 		}
 	}
-	out, err := x.output()
+	out, err := def.BuildOutput(x.scope)
 	if err != nil {
 		r.FailedStep = ""
 		return x.end(streams.NewError(streams.CodeBadRequest, "output: %v", err))
 	}
-	r.Output = encodeJSON(out)
+	r.Output = out
 	return x.end(nil)
 }
 
@@ -232,7 +220,7 @@ func (x *runner) decideWhen(i int) (bool, *streams.Error) {
 	st, sr := x.r.def.Steps[i], x.r.Steps[i]
 	if sr.Condition == nil {
 		var trace strings.Builder
-		ok, err := st.When.eval(&x.scope, "when", &trace)
+		ok, err := st.When.Eval(x.scope, "when", &trace)
 		if err != nil {
 			return false, streams.NewError(streams.CodeBadRequest, "step %s: %v", st.Name, err)
 		}
@@ -253,7 +241,7 @@ func (x *runner) decideWhen(i int) (bool, *streams.Error) {
 func (x *runner) skip(i int, why string) {
 	sr := x.r.Steps[i]
 	sr.Status, sr.Skipped = StepSkipped, why
-	x.scope.missing[sr.Name] = "was skipped: " + why
+	x.scope.SetMissing(sr.Name, "was skipped: "+why)
 	x.e.stepEvent(x.r, i)
 }
 
@@ -261,11 +249,11 @@ func (x *runner) skip(i int, why string) {
 // its on_failure says. It reports whether execute must stop, and how.
 func (x *runner) runStep(i int) (stop, bool) {
 	st, sr := x.r.def.Steps[i], x.r.Steps[i]
-	in, err := x.input(st.input)
+	in, err := st.BuildInput(x.scope)
 	if err != nil {
 		return x.failed(i, streams.NewError(streams.CodeBadRequest, "step %s: input: %v", st.Name, err), false)
 	}
-	sr.Input = encodeJSON(in)
+	sr.Input = in
 	if sr.Fallback != nil && sr.Fallback.Status != StepDone {
 		return x.fallback(i, in) // the step failed before a wait or a crash: its fallback goes on
 	}
@@ -279,7 +267,7 @@ func (x *runner) runStep(i int) (stop, bool) {
 	if s, ok := x.persisted(); !ok {
 		return s, true
 	}
-	var res any
+	var res json.RawMessage
 	var e *streams.Error
 	if st.Parallel != nil {
 		res, e = x.parallel(st, in, sr)
@@ -296,12 +284,12 @@ func (x *runner) runStep(i int) (stop, bool) {
 	return 0, false
 }
 
-// done records step i's result.
-func (x *runner) done(i int, res any) {
+// done records step i's result (JSON, as call or parallel returned it).
+func (x *runner) done(i int, res json.RawMessage) {
 	sr := x.r.Steps[i]
 	sr.Status, sr.Error = StepDone, nil
-	sr.Result = encodeJSON(res)
-	x.scope.results[sr.Name] = res
+	sr.Result = res
+	x.scope.SetResult(sr.Name, res)
 	x.e.stepEvent(x.r, i)
 }
 
@@ -311,28 +299,28 @@ func (x *runner) done(i int, res any) {
 func (x *runner) failed(i int, e *streams.Error, sent bool) (stop, bool) {
 	st, sr := x.r.def.Steps[i], x.r.Steps[i]
 	sr.Error = e
-	action := st.action()
+	action := st.Action()
 	switch {
-	case sent && x.durable && waitsForCapacity(e.Code) && action == ActionAbort:
+	case sent && x.durable && waitsForCapacity(e.Code) && action == spec.ActionAbort:
 		// Like a durable task: while nothing can take it, the run waits.
 		sr.Status = StepPending
 		x.wait(st.Name, sr.Capability, e)
 		return stepWait, true
-	case sr.InDoubt && action != ActionSkip:
+	case sr.InDoubt && action != spec.ActionSkip:
 		return x.stopInDoubt(i, sr.Capability, e), true
-	case action == ActionSkip:
+	case action == spec.ActionSkip:
 		x.e.decide(x.r, st.Name, DecisionSkip, fmt.Sprintf("step %s failed (%s: %s): on_failure skips it", st.Name, e.Code, e.Message), e)
 		x.skip(i, "it failed: "+string(e.Code))
 		return 0, false
-	case action == ActionFallback && sent:
-		in, _ := x.input(st.input) // it was built for the step's own task
+	case action == spec.ActionFallback && sent:
+		in, _ := st.BuildInput(x.scope) // it was built for the step's own task
 		return x.fallback(i, in)
 	}
 	return x.abort(i, e), true
 }
 
 // fallback calls step i's fallback with the step's input.
-func (x *runner) fallback(i int, in any) (stop, bool) {
+func (x *runner) fallback(i int, in json.RawMessage) (stop, bool) {
 	st, sr := x.r.def.Steps[i], x.r.Steps[i]
 	fb := sr.Fallback
 	if fb == nil {
@@ -445,8 +433,11 @@ func (x *runner) compensate(failed int) stop {
 		if s, ok := x.persisted(); !ok {
 			return s
 		}
-		payload := map[string]any{"run_id": r.ID, "workflow": r.Workflow, "step": st.Name,
-			"input": json.RawMessage(sr.Input), "result": json.RawMessage(sr.Result)}
+		payload, err := json.Marshal(map[string]any{"run_id": r.ID, "workflow": r.Workflow, "step": st.Name,
+			"input": sr.Input, "result": sr.Result})
+		if err != nil {
+			payload = json.RawMessage("null") // the recorded input and result are JSON: it cannot fail
+		}
 		_, e := x.call(st.Compensate, payload, r.ID+"."+st.Name+".compensate", 0,
 			time.Now().Add(x.e.cfg.CompensationTimeout), c)
 		if x.e.closing() {
@@ -483,32 +474,8 @@ func (x *runner) end(e *streams.Error) stop {
 }
 
 // stepError is a failed step's error as the run reports it.
-func (x *runner) stepError(st *Step, e *streams.Error) *streams.Error {
+func (x *runner) stepError(st *spec.Step, e *streams.Error) *streams.Error {
 	return &streams.Error{Code: e.Code, Message: "step " + st.Name + ": " + strings.TrimPrefix(e.Message, "step "+st.Name+": "), Excluded: e.Excluded}
-}
-
-// input builds a step's payload from its mapping; without one, the run's
-// input.
-func (x *runner) input(t any) (any, error) {
-	if t == nil {
-		return x.scope.input, nil
-	}
-	return x.scope.fill(t)
-}
-
-// output builds the run's answer from the output mapping; without one,
-// the result of the last step done.
-func (x *runner) output() (any, error) {
-	def := x.r.def
-	if def.output != nil {
-		return x.scope.fill(def.output)
-	}
-	for i := len(def.Steps) - 1; i >= 0; i-- {
-		if res, ok := x.scope.results[def.Steps[i].Name]; ok {
-			return res, nil
-		}
-	}
-	return nil, nil
 }
 
 // key is the idempotency key of a durable run's task: <run-id>.<what>,
@@ -528,9 +495,9 @@ func (x *runner) key(what string) string {
 // orchestration id as Reach-Orchestration-Id, the run id as
 // Reach-Parent-Id, deadline and idempotency key (none when key is ""), and
 // what travels across hops from the run's request.
-func (x *runner) taskMsg(payload any, key string, timeout time.Duration, deadline time.Time) *nats.Msg {
+func (x *runner) taskMsg(payload json.RawMessage, key string, timeout time.Duration, deadline time.Time) *nats.Msg {
 	m := nats.NewMsg("")
-	m.Data = encodeJSON(payload)
+	m.Data = payload
 	m.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
 	m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
 	m.Header.Set(streams.HeaderOrchestrationID, x.r.OrchestrationID)
@@ -551,8 +518,8 @@ func (x *runner) taskMsg(payload any, key string, timeout time.Duration, deadlin
 }
 
 // call sends one task to capability through the dispatcher, in this
-// process, and records how it went in c; it returns the result as a tree.
-func (x *runner) call(capability string, payload any, key string, timeout time.Duration, deadline time.Time, c *CallRun) (any, *streams.Error) {
+// process, and records how it went in c; it returns the result as JSON.
+func (x *runner) call(capability string, payload json.RawMessage, key string, timeout time.Duration, deadline time.Time, c *CallRun) (json.RawMessage, *streams.Error) {
 	ctx, cancel := context.WithDeadline(x.e.ctx, deadline)
 	defer cancel()
 	if timeout > 0 {
@@ -570,7 +537,7 @@ func (x *runner) call(capability string, payload any, key string, timeout time.D
 		c.InDoubt = reply.Header.Get(streams.HeaderInDoubt) == "true"
 		return nil, e
 	}
-	v, e := decodeBody(streams.ContentType(reply.Header, reply.Data), reply.Data)
+	v, e := spec.DecodeBody(streams.ContentType(reply.Header, reply.Data), reply.Data)
 	if e != nil {
 		e = streams.NewError(streams.CodeInternal, "the result of %s from %s: %s", capability, c.Node, e.Message)
 		c.Error = e
@@ -583,18 +550,15 @@ func (x *runner) call(capability string, payload any, key string, timeout time.D
 // parallel runs a parallel step's branches as a fan-out does, and returns
 // the results of those that succeeded by branch name, or INCOMPLETE when
 // its completion policy was not met.
-func (x *runner) parallel(st *Step, in any, sr *StepRun) (any, *streams.Error) {
+func (x *runner) parallel(st *spec.Step, in json.RawMessage, sr *StepRun) (json.RawMessage, *streams.Error) {
 	p := st.Parallel
 	deadline := x.r.Deadline
 	jobs := make([]fanout.Job, len(p.Branches))
 	maxWait := time.Duration(p.MaxWaitMS) * time.Millisecond
 	for i, b := range p.Branches {
-		payload := in
-		if b.input != nil {
-			var err error
-			if payload, err = x.scope.fill(b.input); err != nil {
-				return nil, streams.NewError(streams.CodeBadRequest, "step %s: branch %s: input: %v", st.Name, b.Name, err)
-			}
+		payload, err := b.BuildInput(x.scope, in)
+		if err != nil {
+			return nil, streams.NewError(streams.CodeBadRequest, "step %s: branch %s: input: %v", st.Name, b.Name, err)
 		}
 		timeout := time.Duration(b.TimeoutMS) * time.Millisecond
 		jobs[i] = fanout.Job{Name: b.Name, Capability: b.Call, Timeout: timeout,
@@ -607,19 +571,18 @@ func (x *runner) parallel(st *Step, in any, sr *StepRun) (any, *streams.Error) {
 		maxWait = left
 	}
 	start := time.Now()
-	rep := fanout.Gather(x.ctx, x.e.d, jobs, p.Mode, p.quorum, maxWait, streams.ContentTypeJSON, dispatcher.ToCapability())
+	rep := fanout.Gather(x.ctx, x.e.d, jobs, p.Mode, p.QuorumRule(), maxWait, streams.ContentTypeJSON, dispatcher.ToCapability())
 	sr.Ended = time.Now()
 	sr.LatencyMS = float64(sr.Ended.Sub(start).Microseconds()) / 1000
-	results := map[string]any{}
+	results := map[string]json.RawMessage{}
 	sr.Branches, sr.Missing = nil, rep.Missing
 	for _, br := range rep.Replies {
 		sr.Attempts += br.Attempts
 		if br.Error == nil {
-			v, err := parseJSON(br.Result)
-			if err != nil {
-				v = nil
+			results[br.Name] = json.RawMessage("null") // a result that is no JSON
+			if json.Valid(br.Result) {
+				results[br.Name] = json.RawMessage(br.Result)
 			}
-			results[br.Name] = v
 		}
 		br.Result = nil // kept once, in the step's result
 		sr.Branches = append(sr.Branches, br)
@@ -629,7 +592,11 @@ func (x *runner) parallel(st *Step, in any, sr *StepRun) (any, *streams.Error) {
 		sr.Error = e
 		return nil, e
 	}
-	return results, nil
+	out, err := json.Marshal(results) // the results are valid JSON: it cannot fail
+	if err != nil {
+		return nil, streams.NewError(streams.CodeInternal, "step %s: its results: %v", st.Name, err)
+	}
+	return out, nil
 }
 
 // waitsForCapacity reports whether a durable run's step that failed with

@@ -9,6 +9,8 @@ import (
 	"sort"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 )
 
 // A durable run's record is its state: each write checks the revision the
@@ -22,7 +24,7 @@ func readRun(kve jetstream.KeyValueEntry) (*Run, error) {
 	if err := json.Unmarshal(kve.Value(), r); err != nil {
 		return nil, fmt.Errorf("%s %s: not a run record: %w", kve.Bucket(), kve.Key(), err)
 	}
-	def, err := decodeDefinition(r.Definition)
+	def, err := spec.Decode(r.Definition)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: its definition does not validate: %w", kve.Bucket(), kve.Key(), err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -55,7 +56,7 @@ func TestARunRecordWrittenWithoutAnswerIsReconciled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	def, err := Parse([]byte(`{"name":"wf.t","steps":[{"name":"a","call":"t.a"}]}`))
+	def, err := spec.Parse([]byte(`{"name":"wf.t","steps":[{"name":"a","call":"t.a"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/registry/policy"
 )
 
@@ -19,7 +20,7 @@ import (
 // version is a definition in force and the REACH_POLICY revision of its
 // key.
 type version struct {
-	def      *Definition
+	def      *spec.Definition
 	revision uint64
 	json     []byte // def marshalled, which every run records
 }
@@ -39,14 +40,14 @@ type definitions struct {
 func (f *definitions) Replace(listing map[string]jetstream.KeyValueEntry) {
 	next := make(map[string]*version)
 	for key, kve := range listing {
-		if name, ok := strings.CutPrefix(key, PolicyPrefix); ok {
+		if name, ok := strings.CutPrefix(key, spec.PolicyPrefix); ok {
 			if v := f.take(name, kve); v != nil {
 				next[name] = v
 			}
 		}
 	}
 	for name := range f.rejected {
-		if _, ok := listing[PolicyPrefix+name]; !ok {
+		if _, ok := listing[spec.PolicyPrefix+name]; !ok {
 			delete(f.rejected, name)
 		}
 	}
@@ -56,7 +57,7 @@ func (f *definitions) Replace(listing map[string]jetstream.KeyValueEntry) {
 
 // Apply implements kvwatch.Handler.
 func (f *definitions) Apply(kve jetstream.KeyValueEntry) {
-	name, ok := strings.CutPrefix(kve.Key(), PolicyPrefix)
+	name, ok := strings.CutPrefix(kve.Key(), spec.PolicyPrefix)
 	if !ok {
 		return
 	}
@@ -98,7 +99,7 @@ func (f *definitions) take(name string, kve jetstream.KeyValueEntry) *version {
 	}
 	delete(f.rejected, name)
 	f.log.Info().Str("workflow", name).Uint64("revision", kve.Revision()).Msg("workflow definition in force")
-	def := pv.Decoded.(*Definition)
+	def := pv.Decoded.(*spec.Definition)
 	b, _ := json.Marshal(def) // a definition always marshals
 	return &version{def: def, revision: kve.Revision(), json: b}
 }

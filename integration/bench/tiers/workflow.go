@@ -11,6 +11,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -190,8 +191,8 @@ func startWorkflowDispatcher(r *harness.Run, e *harness.Env) (ds *harness.Dispat
 
 // putFlow stores benchFlow in REACH_POLICY and waits until the engine has
 // it in force.
-func putFlow(r *harness.Run, e *harness.Env, eng *workflow.Engine) (*workflow.Definition, error) {
-	def, err := workflow.Parse([]byte(benchFlow))
+func putFlow(r *harness.Run, e *harness.Env, eng *workflow.Engine) (*spec.Definition, error) {
+	def, err := spec.Parse([]byte(benchFlow))
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +207,7 @@ func putFlow(r *harness.Run, e *harness.Env, eng *workflow.Engine) (*workflow.De
 	if err != nil {
 		return nil, err
 	}
-	rev, err := registry.PutPolicy(ctx, kv, workflow.PolicyPrefix+def.Name, []byte(benchFlow))
+	rev, err := registry.PutPolicy(ctx, kv, spec.PolicyPrefix+def.Name, []byte(benchFlow))
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
-	"github.com/agent-reach/agentreach/dispatcher/workflow"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
@@ -47,10 +47,10 @@ Example:
 
 // workflowEntryJSON is one row of `workflow ls --json`.
 type workflowEntryJSON struct {
-	Workflow   string               `json:"workflow"`
-	Revision   uint64               `json:"revision"`
-	Updated    time.Time            `json:"updated"`
-	Definition *workflow.Definition `json:"definition,omitempty"`
+	Workflow   string           `json:"workflow"`
+	Revision   uint64           `json:"revision"`
+	Updated    time.Time        `json:"updated"`
+	Definition *spec.Definition `json:"definition,omitempty"`
 	// Error says why the stored value is invalid: dispatchers ignore it
 	// and keep the last good one.
 	Error string `json:"error,omitempty"`
@@ -81,7 +81,7 @@ func RunWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return cl.UsageError(stderr, "%s: %q is not a workflow name: want dotted lowercase tokens such as claim.review", sub, arg)
 	}
 
-	var def *workflow.Definition
+	var def *spec.Definition
 	var data []byte
 	if argName == "FILE" {
 		var from string
@@ -89,7 +89,7 @@ func RunWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if data, from, err = ReadDocument(arg, policy.MaxSize); err != nil {
 			return cl.UsageError(stderr, "%v", err)
 		}
-		if def, err = workflow.Parse(data); err != nil {
+		if def, err = spec.Parse(data); err != nil {
 			return cl.Fail(stderr, InvalidDocument(from, err))
 		}
 		if sub == "validate" {
@@ -117,7 +117,7 @@ func RunWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return cl.Fail(stderr, err)
 		}
 		shadows := shadowedBy(ctx, js, def.Name)
-		rev, err := registry.PutPolicy(ctx, kv, workflow.PolicyPrefix+def.Name, data)
+		rev, err := registry.PutPolicy(ctx, kv, spec.PolicyPrefix+def.Name, data)
 		if err != nil {
 			return cl.Fail(stderr, err)
 		}
@@ -135,7 +135,7 @@ func RunWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		if err != nil {
 			return cl.Fail(stderr, err)
 		}
-		list = slices.DeleteFunc(list, func(e registry.PolicyEntry) bool { return !strings.HasPrefix(e.Key, workflow.PolicyPrefix) })
+		list = slices.DeleteFunc(list, func(e registry.PolicyEntry) bool { return !strings.HasPrefix(e.Key, spec.PolicyPrefix) })
 		if asJSON {
 			err = printWorkflowsJSON(stdout, list)
 		} else {
@@ -145,7 +145,7 @@ func RunWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return cl.Fail(stderr, err)
 		}
 	case "show":
-		e, err := registry.GetPolicy(ctx, kv, workflow.PolicyPrefix+arg)
+		e, err := registry.GetPolicy(ctx, kv, spec.PolicyPrefix+arg)
 		switch {
 		case errors.Is(err, registry.ErrNoPolicy):
 			return cl.Fail(stderr, cli.WithCode(cli.CodeNotFound, fmt.Errorf("%s holds no workflow %q", streams.BucketPolicy, arg)))
@@ -158,7 +158,7 @@ func RunWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return cl.Fail(stderr, err)
 		}
 	case "rm":
-		key := workflow.PolicyPrefix + arg
+		key := spec.PolicyPrefix + arg
 		if _, err := registry.GetPolicy(ctx, kv, key); errors.Is(err, registry.ErrNoPolicy) {
 			return cl.Fail(stderr, cli.WithCode(cli.CodeNotFound, fmt.Errorf("%s holds no workflow %q", streams.BucketPolicy, arg)))
 		}
@@ -206,8 +206,8 @@ func shadowedBy(ctx context.Context, js jetstream.JetStream, name string) []stri
 func printWorkflowsJSON(w io.Writer, list []registry.PolicyEntry) error {
 	out := make([]workflowEntryJSON, len(list))
 	for i, e := range list {
-		out[i] = workflowEntryJSON{Workflow: strings.TrimPrefix(e.Key, workflow.PolicyPrefix), Revision: e.Revision, Updated: e.Updated}
-		if def, ok := e.Value.Decoded.(*workflow.Definition); ok {
+		out[i] = workflowEntryJSON{Workflow: strings.TrimPrefix(e.Key, spec.PolicyPrefix), Revision: e.Revision, Updated: e.Updated}
+		if def, ok := e.Value.Decoded.(*spec.Definition); ok {
 			out[i].Definition = def
 		}
 		if e.Err != nil {
@@ -222,7 +222,7 @@ func printWorkflowsTable(w io.Writer, list []registry.PolicyEntry, now time.Time
 	fmt.Fprintln(tw, "WORKFLOW\tREVISION\tAGE\tSTEPS\tSTATUS")
 	for _, e := range list {
 		steps, status := "-", "ok"
-		if def, ok := e.Value.Decoded.(*workflow.Definition); ok {
+		if def, ok := e.Value.Decoded.(*spec.Definition); ok {
 			names := make([]string, len(def.Steps))
 			for i, st := range def.Steps {
 				names[i] = st.Name
@@ -232,7 +232,7 @@ func printWorkflowsTable(w io.Writer, list []registry.PolicyEntry, now time.Time
 		if e.Err != nil {
 			status = invalidStatus(e.Err)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", strings.TrimPrefix(e.Key, workflow.PolicyPrefix), e.Revision,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", strings.TrimPrefix(e.Key, spec.PolicyPrefix), e.Revision,
 			cli.HeartbeatAge(now.Sub(e.Updated)), steps, status)
 	}
 	return tw.Flush()

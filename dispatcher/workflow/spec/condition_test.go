@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"strings"
@@ -22,12 +22,12 @@ func compiled(t testing.TB, doc string) (*Condition, error) {
 	return compileCondition(tree, "when", d.refCheck("this step"), d.params, &nodes)
 }
 
-func testScope(t testing.TB) *scope {
-	input, _ := parseJSON([]byte(`{"amount": 12000, "tier": "gold", "items": [{"sku": "a"}], "big": 9007199254740993, "flag": false, "nothing": null}`))
-	score, _ := parseJSON([]byte(`{"credit": {"score": 0.21}, "label": "high"}`))
-	params, _ := parseJSON([]byte(`{"limit": 10, "tags": ["gold", "silver"], "none": null}`))
-	return &scope{input: input, params: params.(map[string]any), results: map[string]any{"score": score},
-		missing: map[string]string{"manual": "was skipped: its condition is false"}}
+func testScope(t testing.TB) *Scope {
+	s := NewScope([]byte(`{"amount": 12000, "tier": "gold", "items": [{"sku": "a"}], "big": 9007199254740993, "flag": false, "nothing": null}`),
+		[]byte(`{"limit": 10, "tags": ["gold", "silver"], "none": null}`))
+	s.SetResult("score", []byte(`{"credit": {"score": 0.21}, "label": "high"}`))
+	s.SetMissing("manual", "was skipped: its condition is false")
+	return s
 }
 
 func TestConditionsEvaluateWithTheirTrace(t *testing.T) {
@@ -62,7 +62,7 @@ func TestConditionsEvaluateWithTheirTrace(t *testing.T) {
 			t.Fatalf("%s: %v", c.doc, err)
 		}
 		var trace strings.Builder
-		got, err := cond.eval(s, "when", &trace)
+		got, err := cond.Eval(s, "when", &trace)
 		if err != nil || got != c.want || trace.String() != c.trace {
 			t.Errorf("%s: %v, %v, trace %q\nwant %v, trace %q", c.doc, got, err, trace.String(), c.want, c.trace)
 		}
@@ -85,7 +85,7 @@ func TestAConditionThatCannotBeEvaluatedNamesWhy(t *testing.T) {
 			t.Fatalf("%s: %v", doc, err)
 		}
 		var trace strings.Builder
-		if _, err := cond.eval(s, "when", &trace); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := cond.Eval(s, "when", &trace); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v\nwant an error saying %q", doc, err, want)
 		}
 	}

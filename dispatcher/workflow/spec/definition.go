@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"encoding/json"
@@ -45,9 +45,10 @@ type Definition struct {
 	// step that ran.
 	Output json.RawMessage `json:"output,omitempty"`
 
-	params map[string]any
-	output any // compiled template
-	index  map[string]int
+	params     map[string]any
+	paramsJSON json.RawMessage // the defaults, encoded once
+	output     any             // compiled template
+	index      map[string]int
 }
 
 // Step is one step of a Definition: Call (one task to a capability) or
@@ -92,6 +93,10 @@ type Parallel struct {
 	quorum fanout.Quorum
 }
 
+// QuorumRule is the step's quorum as fanout.Gather takes it (meaningful in
+// mode quorum).
+func (p *Parallel) QuorumRule() fanout.Quorum { return p.quorum }
+
 // Branch is one task of a Parallel step.
 type Branch struct {
 	Name string `json:"name"`
@@ -132,8 +137,9 @@ func (o OnFailure) MarshalJSON() ([]byte, error) {
 	return json.Marshal(string(o.Action))
 }
 
-// action returns what a failure of st does.
-func (st *Step) action() Action {
+// Action returns what a failure of st does: its OnFailure's action, abort
+// without one.
+func (st *Step) Action() Action {
 	if st.OnFailure == nil {
 		return ActionAbort
 	}
@@ -148,7 +154,7 @@ func (st *Step) action() Action {
 // valid capability names, no step calling the workflow itself. Every error
 // wraps ErrInvalidDefinition and names the step and the field.
 func Parse(data []byte) (*Definition, error) {
-	// policy.Parse reads YAML as every REACH_POLICY value is read and hands
+	// ParsePolicy reads YAML as every REACH_POLICY value is read and hands
 	// the JSON to decodePolicy; the key "workflow" checks no name.
 	v, err := policy.Parse(PolicyKind, data)
 	if err != nil {
@@ -161,7 +167,7 @@ func Parse(data []byte) (*Definition, error) {
 // decodePolicy is the REACH_POLICY decoder of the workflow kind: the value
 // of "workflow.<name>" must define <name>.
 func decodePolicy(key string, value json.RawMessage) (any, error) {
-	def, err := decodeDefinition(value)
+	def, err := Decode(value)
 	if err != nil {
 		return nil, err
 	}
@@ -171,8 +177,10 @@ func decodePolicy(key string, value json.RawMessage) (any, error) {
 	return def, nil
 }
 
-// decodeDefinition reads and validates a definition from JSON.
-func decodeDefinition(data []byte) (*Definition, error) {
+// Decode reads and validates a definition from JSON (a Definition
+// marshalled, as a run's record keeps it), by Parse's rules; its errors
+// do not wrap ErrInvalidDefinition.
+func Decode(data []byte) (*Definition, error) {
 	tree, err := document.ReadTree(data)
 	if err != nil {
 		return nil, err
@@ -208,6 +216,7 @@ func decodeDefinition(data []byte) (*Definition, error) {
 			d.Params[k] = encodeJSON(params[k])
 		}
 	}
+	d.paramsJSON = slices.Clip(encodeJSON(d.params)) // shared by every run: an append makes a copy
 	steps, ok := obj["steps"].([]any)
 	switch {
 	case !ok:
@@ -493,14 +502,22 @@ func (d *Definition) Step(name string) *Step {
 	return nil
 }
 
-// paramsFor returns the run's parameters: the defaults, overridden by the
-// caller's JSON object (HeaderParams), each of a known name and of its
-// default's type (any type where the default is null).
-func (d *Definition) paramsFor(override string) (map[string]any, error) {
-	out := maps.Clone(d.params)
-	if override == "" {
-		return out, nil
+// StepIndex returns the index in Steps of the step called name, or -1.
+func (d *Definition) StepIndex(name string) int {
+	if i, ok := d.index[name]; ok {
+		return i
 	}
+	return -1
+}
+
+// ParamsFor returns a run's parameters as a JSON object: the defaults,
+// overridden by the caller's JSON object (HeaderParams), each of a known
+// name and of its default's type (any type where the default is null).
+func (d *Definition) ParamsFor(override string) (json.RawMessage, error) {
+	if override == "" {
+		return d.paramsJSON, nil
+	}
+	out := maps.Clone(d.params)
 	v, err := parseJSON([]byte(override))
 	obj, ok := v.(map[string]any)
 	if err != nil || !ok {
@@ -516,5 +533,5 @@ func (d *Definition) paramsFor(override string) (map[string]any, error) {
 		}
 		out[k] = obj[k]
 	}
-	return out, nil
+	return encodeJSON(out), nil
 }

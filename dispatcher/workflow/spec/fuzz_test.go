@@ -1,12 +1,15 @@
-package workflow
+package spec
 
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/agent-reach/agentreach/registry/document"
+	"github.com/agent-reach/agentreach/streams"
 )
 
 // FuzzParseDefinition: a definition's decoder never panics, refuses with
@@ -75,14 +78,15 @@ func FuzzCondition(f *testing.F) {
 			}
 			return
 		}
-		in, err := parseJSON([]byte(input))
-		if err != nil {
+		in, e := DecodeBody(streams.ContentTypeJSON, []byte(input))
+		if e != nil {
 			return
 		}
-		s := &scope{input: in, params: d.params, results: map[string]any{"score": in}, missing: map[string]string{}}
+		s := NewScope(in, encodeJSON(d.params))
+		s.SetResult("score", in)
 		var t1, t2 strings.Builder
-		v1, err1 := c.eval(s, "when", &t1)
-		v2, err2 := c.eval(s, "when", &t2)
+		v1, err1 := c.Eval(s, "when", &t1)
+		v2, err2 := c.Eval(s, "when", &t2)
 		if v1 != v2 || (err1 == nil) != (err2 == nil) || t1.String() != t2.String() {
 			t.Fatalf("%s on %s: %v/%v (%v/%v), traces %q and %q", cond, input, v1, v2, err1, err2, t1.String(), t2.String())
 		}
@@ -91,4 +95,70 @@ func FuzzCondition(f *testing.F) {
 		}
 		_ = c.String()
 	})
+}
+
+// FuzzLazyFieldAccess: a reference read by scanning a value's JSON (the
+// input, a step's result) finds what the decoded value holds at its path,
+// and where the path is not there fails as a walk of the decoded value
+// does, with the same message.
+func FuzzLazyFieldAccess(f *testing.F) {
+	f.Add(`{"a": {"b": [1, {"c": "x\"y"}]}, "a": {"b": [2, {"c": 3}]}}`, "a.b.1.c")
+	f.Add(`{"\u0061": [true, null, "]}"], "b": 1e400}`, "a.2")
+	f.Add(`[[], {}, "x", -0.5]`, "1.k")
+	f.Add(` {"items": [{"sku": "a"}], "n": 12} `, "items.3.sku")
+	f.Add(`"text"`, "")
+	f.Fuzz(func(t *testing.T, doc, path string) {
+		raw, e := DecodeBody(streams.ContentTypeJSON, []byte(doc))
+		if e != nil {
+			return
+		}
+		text := "$input"
+		if path != "" {
+			text += "." + path
+		}
+		r, err := parseRef(text)
+		if err != nil {
+			return
+		}
+		got, gotErr := NewScope(raw, []byte(`{}`)).resolve(r)
+		tree, err := parseJSON(raw)
+		if err != nil {
+			t.Fatalf("DecodeBody passed %q, which does not decode: %v", raw, err)
+		}
+		want, wantErr := walk(tree, r)
+		switch {
+		case (gotErr == nil) != (wantErr == nil) || gotErr != nil && gotErr.Error() != wantErr.Error():
+			t.Fatalf("%s in %s: error %v, want %v", text, raw, gotErr, wantErr)
+		case gotErr == nil && (!equal(got, want) || typeName(got) != typeName(want)):
+			t.Fatalf("%s in %s: %s, want %s", text, raw, describe(got), describe(want))
+		}
+	})
+}
+
+// walk resolves r's path in a decoded value, as references were resolved
+// before they read JSON: the oracle of FuzzLazyFieldAccess.
+func walk(v any, r *ref) (any, error) {
+	for i, seg := range r.path {
+		at := "the input"
+		if i > 0 {
+			at += " at " + strings.Join(r.path[:i], ".")
+		}
+		switch x := v.(type) {
+		case map[string]any:
+			next, ok := x[seg]
+			if !ok {
+				return nil, fmt.Errorf("%s: %s has no field %q", r.text, at, seg)
+			}
+			v = next
+		case []any:
+			n, err := strconv.Atoi(seg)
+			if err != nil || n < 0 || n >= len(x) {
+				return nil, fmt.Errorf("%s: %s is an array of %d, and %q is not an index of it", r.text, at, len(x), seg)
+			}
+			v = x[n]
+		default:
+			return nil, fmt.Errorf("%s: %s is %s, which has no field %q", r.text, at, typeName(v), seg)
+		}
+	}
+	return v, nil
 }

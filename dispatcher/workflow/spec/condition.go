@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"encoding/json"
@@ -160,7 +160,7 @@ func compileCondition(tree any, path string, check func(*ref, string) error, par
 // any run: the value's (a literal, or a parameter's default) and, for a
 // parameter field, the field's. A null default says nothing about type.
 func (c *Condition) checkTypes(params map[string]any) error {
-	known := &scope{params: params}
+	known := &Scope{params: encodeJSON(params)}
 	value, valueKnown := c.value, true
 	if r, isRef := c.value.(*ref); isRef {
 		v, err := known.resolve(r)
@@ -196,10 +196,10 @@ func (c *Condition) checkTypes(params map[string]any) error {
 	return nil
 }
 
-// eval reports whether c holds in s, writing what it looked at to trace.
+// Eval reports whether c holds in s, writing what it looked at to trace.
 // A comparison whose field is missing (other than exists), or whose
 // values cannot be compared, is an error naming the condition at path.
-func (c *Condition) eval(s *scope, path string, trace *strings.Builder) (bool, error) {
+func (c *Condition) Eval(s *Scope, path string, trace *strings.Builder) (bool, error) {
 	if c.All != nil || c.Any != nil {
 		list, key, stopAt := c.All, "all", false
 		if c.Any != nil {
@@ -211,7 +211,7 @@ func (c *Condition) eval(s *scope, path string, trace *strings.Builder) (bool, e
 			if i > 0 {
 				trace.WriteString(", ")
 			}
-			v, err := sub.eval(s, fmt.Sprintf("%s.%s[%d]", path, key, i), trace)
+			v, err := sub.Eval(s, fmt.Sprintf("%s.%s[%d]", path, key, i), trace)
 			if err != nil {
 				return false, err
 			}

@@ -1,20 +1,15 @@
-package agentkit
+// Package workers runs an agent's tasks on reusable goroutines.
+package workers
 
 import (
 	"sync"
 	"time"
 )
 
-// job is one task for a worker.
-type job struct {
-	h   Handler
-	req *Request
-}
-
 // workerIdle is how long a worker waits for its next task before it ends.
 const workerIdle = 10 * time.Second
 
-// workers runs jobs on reusable goroutines. Reusing them spares every task a
+// Pool runs jobs of type J on reusable goroutines. Reusing them spares every task a
 // fresh goroutine and the growing of its stack (measured: ~15% of an echo
 // agent's CPU).
 //
@@ -26,12 +21,12 @@ const workerIdle = 10 * time.Second
 // write system calls and 2.5 times the agent's CPU per echo task). A worker
 // that takes a job while others wait wakes another first, so a job that
 // blocks never holds up the ones behind it.
-type workers struct {
-	run  func(job)
+type Pool[J any] struct {
+	run  func(J)
 	done <-chan struct{} // parked workers end when it closes
 
 	mu      sync.Mutex
-	pending []job // FIFO from head; at most MaxConcurrent waiting, as each holds a slot
+	pending []J // FIFO from head; at most MaxConcurrent waiting, as each holds a slot
 	head    int
 	// searching: a worker has been woken or started and has not taken a
 	// job yet. Every job in pending has such a worker, or a worker that is
@@ -40,12 +35,14 @@ type workers struct {
 	wake      chan struct{} // unbuffered: to a parked worker
 }
 
-func newWorkers(run func(job), done <-chan struct{}) *workers {
-	return &workers{run: run, done: done, wake: make(chan struct{})}
+// New returns a pool that runs each job with run; its parked workers end
+// when done closes (a worker busy with a job ends after it).
+func New[J any](run func(J), done <-chan struct{}) *Pool[J] {
+	return &Pool[J]{run: run, done: done, wake: make(chan struct{})}
 }
 
-// push queues j and makes sure a worker comes for it.
-func (w *workers) push(j job) {
+// Push queues j and makes sure a worker comes for it.
+func (w *Pool[J]) Push(j J) {
 	w.mu.Lock()
 	if len(w.pending) == cap(w.pending) && w.head > 0 {
 		// Full, with taken jobs in front: move the waiting ones to the
@@ -65,7 +62,7 @@ func (w *workers) push(j job) {
 }
 
 // wakeOne hands the search to a parked worker, or starts one.
-func (w *workers) wakeOne() {
+func (w *Pool[J]) wakeOne() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -75,17 +72,18 @@ func (w *workers) wakeOne() {
 
 // take returns the next job, if any; woken says the caller is the searching
 // worker. While more jobs wait and nobody searches, it wakes another worker.
-func (w *workers) take(woken bool) (job, bool) {
+func (w *Pool[J]) take(woken bool) (J, bool) {
+	var none J
 	w.mu.Lock()
 	if woken {
 		w.searching = false
 	}
 	if w.head == len(w.pending) {
 		w.mu.Unlock()
-		return job{}, false
+		return none, false
 	}
 	j := w.pending[w.head]
-	w.pending[w.head] = job{}
+	w.pending[w.head] = none
 	w.head++
 	if w.head == len(w.pending) { // drained: reuse the array from its start
 		w.pending, w.head = w.pending[:0], 0
@@ -103,7 +101,7 @@ func (w *workers) take(woken bool) (job, bool) {
 
 // work runs queued jobs until there are none, then parks until woken again,
 // for at most workerIdle, or until done closes.
-func (w *workers) work() {
+func (w *Pool[J]) work() {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {

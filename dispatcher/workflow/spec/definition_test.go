@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"encoding/json"
@@ -116,10 +116,10 @@ output: {decision: $steps.pay.result}
 	if p := def.Steps[1].Parallel; p.Mode != "quorum" || p.quorum.Need(2) != 2 {
 		t.Errorf("parallel %+v: a quorum without a mode is mode quorum", p)
 	}
-	if s := def.Step("manual"); s == nil || s.action() != ActionFallback || s.OnFailure.Fallback != "review.rules" {
+	if s := def.Step("manual"); s == nil || s.Action() != ActionFallback || s.OnFailure.Fallback != "review.rules" {
 		t.Errorf("manual step %+v", s)
 	}
-	if def.Step("verify").action() != ActionAbort {
+	if def.Step("verify").Action() != ActionAbort {
 		t.Error("a step without on_failure aborts")
 	}
 	// The key of a stored definition must name it.
@@ -133,7 +133,7 @@ func TestParamsAreOverriddenOnlyByKnownNamesOfTheirType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := def.paramsFor(`{"limit": 20, "any": "text"}`)
+	got, err := def.ParamsFor(`{"limit": 20, "any": "text"}`)
 	if err != nil || encodeJSONString(got) != `{"any":"text","limit":20,"tags":["x"]}` {
 		t.Fatalf("params %v, %v", encodeJSONString(got), err)
 	}
@@ -143,7 +143,7 @@ func TestParamsAreOverriddenOnlyByKnownNamesOfTheirType(t *testing.T) {
 		`[1]`:             "want a JSON object of parameters",
 		`{"limit":`:       "want a JSON object of parameters",
 	} {
-		if _, err := def.paramsFor(override); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), HeaderParams) {
+		if _, err := def.ParamsFor(override); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), HeaderParams) {
 			t.Errorf("override %s: %v, want an error naming %s saying %q", override, err, HeaderParams, want)
 		}
 	}

@@ -1,15 +1,15 @@
-package workflow_test
+package spec_test
 
 import (
 	"fmt"
 
-	"github.com/agent-reach/agentreach/dispatcher/workflow"
+	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 )
 
 // A definition is read from YAML (or JSON) and validated before anything
 // runs; a mistake is refused with the step and the field named.
 func ExampleParse() {
-	def, err := workflow.Parse([]byte(`
+	def, err := spec.Parse([]byte(`
 name: claim.review
 params: {threshold: 10000}
 steps:
@@ -24,7 +24,7 @@ steps:
 `))
 	fmt.Println(len(def.Steps), def.Steps[1].When, err)
 
-	_, err = workflow.Parse([]byte(`
+	_, err = spec.Parse([]byte(`
 name: claim.review
 steps:
   - name: pay

@@ -1,10 +1,13 @@
-package agentkit
+package workers
 
 import (
 	"sync"
 	"testing"
 	"time"
 )
+
+// item is a job of the tests: n tells it apart.
+type item struct{ n int }
 
 // Jobs that block each get a worker of their own: none waits behind another.
 func TestBlockingJobsRunSideBySide(t *testing.T) {
@@ -15,13 +18,13 @@ func TestBlockingJobsRunSideBySide(t *testing.T) {
 	release := make(chan struct{})
 	var finished sync.WaitGroup
 	finished.Add(n)
-	w := newWorkers(func(job) {
+	w := New(func(*item) {
 		started <- struct{}{}
 		<-release
 		finished.Done()
 	}, done)
 	for range n {
-		w.push(job{})
+		w.Push(nil)
 	}
 	for i := range n {
 		select {
@@ -41,15 +44,15 @@ func TestEveryJobRunsOnce(t *testing.T) {
 	defer close(done)
 	const pushers, each = 8, 2000
 	var mu sync.Mutex
-	seen := map[*Request]int{}
+	seen := map[*item]int{}
 	var ran sync.WaitGroup
 	ran.Add(pushers * each)
-	w := newWorkers(func(j job) {
-		if j.req.Attempt%97 == 0 { // some jobs take a while, so more workers join
+	w := New(func(j *item) {
+		if j.n%97 == 0 { // some jobs take a while, so more workers join
 			time.Sleep(time.Millisecond)
 		}
 		mu.Lock()
-		seen[j.req]++
+		seen[j]++
 		mu.Unlock()
 		ran.Done()
 	}, done)
@@ -57,7 +60,7 @@ func TestEveryJobRunsOnce(t *testing.T) {
 	for p := range pushers {
 		push.Go(func() {
 			for i := range each {
-				w.push(job{req: &Request{Attempt: p*each + i}})
+				w.Push(&item{n: p*each + i})
 			}
 		})
 	}
@@ -68,7 +71,7 @@ func TestEveryJobRunsOnce(t *testing.T) {
 	}
 	for r, c := range seen {
 		if c != 1 {
-			t.Fatalf("job %d ran %d times", r.Attempt, c)
+			t.Fatalf("job %d ran %d times", r.n, c)
 		}
 	}
 }
@@ -78,17 +81,17 @@ func TestEveryJobRunsOnce(t *testing.T) {
 func TestQueueThatNeverDrainsStaysSmall(t *testing.T) {
 	done := make(chan struct{})
 	defer close(done)
-	w := newWorkers(func(job) {}, done)
+	w := New(func(*item) {}, done)
 	w.searching = true // a worker is on its way: push and take wake nobody
-	w.push(job{})
+	w.Push(&item{})
 	for i := range 10_000 {
-		w.push(job{req: &Request{Attempt: i}})
+		w.Push(&item{n: i})
 		j, ok := w.take(false)
 		if !ok {
 			t.Fatalf("job %d: queue empty", i)
 		}
-		if i > 0 && j.req.Attempt != i-1 {
-			t.Fatalf("took job %d, want %d: not first in, first out", j.req.Attempt, i-1)
+		if i > 0 && j.n != i-1 {
+			t.Fatalf("took job %d, want %d: not first in, first out", j.n, i-1)
 		}
 	}
 	if c := cap(w.pending); c > 8 {

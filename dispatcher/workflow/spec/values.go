@@ -1,4 +1,4 @@
-package workflow
+package spec
 
 import (
 	"bytes"
@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // Values. Everything a run handles — its input, its params, the steps'
-// results — is held as a JSON value tree: map[string]any, []any, string,
+// results — is held as JSON (Scope, raw.go). What a condition compares is
+// read from it into a value tree: map[string]any, []any, string,
 // json.Number, bool and nil. Numbers stay json.Number, so an integer too
-// large for a float64 travels unchanged; comparisons read them as int64
+// large for a float64 compares exactly; comparisons read them as int64
 // when both sides are integers, else as float64.
 
 // orTop names the top of a document when path is empty.
@@ -42,15 +44,22 @@ func parseJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-// decodeBody reads a message body of contentType (JSON or msgpack) into a
-// tree; a BAD_REQUEST says what is wrong with it.
-func decodeBody(contentType string, data []byte) (any, *streams.Error) {
+// DecodeBody reads a message body of contentType (JSON or msgpack) as one
+// JSON value, null when it is empty; a BAD_REQUEST says what is wrong with
+// it. JSON is checked, not decoded: the value is the body's own bytes
+// (without the space around it), unless it holds invalid UTF-8, which is
+// replaced as a decoder would.
+func DecodeBody(contentType string, data []byte) (json.RawMessage, *streams.Error) {
 	if contentType == streams.ContentTypeJSON {
-		v, err := parseJSON(data)
+		b := jsonValue(data)
+		if json.Valid(b) && utf8.Valid(b) {
+			return b, nil
+		}
+		v, err := parseJSON(b)
 		if err != nil {
 			return nil, streams.NewError(streams.CodeBadRequest, "payload is not valid JSON: %v", err)
 		}
-		return v, nil
+		return encodeJSON(v), nil
 	}
 	var v any
 	if err := streams.Decode(contentType, data, &v); err != nil {
@@ -61,11 +70,7 @@ func decodeBody(contentType string, data []byte) (any, *streams.Error) {
 	if err != nil {
 		return nil, streams.NewError(streams.CodeBadRequest, "payload cannot be read as JSON values: %v", err)
 	}
-	out, err := parseJSON(b)
-	if err != nil {
-		return nil, streams.NewError(streams.CodeBadRequest, "payload cannot be read as JSON values: %v", err)
-	}
-	return out, nil
+	return b, nil
 }
 
 // encodeJSON writes a tree as JSON; a tree always encodes.
