@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -39,7 +40,7 @@ type delivery struct {
 	chunks  int       // CHUNK messages it sent (stream.go)
 	expires time.Time // when the timer may end it
 	timer   *time.Timer
-	span    trace.Span // nil unless its task's span records (trace.go)
+	span    trace.Span // nil unless its task's span records (dispatcher/tracing)
 }
 
 // claim ends dl for the caller; it reports false when dl had ended already.
@@ -255,5 +256,13 @@ func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, ki
 func (d *Dispatcher) abandon(id string) {
 	for _, dl := range d.inbox.to(id) {
 		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
+	}
+}
+
+// traceDelivery starts dl's span, the child of its task's, and writes its
+// context into the delivery's headers h (tracing.Delivery).
+func (d *Dispatcher) traceDelivery(dl *delivery, h nats.Header) {
+	if dl.t.span != nil {
+		dl.span = tracing.Delivery(dl.t.span, h, d.cfg.Subjects.Agent("{instance}"), dl.inst.ID, dl.inst.Entry().Type, dl.attempt, dl.hedge)
 	}
 }

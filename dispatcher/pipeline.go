@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -28,7 +29,7 @@ import (
 //  6. settle.go   — a delivery's outcome into breaker, load and latency,
 //                   the retry decision, the reply through the outbound
 //                   gate; a durable task's claimed outcome (settle_durable.go)
-//  7. record.go   — the event record, the counts and the span (trace.go)
+//  7. record.go   — the event record, the counts and the span (dispatcher/tracing)
 //
 // Data flows one way: a stage reads what the earlier ones put on the task
 // and never calls back up, except that a retry (settle) runs the path again
@@ -125,7 +126,7 @@ func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
 		if err == nil {
 			d.rememberCaller(t)
 		}
-		EndSpan(t.span, err)
+		tracing.End(t.span, err)
 		res, e = r, err
 		close(done)
 	}

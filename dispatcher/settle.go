@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -38,7 +39,7 @@ func (o outcome) retryable() bool { return o >= outcomeBusy }
 // final reply (for its cost), e the error.
 func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
 	d.inbox.close(dl.token)
-	EndSpan(dl.span, e)
+	tracing.End(dl.span, e)
 	t, load := dl.t, dl.load
 	load.Inflight.Add(-1)
 	now := time.Now()
@@ -241,7 +242,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
 	d.recordEvent(t, t.start, events.OutcomeReply, e)
-	EndSpan(t.span, e)
+	tracing.End(t.span, e)
 	return out, e
 }
 
