@@ -15,6 +15,7 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/feedback"
 	"github.com/agent-reach/agentreach/dispatcher/names"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/kvwatch"
@@ -70,8 +71,8 @@ type Dispatcher struct {
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
 
-	records *events.Log   // batches the event records (record.go)
-	callers recentCallers // with an authorizer, who called the latest tasks (feedback.go)
+	records *events.Log     // batches the event records (record.go)
+	scores  feedback.Scores // callers' scores of results (dispatcher/feedback)
 	// Extension points (hooks.go).
 	observers  []Observer
 	authorizer Authorizer
@@ -108,6 +109,13 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 		o(d)
 	}
 	d.log = d.log.With().Str("dispatcher", cfg.Name).Logger()
+	d.scores = feedback.Scores{NC: nc, Subjects: cfg.Subjects, Dispatcher: cfg.Name, Log: &d.log, Observe: d.observeQuality}
+	if d.authorizer != nil {
+		d.scores.Authorize = func(m *nats.Msg) *streams.Error { return d.authorizer.Authorize("", m, false) }
+	}
+	if rc, ok := d.authorizer.(ReplyChecker); ok {
+		d.scores.CheckReply = rc.CheckReply
+	}
 	return d, nil
 }
 
@@ -174,6 +182,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	d.js = js
+	d.scores.JS = js
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return err
@@ -259,7 +268,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.apiSubs = append(d.apiSubs, cancelSub)
 	// Callers' scores of results (Reach-Prefer: quality), heard by every
 	// replica.
-	feedbackSub, err := d.nc.Subscribe(d.cfg.Subjects.Feedback(), d.onFeedback)
+	feedbackSub, err := d.nc.Subscribe(d.cfg.Subjects.Feedback(), d.scores.Handle)
 	if err != nil {
 		d.stopAPI()
 		return fmt.Errorf("dispatcher: subscribe %s: %w", d.cfg.Subjects.Feedback(), err)
@@ -452,6 +461,14 @@ func (d *Dispatcher) forget(id string, how registry.Removal) {
 	d.loads.Delete(id)
 	if how == registry.Lost {
 		d.abandon(id)
+	}
+}
+
+// observeQuality folds a caller's accepted score into the quality average
+// of instance node, while it is in the table.
+func (d *Dispatcher) observeQuality(node string, score float64) {
+	if _, ok := d.table.Lookup(node); ok {
+		d.loads.Of(node).ObserveQuality(score)
 	}
 }
 

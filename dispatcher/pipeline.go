@@ -124,7 +124,7 @@ func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
 	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
 		t.finish()
 		if err == nil {
-			d.rememberCaller(t)
+			d.scores.Remember(t.requestID, t.source, t.node)
 		}
 		tracing.End(t.span, err)
 		res, e = r, err

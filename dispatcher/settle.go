@@ -235,7 +235,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		out, e = d.resultMsg(t, res)
 	}
 	if e == nil {
-		d.rememberCaller(t)
+		d.scores.Remember(t.requestID, t.source, t.node)
 		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
 	} else {
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
