@@ -43,8 +43,7 @@ type Dispatcher struct {
 	breakerKV  jetstream.KeyValue
 	apiSubs    []*nats.Subscription
 	js         jetstream.JetStream
-	results    jetstream.Stream   // REACH_RESULTS, for redelivered durable tasks
-	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (durable.Claims)
+	tier       durable.Tier // takes the durable tasks to their outcomes (settle_durable.go)
 	consume    jetstream.ConsumeContext
 	replay     *durable.Replayer
 	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them
