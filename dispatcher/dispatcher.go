@@ -13,12 +13,12 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher/breakers"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/feedback"
 	"github.com/agent-reach/agentreach/dispatcher/names"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
-	"github.com/agent-reach/agentreach/internal/kvwatch"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -37,17 +37,16 @@ type Dispatcher struct {
 	cfg Config
 	log zerolog.Logger
 
-	table      *registry.Table
-	inbox      *inbox
-	subs       []*nats.Subscription // Config.Handlers queue subscriptions to the tasks
-	breakerKV  jetstream.KeyValue
-	apiSubs    []*nats.Subscription
-	js         jetstream.JetStream
-	tier       durable.Tier // takes the durable tasks to their outcomes (settle_durable.go)
-	consume    jetstream.ConsumeContext
-	replay     *durable.Replayer
-	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them
-	breakerOut chan breakerShare
+	table     *registry.Table
+	inbox     *inbox
+	subs      []*nats.Subscription // Config.Handlers queue subscriptions to the tasks
+	apiSubs   []*nats.Subscription
+	js        jetstream.JetStream
+	tier      durable.Tier // takes the durable tasks to their outcomes (settle_durable.go)
+	consume   jetstream.ConsumeContext
+	replay    *durable.Replayer
+	stopWatch func()           // stops the breaker sharing and queue pumping, and waits for them
+	breakers  breakers.Sharing // the breakers' transitions shared with the other replicas
 
 	mu      sync.Mutex
 	started bool
@@ -98,7 +97,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 	if cfg.Name == "" {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
-	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64),
+	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(),
 		requirements: selection.Cache{Limit: maxRequirements}, views: selection.Cache{Limit: maxViews},
 		fair: selection.NewFairShare(cfg.FairShareAt)}
 	d.records = events.NewLog(d.publishRecords)
@@ -108,6 +107,10 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 		o(d)
 	}
 	d.log = d.log.With().Str("dispatcher", cfg.Name).Logger()
+	d.breakers = breakers.Sharing{NC: nc, By: cfg.Name, Loads: &d.loads, Log: &d.log, Live: func(id string) bool {
+		_, live := d.table.Lookup(id)
+		return live
+	}}
 	d.scores = feedback.Scores{NC: nc, Subjects: cfg.Subjects, Dispatcher: cfg.Name, Log: &d.log, Observe: d.observeQuality}
 	if d.authorizer != nil {
 		d.scores.Authorize = func(m *nats.Msg) *streams.Error { return d.authorizer.Authorize("", m, false) }
@@ -186,7 +189,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if d.breakerKV, err = js.KeyValue(ctx, streams.BucketBreakers); err != nil {
+	if d.breakers.KV, err = js.KeyValue(ctx, streams.BucketBreakers); err != nil {
 		return streams.OpenError("dispatcher", streams.BucketBreakers, err)
 	}
 	var cleanup []func()
@@ -225,20 +228,16 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	cleanup = append(cleanup, d.catalog.Close)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone, shareDone, pumpDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		kvwatch.Run(watchCtx, d.nc, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
-	}()
+	shareDone, pumpDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(shareDone)
-		d.shareBreakers(watchCtx)
+		d.breakers.Run(watchCtx)
 	}()
 	go func() {
 		defer close(pumpDone)
 		d.pumpOnChange(watchCtx.Done())
 	}()
-	d.stopWatch = func() { stopWatch(); <-watchDone; <-shareDone; <-pumpDone }
+	d.stopWatch = func() { stopWatch(); <-shareDone; <-pumpDone }
 	cleanup = append(cleanup, d.stopWatch)
 
 	if d.inbox, err = newInbox(d.nc, d.cfg.Handlers, d.onReply); err != nil {

@@ -45,7 +45,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
 	if state, changed := load.Breaker.Record(now, healthy, dl.probe, t.pol.breaker); changed {
-		d.breakerChanged(dl.inst.ID, state)
+		d.breakers.Changed(dl.inst.ID, state)
 	}
 	if !healthy {
 		load.Penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
