@@ -81,7 +81,8 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 			h[k] = v
 		}
 	}
-	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data, Header: h}
+	dl.token = d.inbox.Token()
+	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.Open(dl.token, dl), Data: t.req.Data, Header: h}
 	// The caller's signature proves the task to the dispatchers only: an
 	// agent holding it could send the task again as its caller. Nor does a
 	// parked copy keep it (park): a replay is signed anew.
@@ -254,7 +255,10 @@ func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, ki
 // abandon ends the deliveries to an instance that left the table, so their
 // tasks go elsewhere at once.
 func (d *Dispatcher) abandon(id string) {
-	for _, dl := range d.inbox.to(id) {
+	for _, dl := range d.inbox.All() {
+		if dl.inst.ID != id {
+			continue
+		}
 		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
 	}
 }

@@ -17,8 +17,10 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/feedback"
+	"github.com/agent-reach/agentreach/dispatcher/inbox"
 	"github.com/agent-reach/agentreach/dispatcher/names"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/internal/subscription"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -38,8 +40,8 @@ type Dispatcher struct {
 	log zerolog.Logger
 
 	table     *registry.Table
-	inbox     *inbox
-	subs      []*nats.Subscription // Config.Handlers queue subscriptions to the tasks
+	inbox     *inbox.Inbox[*delivery] // the replies to its deliveries
+	subs      []*nats.Subscription    // Config.Handlers queue subscriptions to the tasks
 	apiSubs   []*nats.Subscription
 	js        jetstream.JetStream
 	tier      durable.Tier // takes the durable tasks to their outcomes (settle_durable.go)
@@ -240,19 +242,19 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.stopWatch = func() { stopWatch(); <-shareDone; <-pumpDone }
 	cleanup = append(cleanup, d.stopWatch)
 
-	if d.inbox, err = newInbox(d.nc, d.cfg.Handlers, d.onReply); err != nil {
+	if d.inbox, err = inbox.New(d.nc, d.cfg.Handlers, d.onReply); err != nil {
 		return err
 	}
-	cleanup = append(cleanup, func() { _ = unsubscribeAll(d.inbox.subs) })
+	cleanup = append(cleanup, func() { _ = d.inbox.Stop() })
 	// Queue subscriptions in the replicas' group: the server spreads the
 	// tasks over every replica's handlers.
-	d.subs, err = subscribeEach(d.cfg.Handlers, 64<<20, func(int) (*nats.Subscription, error) {
+	d.subs, err = subscription.Each(d.cfg.Handlers, 64<<20, func(int) (*nats.Subscription, error) {
 		return d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
-	cleanup = append(cleanup, func() { _ = unsubscribeAll(d.subs) })
+	cleanup = append(cleanup, func() { _ = subscription.EndAll(d.subs) })
 	if d.apiSubs, err = d.subscribeAPI(); err != nil {
 		return fmt.Errorf("dispatcher: api: %w", err)
 	}
@@ -334,9 +336,9 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 				errs = append(errs, fmt.Errorf("dispatcher: drain: %w with %d tasks in flight", ctx.Err(), d.inflight.Load()))
 			}
 		} else {
-			errs = append(errs, unsubscribeAll(d.subs))
+			errs = append(errs, subscription.EndAll(d.subs))
 		}
-		errs = append(errs, unsubscribeAll(d.inbox.subs))
+		errs = append(errs, d.inbox.Stop())
 		d.stopAPI()
 		d.records.Flush("")
 		if graceful {
@@ -358,37 +360,6 @@ func (d *Dispatcher) stopAPI() {
 	for _, s := range d.apiSubs {
 		_ = s.Unsubscribe()
 	}
-}
-
-// subscribeEach makes n subscriptions with subscribe(i), each with its own
-// goroutine and up to pendingBytes waiting; on an error it undoes them.
-func subscribeEach(n, pendingBytes int, subscribe func(i int) (*nats.Subscription, error)) ([]*nats.Subscription, error) {
-	subs := make([]*nats.Subscription, 0, n)
-	for i := range n {
-		sub, err := subscribe(i)
-		if err == nil {
-			if err = sub.SetPendingLimits(-1, pendingBytes); err != nil {
-				_ = sub.Unsubscribe()
-			}
-		}
-		if err != nil {
-			_ = unsubscribeAll(subs)
-			return nil, err
-		}
-		subs = append(subs, sub)
-	}
-	return subs, nil
-}
-
-// unsubscribeAll ends subs; a closed connection has ended them already.
-func unsubscribeAll(subs []*nats.Subscription) error {
-	var errs []error
-	for _, sub := range subs {
-		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // Stats is a snapshot of a replica's counters since Start. Counts holds
@@ -441,7 +412,7 @@ func (d *Dispatcher) Stats() Stats {
 		Hedged:            d.stats.hedged.Load(),
 		HedgesOver:        d.stats.hedgesRefused.Load(),
 		ChunksRelayed:     d.stats.chunksRelayed.Load(),
-		ChunksDropped:     d.stats.chunksDropped.Load() + d.inbox.late.Load(),
+		ChunksDropped:     d.stats.chunksDropped.Load() + d.inbox.Late(),
 		StreamsOverloaded: d.stats.streamsOverloaded.Load(),
 		InFlight:          d.inflight.Load(),
 	}

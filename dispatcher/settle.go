@@ -38,7 +38,7 @@ func (o outcome) retryable() bool { return o >= outcomeBusy }
 // penalty and latency, and moves its task on. res is the result, last the
 // final reply (for its cost), e the error.
 func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
-	d.inbox.close(dl.token)
+	d.inbox.Close(dl.token)
 	tracing.End(dl.span, e)
 	t, load := dl.t, dl.load
 	load.Inflight.Add(-1)
