@@ -24,12 +24,16 @@ import (
 //  4. pick.go     — one instance by strategy, load and breakers
 //                   (dispatcher/selection), or a wait for a free slot
 //                   (queue.go)
-//  5. deliver.go  — the delivery, its ACK and call timers, the hedge
-//                   (hedge.go), cancellation (cancel.go)
-//  6. settle.go   — a delivery's outcome into breaker, load and latency,
-//                   the retry decision, the reply through the outbound
-//                   gate; a durable task's claimed outcome (settle_durable.go)
-//  7. record.go   — the event record, the counts and the span (dispatcher/tracing)
+//  5. deliver.go  — the delivery, its ACK and call timers, its replies
+//                   (dispatcher/inbox), the hedge (hedge.go), cancellation
+//                   (cancel.go)
+//  6. settle.go   — a delivery's outcome into breaker (shared with the
+//                   other replicas by dispatcher/breakers), load and
+//                   latency, the retry decision, the reply through the
+//                   outbound gate; a durable task's claimed outcome
+//                   (durable.Tier, which settle_durable.go routes for)
+//  7. record.go   — the event record, the counts; the span ends
+//                   (dispatcher/tracing)
 //
 // Data flows one way: a stage reads what the earlier ones put on the task
 // and never calls back up, except that a retry (settle) runs the path again

@@ -18,7 +18,7 @@ import (
 // instance's breaker, penalty and latency; a retryable one sends the task
 // on (retry, back to resolve), any other ends it: the reply goes to the
 // caller through the outbound gate (answer, conclude), or a durable task's
-// outcome is claimed and stored (settle_durable.go). Then record.
+// outcome is claimed and stored (durable.Tier, settle_durable.go). Then record.
 
 // outcome classifies how one delivery ended.
 type outcome int

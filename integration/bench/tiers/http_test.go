@@ -9,7 +9,7 @@ import (
 )
 
 // TestTracingSwitch checks the switch the http scenario measures tracing
-// with: off, dispatcher.Tracing says so, as in a process that never
+// with: off, tracing.Enabled says so, as in a process that never
 // installed a provider; on again, it traces.
 func TestTracingSwitch(t *testing.T) {
 	if tracing.Enabled() {
