@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/dispatcher/breakers"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/feedback"
@@ -24,6 +25,9 @@ import (
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
+
+// DefaultStartTimeout bounds Start when its context has no deadline.
+const DefaultStartTimeout = 10 * time.Second
 
 // Option configures a Dispatcher.
 type Option func(*Dispatcher)
@@ -36,7 +40,7 @@ func WithLogger(l zerolog.Logger) Option { return func(d *Dispatcher) { d.log = 
 // concurrent use; Drain and Close are idempotent.
 type Dispatcher struct {
 	nc  *nats.Conn
-	cfg Config
+	cfg config.Config
 	log zerolog.Logger
 
 	table     *registry.Table
@@ -88,12 +92,12 @@ type Dispatcher struct {
 }
 
 // New validates cfg and returns a dispatcher on nc.
-func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
+func New(nc *nats.Conn, cfg config.Config, opts ...Option) (*Dispatcher, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: nil NATS connection", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil NATS connection", config.ErrInvalid)
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Name == "" {
@@ -124,7 +128,7 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 }
 
 // Config returns the replica's configuration, defaults filled in.
-func (d *Dispatcher) Config() Config { return d.cfg }
+func (d *Dispatcher) Config() config.Config { return d.cfg }
 
 // Routable returns the ids of the instances a task of capability could be
 // delivered to now: routable (ready) and not refused by their breaker.
