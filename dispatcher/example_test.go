@@ -10,9 +10,9 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 )
 
-// A configuration choosing a strategy per capability; New refuses unknown
+// A configuration choosing a strategy per capability: New refuses unknown
 // strategy names with the list of valid ones.
-func ExampleConfig() {
+func ExampleNew() {
 	nc := &nats.Conn{} // New only validates; Start needs a connected one
 	_, err := dispatcher.New(nc, config.Config{
 		Strategies: map[string]string{"session.chat": selection.StrategyHash, "report.render": "fastest"},
