@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -43,7 +44,7 @@ func Example() {
 		panic(err)
 	}
 
-	d, _ := dispatcher.New(nc, dispatcher.Config{})
+	d, _ := dispatcher.New(nc, config.Config{})
 	if err := d.Start(ctx); err != nil {
 		panic(err)
 	}

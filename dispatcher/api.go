@@ -2,9 +2,12 @@ package dispatcher
 
 import (
 	"encoding/json"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"sort"
+	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 )
 
 // API verbs every replica answers on reach.api.<verb> (no queue group, so a
@@ -47,4 +50,21 @@ func (d *Dispatcher) subscribeAPI() ([]*nats.Subscription, error) {
 		subs = append(subs, sub)
 	}
 	return subs, nil
+}
+
+// Breakers returns the breaker of every instance this replica has routed to,
+// sorted by instance id.
+func (d *Dispatcher) Breakers() []selection.BreakerStatus {
+	now := time.Now()
+	var out []selection.BreakerStatus
+	d.loads.Range(func(id string, l *selection.Load) bool {
+		s := l.Breaker.Status(now)
+		s.Instance = id
+		s.Penalty = l.CurrentPenalty(d.cfg.PenaltyDecay, now)
+		s.LatencyMS = l.CurrentLatency(now) / 1e6
+		out = append(out, s)
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
+	return out
 }

@@ -67,7 +67,7 @@ func (d *Dispatcher) notifyCancel(dl *delivery) {
 	m.Header.Set(streams.HeaderRequestID, dl.t.requestID)
 	m.Header.Set(streams.HeaderAttempt, strconv.Itoa(dl.attempt))
 	m.Header.Set(streams.HeaderCapability, dl.t.capability)
-	m.Header.Set(streams.HeaderDelivery, d.inbox.prefix+dl.token)
+	m.Header.Set(streams.HeaderDelivery, d.inbox.Subject(dl.token))
 	if err := d.nc.PublishMsg(m); err != nil {
 		dl.t.log.Debug().Err(err).Str("node", dl.inst.ID).Msg("cancel not sent")
 	}
@@ -117,7 +117,7 @@ func (d *Dispatcher) tasksWithID(id string) []*task {
 			found = append(found, t)
 		}
 	}
-	for _, dl := range d.inbox.all() {
+	for _, dl := range d.inbox.All() {
 		add(dl.t)
 	}
 	d.backoffs.Range(func(k, _ any) bool {

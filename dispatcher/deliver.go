@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -39,7 +40,7 @@ type delivery struct {
 	chunks  int       // CHUNK messages it sent (stream.go)
 	expires time.Time // when the timer may end it
 	timer   *time.Timer
-	span    trace.Span // nil unless its task's span records (trace.go)
+	span    trace.Span // nil unless its task's span records (dispatcher/tracing)
 }
 
 // claim ends dl for the caller; it reports false when dl had ended already.
@@ -80,7 +81,8 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 			h[k] = v
 		}
 	}
-	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.open(dl), Data: t.req.Data, Header: h}
+	dl.token = d.inbox.Token()
+	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.Open(dl.token, dl), Data: t.req.Data, Header: h}
 	// The caller's signature proves the task to the dispatchers only: an
 	// agent holding it could send the task again as its caller. Nor does a
 	// parked copy keep it (park): a replay is signed anew.
@@ -253,7 +255,18 @@ func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, ki
 // abandon ends the deliveries to an instance that left the table, so their
 // tasks go elsewhere at once.
 func (d *Dispatcher) abandon(id string) {
-	for _, dl := range d.inbox.to(id) {
+	for _, dl := range d.inbox.All() {
+		if dl.inst.ID != id {
+			continue
+		}
 		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
+	}
+}
+
+// traceDelivery starts dl's span, the child of its task's, and writes its
+// context into the delivery's headers h (tracing.Delivery).
+func (d *Dispatcher) traceDelivery(dl *delivery, h nats.Header) {
+	if dl.t.span != nil {
+		dl.span = tracing.Delivery(dl.t.span, h, d.cfg.Subjects.Agent("{instance}"), dl.inst.ID, dl.inst.Entry().Type, dl.attempt, dl.hedge)
 	}
 }

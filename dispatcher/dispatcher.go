@@ -13,14 +13,21 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher/breakers"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/feedback"
+	"github.com/agent-reach/agentreach/dispatcher/inbox"
 	"github.com/agent-reach/agentreach/dispatcher/names"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
-	"github.com/agent-reach/agentreach/internal/kvwatch"
+	"github.com/agent-reach/agentreach/internal/subscription"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
+
+// DefaultStartTimeout bounds Start when its context has no deadline.
+const DefaultStartTimeout = 10 * time.Second
 
 // Option configures a Dispatcher.
 type Option func(*Dispatcher)
@@ -33,21 +40,19 @@ func WithLogger(l zerolog.Logger) Option { return func(d *Dispatcher) { d.log = 
 // concurrent use; Drain and Close are idempotent.
 type Dispatcher struct {
 	nc  *nats.Conn
-	cfg Config
+	cfg config.Config
 	log zerolog.Logger
 
-	table      *registry.Table
-	inbox      *inbox
-	subs       []*nats.Subscription // Config.Handlers queue subscriptions to the tasks
-	breakerKV  jetstream.KeyValue
-	apiSubs    []*nats.Subscription
-	js         jetstream.JetStream
-	results    jetstream.Stream   // REACH_RESULTS, for redelivered durable tasks
-	outcomes   jetstream.KeyValue // REACH_OUTCOMES: one claim per durable task (durable.Claims)
-	consume    jetstream.ConsumeContext
-	replay     *durable.Replayer
-	stopWatch  func() // stops the breaker watch, breaker sharing and queue pumping, and waits for them
-	breakerOut chan breakerShare
+	table     *registry.Table
+	inbox     *inbox.Inbox[*delivery] // the replies to its deliveries
+	subs      []*nats.Subscription    // Config.Handlers queue subscriptions to the tasks
+	apiSubs   []*nats.Subscription
+	js        jetstream.JetStream
+	tier      durable.Tier // takes the durable tasks to their outcomes (settle_durable.go)
+	consume   jetstream.ConsumeContext
+	replay    *durable.Replayer
+	stopWatch func()           // stops the breaker sharing and queue pumping, and waits for them
+	breakers  breakers.Sharing // the breakers' transitions shared with the other replicas
 
 	mu      sync.Mutex
 	started bool
@@ -70,8 +75,8 @@ type Dispatcher struct {
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
 
-	records *events.Log   // batches the event records (record.go)
-	callers recentCallers // with an authorizer, who called the latest tasks (feedback.go)
+	records *events.Log     // batches the event records (record.go)
+	scores  feedback.Scores // callers' scores of results (dispatcher/feedback)
 	// Extension points (hooks.go).
 	observers  []Observer
 	authorizer Authorizer
@@ -87,18 +92,18 @@ type Dispatcher struct {
 }
 
 // New validates cfg and returns a dispatcher on nc.
-func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
+func New(nc *nats.Conn, cfg config.Config, opts ...Option) (*Dispatcher, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: nil NATS connection", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil NATS connection", config.ErrInvalid)
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
-	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(), breakerOut: make(chan breakerShare, 64),
+	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(),
 		requirements: selection.Cache{Limit: maxRequirements}, views: selection.Cache{Limit: maxViews},
 		fair: selection.NewFairShare(cfg.FairShareAt)}
 	d.records = events.NewLog(d.publishRecords)
@@ -108,11 +113,22 @@ func New(nc *nats.Conn, cfg Config, opts ...Option) (*Dispatcher, error) {
 		o(d)
 	}
 	d.log = d.log.With().Str("dispatcher", cfg.Name).Logger()
+	d.breakers = breakers.Sharing{NC: nc, By: cfg.Name, Loads: &d.loads, Log: &d.log, Live: func(id string) bool {
+		_, live := d.table.Lookup(id)
+		return live
+	}}
+	d.scores = feedback.Scores{NC: nc, Subjects: cfg.Subjects, Dispatcher: cfg.Name, Log: &d.log, Observe: d.observeQuality}
+	if d.authorizer != nil {
+		d.scores.Authorize = func(m *nats.Msg) *streams.Error { return d.authorizer.Authorize("", m, false) }
+	}
+	if rc, ok := d.authorizer.(ReplyChecker); ok {
+		d.scores.CheckReply = rc.CheckReply
+	}
 	return d, nil
 }
 
 // Config returns the replica's configuration, defaults filled in.
-func (d *Dispatcher) Config() Config { return d.cfg }
+func (d *Dispatcher) Config() config.Config { return d.cfg }
 
 // Routable returns the ids of the instances a task of capability could be
 // delivered to now: routable (ready) and not refused by their breaker.
@@ -174,11 +190,12 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	d.js = js
+	d.scores.JS = js
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return err
 	}
-	if d.breakerKV, err = js.KeyValue(ctx, streams.BucketBreakers); err != nil {
+	if d.breakers.KV, err = js.KeyValue(ctx, streams.BucketBreakers); err != nil {
 		return streams.OpenError("dispatcher", streams.BucketBreakers, err)
 	}
 	var cleanup []func()
@@ -217,35 +234,31 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	cleanup = append(cleanup, d.catalog.Close)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone, shareDone, pumpDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		kvwatch.Run(watchCtx, d.nc, d.breakerKV, registry.DefaultReconcileInterval, breakerFeed{d}, d.log, nil)
-	}()
+	shareDone, pumpDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(shareDone)
-		d.shareBreakers(watchCtx)
+		d.breakers.Run(watchCtx)
 	}()
 	go func() {
 		defer close(pumpDone)
 		d.pumpOnChange(watchCtx.Done())
 	}()
-	d.stopWatch = func() { stopWatch(); <-watchDone; <-shareDone; <-pumpDone }
+	d.stopWatch = func() { stopWatch(); <-shareDone; <-pumpDone }
 	cleanup = append(cleanup, d.stopWatch)
 
-	if d.inbox, err = newInbox(d.nc, d.cfg.Handlers, d.onReply); err != nil {
+	if d.inbox, err = inbox.New(d.nc, d.cfg.Handlers, d.onReply); err != nil {
 		return err
 	}
-	cleanup = append(cleanup, func() { _ = unsubscribeAll(d.inbox.subs) })
+	cleanup = append(cleanup, func() { _ = d.inbox.Stop() })
 	// Queue subscriptions in the replicas' group: the server spreads the
 	// tasks over every replica's handlers.
-	d.subs, err = subscribeEach(d.cfg.Handlers, 64<<20, func(int) (*nats.Subscription, error) {
+	d.subs, err = subscription.Each(d.cfg.Handlers, 64<<20, func(int) (*nats.Subscription, error) {
 		return d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
 	}
-	cleanup = append(cleanup, func() { _ = unsubscribeAll(d.subs) })
+	cleanup = append(cleanup, func() { _ = subscription.EndAll(d.subs) })
 	if d.apiSubs, err = d.subscribeAPI(); err != nil {
 		return fmt.Errorf("dispatcher: api: %w", err)
 	}
@@ -259,7 +272,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.apiSubs = append(d.apiSubs, cancelSub)
 	// Callers' scores of results (Reach-Prefer: quality), heard by every
 	// replica.
-	feedbackSub, err := d.nc.Subscribe(d.cfg.Subjects.Feedback(), d.onFeedback)
+	feedbackSub, err := d.nc.Subscribe(d.cfg.Subjects.Feedback(), d.scores.Handle)
 	if err != nil {
 		d.stopAPI()
 		return fmt.Errorf("dispatcher: subscribe %s: %w", d.cfg.Subjects.Feedback(), err)
@@ -327,9 +340,9 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 				errs = append(errs, fmt.Errorf("dispatcher: drain: %w with %d tasks in flight", ctx.Err(), d.inflight.Load()))
 			}
 		} else {
-			errs = append(errs, unsubscribeAll(d.subs))
+			errs = append(errs, subscription.EndAll(d.subs))
 		}
-		errs = append(errs, unsubscribeAll(d.inbox.subs))
+		errs = append(errs, d.inbox.Stop())
 		d.stopAPI()
 		d.records.Flush("")
 		if graceful {
@@ -351,37 +364,6 @@ func (d *Dispatcher) stopAPI() {
 	for _, s := range d.apiSubs {
 		_ = s.Unsubscribe()
 	}
-}
-
-// subscribeEach makes n subscriptions with subscribe(i), each with its own
-// goroutine and up to pendingBytes waiting; on an error it undoes them.
-func subscribeEach(n, pendingBytes int, subscribe func(i int) (*nats.Subscription, error)) ([]*nats.Subscription, error) {
-	subs := make([]*nats.Subscription, 0, n)
-	for i := range n {
-		sub, err := subscribe(i)
-		if err == nil {
-			if err = sub.SetPendingLimits(-1, pendingBytes); err != nil {
-				_ = sub.Unsubscribe()
-			}
-		}
-		if err != nil {
-			_ = unsubscribeAll(subs)
-			return nil, err
-		}
-		subs = append(subs, sub)
-	}
-	return subs, nil
-}
-
-// unsubscribeAll ends subs; a closed connection has ended them already.
-func unsubscribeAll(subs []*nats.Subscription) error {
-	var errs []error
-	for _, sub := range subs {
-		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // Stats is a snapshot of a replica's counters since Start. Counts holds
@@ -434,7 +416,7 @@ func (d *Dispatcher) Stats() Stats {
 		Hedged:            d.stats.hedged.Load(),
 		HedgesOver:        d.stats.hedgesRefused.Load(),
 		ChunksRelayed:     d.stats.chunksRelayed.Load(),
-		ChunksDropped:     d.stats.chunksDropped.Load() + d.inbox.late.Load(),
+		ChunksDropped:     d.stats.chunksDropped.Load() + d.inbox.Late(),
 		StreamsOverloaded: d.stats.streamsOverloaded.Load(),
 		InFlight:          d.inflight.Load(),
 	}
@@ -452,6 +434,14 @@ func (d *Dispatcher) forget(id string, how registry.Removal) {
 	d.loads.Delete(id)
 	if how == registry.Lost {
 		d.abandon(id)
+	}
+}
+
+// observeQuality folds a caller's accepted score into the quality average
+// of instance node, while it is in the table.
+func (d *Dispatcher) observeQuality(node string, score float64) {
+	if _, ok := d.table.Lookup(node); ok {
+		d.loads.Of(node).ObserveQuality(score)
 	}
 }
 

@@ -7,8 +7,6 @@ import (
 )
 
 var (
-	// ErrInvalidConfig is returned by New for a configuration it cannot run.
-	ErrInvalidConfig = errors.New("dispatcher: invalid config")
 	// ErrNotStarted is returned by Drain before Start.
 	ErrNotStarted = errors.New("dispatcher: not started")
 	// ErrAlreadyStarted is returned by a second Start.

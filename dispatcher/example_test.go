@@ -2,18 +2,19 @@ package dispatcher_test
 
 import (
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 )
 
-// A configuration choosing a strategy per capability; New refuses unknown
+// A configuration choosing a strategy per capability: New refuses unknown
 // strategy names with the list of valid ones.
-func ExampleConfig() {
+func ExampleNew() {
 	nc := &nats.Conn{} // New only validates; Start needs a connected one
-	_, err := dispatcher.New(nc, dispatcher.Config{
+	_, err := dispatcher.New(nc, config.Config{
 		Strategies: map[string]string{"session.chat": selection.StrategyHash, "report.render": "fastest"},
 	})
 	fmt.Println(err)

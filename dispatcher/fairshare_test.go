@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -16,9 +17,9 @@ import (
 // fairReplica is a Dispatcher with only what admit and free use.
 func fairReplica(t testing.TB, maxInFlight, fairShareAt int) *Dispatcher {
 	t.Helper()
-	cfg := Config{Name: "r", MaxInFlight: maxInFlight, FairShareAt: fairShareAt}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg := config.Config{Name: "r", MaxInFlight: maxInFlight, FairShareAt: fairShareAt}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	return &Dispatcher{cfg: cfg, fair: selection.NewFairShare(cfg.FairShareAt)}
@@ -163,9 +164,9 @@ func TestFairShareRefusalSaysWhy(t *testing.T) {
 
 func TestFairShareAtIsValidated(t *testing.T) {
 	for _, at := range []int{-1, 11} {
-		cfg := Config{MaxInFlight: 10, FairShareAt: at}
-		cfg.setDefaults()
-		if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "FairShareAt") {
+		cfg := config.Config{MaxInFlight: 10, FairShareAt: at}
+		cfg.SetDefaults()
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "FairShareAt") {
 			t.Fatalf("FairShareAt %d: %v", at, err)
 		}
 	}

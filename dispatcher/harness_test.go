@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/declare"
@@ -41,7 +42,7 @@ func newHarness(t *testing.T, opts *server.Options, dopts ...Option) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(natstest.Connect(t, s), Config{DeadLetterRetryInterval: -1}, dopts...)
+	d, err := New(natstest.Connect(t, s), config.Config{DeadLetterRetryInterval: -1}, dopts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,8 @@
 package dispatcher
 
 import (
-	"fmt"
 	"slices"
 	"time"
-
-	"github.com/agent-reach/agentreach/streams"
 )
 
 // Hedged requests (docs/reference.md, Hedged requests; after Dean &
@@ -84,16 +81,4 @@ func (t *task) hedgedSent() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.hedged
-}
-
-// hedgeable reports why a capability configured for hedging may not be:
-// writes are never hedged.
-func (c *Config) hedgeable(capability string) error {
-	if err := streams.ValidateCapability(capability); err != nil {
-		return fmt.Errorf("hedge for %w", err)
-	}
-	if c.isWrite(capability) {
-		return fmt.Errorf("hedge for %s: a write is never hedged (a second delivery could execute it twice)", capability)
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -23,12 +24,16 @@ import (
 //  4. pick.go     — one instance by strategy, load and breakers
 //                   (dispatcher/selection), or a wait for a free slot
 //                   (queue.go)
-//  5. deliver.go  — the delivery, its ACK and call timers, the hedge
-//                   (hedge.go), cancellation (cancel.go)
-//  6. settle.go   — a delivery's outcome into breaker, load and latency,
-//                   the retry decision, the reply through the outbound
-//                   gate; a durable task's claimed outcome (settle_durable.go)
-//  7. record.go   — the event record, the counts and the span (trace.go)
+//  5. deliver.go  — the delivery, its ACK and call timers, its replies
+//                   (dispatcher/inbox), the hedge (hedge.go), cancellation
+//                   (cancel.go)
+//  6. settle.go   — a delivery's outcome into breaker (shared with the
+//                   other replicas by dispatcher/breakers), load and
+//                   latency, the retry decision, the reply through the
+//                   outbound gate; a durable task's claimed outcome
+//                   (durable.Tier, which settle_durable.go routes for)
+//  7. record.go   — the event record, the counts; the span ends
+//                   (dispatcher/tracing)
 //
 // Data flows one way: a stage reads what the earlier ones put on the task
 // and never calls back up, except that a retry (settle) runs the path again
@@ -123,9 +128,9 @@ func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
 	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
 		t.finish()
 		if err == nil {
-			d.rememberCaller(t)
+			d.scores.Remember(t.requestID, t.source, t.node)
 		}
-		EndSpan(t.span, err)
+		tracing.End(t.span, err)
 		res, e = r, err
 		close(done)
 	}

@@ -67,7 +67,7 @@ func (d *Dispatcher) policy(capability string) *capPolicy {
 func (d *Dispatcher) resolvePolicy(capability string, set *policy.Set) *capPolicy {
 	c := &d.cfg
 	p := &capPolicy{
-		set: set, strategy: c.DefaultStrategy, retries: c.retries(capability), write: c.isWrite(capability),
+		set: set, strategy: c.DefaultStrategy, retries: c.RetriesFor(capability), write: c.IsWrite(capability),
 		ackTimeout: c.AckTimeout, minCall: c.MinCallTimeout, maxCall: c.MaxCallTimeout, deadline: c.Deadline,
 		queueWait: c.QueueWait, breaker: &c.Breaker,
 		inflight: lookup(&d.capInflight, capability, func() *atomic.Int64 { return new(atomic.Int64) }),
@@ -173,6 +173,9 @@ func (d *Dispatcher) Quorum(capability string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// CallTimeoutSlack is added to max(caller's wish, agent's hint).
+const CallTimeoutSlack = 2 * time.Second
 
 // callTimeout is max(wish, hint) + slack, clamped to the policy's
 // [minCall, maxCall].

@@ -12,7 +12,7 @@ import (
 // Stage 7 of a task's path, record: every task that ends leaves one record
 // in REACH_EVENTS (events.Event), counted in the replica's Stats by the
 // counting model and handed to the observers (the Prometheus collectors);
-// its span ends with it (trace.go).
+// its span ends with it (dispatcher/tracing).
 
 // recordEvent writes the feedback record of a finished task.
 func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *streams.Error) {

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -17,7 +18,7 @@ import (
 // instance's breaker, penalty and latency; a retryable one sends the task
 // on (retry, back to resolve), any other ends it: the reply goes to the
 // caller through the outbound gate (answer, conclude), or a durable task's
-// outcome is claimed and stored (settle_durable.go). Then record.
+// outcome is claimed and stored (durable.Tier, settle_durable.go). Then record.
 
 // outcome classifies how one delivery ended.
 type outcome int
@@ -37,14 +38,14 @@ func (o outcome) retryable() bool { return o >= outcomeBusy }
 // penalty and latency, and moves its task on. res is the result, last the
 // final reply (for its cost), e the error.
 func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
-	d.inbox.close(dl.token)
-	EndSpan(dl.span, e)
+	d.inbox.Close(dl.token)
+	tracing.End(dl.span, e)
 	t, load := dl.t, dl.load
 	load.Inflight.Add(-1)
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
 	if state, changed := load.Breaker.Record(now, healthy, dl.probe, t.pol.breaker); changed {
-		d.breakerChanged(dl.inst.ID, state)
+		d.breakers.Changed(dl.inst.ID, state)
 	}
 	if !healthy {
 		load.Penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
@@ -234,14 +235,14 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 		out, e = d.resultMsg(t, res)
 	}
 	if e == nil {
-		d.rememberCaller(t)
+		d.scores.Remember(t.requestID, t.source, t.node)
 		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
 	} else {
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
 		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
 	d.recordEvent(t, t.start, events.OutcomeReply, e)
-	EndSpan(t.span, e)
+	tracing.End(t.span, e)
 	return out, e
 }
 

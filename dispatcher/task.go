@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -79,7 +80,7 @@ type task struct {
 	hedgedWon bool    // the outcome came from the hedge
 	relay     *stream // a streamed task's relay to its caller (stream.go); fixed at its start
 	log       taskLog
-	span      trace.Span // from its start to its outcome (trace.go)
+	span      trace.Span // from its start to its outcome (dispatcher/tracing)
 }
 
 // taskLog puts a task's fields on every event it starts. Unlike a child
@@ -132,3 +133,10 @@ func (t *task) AffinityKey() string { return t.affinity }
 
 // Preference is t's Reach-Prefer (selection.Task).
 func (t *task) Preference() string { return t.prefer }
+
+// traceTask starts t's span (tracing.Task), from its start to its outcome.
+func (d *Dispatcher) traceTask(t *task) {
+	if tracing.Enabled() { // the subject is built only then
+		t.span = tracing.Task(t.req.Header, d.cfg.Subjects.Task(t.capability), t.requestID, t.capability, t.seq > 0)
+	}
+}

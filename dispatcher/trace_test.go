@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -27,8 +28,8 @@ func BenchmarkTracingOff(b *testing.B) {
 			for b.Loop() {
 				d.traceTask(t)
 				d.traceDelivery(dl, tc.header)
-				EndSpan(dl.span, nil)
-				EndSpan(t.span, nil)
+				tracing.End(dl.span, nil)
+				tracing.End(t.span, nil)
 			}
 		})
 	}
@@ -51,6 +52,6 @@ func TestTracingOffLeavesTheTraceparent(t *testing.T) {
 		if got := h.Get(streams.HeaderTraceParent); got != in || dl.span != nil {
 			t.Errorf("traceparent %q became %q (delivery span %v)", in, got, dl.span)
 		}
-		EndSpan(tk.span, nil)
+		tracing.End(tk.span, nil)
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -55,7 +55,7 @@ func grantDispatcher(t *testing.T, st *SecureStack, logs *natstest.LogBuffer) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatcher.New(nc, dispatcher.Config{}, dispatcher.WithLogger(st.log), dispatcher.WithAuthorizer(az), dispatcher.WithResolver(e))
+	d, err := dispatcher.New(nc, config.Config{}, dispatcher.WithLogger(st.log), dispatcher.WithAuthorizer(az), dispatcher.WithResolver(e))
 	if err != nil {
 		t.Fatal(err)
 	}

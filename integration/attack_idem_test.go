@@ -15,7 +15,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -27,7 +27,7 @@ const idemACL = `{"rules": [{"caller": "alice", "may_call": ["math.add"]}, {"cal
 // it has executed.
 func idemStack(t *testing.T) (*SecureStack, *atomic.Int32) {
 	st := NewSecureStack(t, time.Second, idemACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Identity(auth.Identity{Name: "alice", Role: auth.RoleCaller})
 	st.Identity(auth.Identity{Name: "bob", Role: auth.RoleCaller})
 	var n atomic.Int32

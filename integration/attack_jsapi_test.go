@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
-	"github.com/agent-reach/agentreach/registry/policy"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -16,8 +14,10 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -34,7 +34,7 @@ const jsapiACL = `{"rules": [
 // the controls show the same identities do what they legitimately must.
 func TestSecurityJetStreamAPISweep(t *testing.T) {
 	st := NewSecureStack(t, time.Second, jsapiACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	st.Agent(agentkit.Config{ID: "echo-2", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	st.Agent(agentkit.Config{ID: "pay-1", Type: "payment"}, map[string]agentkit.Handler{"payment.execute": echoHandler()})
@@ -305,7 +305,7 @@ func TestSecurityRollupCannotPurgeStoredOutcomes(t *testing.T) {
 func TestSecurityAgentsRollupLeavesRoutingIntact(t *testing.T) {
 	const hb = 500 * time.Millisecond
 	st := NewSecureStack(t, hb, jsapiACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	var got [2]atomic.Int64
 	for i, id := range []string{"echo-1", "echo-2"} {
 		st.Agent(agentkit.Config{ID: id, Type: "echo"}, map[string]agentkit.Handler{"echo": func(_ context.Context, r *agentkit.Request) (any, error) {

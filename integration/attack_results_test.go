@@ -18,7 +18,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -36,7 +36,7 @@ type resultsStack struct {
 
 func newResultsStack(t *testing.T) *resultsStack {
 	st := &resultsStack{SecureStack: NewSecureStack(t, time.Second, resultsACL)}
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{
 		"echo": counted(&st.echoes, func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil })})
 	WaitRoutable(t, "echo", 1, d)
@@ -368,7 +368,7 @@ func TestAttackResultsASubmissionCannotBePreempted(t *testing.T) {
 // (auth off: the callers are their Reach-Source as sent).
 func TestAttackResultsAWorkflowRunIsNotResumedByAnotherCaller(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{DurableAckWait: time.Second})
+	d, e := st.WorkflowDispatcher(config.Config{DurableAckWait: time.Second})
 	stepAgent(t, st.Conn(), "seq-1", newEffects(), seqSteps())
 	WaitRoutable(t, "seq.ship", 1, d)
 	nc := st.Conn()

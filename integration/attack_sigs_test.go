@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/agent-reach/agentreach/auth/signature"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,10 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -34,7 +35,7 @@ const sigsACL = `{"rules": [
 func sigsStack(t *testing.T) (*SecureStack, *dispatcher.Dispatcher, *sync.Map) {
 	st := NewSecureStack(t, time.Second, sigsACL)
 	st.Identity(auth.Identity{Name: "mallory", Role: auth.RoleCaller})
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.mu.Lock()
 	az := st.authorizers[d]
 	st.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -27,7 +27,7 @@ type addIn struct {
 func TestBadInputGetsItsCode(t *testing.T) {
 	const maxPayload = 8 << 10
 	st := NewStack(t, time.Second, func(o *server.Options) { o.MaxPayload = maxPayload })
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{Type: "math", ID: "math-1"}, map[string]agentkit.Handler{
 		"math.add": agentkit.Typed(func(_ context.Context, _ *agentkit.Request, in addIn) (map[string]int, error) {
 			return map[string]int{"sum": in.A + in.B}, nil

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -45,7 +45,7 @@ func recv(t *testing.T, ch chan *nats.Msg, what string) *nats.Msg {
 
 func TestACallerCancelsOnReachCancel(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	deliveries, cancels := holdInstance(t, st, "hold-1", "hold")
 	WaitRoutable(t, "hold", 1, d)
 	nc := st.Conn()
@@ -92,7 +92,7 @@ func TestACallerCancelsOnReachCancel(t *testing.T) {
 
 func TestCallInProcessAndItsCancellation(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{QueueWait: 20 * time.Second})
+	d := st.Dispatcher(config.Config{QueueWait: 20 * time.Second})
 	nc := st.Conn()
 	RawInstance(t, nc, "echo-1", time.Second, func(m *nats.Msg) { finish(nc, m, m.Data) }, "echo")
 	deliveries, cancels := holdInstance(t, st, "hold-1", "hold")
@@ -152,7 +152,7 @@ func TestCallInProcessAndItsCancellation(t *testing.T) {
 
 func TestADeliveryPastItsDeadlineIsCancelled(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	deliveries, cancels := holdInstance(t, st, "hold-1", "hold")
 	WaitRoutable(t, "hold", 1, d)
 	req := nats.NewMsg(streams.Subjects{}.Task("hold"))
@@ -173,7 +173,7 @@ func TestADeliveryPastItsDeadlineIsCancelled(t *testing.T) {
 
 func TestACancelReachesAnAgentkitHandler(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	started := make(chan struct{}, 1)
 	stopped := make(chan time.Time, 1)
 	st.Agent(agentkit.Config{Type: "waiter"}, map[string]agentkit.Handler{

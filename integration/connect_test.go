@@ -23,6 +23,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/agentkit/connect"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
@@ -128,7 +129,7 @@ func waitDeclared(tb testing.TB, d *dispatcher.Dispatcher, typ, capability strin
 func TestMCPConnectorServesAFastMCPServer(t *testing.T) {
 	py := FastMCPPython(t)
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	_, served := runMCP(t, st, connect.MCPConfig{Name: "fm", Command: []string{py, "../agentkit/connect/testdata/fastmcp_server.py"}})
 	want := []string{"fm.add", "fm.fail", "fm.get_weather", "fm.greet", "fm.unlock"}
 	if got := nextServed(t, served); !slices.Equal(got, want) {
@@ -250,7 +251,7 @@ func (u *goUpstream) url() string { return "http://" + u.addr }
 
 func TestMCPConnectorFollowsAGoSDKServerAndLeavesWhenItDies(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	a, b := newGoUpstream(t, "a"), newGoUpstream(t, "b")
 	httpClient := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(httpClient.CloseIdleConnections)
@@ -367,7 +368,7 @@ func rawUpstream(tb testing.TB, tools string) string {
 
 func TestMCPConnectorSkipsBadToolsAndServesTheRest(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	url := rawUpstream(t, `[
 		{"name":"good","inputSchema":{"type":"object","properties":{"n":{"type":"integer"}}}},
 		{"name":"twice","inputSchema":{"type":"object"}},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -35,7 +35,7 @@ func finish(nc *nats.Conn, m *nats.Msg, body []byte) {
 
 func TestARelayedResultCarriesTheDispatchersHeaders(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{RelayResults: true})
+	d := st.Dispatcher(config.Config{RelayResults: true})
 	agentNC := st.Conn()
 	RawInstance(t, agentNC, "raw-1", time.Second, func(m *nats.Msg) { finish(agentNC, m, m.Data) }, "echo")
 	WaitRoutable(t, "echo", 1, d)
@@ -89,7 +89,7 @@ func TestARelayedResultCarriesTheDispatchersHeaders(t *testing.T) {
 
 func TestDeliveriesSayTheirContentTypeAndMalformedPayloadsStopAtTheDispatcher(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	agentNC := st.Conn()
 	var delivered atomic.Int64
 	types := make(chan string, 8)
@@ -164,7 +164,7 @@ func TestDeliveriesSayTheirContentTypeAndMalformedPayloadsStopAtTheDispatcher(t 
 
 func TestAnAgentThatDoesNotServeTheCapabilitySendsTheTaskElsewhere(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	var wrong atomic.Int64
 	// "raw-a" lists echo in its record but refuses it, as an agent whose
@@ -193,7 +193,7 @@ func TestAnAgentThatDoesNotServeTheCapabilitySendsTheTaskElsewhere(t *testing.T)
 
 func TestAnAgentThatDrainsAndLeavesStillDeliversItsLastResult(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{RelayResults: true})
+	d := st.Dispatcher(config.Config{RelayResults: true})
 	nc := st.Conn()
 	leaving := make(chan *nats.Msg, 1)
 	hb := RawInstance(t, nc, "raw-1", time.Second, func(m *nats.Msg) {
@@ -241,7 +241,7 @@ func TestAnAgentThatDrainsAndLeavesStillDeliversItsLastResult(t *testing.T) {
 
 func TestAnInDoubtOutcomeGoesToReviewNotTheDeadLetters(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	RawInstance(t, nc, "raw-1", time.Second, func(m *nats.Msg) {
 		out := streams.ErrorReply(m.Reply, streams.ContentTypeJSON, "",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -64,7 +65,7 @@ func startConvergenceRun(t *testing.T, st *Stack, url, hbURL string, hbWait time
 	}
 	fast := 50 * time.Millisecond
 	r := &convergenceRun{t: t, done: make(chan struct{})}
-	r.d = st.dispatcherOn(connect(url, fast), dispatcher.Config{AckTimeout: time.Second})
+	r.d = st.dispatcherOn(connect(url, fast), config.Config{AckTimeout: time.Second})
 	for i := range 3 {
 		a, err := agentkit.New(connect(url, fast), agentkit.Config{Type: "echo", ID: fmt.Sprintf("echo-%d", i+1), Heartbeat: st.Heartbeat},
 			agentkit.WithoutSignals(), agentkit.WithLogger(st.log), agentkit.WithHeartbeatConn(connect(hbURL, hbWait)))

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
@@ -44,7 +45,7 @@ func TestEverySurfaceCountsTheSameTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := st.dispatcherOn(nc, dispatcher.Config{}, dispatcher.WithObserver(m))
+	d := st.dispatcherOn(nc, config.Config{}, dispatcher.WithObserver(m))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
-	"github.com/agent-reach/agentreach/registry/declare"
 	"strings"
 	"sync"
 	"testing"
@@ -15,14 +13,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 func TestAgentkitWritesItsDeclarationAndRefusesABadOne(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	cost := 0.002
 	decl := &declare.Declaration{Capabilities: []declare.DeclaredCapability{{Name: "orders.query", Mode: declare.ModeRead, Cost: &cost,
 		InputSchema: []byte(`{"type":"object","required":["sku"]}`)}}, Labels: map[string][]string{"engine": {"postgres"}}}
@@ -79,7 +79,7 @@ func TestAgentkitWritesItsDeclarationAndRefusesABadOne(t *testing.T) {
 
 func TestFeedbackSteersReachPreferQuality(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	var counts sync.Map
 	typed(t, st, "good-1", "writer", nil, &counts, "draft")
 	typed(t, st, "poor-1", "writer", nil, &counts, "draft")

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -75,7 +75,7 @@ func isNotice(m *nats.Msg) bool { return m.Header.Get(streams.HeaderDirect) != "
 
 func TestAnAgentAnswersTheCallerDirectly(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	a := st.Agent(agentkit.Config{Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	w := tap(t, st)
@@ -139,7 +139,7 @@ func TestAnAgentAnswersTheCallerDirectly(t *testing.T) {
 
 func TestRelayResultsKeepsResultsOnTheDispatchersPath(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{RelayResults: true})
+	d := st.Dispatcher(config.Config{RelayResults: true})
 	a := st.Agent(agentkit.Config{Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	w := tap(t, st)
@@ -178,7 +178,7 @@ func TestAnAgentWithoutInboxRightsRelaysItsResults(t *testing.T) {
 		}
 		o.NoAuthUser = "admin"
 	})
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	violations := make(chan error, 16)
 	anc := natstest.Connect(t, st.Server, nats.UserInfo("agent", "agent"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
@@ -227,7 +227,7 @@ func TestAnAgentWithoutInboxRightsRelaysItsResults(t *testing.T) {
 // answers INTERNAL at once instead.
 func TestAnUnofferedDirectNoticeIsAnError(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{RelayResults: true, Retries: dispatcher.NoRetries})
+	d := st.Dispatcher(config.Config{RelayResults: true, Retries: config.NoRetries})
 	nc := st.Conn()
 	RawInstance(t, nc, "liar-1", st.Heartbeat, func(m *nats.Msg) {
 		notice := streams.StatusReply(m.Reply, streams.StatusFinished, m.Header.Get(streams.HeaderRequestID))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -57,7 +58,7 @@ func settle(t *testing.T, l *Ledger, js jetstream.JetStream, within time.Duratio
 func TestDurableSurvivesDispatcherKills(t *testing.T) {
 	const tasks = 5000
 	st := NewStack(t, time.Second)
-	cfg := &dispatcher.Config{DurableAckWait: 2 * time.Second, Name: "child"}
+	cfg := &config.Config{DurableAckWait: 2 * time.Second, Name: "child"}
 	url := st.Server.ClientURL()
 	child := StartChild(t, ChildDispatcher, url, "", 0, cfg)
 	wnc := st.Conn()
@@ -89,7 +90,7 @@ func TestDurableSurvivesDispatcherKills(t *testing.T) {
 func TestDurableTasksWaitForAnAgent(t *testing.T) {
 	const tasks = 1000
 	st := NewStack(t, time.Second)
-	st.Dispatcher(dispatcher.Config{})
+	st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	js := jsOf(t, nc)
 	l := NewLedger(t, nc)
@@ -194,7 +195,7 @@ func durableRig(t *testing.T, url string, topo streams.Topology) (jetstream.JetS
 		return nc
 	}
 	natstest.Provision(t, connect(), topo)
-	d, err := dispatcher.New(connect(), dispatcher.Config{DurableAckWait: 2 * time.Second})
+	d, err := dispatcher.New(connect(), config.Config{DurableAckWait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
-	"github.com/agent-reach/agentreach/dispatcher/events"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,7 +14,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -48,7 +48,7 @@ func submitAll(t *testing.T, l *Ledger, c *agentkit.Client, capability string, n
 
 func TestDurableSubmitResultAndWait(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{Type: "echo", ID: "echo-d"}, map[string]agentkit.Handler{"echo": echoHandler(),
 		"order.place": func(context.Context, *agentkit.Request) (any, error) { return nil, agentkit.Reject("closed") }})
 	WaitRoutable(t, "echo", 1, d)
@@ -123,7 +123,7 @@ func TestDurableBufferBoundRefusesSubmission(t *testing.T) {
 func TestDeadLettersAreReplayedOnceTheAgentIsFixed(t *testing.T) {
 	const tasks = 40
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{DeadLetterRetryInterval: 500 * time.Millisecond, DeadLetterReplayRate: 200,
+	d := st.Dispatcher(config.Config{DeadLetterRetryInterval: 500 * time.Millisecond, DeadLetterReplayRate: 200,
 		Breaker: selection.BreakerConfig{ConsecutiveFailures: 1000, MinVolume: 1000}})
 	var broken atomic.Bool
 	broken.Store(true)
@@ -174,7 +174,7 @@ func TestDeadLettersAreReplayedOnceTheAgentIsFixed(t *testing.T) {
 // Every task, direct or durable, leaves one feedback record in REACH_EVENTS.
 func TestEveryTaskLeavesOneEvent(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{Type: "echo", ID: "echo-ev"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	c := st.Client()
@@ -240,7 +240,7 @@ func TestEveryTaskLeavesOneEvent(t *testing.T) {
 // once published, and none may be overwritten before.
 func TestManyTasksLeaveOneEventEach(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{Type: "echo", ID: "echo-many", MaxConcurrent: 64}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	c := st.Client()
@@ -308,7 +308,7 @@ func TestManyTasksLeaveOneEventEach(t *testing.T) {
 // gets no second outcome.
 func TestARedeliveredTaskWithARecordedResultEndsThere(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	js := jsOf(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -362,7 +362,7 @@ func TestARedeliveredTaskWithARecordedResultEndsThere(t *testing.T) {
 // replays it, one execution) and recorded once.
 func TestADurableTaskGetsTheOutcomeClaimedFirst(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	js := jsOf(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -424,7 +424,7 @@ func TestADurableTaskGetsTheOutcomeClaimedFirst(t *testing.T) {
 // for the outage; once a working agent comes it runs, and gets its result.
 func TestADurableTaskWaitsOutAnUnreachableInstance(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: 200 * time.Millisecond})
+	d := st.Dispatcher(config.Config{AckTimeout: 200 * time.Millisecond})
 	NeverAck(t, st.Conn(), "hung-1", time.Second, "pay.charge")
 	WaitRoutable(t, "pay.charge", 1, d)
 	js := jsOf(t, st.Conn())

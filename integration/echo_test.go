@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 )
 
 type echoIn struct {
@@ -19,7 +19,7 @@ func echoHandler() agentkit.Handler {
 
 func TestEchoThroughDispatcher(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	a := st.Agent(agentkit.Config{Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	c := st.Client()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -24,7 +25,7 @@ func fairStack(t *testing.T, fairShareAt int) (*Stack, *dispatcher.Dispatcher, f
 	t.Helper()
 	st := NewStack(t, time.Second)
 	// The held tasks outlive any per-call timeout the test could meet.
-	d := st.Dispatcher(dispatcher.Config{MaxInFlight: 50, FairShareAt: fairShareAt, MinCallTimeout: time.Minute, MaxCallTimeout: time.Minute})
+	d := st.Dispatcher(config.Config{MaxInFlight: 50, FairShareAt: fairShareAt, MinCallTimeout: time.Minute, MaxCallTimeout: time.Minute})
 	gate := make(chan struct{})
 	var once sync.Once
 	open := func() { once.Do(func() { close(gate) }) }

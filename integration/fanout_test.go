@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +16,9 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -50,7 +51,7 @@ func (s *seen) of(capability string) []*nats.Msg {
 // never finishes, risk.reject refuses.
 func fanoutStack(t *testing.T) (*Stack, *dispatcher.Dispatcher, *seen) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.FanOut(d)
 	nc := st.Conn()
 	var s seen
@@ -253,7 +254,7 @@ func TestAMsgpackFanOutEmbedsMsgpackResults(t *testing.T) {
 
 func TestABroadcastAsksEveryInstance(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.FanOut(d)
 	nc := st.Conn()
 	var mu sync.Mutex
@@ -302,7 +303,7 @@ func TestABroadcastAsksEveryInstance(t *testing.T) {
 
 func TestABranchTooLargeForTheAggregateIsLeftOut(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.FanOut(d)
 	nc := st.Conn()
 	big := `"` + strings.Repeat("x", int(nc.MaxPayload())*2/3) + `"`
@@ -423,7 +424,7 @@ func TestTheClientFansOutAndBroadcastsFromInsideAHandler(t *testing.T) {
 func TestAFanOutBranchSurvivesItsAgentsDeath(t *testing.T) {
 	const hb = 300 * time.Millisecond // the dead record is gone 900 ms after its last heartbeat
 	st := NewStack(t, hb)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.FanOut(d)
 	w := tap(t, st)
 	onSleeper := func(m *nats.Msg) bool { return m.Subject == streams.Subjects{}.Agent("sleeper-1") && m.Reply != "" }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -119,7 +120,7 @@ func runChild(role string) error {
 		return runWorkflowsChild(ctx, nc, os.Getenv(envChildCfg))
 	}
 	if role == ChildDispatcher {
-		var cfg dispatcher.Config
+		var cfg config.Config
 		if c := os.Getenv(envChildCfg); c != "" {
 			if err := json.Unmarshal([]byte(c), &cfg); err != nil {
 				return err
@@ -167,8 +168,8 @@ func runChild(role string) error {
 
 // StartChild starts the test binary as a child process in role, connected
 // to url, and kills it when the test ends. id and hb name an agent; cfg
-// configures a dispatcher (JSON of dispatcher.Config).
-func StartChild(tb testing.TB, role, url, id string, hb time.Duration, cfg *dispatcher.Config) *exec.Cmd {
+// configures a dispatcher (JSON of config.Config).
+func StartChild(tb testing.TB, role, url, id string, hb time.Duration, cfg *config.Config) *exec.Cmd {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChildRole+"="+role, envChildURL+"="+url, envChildID+"="+id, envChildHB+"="+hb.String())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,8 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
 
@@ -116,7 +116,7 @@ func TestSpreadFollowsWeights(t *testing.T) {
 // the given weights under strategy and returns how many each executed.
 func spreadByWeight(t *testing.T, strategy string, weights []int, tasks int) []int64 {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{DefaultStrategy: strategy})
+	d := st.Dispatcher(config.Config{DefaultStrategy: strategy})
 	counts := make([]atomic.Int64, len(weights))
 	for i, w := range weights {
 		st.Agent(agentkit.Config{Type: "echo", ID: fmt.Sprintf("w%d", w), Weight: w, MaxConcurrent: 64},
@@ -163,7 +163,7 @@ func spreadByWeight(t *testing.T, strategy string, weights []int, tasks int) []i
 // machine).
 func TestNewAgentGetsTraffic(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	var old, fresh atomic.Int64
 	st.Agent(agentkit.Config{Type: "echo", ID: "old"}, map[string]agentkit.Handler{"echo": counting(&old)})
 	WaitRoutable(t, "echo", 1, d)
@@ -200,7 +200,7 @@ func TestDeadAgentLeavesRoutingAndTasksGoElsewhere(t *testing.T) {
 	const hb = 300 * time.Millisecond
 	ttl := 3 * hb
 	st := NewStack(t, hb)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond, Retries: 3})
+	d := st.Dispatcher(config.Config{AckTimeout: 300 * time.Millisecond, Retries: 3})
 	var alive atomic.Int64
 	st.Agent(agentkit.Config{Type: "echo", ID: "alive"}, map[string]agentkit.Handler{"echo": counting(&alive)})
 	child := StartChild(t, ChildEcho, st.Server.ClientURL(), "child", hb, nil)
@@ -256,7 +256,7 @@ func TestBusyAgentKeepsHeartbeating(t *testing.T) {
 	// still comes in time.
 	const hb = 500 * time.Millisecond
 	st := NewStack(t, hb)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	release := make(chan struct{})
 	var started atomic.Int64
 	st.Agent(agentkit.Config{Type: "busy", ID: "busy", MaxConcurrent: 2}, map[string]agentkit.Handler{
@@ -309,8 +309,8 @@ func TestBusyAgentKeepsHeartbeating(t *testing.T) {
 // (e) two dispatcher replicas share the load and draining one fails no task.
 func TestReplicasShareLoadAndDrainFailsNothing(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d1 := st.Dispatcher(dispatcher.Config{Name: "d1"})
-	d2 := st.Dispatcher(dispatcher.Config{Name: "d2"})
+	d1 := st.Dispatcher(config.Config{Name: "d1"})
+	d2 := st.Dispatcher(config.Config{Name: "d2"})
 	var n atomic.Int64
 	for i := range 3 {
 		st.Agent(agentkit.Config{Type: "echo", ID: fmt.Sprintf("e%d", i)}, map[string]agentkit.Handler{"echo": counting(&n)})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -74,7 +75,7 @@ func stalling(t *testing.T, st *Stack, id, agentType string, stall time.Duration
 
 func TestAHedgeAnswersForAStalledInstance(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 50 * time.Millisecond, Budget: 1}}})
+	d := st.Dispatcher(config.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 50 * time.Millisecond, Budget: 1}}})
 	_, slowCancels := stallInstance(t, st, "slow-1", "lookup", 3*time.Second)
 	stallInstance(t, st, "fast-1", "lookup", 0)
 	WaitRoutable(t, "lookup", 2, d)
@@ -114,7 +115,7 @@ func TestAHedgeAnswersForAStalledInstance(t *testing.T) {
 
 func TestHedgesStayWithinTheirBudget(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 5 * time.Millisecond, Budget: 0.1}}})
+	d := st.Dispatcher(config.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 5 * time.Millisecond, Budget: 0.1}}})
 	stallInstance(t, st, "slow-1", "lookup", 30*time.Millisecond)
 	stallInstance(t, st, "slow-2", "lookup", 30*time.Millisecond)
 	WaitRoutable(t, "lookup", 2, d)
@@ -134,8 +135,8 @@ func TestHedgesStayWithinTheirBudget(t *testing.T) {
 
 func TestWritesAreNeverHedged(t *testing.T) {
 	nc := &nats.Conn{}
-	_, err := dispatcher.New(nc, dispatcher.Config{Writes: []string{"pay.charge"}, Hedges: map[string]selection.HedgeConfig{"pay.charge": {}}})
-	if !errors.Is(err, dispatcher.ErrInvalidConfig) {
+	_, err := dispatcher.New(nc, config.Config{Writes: []string{"pay.charge"}, Hedges: map[string]selection.HedgeConfig{"pay.charge": {}}})
+	if !errors.Is(err, config.ErrInvalid) {
 		t.Fatalf("hedging a write: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -145,7 +146,7 @@ func TestWritesAreNeverHedged(t *testing.T) {
 // ran it.
 func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"ledger.add": {After: 20 * time.Millisecond, Budget: 0.2}}})
+	d := st.Dispatcher(config.Config{Hedges: map[string]selection.HedgeConfig{"ledger.add": {After: 20 * time.Millisecond, Budget: 0.2}}})
 	effects := make(map[string]int)
 	var mu sync.Mutex
 	var n atomic.Int64
@@ -220,7 +221,7 @@ func TestHedgedIdempotentCallsTakeEffectOnce(t *testing.T) {
 // hedged is not offered that, so the caller learns the hedge answered.
 func TestAnAgentkitHedgeAnswersItsCaller(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 250 * time.Millisecond, Budget: 1}}})
+	d := st.Dispatcher(config.Config{Hedges: map[string]selection.HedgeConfig{"lookup": {After: 250 * time.Millisecond, Budget: 1}}})
 	for _, id := range []string{"slow-1", "fast-1"} {
 		stall := id == "slow-1"
 		st.Agent(agentkit.Config{Type: "lookup-svc", ID: id}, map[string]agentkit.Handler{"lookup": func(ctx context.Context, _ *agentkit.Request) (any, error) {
@@ -259,7 +260,7 @@ func TestAnAgentkitHedgeAnswersItsCaller(t *testing.T) {
 // say nothing about.
 func TestThePolicyHedgesOnlyWhatIsSafeToRepeat(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	putDeclaration(t, nc, "type: lookup-svc\ncapabilities: [{name: lookup, mode: read}, {name: book}]\n", d)
 	js, _ := jetstream.New(nc)

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -52,7 +53,7 @@ func TestTheDispatchersExtensionPoints(t *testing.T) {
 	st := NewStack(t, time.Second)
 	var seen seenEvents
 	nc := st.Conn()
-	d, err := dispatcher.New(st.Conn(), dispatcher.Config{NoEvents: true},
+	d, err := dispatcher.New(st.Conn(), config.Config{NoEvents: true},
 		dispatcher.WithObserver(&seen), dispatcher.WithAuthorizer(onlyAlice{}), dispatcher.WithResolver(greeter{}))
 	if err != nil {
 		t.Fatal(err)

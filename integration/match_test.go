@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/declare"
@@ -91,7 +92,7 @@ func require(t *testing.T, nc *nats.Conn, capability, req string, body []byte) *
 
 func TestRequirementsRouteToInstancesThatCanDoTheTask(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	putDeclaration(t, nc, `
 type: orders-pg
@@ -199,7 +200,7 @@ depends_on: [ext.orders-db]
 
 func TestPreferCostMovesTrafficToTheCheaperInstance(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	nc := st.Conn()
 	putDeclaration(t, nc, "type: mt-cheap\ncapabilities: [{name: translate, cost: 0.001}]\n", d)
 	putDeclaration(t, nc, "type: mt-dear\ncapabilities: [{name: translate, cost: 0.02}]\n", d)
@@ -275,8 +276,8 @@ func sameNode(nodes []string) bool {
 
 func TestAPolicyChangeReroutesEveryReplicaWithoutARestart(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d1 := st.Dispatcher(dispatcher.Config{Name: "d1"})
-	d2 := st.Dispatcher(dispatcher.Config{Name: "d2"})
+	d1 := st.Dispatcher(config.Config{Name: "d1"})
+	d2 := st.Dispatcher(config.Config{Name: "d2"})
 	nc := st.Conn()
 	var counts sync.Map
 	for _, id := range []string{"w-1", "w-2", "w-3"} {

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/mcp"
 	"github.com/agent-reach/agentreach/internal/natstest"
 )
@@ -146,7 +146,7 @@ func TestMCPProgressFromStream(t *testing.T) {
 // the same way.
 func TestMCPProgressOverNATS(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	tellAgent(st)
 	WaitRoutable(t, "tell", 1, d)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -20,6 +20,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/mcp"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -51,7 +52,7 @@ type mcpStack struct {
 
 func newMCPStack(t *testing.T) *mcpStack {
 	st := &mcpStack{Stack: NewStack(t, time.Second), started: make(chan struct{}, 16)}
-	st.d = st.Dispatcher(dispatcher.Config{})
+	st.d = st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{Type: "tools", ID: "tools-1"}, mcpHandlers(st.started, &st.cancelled))
 	st.Agent(agentkit.Config{Type: "math", ID: "math-1", Declaration: mcpMath}, map[string]agentkit.Handler{
 		"math.add": func(_ context.Context, r *agentkit.Request) (any, error) {
@@ -321,7 +322,7 @@ const mcpACL = `{"rules": [{"caller": "alice", "may_call": ["echo"]}, {"caller":
 // the ACL is pushed as list_changed.
 func TestMCPACLFiltersTools(t *testing.T) {
 	st := NewSecureStack(t, time.Second, mcpACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{
 		"echo": func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil }})
 	st.Agent(agentkit.Config{ID: "secret-1", Type: "secret"}, map[string]agentkit.Handler{
@@ -552,7 +553,7 @@ func TestMCPListChangedOnEveryReplica(t *testing.T) {
 	st := NewStack(t, time.Second)
 	var urls []string
 	for range 2 {
-		d := st.Dispatcher(dispatcher.Config{})
+		d := st.Dispatcher(config.Config{})
 		g, err := gateway.New(st.Conn(), d, gateway.Config{})
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestMicroWithNatsCLI(t *testing.T) {
 	cli := natsCLI(t)
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	// echo-2's version is no semantic version, which the CLI would refuse:
 	// it answers 0.0.0 with its own in the metadata.
 	for id, version := range map[string]string{"echo-1": "1.0.0", "echo-2": "dev"} {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 )
 
 // natsCLI returns the natscli binary `make test` installs (see the Makefile's
@@ -49,7 +49,7 @@ func runNats(t *testing.T, cli, url string, args ...string) string {
 func TestNatsCLI(t *testing.T) {
 	cli := natsCLI(t)
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{Type: "echo", ID: "echo-cli"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	url := st.Server.ClientURL()

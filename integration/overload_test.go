@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -48,7 +48,7 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 		duration    = 30 * time.Second
 	)
 	st := NewStack(t, time.Second)
-	cfg := &dispatcher.Config{MaxInFlight: maxInFlight}
+	cfg := &config.Config{MaxInFlight: maxInFlight}
 	child := StartChild(t, ChildDispatcher, st.Server.ClientURL(), "", 0, cfg)
 	st.Agent(agentkit.Config{Type: "slow", ID: "slow-1", MaxConcurrent: 2 * maxInFlight}, map[string]agentkit.Handler{"slow": Slow(service)})
 	c := st.Client()

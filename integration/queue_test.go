@@ -10,6 +10,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -59,7 +60,7 @@ func (g *gate) waitStarted(t *testing.T, n int) {
 // a single slot, whose tasks g holds.
 func gatedStack(t *testing.T, queueWait time.Duration) (*dispatcher.Dispatcher, *gate, *agentkit.Client) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{QueueWait: queueWait})
+	d := st.Dispatcher(config.Config{QueueWait: queueWait})
 	g := newGate()
 	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
 	WaitRoutable(t, "gated", 1, d)
@@ -146,7 +147,7 @@ func TestQueueWaitEndsWithTargetBusy(t *testing.T) {
 // another instance can take.
 func TestAUnicastTaskWaitsWithoutBlockingOthers(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{QueueWait: 20 * time.Second})
+	d := st.Dispatcher(config.Config{QueueWait: 20 * time.Second})
 	g := newGate()
 	st.Agent(agentkit.Config{Type: "gated", ID: "gated-1", MaxConcurrent: 1}, map[string]agentkit.Handler{"gated": g.handler()})
 	st.Agent(agentkit.Config{Type: "gated", ID: "free-1", MaxConcurrent: 1}, map[string]agentkit.Handler{

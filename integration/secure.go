@@ -20,6 +20,7 @@ import (
 	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"
@@ -229,7 +230,7 @@ func (st *SecureStack) putACL(acl string) uint64 {
 
 // Dispatcher starts a dispatcher as SecureAdmin whose every task passes an
 // authorizer of its own.
-func (st *SecureStack) Dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
+func (st *SecureStack) Dispatcher(cfg config.Config) *dispatcher.Dispatcher {
 	st.T.Helper()
 	nc := st.ConnAs(SecureAdmin)
 	js, err := jetstream.New(nc)

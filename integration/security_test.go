@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
-	"github.com/agent-reach/agentreach/registry/policy"
 	"maps"
 	"os"
 	"path/filepath"
@@ -27,7 +24,11 @@ import (
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -168,7 +169,7 @@ func quiet(t *testing.T, nc *nats.Conn, sub *nats.Subscription) bool {
 // identity off (logged, not asserted).
 func TestSecurityLedger(t *testing.T) {
 	st := NewSecureStack(t, time.Second, securityACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.FanOut(d)
 	var echoes, payments atomic.Int32
 	var deliveredSignature atomic.Value // a Reach-Signature an agent saw, if any
@@ -519,7 +520,7 @@ func forgedCreds(t *testing.T, file string) string {
 // harness is what the flows below need of a stack: a Stack and a
 // SecureStack both are one.
 type harness interface {
-	Dispatcher(dispatcher.Config) *dispatcher.Dispatcher
+	Dispatcher(config.Config) *dispatcher.Dispatcher
 	Agent(agentkit.Config, map[string]agentkit.Handler) *agentkit.Agent
 	Client(...agentkit.ClientOption) *agentkit.Client
 	ClientAs(string, ...agentkit.ClientOption) *agentkit.Client
@@ -533,13 +534,13 @@ type harness interface {
 func TestLegitimateFlowsPassWithSecurityOn(t *testing.T) {
 	t.Run("plain", func(t *testing.T) {
 		st := NewStack(t, time.Second)
-		d := st.Dispatcher(dispatcher.Config{})
+		d := st.Dispatcher(config.Config{})
 		st.FanOut(d)
 		legitimateFlows(t, st, d)
 	})
 	t.Run("auth+tls", func(t *testing.T) {
 		st := NewSecureStack(t, time.Second, securityACL)
-		d := st.Dispatcher(dispatcher.Config{})
+		d := st.Dispatcher(config.Config{})
 		st.FanOut(d)
 		legitimateFlows(t, st, d)
 	})
@@ -655,7 +656,7 @@ func legitimateFlows(t *testing.T, st harness, d *dispatcher.Dispatcher) {
 // with no restart; an invalid ACL put by hand leaves the last good one.
 func TestANewACLIsInForceWithoutARestart(t *testing.T) {
 	st := NewSecureStack(t, time.Second, `{"rules": []}`)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
 	c := st.Client()
@@ -699,7 +700,7 @@ func TestANewACLIsInForceWithoutARestart(t *testing.T) {
 // by one and claiming the other — stop nothing.
 func TestACancelStopsOnlyItsOwnCallersTask(t *testing.T) {
 	st := NewSecureStack(t, time.Second, `{"rules": [{"caller": "caller", "may_call": ["hold"]}, {"caller": "billing-*", "may_call": ["hold"]}]}`)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	started, stopped, release := make(chan string, 4), make(chan string, 4), make(chan struct{})
 	st.Agent(agentkit.Config{ID: "hold-1", Type: "hold", MaxConcurrent: 4}, map[string]agentkit.Handler{"hold": func(ctx context.Context, r *agentkit.Request) (any, error) {
 		started <- r.RequestID
@@ -812,7 +813,7 @@ func headersAgent(t *testing.T, st harness, id string) chan nats.Header {
 // Reach-Source once, as proven, and no signature.
 func TestSecurityHeadersInAnotherCaseOrTwiceAreRefused(t *testing.T) {
 	st := NewSecureStack(t, time.Second, securityACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	seen := headersAgent(t, st, "echo-1")
 	WaitRoutable(t, "echo", 1, d)
 	signer, err := auth.LoadSigner(st.Store.CredsFile(SecureCaller))
@@ -877,7 +878,7 @@ func TestSecurityHeadersInAnotherCaseOrTwiceAreRefused(t *testing.T) {
 // other spellings are removed from the delivery.
 func TestSecurityHeaderReachesAnAgentOnceWithoutAuth(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	seen := headersAgent(t, st, "echo-1")
 	WaitRoutable(t, "echo", 1, d)
 	m := nats.NewMsg(streams.Subjects{}.Task("echo"))
@@ -913,7 +914,7 @@ func TestSecurityHeaderReachesAnAgentOnceWithoutAuth(t *testing.T) {
 // caller's ten records, stored by the dispatcher.
 func TestFeedbackCountsOnlyFromTheTasksCaller(t *testing.T) {
 	st := NewSecureStack(t, time.Second, `{"rules": [{"caller": "caller", "may_call": ["draft"]}]}`)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	var good atomic.Int64
 	for _, id := range []string{"good-1", "poor-1"} {
 		st.Agent(agentkit.Config{ID: id, Type: "writer"}, map[string]agentkit.Handler{"draft": func(context.Context, *agentkit.Request) (any, error) {
@@ -1165,7 +1166,7 @@ func (w *replyWitness) untouched() {
 // work.
 func TestSecurityRepliesOnlyInTheCallersInbox(t *testing.T) {
 	st := NewSecureStack(t, time.Second, securityACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.FanOut(d)
 	seen := make(chan string, 64) // the payloads the echo agent ran
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": func(_ context.Context, r *agentkit.Request) (any, error) {
@@ -1231,7 +1232,7 @@ func TestSecurityRepliesOnlyInTheCallersInbox(t *testing.T) {
 // answers its deliveries and calls onward from a handler.
 func TestSecurityNoIdentityAnswersItself(t *testing.T) {
 	st := NewSecureStack(t, time.Second, securityACL)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{ID: "echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	var relayClient atomic.Pointer[agentkit.Client]
 	st.Agent(agentkit.Config{ID: "relay-1", Type: "relay"}, map[string]agentkit.Handler{"relay": func(ctx context.Context, r *agentkit.Request) (any, error) {

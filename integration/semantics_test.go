@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -24,7 +25,7 @@ import (
 func TestNeverAckIsSkippedWithinAckTimeout(t *testing.T) {
 	const ack = 300 * time.Millisecond
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: ack, DefaultStrategy: selection.StrategyRoundRobin})
+	d := st.Dispatcher(config.Config{AckTimeout: ack, DefaultStrategy: selection.StrategyRoundRobin})
 	NeverAck(t, st.Conn(), "a-hung", time.Second, "echo")
 	st.Agent(agentkit.Config{Type: "echo", ID: "b-echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 2, d)
@@ -55,7 +56,7 @@ func TestNeverAckIsSkippedWithinAckTimeout(t *testing.T) {
 // another instance with the same request id.
 func TestRejectIsFinalTimeoutIsRetriedElsewhere(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{DefaultStrategy: selection.StrategyRoundRobin,
+	d := st.Dispatcher(config.Config{DefaultStrategy: selection.StrategyRoundRobin,
 		MinCallTimeout: 300 * time.Millisecond, BackoffBase: 10 * time.Millisecond})
 	var rejects atomic.Int64
 	st.Agent(agentkit.Config{Type: "rej", ID: "rej-1"}, map[string]agentkit.Handler{"order.place": func(context.Context, *agentkit.Request) (any, error) {
@@ -128,7 +129,7 @@ func writer(nc *nats.Conn, pause time.Duration) agentkit.Handler {
 func TestWriteRunsExactlyOnce(t *testing.T) {
 	const hb = 300 * time.Millisecond
 	st := NewStack(t, hb)
-	d := st.Dispatcher(dispatcher.Config{DefaultStrategy: selection.StrategyRoundRobin, Writes: []string{"pay.charge"},
+	d := st.Dispatcher(config.Config{DefaultStrategy: selection.StrategyRoundRobin, Writes: []string{"pay.charge"},
 		MinCallTimeout: 10 * time.Second})
 	effects := countEffects(t, st.Conn())
 	StartChild(t, ChildCrasher, st.Server.ClientURL(), "a-crasher", hb, nil)
@@ -202,10 +203,10 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 	// The states are read by sampling: the open one (Cooldown) and each
 	// ramp stage last long enough for a poll on a loaded machine to see it.
 	bc := selection.BreakerConfig{ConsecutiveFailures: 3, Cooldown: 2 * time.Second, Probes: 2, RampStep: 1500 * time.Millisecond}
-	d1 := st.Dispatcher(dispatcher.Config{Name: "d1", Breaker: bc, PenaltyDecay: 2 * time.Second})
+	d1 := st.Dispatcher(config.Config{Name: "d1", Breaker: bc, PenaltyDecay: 2 * time.Second})
 	// d2 serves another prefix so that every call goes through d1; it shares
 	// the registry and the breaker transitions.
-	d2 := st.Dispatcher(dispatcher.Config{Name: "d2", Breaker: bc, Subjects: streams.Subjects{Prefix: "elsewhere"}})
+	d2 := st.Dispatcher(config.Config{Name: "d2", Breaker: bc, Subjects: streams.Subjects{Prefix: "elsewhere"}})
 	var broken atomic.Bool
 	broken.Store(true)
 	st.Agent(agentkit.Config{Type: "flap", ID: "flappy"}, map[string]agentkit.Handler{"flap": Flapping(&broken)})
@@ -286,7 +287,7 @@ func TestBreakerLifecycleAcrossReplicas(t *testing.T) {
 // through a 3-hop chain and the last hop sees what remains of it.
 func TestLoopsAndDeadlinePropagation(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	client := st.Client()
 	forward := func(next string) agentkit.Handler {
 		return func(ctx context.Context, r *agentkit.Request) (any, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -87,13 +88,13 @@ func (l *tailBuffer) bytes() []byte {
 func (st *Stack) Conn() *nats.Conn { return natstest.Connect(st.T, st.Server) }
 
 // Dispatcher starts a dispatcher on its own connection.
-func (st *Stack) Dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
+func (st *Stack) Dispatcher(cfg config.Config) *dispatcher.Dispatcher {
 	st.T.Helper()
 	return st.dispatcherOn(st.Conn(), cfg)
 }
 
 // dispatcherOn starts a dispatcher on nc.
-func (st *Stack) dispatcherOn(nc *nats.Conn, cfg dispatcher.Config, opts ...dispatcher.Option) *dispatcher.Dispatcher {
+func (st *Stack) dispatcherOn(nc *nats.Conn, cfg config.Config, opts ...dispatcher.Option) *dispatcher.Dispatcher {
 	st.T.Helper()
 	d, err := dispatcher.New(nc, cfg, append(opts, dispatcher.WithLogger(st.log))...)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -18,7 +18,7 @@ import (
 // stream goes on with the agent's own chunks.
 func TestAChunkOfAnotherTaskIsDropped(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	streamer(t, st, "story-1", "story", func(nc *nats.Conn, m *nats.Msg) {
 		stray := &nats.Msg{Reply: m.Reply, Header: nats.Header{}}
 		stray.Header.Set(streams.HeaderRequestID, "someone-else")
@@ -45,7 +45,7 @@ func TestAChunkOfAnotherTaskIsDropped(t *testing.T) {
 func TestAChunkTooLargeToRelayEndsTheStream(t *testing.T) {
 	const maxPayload = 64 << 10
 	st := NewStack(t, time.Second, func(o *server.Options) { o.MaxPayload = maxPayload })
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	streamer(t, st, "big-1", "big", func(nc *nats.Conn, m *nats.Msg) {
 		var size int
 		_, _ = fmt.Sscan(string(m.Data), &size)

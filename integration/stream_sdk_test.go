@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -38,7 +38,7 @@ func storyHandler(n int, cancelled chan<- struct{}) agentkit.Handler {
 
 func TestTheGoSDKStreamsEndToEnd(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.Agent(agentkit.Config{Type: "story", ID: "story-1"}, map[string]agentkit.Handler{"story": storyHandler(10, nil)})
 	WaitRoutable(t, "story", 1, d)
 	c := st.Client()
@@ -75,7 +75,7 @@ func TestTheGoSDKStreamsEndToEnd(t *testing.T) {
 // A reader that stops reading cancels the task at the agent.
 func TestAGoStreamReaderThatStopsCancelsTheAgent(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	cancelled := make(chan struct{}, 1)
 	st.Agent(agentkit.Config{Type: "story", ID: "story-1"}, map[string]agentkit.Handler{"story": storyHandler(10, cancelled)})
 	WaitRoutable(t, "story", 1, d)

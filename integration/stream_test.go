@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -164,7 +165,7 @@ func (r *recorder) of(id string) []events.Event {
 func TestAStreamIsRelayedInOrderAndANonStreamingCallerSeesNoChange(t *testing.T) {
 	st := NewStack(t, time.Second)
 	rec := &recorder{}
-	d := st.dispatcherOn(st.Conn(), dispatcher.Config{}, dispatcher.WithObserver(rec))
+	d := st.dispatcherOn(st.Conn(), config.Config{}, dispatcher.WithObserver(rec))
 	streamer(t, st, "story-1", "story", words(20))
 	WaitRoutable(t, "story", 1, d)
 	nc := st.Conn()
@@ -203,7 +204,7 @@ func TestAStreamIsRelayedInOrderAndANonStreamingCallerSeesNoChange(t *testing.T)
 // nobody otherwise.
 func TestADeliveryAsksForAStreamOnlyForAStreamingCaller(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	asked := make(chan string, 4)
 	streamer(t, st, "story-1", "story", func(nc *nats.Conn, m *nats.Msg) {
 		asked <- m.Header.Get(streams.HeaderStream)
@@ -222,7 +223,7 @@ func TestADeliveryAsksForAStreamOnlyForAStreamingCaller(t *testing.T) {
 // instance that never acknowledges is passed over.
 func TestAStreamIsRetriedBeforeItsFirstChunk(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond})
+	d := st.Dispatcher(config.Config{AckTimeout: 300 * time.Millisecond})
 	NeverAck(t, st.Conn(), "mute-1", st.Heartbeat, "story")
 	streamer(t, st, "story-1", "story", words(3))
 	WaitRoutable(t, "story", 2, d)
@@ -241,7 +242,7 @@ func TestAStreamIsRetriedBeforeItsFirstChunk(t *testing.T) {
 // ends the stream with the error, and no other instance gets the task.
 func TestAStreamIsPinnedAfterItsFirstChunk(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond})
+	d := st.Dispatcher(config.Config{AckTimeout: 300 * time.Millisecond})
 	streamer(t, st, "dies-1", "story", func(nc *nats.Conn, m *nats.Msg) {
 		sendChunk(nc, m, 1, `"w1 "`)
 		// then nothing: a dead agent
@@ -260,7 +261,7 @@ func TestAStreamIsPinnedAfterItsFirstChunk(t *testing.T) {
 // take it: the caller would get a second stream.
 func TestAPinnedStreamIsNotRetriedElsewhere(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond})
+	d := st.Dispatcher(config.Config{AckTimeout: 300 * time.Millisecond})
 	var first sync.Once
 	script := func(nc *nats.Conn, m *nats.Msg) {
 		dies := false
@@ -291,7 +292,7 @@ func TestAPinnedStreamIsNotRetriedElsewhere(t *testing.T) {
 
 func TestAGapInReachSeqEndsTheStreamInternal(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	streamer(t, st, "gap-1", "story", func(nc *nats.Conn, m *nats.Msg) {
 		sendChunk(nc, m, 1, `"w1 "`)
 		sendChunk(nc, m, 3, `"w3 "`)
@@ -317,7 +318,7 @@ func TestAGapInReachSeqEndsTheStreamInternal(t *testing.T) {
 // chunks are dropped; a chunk after the final is dropped too.
 func TestAHedgeLosersChunksAreDropped(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{Hedges: map[string]selection.HedgeConfig{"story": {After: 30 * time.Millisecond, Budget: 1}}})
+	d := st.Dispatcher(config.Config{Hedges: map[string]selection.HedgeConfig{"story": {After: 30 * time.Millisecond, Budget: 1}}})
 	// The slow instance streams only once it is cancelled: its chunks can
 	// only arrive after the hedge has won.
 	var slowID atomic.Value
@@ -364,7 +365,7 @@ func TestAHedgeLosersChunksAreDropped(t *testing.T) {
 // end with the one final result.
 func TestADurableTaskAnsweredByAStreamingAgentHasOneResult(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	streamer(t, st, "story-1", "story", words(5))
 	WaitRoutable(t, "story", 1, d)
 	c := st.Client()
@@ -392,7 +393,7 @@ func TestADurableTaskAnsweredByAStreamingAgentHasOneResult(t *testing.T) {
 // reader that keeps up, gets every chunk.
 func TestASlowReaderEndsTheStreamOverloaded(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{StreamBuffer: 4})
+	d := st.Dispatcher(config.Config{StreamBuffer: 4})
 	_, cancels := streamer(t, st, "story-1", "story", words(50))
 	WaitRoutable(t, "story", 1, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -424,7 +425,7 @@ func TestASlowReaderEndsTheStreamOverloaded(t *testing.T) {
 
 	// The control, on a replica with the default bound (more than the
 	// agent's burst of 50).
-	d2 := st.Dispatcher(dispatcher.Config{})
+	d2 := st.Dispatcher(config.Config{})
 	WaitRoutable(t, "story", 1, d2)
 	var seqs []string
 	msg = nats.NewMsg("")
@@ -439,7 +440,7 @@ func TestASlowReaderEndsTheStreamOverloaded(t *testing.T) {
 // agent.
 func TestAStreamCancelledByItsReaderCancelsTheAgent(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	_, cancels := streamer(t, st, "story-1", "story", func(nc *nats.Conn, m *nats.Msg) {
 		sendChunk(nc, m, 1, `"w1 "`) // and then it thinks
 	})

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -26,7 +26,7 @@ func TestAnInstanceWithoutSubscriptionGetsNoTaskUntilANewRecord(t *testing.T) {
 	st := NewStack(t, 2*time.Second)
 	// A long ACK timeout: only "no responders" can get a task away from the
 	// dead instance in time.
-	d := st.Dispatcher(dispatcher.Config{AckTimeout: time.Minute})
+	d := st.Dispatcher(config.Config{AckTimeout: time.Minute})
 	// One slot on the healthy agent: while it is busy, the dead one is the
 	// only instance with room, so it would be picked again and again.
 	raw := func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil }

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -50,7 +50,7 @@ func TestADurableRunRecordsEachStepAndItsOutcome(t *testing.T) {
 
 func TestADurableRunWaitsForAnAgentAndContinuesWhereItStopped(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	all := seqSteps()
 	first := map[string]stepFunc{"seq.reserve": all["seq.reserve"], "seq.charge": all["seq.charge"]}
@@ -126,7 +126,7 @@ func TestDurableWorkflowsSurviveDispatcherKills(t *testing.T) {
 	}
 	nc := st.Conn()
 	PutWorkflow(t, nc, crashWorkflow)
-	cfg := &dispatcher.Config{DurableAckWait: 2 * time.Second, Name: "child"}
+	cfg := &config.Config{DurableAckWait: 2 * time.Second, Name: "child"}
 	url := st.Server.ClientURL()
 	child := StartChild(t, ChildWorkflows, url, "", 0, cfg)
 	js := jsOf(t, nc)
@@ -234,7 +234,7 @@ func TestCompensationSurvivesADispatcherKill(t *testing.T) {
 	stepAgent(t, st.Conn(), "saga-1", fx, sagaSteps())
 	nc := st.Conn()
 	PutWorkflow(t, nc, sagaWorkflow)
-	cfg := &dispatcher.Config{DurableAckWait: 2 * time.Second, Name: "child"}
+	cfg := &config.Config{DurableAckWait: 2 * time.Second, Name: "child"}
 	url := st.Server.ClientURL()
 	child := StartChild(t, ChildWorkflows, url, "", 0, cfg)
 	js := jsOf(t, nc)
@@ -286,7 +286,7 @@ func TestCompensationSurvivesADispatcherKill(t *testing.T) {
 
 func TestBadWorkflowInputFailsTheStepNamingTheReference(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	steps := seqSteps()
 	steps["cond.score"] = func(in map[string]any) (any, *streams.Error) { return map[string]any{"risk": in["risk"]}, nil }
@@ -354,7 +354,7 @@ func TestBadWorkflowInputFailsTheStepNamingTheReference(t *testing.T) {
 // compensations left, never the steps again.
 func TestACompensationWaitsForItsAgent(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	all := sagaSteps()
 	release := all["saga.release"]
@@ -402,7 +402,7 @@ func TestACompensationWaitsForItsAgent(t *testing.T) {
 // again from the step that failed, the steps done before staying done.
 func TestAReplayedDeadLetterRunContinuesFromItsFailedStep(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	steps := seqSteps()
 	ship := steps["seq.ship"]

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -43,7 +43,7 @@ type gatedSeq struct {
 func newGatedSeq(t *testing.T) *gatedSeq {
 	g := &gatedSeq{st: NewStack(t, time.Second), fx: newEffects(), entered: make(chan struct{}), release: make(chan struct{})}
 	st := g.st
-	cfg := dispatcher.Config{DurableAckWait: time.Second}
+	cfg := config.Config{DurableAckWait: time.Second}
 	cfg.Name = "replica-a"
 	da, ea := st.WorkflowDispatcher(cfg)
 	cfg.Name = "replica-b"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
@@ -230,7 +231,7 @@ func seqSteps() map[string]stepFunc {
 // the step agent's effects and a connection of the test's own.
 func seqWorkflowStack(t *testing.T) (*Stack, *dispatcher.Dispatcher, *effects, *nats.Conn) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	stepAgent(t, st.Conn(), "seq-1", fx, seqSteps())
 	WaitRoutable(t, "seq.ship", 1, d)
@@ -422,7 +423,7 @@ func TestAWorkflowIsCalledLikeACapabilityFromEveryWayIn(t *testing.T) {
 
 func TestAConditionalStepRunsOrIsSkippedByItsCondition(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	stepAgent(t, st.Conn(), "cond-1", fx, condSteps())
 	WaitRoutable(t, "cond.review", 1, d)
@@ -486,7 +487,7 @@ steps:
 
 func TestAParallelStepCompletesByItsQuorum(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	stepAgent(t, st.Conn(), "par-1", fx, map[string]stepFunc{
 		"par.credit": func(map[string]any) (any, *streams.Error) { return map[string]any{"score": 0.8}, nil },
@@ -528,7 +529,7 @@ func TestAParallelStepCompletesByItsQuorum(t *testing.T) {
 
 func TestAFailedStepIsSkippedOrFallsBack(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	stepAgent(t, st.Conn(), "fb-1", fx, map[string]stepFunc{
 		"fb.enrich": func(map[string]any) (any, *streams.Error) {
@@ -609,7 +610,7 @@ func sagaSteps() map[string]stepFunc {
 
 func TestACriticalFailureCompensatesTheStepsDoneInReverseOrder(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	stepAgent(t, st.Conn(), "saga-1", fx, sagaSteps())
 	WaitRoutable(t, "saga.ship", 1, d)
@@ -664,7 +665,7 @@ func TestACriticalFailureCompensatesTheStepsDoneInReverseOrder(t *testing.T) {
 // that name runs the workflow.
 func TestAStepNamingAWorkflowCallsTheCapability(t *testing.T) {
 	st := NewStack(t, time.Second)
-	d, e := st.WorkflowDispatcher(dispatcher.Config{})
+	d, e := st.WorkflowDispatcher(config.Config{})
 	fx := newEffects()
 	steps := seqSteps()
 	steps["wf.seq"] = func(map[string]any) (any, *streams.Error) { return map[string]any{"from": "the capability"}, nil }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -24,7 +25,7 @@ const ChildWorkflows = "workflows"
 
 // WorkflowDispatcher starts a dispatcher with cfg and the workflow engine
 // as its resolver, on its own connection; both stop when the test ends.
-func (st *Stack) WorkflowDispatcher(cfg dispatcher.Config) (*dispatcher.Dispatcher, *workflow.Engine) {
+func (st *Stack) WorkflowDispatcher(cfg config.Config) (*dispatcher.Dispatcher, *workflow.Engine) {
 	st.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -37,7 +38,7 @@ func (st *Stack) WorkflowDispatcher(cfg dispatcher.Config) (*dispatcher.Dispatch
 }
 
 // startWorkflows starts the engine, then a dispatcher with it as resolver.
-func startWorkflows(ctx context.Context, nc *nats.Conn, cfg dispatcher.Config, st *Stack) (*dispatcher.Dispatcher, *workflow.Engine, error) {
+func startWorkflows(ctx context.Context, nc *nats.Conn, cfg config.Config, st *Stack) (*dispatcher.Dispatcher, *workflow.Engine, error) {
 	var eopts []workflow.Option
 	var dopts []dispatcher.Option
 	if st != nil {
@@ -64,9 +65,9 @@ func startWorkflows(ctx context.Context, nc *nats.Conn, cfg dispatcher.Config, s
 }
 
 // runWorkflowsChild is the ChildWorkflows role: cfg is the JSON of a
-// dispatcher.Config (or empty).
+// config.Config (or empty).
 func runWorkflowsChild(ctx context.Context, nc *nats.Conn, cfgJSON string) error {
-	var cfg dispatcher.Config
+	var cfg config.Config
 	if cfgJSON != "" {
 		if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 			return err

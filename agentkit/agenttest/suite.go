@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	dconfig "github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -260,7 +261,7 @@ func (s *suite) useDispatcher(ctx context.Context, relay bool) error {
 	if s.auth != nil {
 		opts = append(opts, dispatcher.WithAuthorizer(s.auth.az))
 	}
-	d, err := dispatcher.New(s.dnc, dispatcher.Config{
+	d, err := dispatcher.New(s.dnc, dconfig.Config{
 		Name: "agenttest", MinCallTimeout: CallTimeout, MaxCallTimeout: CallTimeout, RelayResults: relay,
 		Handlers: 1, NoDurable: true, NoEvents: true,
 	}, opts...)

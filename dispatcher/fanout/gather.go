@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -62,12 +63,12 @@ func Gather(ctx context.Context, d *dispatcher.Dispatcher, jobs []Job, mode Mode
 		if j.Timeout > 0 {
 			bctx, bcancel = context.WithTimeout(first, j.Timeout)
 		}
-		span := dispatcher.TraceBranch(j.Msg.Header, j.Name, j.Capability)
+		span := tracing.Branch(j.Msg.Header, j.Name, j.Capability)
 		go func() {
 			defer bcancel()
 			start := time.Now()
 			reply := d.Call(bctx, j.Capability, j.Msg, opts...)
-			dispatcher.EndSpan(span, streams.ErrorFromMessage(reply))
+			tracing.End(span, streams.ErrorFromMessage(reply))
 			out <- outcome{i: i, reply: reply, latency: time.Since(start), late: bctx.Err() != nil,
 				decided: first.Err() != nil && ctx.Err() == nil}
 		}()

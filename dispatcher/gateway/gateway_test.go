@@ -24,6 +24,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/eventstats"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
@@ -52,7 +53,7 @@ func startGateway(t *testing.T, cfg Config, opts ...Option) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatcher.New(nc, dispatcher.Config{Retries: dispatcher.NoRetries}, dispatcher.WithObserver(m))
+	d, err := dispatcher.New(nc, config.Config{Retries: config.NoRetries}, dispatcher.WithObserver(m))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // The response's headers carry the task's Reach-Request-Id. A client that
 // goes away cancels the task (its agent gets a CANCEL); a client reading
 // slower than the agent writes holds at most the dispatcher's per-stream
-// bound of chunks (dispatcher.Config.StreamBuffer), then gets `error`
+// bound of chunks (config.Config.StreamBuffer), then gets `error`
 // OVERLOADED.
 
 // Event names of a stream over HTTP.

@@ -3,7 +3,6 @@ package metrics
 import (
 	"context"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -41,7 +42,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatcher.New(nc, dispatcher.Config{Retries: dispatcher.NoRetries}, dispatcher.WithObserver(m))
+	d, err := dispatcher.New(nc, config.Config{Retries: config.NoRetries}, dispatcher.WithObserver(m))
 	if err != nil {
 		t.Fatal(err)
 	}

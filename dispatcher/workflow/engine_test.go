@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -35,7 +36,7 @@ func TestTheEngineStartsOnceAndAnswersAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatcher.New(nc, dispatcher.Config{}, dispatcher.WithResolver(e))
+	d, err := dispatcher.New(nc, config.Config{}, dispatcher.WithResolver(e))
 	if err != nil {
 		t.Fatal(err)
 	}

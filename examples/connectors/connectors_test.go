@@ -17,6 +17,7 @@ import (
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/agentkit/connect"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -51,7 +52,7 @@ func TestTheExampleRuns(t *testing.T) {
 	nc := natstest.Connect(t, s)
 	natstest.Provision(t, nc, streams.Topology{Heartbeat: time.Second, Memory: true})
 	log := zerolog.Nop()
-	d, err := dispatcher.New(natstest.Connect(t, s), dispatcher.Config{}, dispatcher.WithLogger(log))
+	d, err := dispatcher.New(natstest.Connect(t, s), config.Config{}, dispatcher.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

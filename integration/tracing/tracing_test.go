@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -74,7 +74,7 @@ func attr(s tracetest.SpanStub, key string) string {
 // child of the one before, with a new span id on every hop.
 func TestTraceAcrossTwoHops(t *testing.T) {
 	st := integration.NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	var seenA, seenB string
 	client := st.Client(agentkit.WithJSON())
 	st.Agent(agentkit.Config{Type: "hop-a", ID: "a-1"}, map[string]agentkit.Handler{
@@ -167,7 +167,7 @@ func mustSpanID(t *testing.T, s string) trace.SpanID {
 // went through.
 func TestTraceOfAFailedDeliveryAndAFanOut(t *testing.T) {
 	st := integration.NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	st.FanOut(d)
 	st.Agent(agentkit.Config{Type: "mixed", ID: "m-1"}, map[string]agentkit.Handler{
 		"ok":     func(context.Context, *agentkit.Request) (any, error) { return map[string]int{"n": 1}, nil },
@@ -215,7 +215,7 @@ func TestTraceOfAFailedDeliveryAndAFanOut(t *testing.T) {
 // the trace id, not sampled, instead of a new trace starting mid-chain.
 func TestADroppedTraceStaysDropped(t *testing.T) {
 	st := integration.NewStack(t, time.Second)
-	d := st.Dispatcher(dispatcher.Config{})
+	d := st.Dispatcher(config.Config{})
 	client := st.Client(agentkit.WithJSON())
 	var seenB string
 	st.Agent(agentkit.Config{Type: "drop-a", ID: "da-1"}, map[string]agentkit.Handler{

@@ -36,7 +36,7 @@ var layers = [][]string{
 	// The dispatcher's lower tier: selection needs no NATS, events and
 	// durable only the stream contract. The SDK sits beside them: it never
 	// depends on the dispatcher (below).
-	{"dispatcher/selection", "dispatcher/events", "dispatcher/durable", "dispatcher/relay", "agentkit"},
+	{"dispatcher/selection", "dispatcher/events", "dispatcher/durable", "dispatcher/relay", "dispatcher/tracing", "dispatcher/feedback", "dispatcher/breakers", "dispatcher/inbox", "dispatcher/config", "agentkit"},
 	{"dispatcher"},
 	// Beside a dispatcher, built on its Call and records. The conformance
 	// suite runs a real dispatcher, so it sits above it.
@@ -62,7 +62,7 @@ const maxLines = 2500
 // with its size then as its ceiling: they may shrink, never grow. Lower a
 // ceiling when a package shrinks; remove the entry once it is under maxLines.
 var oversize = map[string]int{
-	"dispatcher": 4489, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next (+1: registry/policy imported beside registry)
+	"dispatcher": 3421, // the pipeline core with the streaming stage (stream.go, streamcall.go), the live policy and the lifecycle: the streaming stage, the wait queue and the policy are next
 }
 
 type pkg struct {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
 	"github.com/agent-reach/agentreach/internal/natstest"
@@ -41,7 +42,7 @@ func startStack(t *testing.T) *stack {
 	natstest.Provision(t, nc, streams.Topology{Memory: true, Heartbeat: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	d, err := dispatcher.New(nc, dispatcher.Config{Retries: dispatcher.NoRetries})
+	d, err := dispatcher.New(nc, config.Config{Retries: config.NoRetries})
 	if err != nil {
 		t.Fatal(err)
 	}

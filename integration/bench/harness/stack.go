@@ -11,6 +11,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 )
 
 // agentSet is a group of agentkit agents, each on two connections of its
@@ -103,13 +104,13 @@ type Dispatch struct {
 // StartDispatcher starts a dispatcher on a connection of its own (with
 // inProcess, on an in-process pipe to the embedded server, as `agentreach
 // up` runs it); its goroutines carry the dispatcher label.
-func (r *Run) StartDispatcher(e *Env, cfg dispatcher.Config, inProcess bool, opts ...dispatcher.Option) (ds *Dispatch, err error) {
+func (r *Run) StartDispatcher(e *Env, cfg config.Config, inProcess bool, opts ...dispatcher.Option) (ds *Dispatch, err error) {
 	Labelled(r.Ctx, CompDispatch, func(ctx context.Context) { ds, err = r.newDispatcher(ctx, e, cfg, inProcess, opts) })
 	return ds, err
 }
 
 // newDispatcher starts a dispatcher; ctx carries its profiling label.
-func (r *Run) newDispatcher(ctx context.Context, e *Env, cfg dispatcher.Config, inProcess bool, opts []dispatcher.Option) (*Dispatch, error) {
+func (r *Run) newDispatcher(ctx context.Context, e *Env, cfg config.Config, inProcess bool, opts []dispatcher.Option) (*Dispatch, error) {
 	var nc *nats.Conn
 	var err error
 	if inProcess {
@@ -164,7 +165,7 @@ type EchoStack struct {
 // StartEcho starts overheadAgents echo agents behind one dispatcher with
 // cfg (on an in-process connection with inProcess) and waits until the
 // dispatcher routes to all of them.
-func (r *Run) StartEcho(e *Env, cfg dispatcher.Config, inProcess bool) (*EchoStack, error) {
+func (r *Run) StartEcho(e *Env, cfg config.Config, inProcess bool) (*EchoStack, error) {
 	agents, err := r.StartAgents(e, []string{EchoCapability}, "echo", OverheadAgents, 1024, func(int) agentkit.Handler {
 		return func(_ context.Context, req *agentkit.Request) (any, error) { return req.Data, nil }
 	})
@@ -182,7 +183,7 @@ func (r *Run) StartEcho(e *Env, cfg dispatcher.Config, inProcess bool) (*EchoSta
 // Restart replaces the dispatcher (if any) with one configured by cfg, on
 // an in-process connection with inProcess, and waits until it routes to
 // every agent.
-func (s *EchoStack) Restart(cfg dispatcher.Config, inProcess bool) error {
+func (s *EchoStack) Restart(cfg config.Config, inProcess bool) error {
 	if s.ds != nil {
 		s.ds.Stop()
 		s.ds = nil

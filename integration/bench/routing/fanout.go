@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/streams"
@@ -41,7 +41,7 @@ func FanOut(r *harness.Run) error {
 		return err
 	}
 	defer e.Close()
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
+	ds, err := r.StartDispatcher(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package routing
 import (
 	"context"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -86,7 +87,7 @@ func Hedge(r *harness.Run) error {
 			hedges[m.capability] = *m.hedge
 		}
 	}
-	ds, err := r.StartDispatcher(e, dispatcher.Config{Hedges: hedges}, false)
+	ds, err := r.StartDispatcher(e, config.Config{Hedges: hedges}, false)
 	if err != nil {
 		return err
 	}
@@ -261,7 +262,7 @@ func Hedge(r *harness.Run) error {
 		hedgeFastMin, hedgeFastMax, 100*hedgeStallShare, hedgeStallFactor, hedgeFastMin*hedgeStallFactor,
 		hedgeFastMax*hedgeStallFactor, harness.Millis(mean), hedgeAgents*hedgeSlots, capacity, rate)
 	r.Note("One dispatcher and the same %d agentkit agents serve three capabilities, one per method: %s unhedged, "+
-		"%s with dispatcher.Config.Hedges' defaults (delay = the learned 97th percentile of its deliveries' "+
+		"%s with config.Config.Hedges' defaults (delay = the learned 97th percentile of its deliveries' "+
 		"latencies, budget 5%% of its deliveries over 10 s), %s hedged after the learned 95th percentile. Open-loop "+
 		"Poisson from one connection, latency from each request's planned send time; requests carry Reach-Deadline "+
 		"= plan + %v, and a request unanswered by then counts as a timeout, at %v in the percentiles. The methods "+

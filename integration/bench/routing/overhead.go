@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -60,7 +60,7 @@ func Overhead(r *harness.Run) error {
 	}
 
 	// The same work routed: echo agents behind one dispatcher.
-	echo, err := r.StartEcho(e, dispatcher.Config{}, false)
+	echo, err := r.StartEcho(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func Overhead(r *harness.Run) error {
 		return err
 	}
 	defer e2.Close()
-	inproc, err := r.StartEcho(e2, dispatcher.Config{}, true)
+	inproc, err := r.StartEcho(e2, config.Config{}, true)
 	if err != nil {
 		return err
 	}
@@ -252,13 +252,13 @@ func Overhead(r *harness.Run) error {
 	}
 	// The dispatcher again, with every result relayed through it
 	// (--relay-results): what the agents' direct answers buy.
-	if err := echo.Restart(dispatcher.Config{RelayResults: true}, false); err != nil {
+	if err := echo.Restart(config.Config{RelayResults: true}, false); err != nil {
 		return err
 	}
 	if err := measure([]method{{name: "routed_relayed", subject: routedSubject}}); err != nil {
 		return err
 	}
-	if err := echo.Restart(dispatcher.Config{}, false); err != nil {
+	if err := echo.Restart(config.Config{}, false); err != nil {
 		return err
 	}
 	d1, r1 := closed["direct"][1], closed["routed"][1]

@@ -16,6 +16,7 @@ import (
 	"github.com/agent-reach/agentreach/auth/authserver"
 	"github.com/agent-reach/agentreach/auth/devtls"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/policy"
@@ -229,7 +230,7 @@ func startSecurityStack(r *harness.Run, name string, withAuth, withTLS, inProces
 		return fail(err)
 	}
 	cleanup = append(cleanup, agents.Stop)
-	ds, err := r.StartDispatcher(s.e, dispatcher.Config{}, inProcess, opts...)
+	ds, err := r.StartDispatcher(s.e, config.Config{}, inProcess, opts...)
 	if err != nil {
 		return fail(err)
 	}

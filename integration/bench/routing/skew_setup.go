@@ -3,7 +3,6 @@ package routing
 import (
 	"context"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -14,7 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -240,7 +240,7 @@ func setupPull(r *harness.Run, e *harness.Env, p *skewProfile, point int) (harne
 func setupDispatched(strategy string) func(r *harness.Run, e *harness.Env, p *skewProfile, point int) (harness.Request, func(), error) {
 	return func(r *harness.Run, e *harness.Env, p *skewProfile, point int) (harness.Request, func(), error) {
 		capability := fmt.Sprintf("skew.p%d", point)
-		ds, err := r.StartDispatcher(e, dispatcher.Config{DefaultStrategy: strategy}, false)
+		ds, err := r.StartDispatcher(e, config.Config{DefaultStrategy: strategy}, false)
 		if err != nil {
 			return nil, nil, err
 		}

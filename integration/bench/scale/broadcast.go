@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -57,7 +57,7 @@ func Broadcast(r *harness.Run) error {
 	if err := s.enrollAll(r.Ctx, recs); err != nil {
 		return err
 	}
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
+	ds, err := r.StartDispatcher(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}

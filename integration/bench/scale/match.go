@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
-	"github.com/agent-reach/agentreach/registry/policy"
 	"math"
 	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
+	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -121,7 +121,7 @@ func Match(r *harness.Run) error {
 	if err := s.enrollAll(r.Ctx, recs); err != nil {
 		return err
 	}
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
+	ds, err := r.StartDispatcher(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func Match(r *harness.Run) error {
 	// feedback records (NoEvents), whose records of the required method
 	// carry every instance the requirement passed over.
 	ds.Stop()
-	quiet, err := r.StartDispatcher(e, dispatcher.Config{NoEvents: true}, false)
+	quiet, err := r.StartDispatcher(e, config.Config{NoEvents: true}, false)
 	if err != nil {
 		return err
 	}

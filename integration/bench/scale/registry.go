@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -38,7 +38,7 @@ func Registry(r *harness.Run) error {
 	}
 	defer e.Close()
 	srvPID := e.Proc.Pid()
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
+	ds, err := r.StartDispatcher(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}

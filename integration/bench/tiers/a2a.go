@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/agentkit"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/gateway/a2a"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
@@ -57,7 +57,7 @@ func A2A(r *harness.Run) error {
 		return err
 	}
 	defer plain.Stop()
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, true)
+	ds, err := r.StartDispatcher(e, config.Config{}, true)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/agentkit/connect"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -52,7 +52,7 @@ func Connect(r *harness.Run) error {
 		return err
 	}
 	defer e.Close()
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
+	ds, err := r.StartDispatcher(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}

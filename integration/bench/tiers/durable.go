@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -145,7 +145,7 @@ func Durable(r *harness.Run) error {
 	if err := fresh(); err != nil {
 		return err
 	}
-	echo, err := r.StartEcho(e, dispatcher.Config{}, false)
+	echo, err := r.StartEcho(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package tiers
 import (
 	"context"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/gateway"
 	"github.com/agent-reach/agentreach/dispatcher/metrics"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
@@ -219,7 +220,7 @@ func startObservedDispatcher(r *harness.Run, e *harness.Env, obs dispatcher.Obse
 		if nc, err = e.Connect("dispatcher-observed"); err != nil {
 			return
 		}
-		d, derr := dispatcher.New(nc, dispatcher.Config{}, dispatcher.WithObserver(obs))
+		d, derr := dispatcher.New(nc, config.Config{}, dispatcher.WithObserver(obs))
 		if derr == nil {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			derr = d.Start(sctx)

@@ -5,27 +5,27 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/tracing"
 )
 
 // TestTracingSwitch checks the switch the http scenario measures tracing
-// with: off, dispatcher.Tracing says so, as in a process that never
+// with: off, tracing.Enabled says so, as in a process that never
 // installed a provider; on again, it traces.
 func TestTracingSwitch(t *testing.T) {
-	if dispatcher.Tracing() {
+	if tracing.Enabled() {
 		t.Fatal("tracing is on before the switch was used")
 	}
 	tp := sdktrace.NewTracerProvider()
 	switchTracing(tp)
-	if !dispatcher.Tracing() {
+	if !tracing.Enabled() {
 		t.Fatal("off after switch on")
 	}
 	switchTracing(nil)
-	if dispatcher.Tracing() {
+	if tracing.Enabled() {
 		t.Fatal("on after switch off")
 	}
 	switchTracing(tp)
-	if !dispatcher.Tracing() {
+	if !tracing.Enabled() {
 		t.Fatal("off after second switch on")
 	}
 	switchTracing(nil)

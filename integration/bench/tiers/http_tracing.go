@@ -16,7 +16,7 @@ import (
 // it was first set (every package's, at init) go to the first provider
 // set, for good. So the scenario installs a switch as that first one, and
 // toggles the global provider between it and the unset default, which is
-// what dispatcher.Tracing reads: off, nothing is traced at all, as in a
+// what tracing.Enabled reads: off, nothing is traced at all, as in a
 // process that never installed a provider.
 var (
 	unsetProvider = otel.GetTracerProvider()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -50,7 +51,7 @@ func Stream(r *harness.Run) error {
 		return err
 	}
 	defer agents.Stop()
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
+	ds, err := r.StartDispatcher(e, config.Config{}, false)
 	if err != nil {
 		return err
 	}

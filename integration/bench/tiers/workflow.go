@@ -10,6 +10,7 @@ import (
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/workflow"
 	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/integration/bench/harness"
@@ -169,7 +170,7 @@ func startWorkflowDispatcher(r *harness.Run, e *harness.Env) (ds *harness.Dispat
 			return
 		}
 		var d *dispatcher.Dispatcher
-		if d, err = dispatcher.New(nc, dispatcher.Config{}, dispatcher.WithResolver(eng)); err != nil {
+		if d, err = dispatcher.New(nc, config.Config{}, dispatcher.WithResolver(eng)); err != nil {
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
-	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"io"
 	"runtime"
 	"slices"
@@ -19,7 +17,9 @@ import (
 
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
-	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -55,7 +55,7 @@ type dispatcherFlags struct {
 
 func (f *dispatcherFlags) Register(fs *flag.FlagSet) {
 	names := strings.Join(selection.StrategyNames(), ", ")
-	f.strategy = dispatcher.DefaultStrategy
+	f.strategy = config.DefaultStrategy
 	f.capStrategies.Check = func(capability, strategy string) error {
 		if err := streams.ValidateCapability(capability); err != nil {
 			return err
@@ -63,38 +63,38 @@ func (f *dispatcherFlags) Register(fs *flag.FlagSet) {
 		return checkStrategy(strategy)
 	}
 	fs.StringVar(&f.name, "name", "", "this replica's `name` in logs and stats; none means dispatcher-<random>")
-	fs.StringVar(&f.queueGroup, "queue-group", dispatcher.DefaultQueueGroup, "queue `group` shared by all dispatcher replicas")
+	fs.StringVar(&f.queueGroup, "queue-group", config.DefaultQueueGroup, "queue `group` shared by all dispatcher replicas")
 	fs.Var(cli.CheckedString{V: &f.strategy, Check: checkStrategy}, "strategy", "default selection `strategy`: "+names)
 	fs.Var(&f.capStrategies, "capability-strategy",
 		"per-capability strategy as `cap=strategy`, e.g. echo=round_robin (repeatable)")
-	fs.DurationVar(&f.ackTimeout, "ack-timeout", dispatcher.DefaultAckTimeout,
+	fs.DurationVar(&f.ackTimeout, "ack-timeout", config.DefaultAckTimeout,
 		"how long an instance has to answer ACKED before the task goes elsewhere")
-	fs.IntVar(&f.MaxInFlight, "max-in-flight", dispatcher.DefaultMaxInFlight,
+	fs.IntVar(&f.MaxInFlight, "max-in-flight", config.DefaultMaxInFlight,
 		"tasks this replica handles at once; beyond it callers get OVERLOADED")
 	fs.IntVar(&f.fairShareAt, "fair-share-at", 0,
 		"tasks in flight above which the rest is shared fairly between callers (Reach-Source): one holding its share gets\n"+
 			"OVERLOADED first (0: 80% of --max-in-flight; --max-in-flight turns fair share off)")
-	fs.DurationVar(&f.queueWait, "queue-wait", dispatcher.DefaultQueueWait,
+	fs.DurationVar(&f.queueWait, "queue-wait", config.DefaultQueueWait,
 		"how long a task waits, in arrival order, for a free slot when every instance is busy; then TARGET_BUSY (negative: no waiting)")
 	fs.IntVar(&f.handlers, "handlers", runtime.GOMAXPROCS(0),
 		"goroutines taking tasks, and as many taking agents' replies, each on a subscription of its own")
 	fs.BoolVar(&f.relayResults, "relay-results", false,
 		"send every result through the dispatcher; by default agents that may publish to callers' inboxes answer them directly")
-	fs.IntVar(&f.retries, "retries", dispatcher.DefaultRetries,
+	fs.IntVar(&f.retries, "retries", config.DefaultRetries,
 		"deliveries after the first on TIMEOUT, TARGET_BUSY, no ACK or transport failure (-1: none)")
-	fs.IntVar(&f.writeRetries, "write-retries", dispatcher.DefaultWriteRetries, "--retries for the capabilities in --writes (-1: none)")
+	fs.IntVar(&f.writeRetries, "write-retries", config.DefaultWriteRetries, "--retries for the capabilities in --writes (-1: none)")
 	fs.StringVar(&f.writes, "writes", "", "comma-separated `capabilities` that change state: each task gets an idempotency key")
 	f.capRetries.Check = func(capability, n string) error {
 		if err := streams.ValidateCapability(capability); err != nil {
 			return err
 		}
-		if v, err := strconv.Atoi(n); err != nil || v < dispatcher.NoRetries {
+		if v, err := strconv.Atoi(n); err != nil || v < config.NoRetries {
 			return fmt.Errorf("retries %q must be a whole number, -1 or more", n)
 		}
 		return nil
 	}
 	fs.Var(&f.capRetries, "capability-retries", "per-capability retries as `cap=n` (repeatable)")
-	fs.DurationVar(&f.deadline, "deadline", dispatcher.DefaultDeadline, "overall deadline of a task whose caller sets no Reach-Deadline")
+	fs.DurationVar(&f.deadline, "deadline", config.DefaultDeadline, "overall deadline of a task whose caller sets no Reach-Deadline")
 	fs.IntVar(&f.dlqInterval, "dead-letter-retry-interval", int(durable.DefaultDeadLetterRetryInterval/time.Second),
 		"`seconds` between replays of the dead letters whose capability has a healthy instance (-1: never)")
 }
@@ -107,8 +107,8 @@ func checkStrategy(s string) error {
 }
 
 // config returns the dispatcher configuration of the flags.
-func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
-	cfg := dispatcher.Config{
+func (f *dispatcherFlags) config(subjects streams.Subjects) config.Config {
+	cfg := config.Config{
 		Subjects:                subjects,
 		QueueGroup:              f.queueGroup,
 		Name:                    f.name,
@@ -129,10 +129,10 @@ func (f *dispatcherFlags) config(subjects streams.Subjects) dispatcher.Config {
 		cfg.DeadLetterRetryInterval = -1
 	}
 	if f.retries == 0 {
-		cfg.Retries = dispatcher.NoRetries // an explicit 0 means none, not the default
+		cfg.Retries = config.NoRetries // an explicit 0 means none, not the default
 	}
 	if f.writeRetries == 0 {
-		cfg.WriteRetries = dispatcher.NoRetries
+		cfg.WriteRetries = config.NoRetries
 	}
 	for _, p := range f.capRetries.Pairs {
 		if cfg.CapabilityRetries == nil {

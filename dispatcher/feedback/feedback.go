@@ -1,4 +1,4 @@
-package dispatcher
+package feedback
 
 import (
 	"context"
@@ -8,10 +8,37 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/streams"
 )
+
+// Scores takes callers' scores of a replica's results (requests on
+// reach.feedback). Fill in its fields before the first Remember or Handle;
+// its methods are then safe for concurrent use.
+type Scores struct {
+	NC *nats.Conn
+	// JS stores the accepted scores in REACH_EVENTS.
+	JS       jetstream.JetStream
+	Subjects streams.Subjects
+	// Dispatcher names the replica in the records it stores.
+	Dispatcher string
+	Log        *zerolog.Logger
+	// Authorize, when set, proves a feedback's Reach-Source as a task's
+	// (the dispatcher's Authorizer); a score is then accepted only from the
+	// identity that called the task. Nil: no auth.
+	Authorize func(m *nats.Msg) *streams.Error
+	// CheckReply, when set, says whether a feedback's reply subject may be
+	// answered (the dispatcher's ReplyChecker).
+	CheckReply func(m *nats.Msg) *streams.Error
+	// Observe folds an accepted score of instance node into its quality
+	// average.
+	Observe func(node string, score float64)
+
+	callers recentCallers
+}
 
 // A caller's feedback (a request on reach.feedback) is accepted only for a
 // task this replica finished itself, for the instance that produced the
@@ -119,15 +146,16 @@ func (r *recentCallers) logDrop(identity string, now time.Time) bool {
 	return true
 }
 
-// rememberCaller records who called t, finished with a result, for
-// checking feedback on it.
-func (d *Dispatcher) rememberCaller(t *task) {
-	if t.node != "" {
-		d.callers.add(t.requestID, taskCaller{source: t.source, node: t.node})
+// Remember records who called task requestID, finished with a result by
+// instance node (none: nothing to score), for checking feedback on it.
+// source is the task's proven Reach-Source ("" without auth).
+func (s *Scores) Remember(requestID, source, node string) {
+	if node != "" {
+		s.callers.add(requestID, taskCaller{source: source, node: node})
 	}
 }
 
-// onFeedback takes a caller's scores of results (reach.feedback, one JSON
+// Handle takes a caller's scores of results (reach.feedback, one JSON
 // line per record, as Event with Kind "feedback"). A record counts only
 // when it is a valid score of a task this replica finished, naming the
 // instance that answered it, not scored before — and with an authorizer,
@@ -140,19 +168,19 @@ func (d *Dispatcher) rememberCaller(t *task) {
 // where the reply gate allows, and logs it once a minute per identity;
 // about a task it does not know it stays silent: another replica may have
 // finished it.
-func (d *Dispatcher) onFeedback(m *nats.Msg) {
+func (s *Scores) Handle(m *nats.Msg) {
 	source := m.Header.Get(streams.HeaderSource)
-	if d.authorizer != nil {
-		if e := d.authorizer.Authorize("", m, false); e != nil {
-			d.dropFeedback("", m.Header.Get(streams.HeaderRequestID), e.Message)
-			d.answerFeedback(m, nil, e)
+	if s.Authorize != nil {
+		if e := s.Authorize(m); e != nil {
+			s.drop("", m.Header.Get(streams.HeaderRequestID), e.Message)
+			s.answer(m, nil, e)
 			return
 		}
 		source = m.Header.Get(streams.HeaderSource)
 	}
 	evs, err := events.DecodeEvents(m.Data)
 	if err != nil {
-		d.answerFeedback(m, nil, streams.NewError(streams.CodeBadRequest, "feedback: %v", err))
+		s.answer(m, nil, streams.NewError(streams.CodeBadRequest, "feedback: %v", err))
 		return
 	}
 	var accepted []byte
@@ -164,7 +192,7 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: want kind \"feedback\" and a score from 0 to 1", ev.RequestID)
 			continue
 		}
-		switch d.callers.claim(ev.RequestID, taskCaller{source: source, node: ev.Node}, d.authorizer != nil) {
+		switch s.callers.claim(ev.RequestID, taskCaller{source: source, node: ev.Node}, s.Authorize != nil) {
 		case claimUnknown:
 			continue // another replica's task, perhaps
 		case claimNotCaller:
@@ -174,46 +202,44 @@ func (d *Dispatcher) onFeedback(m *nats.Msg) {
 		case claimScoredOnce:
 			refused = streams.NewError(streams.CodeBadRequest, "feedback for %s: it was scored already (once per task)", ev.RequestID)
 		case claimAccepted:
-			if _, ok := d.table.Lookup(ev.Node); ok {
-				d.loads.Of(ev.Node).ObserveQuality(*ev.Score)
-			}
+			s.Observe(ev.Node, *ev.Score)
 			stored := events.Event{RequestID: ev.RequestID, Kind: events.KindFeedback, Node: ev.Node, Score: ev.Score, Start: ev.Start,
-				Capability: ev.Capability, Dispatcher: d.cfg.Name}
+				Capability: ev.Capability, Dispatcher: s.Dispatcher}
 			accepted = events.Append(accepted, &stored)
 			n++
 			continue
 		}
-		d.dropFeedback(source, ev.RequestID, refused.Message)
+		s.drop(source, ev.RequestID, refused.Message)
 	}
 	if n == 0 {
 		if refused != nil {
-			d.answerFeedback(m, nil, refused)
+			s.answer(m, nil, refused)
 		}
 		return
 	}
-	rec := nats.NewMsg(d.cfg.Subjects.FeedbackRecord())
+	rec := nats.NewMsg(s.Subjects.FeedbackRecord())
 	rec.Header.Set(events.HeaderEvents, strconv.Itoa(n))
 	rec.Header.Set(streams.HeaderSource, source)
 	rec.Data = accepted
 	go func() { // off the subscription's goroutine: a store waits for the stream
 		ctx, cancel := context.WithTimeout(context.Background(), feedbackStoreTimeout)
 		defer cancel()
-		if _, err := d.js.PublishMsg(ctx, rec); err != nil {
-			d.log.Warn().Err(err).Str("source", source).Int("records", n).Msg("accepted feedback not stored in REACH_EVENTS")
-			d.answerFeedback(m, nil, streams.NewError(streams.CodeInternal, "feedback: counted, but not stored: %v", err))
+		if _, err := s.JS.PublishMsg(ctx, rec); err != nil {
+			s.Log.Warn().Err(err).Str("source", source).Int("records", n).Msg("accepted feedback not stored in REACH_EVENTS")
+			s.answer(m, nil, streams.NewError(streams.CodeInternal, "feedback: counted, but not stored: %v", err))
 			return
 		}
-		d.answerFeedback(m, map[string]int{"accepted": n}, nil)
+		s.answer(m, map[string]int{"accepted": n}, nil)
 	}()
 }
 
-// answerFeedback answers a feedback request, when it asked for an answer
+// answer answers a feedback request, when it asked for an answer
 // and the reply gate lets it be answered there: body as JSON, or e.
-func (d *Dispatcher) answerFeedback(m *nats.Msg, body any, e *streams.Error) {
+func (s *Scores) answer(m *nats.Msg, body any, e *streams.Error) {
 	if m.Reply == "" {
 		return
 	}
-	if rc, ok := d.authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
+	if s.CheckReply != nil && s.CheckReply(m) != nil {
 		return
 	}
 	requestID := m.Header.Get(streams.HeaderRequestID)
@@ -225,16 +251,16 @@ func (d *Dispatcher) answerFeedback(m *nats.Msg, body any, e *streams.Error) {
 		r.Data, _ = json.Marshal(body)
 		r.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
 	}
-	if err := d.nc.PublishMsg(r); err != nil {
-		d.log.Debug().Err(err).Msg("feedback answer not sent")
+	if err := s.NC.PublishMsg(r); err != nil {
+		s.Log.Debug().Err(err).Msg("feedback answer not sent")
 	}
 }
 
-// dropFeedback logs, once per identity per feedbackLogEvery, why a
+// drop logs, once per identity per feedbackLogEvery, why a
 // feedback of identity was dropped.
-func (d *Dispatcher) dropFeedback(identity, requestID, reason string) {
-	if d.callers.logDrop(identity, time.Now()) {
-		d.log.Warn().Str("source", identity).Str("request_id", requestID).Str("reason", reason).
+func (s *Scores) drop(identity, requestID, reason string) {
+	if s.callers.logDrop(identity, time.Now()) {
+		s.Log.Warn().Str("source", identity).Str("request_id", requestID).Str("reason", reason).
 			Msg("feedback dropped (logged once a minute per identity)")
 	}
 }

@@ -1,12 +1,12 @@
-package dispatcher
+package config
 
 import (
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -27,20 +27,21 @@ const (
 	DefaultPenalty      = 0.1
 	DefaultPenaltyDecay = 5 * time.Minute
 	DefaultStrategy     = selection.StrategyLeastLoad
-	// DefaultStartTimeout bounds Start when its context has no deadline.
-	DefaultStartTimeout = 10 * time.Second
-	// CallTimeoutSlack is added to max(caller's wish, agent's hint).
-	CallTimeoutSlack = 2 * time.Second
 	// DefaultMinCallTimeout and DefaultMaxCallTimeout clamp the per-call
 	// timeout.
 	DefaultMinCallTimeout = 5 * time.Second
 	DefaultMaxCallTimeout = 120 * time.Second
+	// DefaultStreamBuffer is how many chunks a stream holds for a slow
+	// caller before it ends OVERLOADED (Config.StreamBuffer).
+	DefaultStreamBuffer = 256
 )
 
 // NoRetries disables retries where a retry count is asked for.
 const NoRetries = -1
 
-// Config configures a Dispatcher. The zero value means all defaults.
+// Config configures a dispatcher replica (dispatcher.New). The zero value
+// means all defaults; SetDefaults fills them in and Validate checks the
+// result, as New does.
 type Config struct {
 	// Subjects names the subjects; zero means prefix "reach".
 	Subjects streams.Subjects
@@ -160,7 +161,8 @@ type Config struct {
 	StreamBuffer int
 }
 
-func (c *Config) setDefaults() {
+// SetDefaults fills in the default of every field left zero.
+func (c *Config) SetDefaults() {
 	setDefault(&c.QueueGroup, DefaultQueueGroup)
 	setDefault(&c.AckTimeout, DefaultAckTimeout)
 	setDefault(&c.StreamBuffer, DefaultStreamBuffer)
@@ -196,9 +198,11 @@ func setDefault[T comparable](field *T, def T) {
 	}
 }
 
-func (c *Config) validate() error {
+// Validate reports, wrapping ErrInvalid, what of c (defaults filled in)
+// a replica cannot run.
+func (c *Config) Validate() error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case c.AckTimeout < 0 || c.Deadline < 0 || c.BackoffBase < 0 || c.BackoffMax < c.BackoffBase:
@@ -261,15 +265,15 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// isWrite reports whether capability is configured as a write.
-func (c *Config) isWrite(capability string) bool { return slices.Contains(c.Writes, capability) }
+// IsWrite reports whether capability is configured as a write.
+func (c *Config) IsWrite(capability string) bool { return slices.Contains(c.Writes, capability) }
 
-// retries returns how many retries a task of capability gets.
-func (c *Config) retries(capability string) int {
+// RetriesFor returns how many retries a task of capability gets.
+func (c *Config) RetriesFor(capability string) int {
 	n, ok := c.CapabilityRetries[capability]
 	switch {
 	case ok:
-	case c.isWrite(capability):
+	case c.IsWrite(capability):
 		n = c.WriteRetries
 	default:
 		n = c.Retries
@@ -277,8 +281,14 @@ func (c *Config) retries(capability string) int {
 	return max(n, 0)
 }
 
-// callTimeout is max(wish, hint) + slack, clamped to [MinCallTimeout,
-// MaxCallTimeout].
-func (c *Config) callTimeout(wish, hint time.Duration) time.Duration {
-	return min(max(max(wish, hint)+CallTimeoutSlack, c.MinCallTimeout), c.MaxCallTimeout)
+// hedgeable reports why a capability configured for hedging may not be:
+// writes are never hedged.
+func (c *Config) hedgeable(capability string) error {
+	if err := streams.ValidateCapability(capability); err != nil {
+		return fmt.Errorf("hedge for %w", err)
+	}
+	if c.IsWrite(capability) {
+		return fmt.Errorf("hedge for %s: a write is never hedged (a second delivery could execute it twice)", capability)
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package tracing
 
 import (
 	"context"
@@ -12,17 +12,6 @@ import (
 
 	"github.com/agent-reach/agentreach/streams"
 )
-
-// Tracing (OpenTelemetry, through the global API: until the process
-// installs a tracer provider no span is started, which costs a task 8 ns
-// and no allocation, BenchmarkTracingOff). A task gets
-// a span from its start to its outcome, "process reach.task.<capability>",
-// the child of the caller's traceparent when the task has one; each
-// delivery, hedges included, a child span "send reach.agent.{instance}"
-// whose context travels to the agent as the delivery's traceparent: the
-// same trace id, a new span id per hop (docs/operations.md, Traces). Without a recording
-// span (no SDK, or not sampled) the caller's traceparent travels
-// unchanged.
 
 // TracerName is the instrumentation scope of the dispatcher's spans.
 const TracerName = "github.com/agent-reach/agentreach/dispatcher"
@@ -49,38 +38,38 @@ var tracer = otel.Tracer(TracerName)
 // unset is the global tracer provider before any is installed.
 var unset = otel.GetTracerProvider()
 
-// Tracing reports whether the process has installed a tracer provider
+// Enabled reports whether the process has installed a tracer provider
 // (otel.SetTracerProvider). Until it has, no span is started at all: a
 // task then costs tracing one atomic load, and the caller's traceparent
 // travels unchanged.
-func Tracing() bool { return otel.GetTracerProvider() != unset }
+func Enabled() bool { return otel.GetTracerProvider() != unset }
 
 // traceContext reads and writes W3C traceparent and tracestate, the
 // contract's header whatever propagator the process installed globally.
 var traceContext propagation.TraceContext
 
-// TraceContext returns ctx with the remote span context of h's traceparent,
+// Context returns ctx with the remote span context of h's traceparent,
 // when it has a valid one.
-func TraceContext(ctx context.Context, h nats.Header) context.Context {
+func Context(ctx context.Context, h nats.Header) context.Context {
 	if h.Get(streams.HeaderTraceParent) == "" {
 		return ctx
 	}
 	return traceContext.Extract(ctx, streams.HeaderCarrier(h))
 }
 
-// InjectTrace writes span's context into h as traceparent (and
+// Inject writes span's context into h as traceparent (and
 // tracestate) when it has a valid one — one the sampler dropped too, so
 // that the next hops drop theirs (a parent-based sampler); h is left as it
 // is otherwise.
-func InjectTrace(span trace.Span, h nats.Header) {
+func Inject(span trace.Span, h nats.Header) {
 	if !span.SpanContext().IsValid() {
 		return
 	}
 	traceContext.Inject(trace.ContextWithSpan(context.Background(), span), streams.HeaderCarrier(h))
 }
 
-// EndSpan ends span with e's code as its error status (nil: success).
-func EndSpan(span trace.Span, e *streams.Error) {
+// End ends span with e's code as its error status (nil: success).
+func End(span trace.Span, e *streams.Error) {
 	if span == nil {
 		return
 	}
@@ -91,75 +80,80 @@ func EndSpan(span trace.Span, e *streams.Error) {
 	span.End()
 }
 
-// traceTask starts t's span, the child of its caller's traceparent. Its
-// name and attributes are only built when it records.
-func (d *Dispatcher) traceTask(t *task) {
-	if !Tracing() {
-		return
+// Task starts the span of a task of capability received on subject (its
+// request's headers h), the child of its caller's traceparent; durable
+// says it came through REACH_TASKS. Its name and attributes are only built
+// when it records. It returns nil while tracing is off (Enabled); end the
+// span with End.
+func Task(h nats.Header, subject, requestID, capability string, durable bool) trace.Span {
+	if !Enabled() {
+		return nil
 	}
-	_, t.span = tracer.Start(TraceContext(context.Background(), t.req.Header), "process", trace.WithSpanKind(trace.SpanKindConsumer))
-	if !t.span.IsRecording() {
-		return
+	_, span := tracer.Start(Context(context.Background(), h), "process", trace.WithSpanKind(trace.SpanKindConsumer))
+	if !span.IsRecording() {
+		return span
 	}
-	subject := d.cfg.Subjects.Task(t.capability)
-	t.span.SetName("process " + subject)
-	t.span.SetAttributes(
+	span.SetName("process " + subject)
+	span.SetAttributes(
 		attribute.String(AttrMessagingSystem, "nats"),
 		attribute.String(AttrMessagingDestination, subject),
 		attribute.String(AttrMessagingOperation, "process"),
-		attribute.String(AttrMessagingMessageID, t.requestID),
+		attribute.String(AttrMessagingMessageID, requestID),
 		attribute.String(AttrGenAIOperation, "invoke_agent"),
-		attribute.String(AttrCapability, t.capability))
-	if t.seq > 0 {
-		t.span.SetAttributes(attribute.String(AttrTier, "durable"))
+		attribute.String(AttrCapability, capability))
+	if durable {
+		span.SetAttributes(attribute.String(AttrTier, "durable"))
 	}
+	return span
 }
 
-// traceDelivery starts dl's span, the child of its task's, and writes its
-// context into the delivery's headers h; for a task the sampler dropped it
-// writes the task's, so that the agent drops its span too.
-func (d *Dispatcher) traceDelivery(dl *delivery, h nats.Header) {
-	if dl.t.span == nil {
-		return
+// Delivery starts the span of one delivery of the task whose span is
+// parent, to instance (of type agentType) on destination, and writes its
+// context into the delivery's headers h. For a task the sampler dropped it
+// writes the task's, so that the agent drops its span too, and returns
+// nil; so it does for a nil parent (tracing off), leaving h as it is.
+func Delivery(parent trace.Span, h nats.Header, destination, instance, agentType string, attempt int, hedge bool) trace.Span {
+	if parent == nil {
+		return nil
 	}
-	if !dl.t.span.IsRecording() { // not sampled: the agent learns so, and records nothing either
-		InjectTrace(dl.t.span, h)
-		return
+	if !parent.IsRecording() { // not sampled: the agent learns so, and records nothing either
+		Inject(parent, h)
+		return nil
 	}
-	destination := d.cfg.Subjects.Agent("{instance}")
-	_, dl.span = tracer.Start(trace.ContextWithSpan(context.Background(), dl.t.span), "send "+destination,
+	_, span := tracer.Start(trace.ContextWithSpan(context.Background(), parent), "send "+destination,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
 			attribute.String(AttrMessagingSystem, "nats"),
 			attribute.String(AttrMessagingDestination, destination),
 			attribute.String(AttrMessagingOperation, "send"),
-			attribute.String(AttrGenAIAgentID, dl.inst.ID),
-			attribute.String(AttrGenAIAgentName, dl.inst.Entry().Type),
-			attribute.Int(AttrAttempt, dl.attempt),
-			attribute.Bool(AttrHedge, dl.hedge)))
-	InjectTrace(dl.span, h)
+			attribute.String(AttrGenAIAgentID, instance),
+			attribute.String(AttrGenAIAgentName, agentType),
+			attribute.Int(AttrAttempt, attempt),
+			attribute.Bool(AttrHedge, hedge)))
+	Inject(span, h)
+	return span
 }
 
 // AttrBranch is the attribute naming a broadcast's or fan-out's branch.
 const AttrBranch = "agentreach.branch"
 
-// TraceBranch starts the span of one branch of a broadcast or fan-out,
+// Branch starts the span of one branch of a broadcast or fan-out,
 // "branch <capability>", the child of the traceparent in h (the branch
 // task's headers), and writes its own context there so that the branch's
 // task is its child. It returns nil when the span does not record (h then
-// carries the dropped context, or is left as it is); end it with EndSpan.
-func TraceBranch(h nats.Header, name, capability string) trace.Span {
-	if !Tracing() {
+// carries the dropped context, or is left as it is); end it with End.
+func Branch(h nats.Header, name, capability string) trace.Span {
+	if !Enabled() {
 		return nil
 	}
-	_, span := tracer.Start(TraceContext(context.Background(), h), "branch", trace.WithSpanKind(trace.SpanKindInternal))
+	_, span := tracer.Start(Context(context.Background(), h), "branch", trace.WithSpanKind(trace.SpanKindInternal))
 	if !span.IsRecording() {
-		InjectTrace(span, h)
+		Inject(span, h)
 		return nil
 	}
 	span.SetName("branch " + capability)
 	span.SetAttributes(attribute.String(AttrBranch, name), attribute.String(AttrCapability, capability),
 		attribute.String(AttrGenAIOperation, "invoke_agent"))
-	InjectTrace(span, h)
+	Inject(span, h)
 	return span
 }
