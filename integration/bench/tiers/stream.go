@@ -40,29 +40,12 @@ type streamJob struct {
 // peak above its baseline) and the stream ends OVERLOADED while another
 // caller's stream completes. One dispatcher in process, one agent.
 func Stream(r *harness.Run) error {
-	e, err := harness.StartEnv(r.Ctx, streams.Topology{}, false)
+	st, err := startStream(r)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	agents, err := r.StartAgents(e, []string{streamCapability}, "streamer", 1, 64, func(int) agentkit.Handler { return streamHandler })
-	if err != nil {
-		return err
-	}
-	defer agents.Stop()
-	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
-	if err != nil {
-		return err
-	}
-	defer ds.Stop()
-	if err := r.WaitRoutable(ds, streamCapability, 1); err != nil {
-		return err
-	}
-	callers, err := e.ConnectN("caller", 1)
-	if err != nil {
-		return err
-	}
-	nc := callers[0]
+	defer st.stop()
+	ds, nc := st.ds, st.nc
 
 	// Time to first chunk: one chunk of 64 bytes, then the result.
 	first := harness.Pick(r, 2000, 200)
@@ -169,6 +152,47 @@ func streamHandler(ctx context.Context, req *agentkit.Request) (any, error) {
 		}
 	}
 	return map[string]int{"chunks": job.N}, nil
+}
+
+// streamStack is the scenario's system: a server, the streaming agent, a
+// dispatcher in process and a caller's connection.
+type streamStack struct {
+	ds   *harness.Dispatch
+	nc   *nats.Conn
+	stop func()
+}
+
+func startStream(r *harness.Run) (*streamStack, error) {
+	e, err := harness.StartEnv(r.Ctx, streams.Topology{}, false)
+	if err != nil {
+		return nil, err
+	}
+	agents, err := r.StartAgents(e, []string{streamCapability}, "streamer", 1, 64, func(int) agentkit.Handler { return streamHandler })
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	ds, err := r.StartDispatcher(e, dispatcher.Config{}, false)
+	if err != nil {
+		agents.Stop()
+		e.Close()
+		return nil, err
+	}
+	stop := func() {
+		ds.Stop()
+		agents.Stop()
+		e.Close()
+	}
+	if err := r.WaitRoutable(ds, streamCapability, 1); err != nil {
+		stop()
+		return nil, err
+	}
+	callers, err := e.ConnectN("caller", 1)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return &streamStack{ds: ds, nc: callers[0], stop: stop}, nil
 }
 
 // streamOnce sends one streamed task, routed or direct, and reads it to
