@@ -57,7 +57,7 @@ var oversize = map[string]int{
 	"dispatcher/workflow": 3315, // definitions / execution (+99: step events once recorded, lost answers read back, outcome claims)
 	"auth":                2660, // the replay cache is the next to move
 	"agentkit":            2743, // with streaming (stream.go) and micro; the client side is the next to move
-	"dispatcher":          4488, // the pipeline core with the streaming stage (stream.go, streamcall.go): the durable settle path and the lifecycle are next
+	"dispatcher":          4467, // the pipeline core; the streaming stage's state and rules are in dispatcher/relay: the durable settle path and the lifecycle are next
 }
 
 type pkg struct {
