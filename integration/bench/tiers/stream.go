@@ -48,30 +48,35 @@ func Stream(r *harness.Run) error {
 	defer st.stop()
 	ds, nc := st.ds, st.nc
 
-	// Time to first chunk: one chunk of 64 bytes, then the result; routed,
-	// direct and through a bare relay taking turns.
+	// Time to first chunk: one chunk of 64 bytes, then the result; routed
+	// and direct taking turns, then the floor, a bare relay, and direct.
 	first := harness.Pick(r, 2000, 200)
-	ttfc := [3]*harness.Latency{harness.NewLatency(), harness.NewLatency(), harness.NewLatency()}
+	ttfcRouted, ttfcDirect := harness.NewLatency(), harness.NewLatency()
+	ttfcRelay, ttfcDirect2 := harness.NewLatency(), harness.NewLatency()
 	one := mustJSON(streamJob{N: 1, Size: 64})
-	for i := range first * 3 {
-		k := i % 3
+	for i := range first * 4 {
+		routed, into := i%2 == 0, ttfcDirect
 		var via *nats.Conn
-		if k == 2 {
-			via = st.relay
+		switch {
+		case i < first*2 && routed:
+			into = ttfcRouted
+		case i >= first*2 && routed:
+			routed, via, into = false, st.relay, ttfcRelay
+		case i >= first*2:
+			into = ttfcDirect2
 		}
-		took, _, err := streamVia(r.Ctx, nc, via, k == 0, one)
+		took, _, err := streamVia(r.Ctx, nc, via, routed, one)
 		if err != nil {
 			return err
 		}
-		ttfc[k].Hist.RecordValue(took.Microseconds())
-		ttfc[k].OK++
+		into.Hist.RecordValue(took.Microseconds())
+		into.OK++
 	}
-	ttfcRouted, ttfcDirect := ttfc[0], ttfc[1]
 	r.Set("ttfc_routed_p50_us", harness.Micros(ttfcRouted.P(50)))
 	r.Set("ttfc_direct_p50_us", harness.Micros(ttfcDirect.P(50)))
-	r.Set("ttfc_bare_relay_p50_us", harness.Micros(ttfc[2].P(50)))
 	r.Set("ttfc_p50_ratio", harness.Ratio(harness.Micros(ttfcRouted.P(50)), harness.Micros(ttfcDirect.P(50))))
-	r.Set("ttfc_bare_relay_p50_ratio", harness.Ratio(harness.Micros(ttfc[2].P(50)), harness.Micros(ttfcDirect.P(50))))
+	r.Set("ttfc_bare_relay_p50_us", harness.Micros(ttfcRelay.P(50)))
+	r.Set("ttfc_bare_relay_p50_ratio", harness.Ratio(harness.Micros(ttfcRelay.P(50)), harness.Micros(ttfcDirect2.P(50))))
 
 	// Throughput of one stream of small chunks, routed, direct and through
 	// a bare relay taking turns: the median of each, and the range of the
@@ -132,7 +137,8 @@ func Stream(r *harness.Run) error {
 	r.Note("Time to first chunk: one caller asks for a stream of one 64-byte chunk, %d times routed (reach.task.%s with "+
 		"Reach-Stream: 1, through the dispatcher) and as many direct (a plain NATS request to the same agent on "+
 		"reach.agent.%s, with the headers a dispatcher sets), alternating; the time from the publish to the first chunk "+
-		"(the agent's ACKED before it not counted); and as many through a bare relay (below), both ways.", first, streamCapability, streamAgent)
+		"(the agent's ACKED before it not counted). Then the floor: as many through a bare relay (below), both ways, "+
+		"alternating with direct again.", first, streamCapability, streamAgent)
 	r.Note("Throughput: one stream of %d chunks of 32 bytes, written as fast as the agent can, routed, direct, and "+
 		"direct through a bare relay (a NATS subscription on a connection of its own that adds Reach-Node and "+
 		"Reach-Orchestration-Id to the agent's message and publishes it on: the floor of any relay), %d rounds; chunks "+
