@@ -45,6 +45,7 @@ type Request struct {
 	ctx       atomic.Pointer[taskCtx] // the handler's context, once it runs
 
 	chunks atomic.Int64 // chunks sent (stream.go)
+	chunk  *nats.Msg    // the message Send reuses
 	final  atomic.Bool  // the final reply has gone out
 
 	mu   sync.Mutex

@@ -29,36 +29,35 @@ func (r *Request) Streaming() bool { return r.Header.Get(streams.HeaderStream) =
 // returns ErrStreamEnded once the result has been sent. Calls must not
 // overlap: chunks are numbered in the order Send is called.
 func (r *Request) Send(ctx context.Context, chunk any) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if !r.Streaming() {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case !r.Streaming():
 		return nil
-	}
-	if r.final.Load() {
+	case r.final.Load():
 		return ErrStreamEnded
 	}
 	data, ok := chunk.([]byte)
 	if !ok {
-		b, err := streams.Encode(r.ContentType, chunk)
-		if err != nil {
+		var err error
+		if data, err = streams.Encode(r.ContentType, chunk); err != nil {
 			return err
 		}
-		data = b
 	}
-	r.agent.ack(r) // ACKED comes before the first chunk
-	m := streams.StatusReply(r.reply, streams.StatusChunk, r.RequestID)
-	m.Header.Set(streams.HeaderSeq, strconv.FormatInt(r.chunks.Load()+1, 10))
-	m.Header.Set(streams.HeaderContentType, r.ContentType)
-	m.Data = data
-	if err := streams.CheckSize(m, r.agent.nc.MaxPayload()); err != nil {
-		return err
+	r.agent.ack(r)      // ACKED comes before the first chunk
+	if r.chunk == nil { // one message serves every chunk: calls do not overlap, and a publish copies it out
+		r.chunk = streams.StatusReply(r.reply, streams.StatusChunk, r.RequestID)
+		r.chunk.Header[streams.HeaderSeq], r.chunk.Header[streams.HeaderContentType] = []string{""}, []string{""}
 	}
-	if err := r.agent.nc.PublishMsg(m); err != nil {
-		return err
+	m, h := r.chunk, r.chunk.Header
+	h[streams.HeaderSeq][0], h[streams.HeaderContentType][0], m.Data = strconv.FormatInt(r.chunks.Load()+1, 10), r.ContentType, data
+	err := streams.CheckSize(m, r.agent.nc.MaxPayload())
+	if err == nil {
+		if err = r.agent.nc.PublishMsg(m); err == nil {
+			r.chunks.Add(1)
+		}
 	}
-	r.chunks.Add(1)
-	return nil
+	return err
 }
 
 // stampChunks marks r answered and puts Reach-Chunks on its final result

@@ -34,7 +34,7 @@ func (d *Dispatcher) armHedge(t *task, first *delivery) {
 func (d *Dispatcher) sendHedge(t *task, first *delivery) {
 	t.mu.Lock()
 	waiting := !t.ended && !t.hedged && slices.Contains(t.open, first) && t.stopped.Load() == nil &&
-		(t.relay == nil || t.relay.dl == nil) // a stream that has begun is pinned
+		t.pinned() == nil // a stream that has begun is pinned
 	t.mu.Unlock()
 	if !waiting {
 		return

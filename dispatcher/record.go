@@ -26,9 +26,9 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
 	}
 	if r := t.relay; r != nil { // the task has ended: its relay is settled
-		ev.Streamed, ev.Chunks = true, r.out.Sent()
-		if !r.first.IsZero() {
-			ev.FirstChunkMS = float64(r.first.Sub(start).Microseconds()) / 1000
+		ev.Streamed, ev.Chunks = true, r.Sent()
+		if !r.First().IsZero() {
+			ev.FirstChunkMS = float64(r.First().Sub(start).Microseconds()) / 1000
 		}
 	}
 	if !d.recordsWanted() {

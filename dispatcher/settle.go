@@ -69,8 +69,8 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 		t.mu.Unlock()
 		return
 	}
-	pinned := t.relay != nil && t.relay.dl != nil
-	if pinned && t.relay.dl != dl { // a stream runs from another delivery: this one was cancelled
+	pinned := t.pinned()
+	if pinned != nil && pinned != dl { // a stream runs from another delivery: this one was cancelled
 		t.mu.Unlock()
 		return
 	}
@@ -78,7 +78,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 		t.spent += costOf(last)
 	}
 	switch {
-	case pinned: // a stream has begun: it ends with this delivery, never with a second stream
+	case pinned != nil: // a stream has begun: it ends with this delivery, never with a second stream
 	case kind.retryable() && len(t.open) > 0: // the task's other delivery may still answer
 		t.triedIDs = append(t.triedIDs, dl.inst.ID)
 		t.mu.Unlock()

@@ -1,6 +1,8 @@
 package dispatcher
 
 import (
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -9,42 +11,26 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Streaming results (docs/protocol.md, Streaming results), part of
-// deliver and settle. A caller that sends Reach-Stream: 1 on the direct
-// tier gets the agent's CHUNK messages relayed, in order, on its reply
-// subject, then the final result (with Reach-Chunks) or an error (without).
-//
-// Until the first chunk is relayed a streamed task is like any other:
-// retried, hedged. The first chunk pins it to the delivery that sent it:
-// its other deliveries (a hedge) are cancelled and their chunks dropped,
-// and no retry or hedge follows — a failure of the pinned delivery, or its
-// silence for the ack timeout between messages, ends the stream with the
-// error. A Reach-Seq out of order ends it INTERNAL.
-//
-// A caller in process (Stream, and so the HTTP gateway) reads the chunks
-// through a bounded per-stream queue (dispatcher/relay; Config.StreamBuffer,
-// default DefaultStreamBuffer); past the bound the task ends OVERLOADED
-// (its instance gets a CANCEL), so memory per stream is bounded by
-// StreamBuffer chunks of at most the server's max payload. A caller over
-// NATS gets each chunk published as it comes, on the inbox's goroutine:
-// the connection buffers and flushes, and a caller that reads too slowly
-// is the server's slow consumer, as for any message.
-//
-// Chunks for a caller that did not ask, for a delivery that is not the
-// pinned one, for a delivery that has ended, or naming another request id
-// are dropped and counted (Stats.ChunksDropped); a task that is not
-// relayed (no Reach-Stream, the durable tier, a fan-out's branch) ends with
-// its one final result as before.
-
-// DefaultStreamBuffer is how many chunks a stream holds for a slow caller
-// before it ends OVERLOADED (Config.StreamBuffer).
-const DefaultStreamBuffer = 256
+// The streaming stage, part of deliver and settle (docs/protocol.md,
+// Streaming results): the rules are dispatcher/relay's package doc; this
+// file feeds a streamed task's chunks to its relay.Stream. Chunks for a
+// caller that did not ask, for a delivery that is not the pinned one, for a
+// delivery that has ended, or naming another request id are dropped and
+// counted (Stats.ChunksDropped); a task that is not relayed (no
+// Reach-Stream, the durable tier, a fan-out's branch) ends with its one
+// final result as before.
 
 // stream is a streamed task's state; t.mu guards it.
-type stream struct {
-	out   *relay.Relay
-	dl    *delivery // the delivery the stream is pinned to, once a chunk came
-	first time.Time // when the first chunk was relayed
+type stream = relay.Stream[*delivery]
+
+// pinned returns the delivery t's stream is pinned to; nil when t is not
+// streamed or no chunk came yet. t.mu guards it.
+func (t *task) pinned() *delivery {
+	if t.relay == nil {
+		return nil
+	}
+	dl, _ := t.relay.Pinned()
+	return dl
 }
 
 // streamed reports whether a task's chunks are relayed to its caller: a
@@ -57,11 +43,11 @@ func streamed(h nats.Header, reply string, durable bool) bool {
 // bounded queue; with inline, a sink that never waits (a NATS publish)
 // takes them at once.
 func (d *Dispatcher) startRelay(t *task, sink func(*nats.Msg), inline bool) {
-	if inline {
-		t.relay = &stream{out: relay.Inline(sink)}
-		return
+	out := relay.Inline(sink)
+	if !inline {
+		out = relay.New(d.cfg.StreamBuffer, sink)
 	}
-	t.relay = &stream{out: relay.New(d.cfg.StreamBuffer, sink)}
+	t.relay = relay.NewStream[*delivery](out)
 }
 
 // onChunk handles one CHUNK reply to dl, on the inbox's goroutine.
@@ -101,52 +87,41 @@ func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
 		return
 	}
 	t.mu.Lock()
-	s := t.relay
-	switch {
-	case t.ended, s.dl != nil && s.dl != dl: // over, or a hedge's loser
-		t.mu.Unlock()
-		d.stats.chunksDropped.Add(1)
-		return
-	case s.dl == nil:
-		s.dl, s.first = dl, time.Now()
-		var losers []*delivery
-		for _, o := range t.open {
-			if o != dl {
-				losers = append(losers, o)
-			}
-		}
+	first, ok := false, !t.ended
+	if ok {
+		first, ok = t.relay.Pin(dl)
+	}
+	if first { // the stream is pinned to dl: its other deliveries end
+		losers := slices.DeleteFunc(slices.Clone(t.open), func(o *delivery) bool { return o == dl })
 		t.mu.Unlock()
 		t.log.Debug().Str("node", dl.inst.ID).Msg("stream pinned")
 		for _, o := range losers {
 			d.cancelDelivery(o, streams.NewError(streams.CodeCancelled, "another delivery of the task streamed first"))
 		}
 		t.mu.Lock()
+		ok = !t.ended // a cancel may have ended it meanwhile
 	}
-	if err := relay.CheckSeq(m.Header, n); err != nil {
+	if !ok { // over, or a hedge's loser
 		t.mu.Unlock()
-		d.end(dl, nil, nil, streams.NewError(streams.CodeInternal, "instance %s: %v", dl.inst.ID, err), outcomeFinal)
+		d.stats.chunksDropped.Add(1)
 		return
 	}
-	ct := m.Header.Get(streams.HeaderContentType)
-	if ct == "" {
-		ct = t.contentType
-	}
-	out := relay.Chunk(t.req.Reply, t.requestID, t.orchID, dl.inst.ID, n, ct, m.Data)
-	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
-		t.mu.Unlock()
-		d.end(dl, nil, nil, streams.NewError(streams.CodePayloadTooLarge, "chunk %d of %s: %v", n, dl.inst.ID, err), outcomeFinal)
-		return
-	}
-	// Pushed under t.mu, which settle takes to end the task: no chunk can
+	// Relayed under t.mu, which settle takes to end the task: no chunk can
 	// follow the final message.
-	err := s.out.Push(out)
+	rt := relay.Route{Subject: t.req.Reply, RequestID: t.requestID, OrchID: t.orchID, Node: dl.inst.ID, ContentType: t.contentType}
+	err := t.relay.Relay(rt, m.Header, m.Data, n, d.nc.MaxPayload())
 	t.mu.Unlock()
-	if err != nil {
+	switch {
+	case err == nil:
+		d.stats.chunksRelayed.Add(1)
+	case errors.Is(err, relay.ErrFull):
 		d.stats.streamsOverloaded.Add(1)
 		d.cancel(t, streams.NewError(streams.CodeOverloaded, "the caller did not read the stream: %d chunks waiting", d.cfg.StreamBuffer))
-		return
+	case errors.Is(err, relay.ErrTooLarge):
+		d.end(dl, nil, nil, streams.NewError(streams.CodePayloadTooLarge, "chunk %d of %s: %v", n, dl.inst.ID, err), outcomeFinal)
+	default:
+		d.end(dl, nil, nil, streams.NewError(streams.CodeInternal, "instance %s: %v", dl.inst.ID, err), outcomeFinal)
 	}
-	d.stats.chunksRelayed.Add(1)
 }
 
 // finishRelay sends the final message of t's stream after its chunks;
@@ -155,7 +130,7 @@ func (d *Dispatcher) finishRelay(t *task, out *nats.Msg, done func()) {
 	if out != nil {
 		out.Subject = t.req.Reply
 	}
-	t.relay.out.Finish(out, done)
+	t.relay.Finish(out, done)
 }
 
 // publishToCaller is the sink of a streamed task from NATS: its caller's

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/relay"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -33,7 +34,7 @@ const (
 	DefaultMaxCallTimeout = 120 * time.Second
 	// DefaultStreamBuffer is how many chunks a stream holds for a slow
 	// caller before it ends OVERLOADED (Config.StreamBuffer).
-	DefaultStreamBuffer = 256
+	DefaultStreamBuffer = relay.DefaultLimit
 )
 
 // NoRetries disables retries where a retry count is asked for.

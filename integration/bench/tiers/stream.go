@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -41,43 +42,33 @@ type streamJob struct {
 // peak above its baseline) and the stream ends OVERLOADED while another
 // caller's stream completes. One dispatcher in process, one agent.
 func Stream(r *harness.Run) error {
-	e, err := harness.StartEnv(r.Ctx, streams.Topology{}, false)
+	st, err := startStream(r)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	agents, err := r.StartAgents(e, []string{streamCapability}, "streamer", 1, 64, func(int) agentkit.Handler { return streamHandler })
-	if err != nil {
-		return err
-	}
-	defer agents.Stop()
-	ds, err := r.StartDispatcher(e, config.Config{}, false)
-	if err != nil {
-		return err
-	}
-	defer ds.Stop()
-	if err := r.WaitRoutable(ds, streamCapability, 1); err != nil {
-		return err
-	}
-	callers, err := e.ConnectN("caller", 1)
-	if err != nil {
-		return err
-	}
-	nc := callers[0]
+	defer st.stop()
+	ds, nc := st.ds, st.nc
 
-	// Time to first chunk: one chunk of 64 bytes, then the result.
+	// Time to first chunk: one chunk of 64 bytes, then the result; routed
+	// and direct taking turns, then the floor, a bare relay, and direct.
 	first := harness.Pick(r, 2000, 200)
 	ttfcRouted, ttfcDirect := harness.NewLatency(), harness.NewLatency()
+	ttfcRelay, ttfcDirect2 := harness.NewLatency(), harness.NewLatency()
 	one := mustJSON(streamJob{N: 1, Size: 64})
-	for i := range first * 2 {
-		routed := i%2 == 0
-		took, _, err := streamOnce(r.Ctx, nc, routed, one)
+	for i := range first * 4 {
+		routed, into := i%2 == 0, ttfcDirect
+		var via *nats.Conn
+		switch {
+		case i < first*2 && routed:
+			into = ttfcRouted
+		case i >= first*2 && routed:
+			routed, via, into = false, st.relay, ttfcRelay
+		case i >= first*2:
+			into = ttfcDirect2
+		}
+		took, _, err := streamVia(r.Ctx, nc, via, routed, one)
 		if err != nil {
 			return err
-		}
-		into := ttfcDirect
-		if routed {
-			into = ttfcRouted
 		}
 		into.Hist.RecordValue(took.Microseconds())
 		into.OK++
@@ -85,21 +76,38 @@ func Stream(r *harness.Run) error {
 	r.Set("ttfc_routed_p50_us", harness.Micros(ttfcRouted.P(50)))
 	r.Set("ttfc_direct_p50_us", harness.Micros(ttfcDirect.P(50)))
 	r.Set("ttfc_p50_ratio", harness.Ratio(harness.Micros(ttfcRouted.P(50)), harness.Micros(ttfcDirect.P(50))))
+	r.Set("ttfc_bare_relay_p50_us", harness.Micros(ttfcRelay.P(50)))
+	r.Set("ttfc_bare_relay_p50_ratio", harness.Ratio(harness.Micros(ttfcRelay.P(50)), harness.Micros(ttfcDirect2.P(50))))
 
-	// Throughput of one stream of small chunks.
-	chunks := harness.Pick(r, 20000, 2000)
+	// Throughput of one stream of small chunks, routed, direct and through
+	// a bare relay taking turns: the median of each, and the range of the
+	// rounds' ratios.
+	chunks, rounds := harness.Pick(r, 20000, 2000), harness.Pick(r, 5, 2)
 	many := mustJSON(streamJob{N: chunks, Size: 32})
-	var rates [2]float64
-	for k, routed := range []bool{true, false} {
-		_, el, err := streamOnce(r.Ctx, nc, routed, many)
-		if err != nil {
-			return err
+	var rates [3][]float64
+	var ratios []float64
+	for range rounds {
+		for k, routed := range []bool{true, false, false} {
+			var via *nats.Conn
+			if k == 2 {
+				via = st.relay
+			}
+			_, el, err := streamVia(r.Ctx, nc, via, routed, many)
+			if err != nil {
+				return err
+			}
+			rates[k] = append(rates[k], float64(chunks)/el.Seconds())
 		}
-		rates[k] = float64(chunks) / el.Seconds()
+		ratios = append(ratios, harness.Ratio(rates[0][len(rates[0])-1], rates[1][len(rates[1])-1]))
 	}
-	r.Set("chunks_routed_per_s", rates[0])
-	r.Set("chunks_direct_per_s", rates[1])
-	r.Set("chunk_throughput_ratio", harness.Ratio(rates[0], rates[1]))
+	routedRate, directRate, relayRate := medianOf(rates[0]), medianOf(rates[1]), medianOf(rates[2])
+	r.Set("chunks_routed_per_s", routedRate)
+	r.Set("chunks_direct_per_s", directRate)
+	r.Set("chunks_bare_relay_per_s", relayRate)
+	r.Set("chunk_throughput_ratio", harness.Ratio(routedRate, directRate))
+	r.Set("chunk_throughput_ratio_min", slices.Min(ratios))
+	r.Set("chunk_throughput_ratio_max", slices.Max(ratios))
+	r.Set("chunk_throughput_bare_relay_ratio", harness.Ratio(relayRate, directRate))
 
 	// A slow reader, in process (Dispatcher.Stream, as the HTTP gateway
 	// uses it): the agent writes 1 KiB every 200 µs, the reader takes 2 ms
@@ -111,15 +119,18 @@ func Stream(r *harness.Run) error {
 	r.Set("slow_reader_heap_peak_kib", peak)
 	r.Set("slow_reader_overloaded", boolFigure(code == string(streams.CodeOverloaded)))
 	r.Set("slow_reader_others_finished", boolFigure(others))
-	r.Set("stream_buffer_chunks", dispatcher.DefaultStreamBuffer)
+	r.Set("stream_buffer_chunks", config.DefaultStreamBuffer)
 
 	r.AddTable("stream: summary", []string{"figure", "value"}, [][]string{
 		{"time to first chunk p50, routed µs", harness.Cell(harness.Micros(ttfcRouted.P(50)))},
 		{"time to first chunk p50, direct request-reply µs", harness.Cell(harness.Micros(ttfcDirect.P(50)))},
 		{"ttfc_p50_ratio (goal ≤ 2)", harness.Cell(r.Rep.Figures["ttfc_p50_ratio"])},
-		{"chunks/s of one stream, routed", harness.Cell(rates[0])},
-		{"chunks/s of one stream, direct", harness.Cell(rates[1])},
+		{"time to first chunk p50 through a bare relay µs; its ratio to direct", harness.Cell(r.Rep.Figures["ttfc_bare_relay_p50_us"]) + "; " + harness.Cell(r.Rep.Figures["ttfc_bare_relay_p50_ratio"])},
+		{"chunks/s of one stream, routed (median)", harness.Cell(routedRate)},
+		{"chunks/s of one stream, direct (median)", harness.Cell(directRate)},
 		{"chunk_throughput_ratio (goal ≥ 0.5)", harness.Cell(r.Rep.Figures["chunk_throughput_ratio"])},
+		{"  its rounds' ratios", harness.Cell(slices.Min(ratios)) + "–" + harness.Cell(slices.Max(ratios))},
+		{"chunks/s through a bare relay (median); its ratio to direct", harness.Cell(relayRate) + "; " + harness.Cell(r.Rep.Figures["chunk_throughput_bare_relay_ratio"])},
 		{"slow reader: heap peak above baseline, KiB", harness.Cell(peak)},
 		{"slow reader: stream ended", code},
 		{"slow reader: the other stream finished", strconv.FormatBool(others)},
@@ -127,14 +138,22 @@ func Stream(r *harness.Run) error {
 	r.Note("Time to first chunk: one caller asks for a stream of one 64-byte chunk, %d times routed (reach.task.%s with "+
 		"Reach-Stream: 1, through the dispatcher) and as many direct (a plain NATS request to the same agent on "+
 		"reach.agent.%s, with the headers a dispatcher sets), alternating; the time from the publish to the first chunk "+
-		"(the agent's ACKED before it not counted).", first, streamCapability, streamAgent)
-	r.Note("Throughput: one stream of %d chunks of 32 bytes, written as fast as the agent can, routed then direct; "+
-		"chunks per second from the publish to the final message.", chunks)
+		"(the agent's ACKED before it not counted). Then the floor: as many through a bare relay (below), both ways, "+
+		"alternating with direct again.", first, streamCapability, streamAgent)
+	r.Note("Throughput: one stream of %d chunks of 32 bytes, written as fast as the agent can, routed, direct, and "+
+		"direct through a bare relay (a NATS subscription on a connection of its own that adds Reach-Node and "+
+		"Reach-Orchestration-Id to the agent's message and publishes it on: the floor of any relay), %d rounds; chunks "+
+		"per second from the publish to the final message, the median of the rounds.", chunks, rounds)
 	r.Note("Slow reader: Dispatcher.Stream with a reader taking 2 ms per chunk while the agent writes 1 KiB every 200 µs "+
 		"(10× faster); the dispatcher holds at most %d chunks per stream (Config.StreamBuffer), then ends the stream "+
 		"OVERLOADED and cancels the agent. The heap peak is the whole process's (dispatcher, agent, server) above its "+
-		"level before the stream, sampled every 5 ms; another caller's 100-chunk stream runs meanwhile.", dispatcher.DefaultStreamBuffer)
+		"level before the stream, sampled every 5 ms; another caller's 100-chunk stream runs meanwhile.", config.DefaultStreamBuffer)
 	return nil
+}
+
+func medianOf(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
 }
 
 func boolFigure(b bool) float64 {
@@ -172,9 +191,59 @@ func streamHandler(ctx context.Context, req *agentkit.Request) (any, error) {
 	return map[string]int{"chunks": job.N}, nil
 }
 
+// streamStack is the scenario's system: a server, the streaming agent, a
+// dispatcher in process and a caller's connection.
+type streamStack struct {
+	ds        *harness.Dispatch
+	nc, relay *nats.Conn
+	stop      func()
+}
+
+func startStream(r *harness.Run) (*streamStack, error) {
+	e, err := harness.StartEnv(r.Ctx, streams.Topology{}, false)
+	if err != nil {
+		return nil, err
+	}
+	agents, err := r.StartAgents(e, []string{streamCapability}, "streamer", 1, 64, func(int) agentkit.Handler { return streamHandler })
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	ds, err := r.StartDispatcher(e, config.Config{}, false)
+	if err != nil {
+		agents.Stop()
+		e.Close()
+		return nil, err
+	}
+	stop := func() {
+		ds.Stop()
+		agents.Stop()
+		e.Close()
+	}
+	if err := r.WaitRoutable(ds, streamCapability, 1); err != nil {
+		stop()
+		return nil, err
+	}
+	conns, err := e.ConnectN("caller", 2)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return &streamStack{ds: ds, nc: conns[0], relay: conns[1], stop: stop}, nil
+}
+
 // streamOnce sends one streamed task, routed or direct, and reads it to
 // its final message: the time to the first message and to the last.
 func streamOnce(ctx context.Context, nc *nats.Conn, routed bool, job []byte) (first, all time.Duration, err error) {
+	return streamVia(ctx, nc, nil, routed, job)
+}
+
+// streamVia is streamOnce; with a relay connection rc, a direct stream
+// goes through a bare relay on rc both ways: the request on to the agent,
+// and each message back (its ACKED dropped) with the two headers a
+// dispatcher adds to the agent's (Reach-Node, Reach-Orchestration-Id) —
+// the least any relay through a NATS client does.
+func streamVia(ctx context.Context, nc, rc *nats.Conn, routed bool, job []byte) (first, all time.Duration, err error) {
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
@@ -190,6 +259,32 @@ func streamOnce(ctx context.Context, nc *nats.Conn, routed bool, job []byte) (fi
 		m.Header.Set(streams.HeaderCapability, streamCapability)
 		m.Header.Set(streams.HeaderRequestID, streams.NewRequestID())
 		m.Header.Set(streams.HeaderAttempt, "1")
+	}
+	if rc != nil && !routed {
+		in, back := rc.NewRespInbox(), rc.NewRespInbox()
+		for subj, fwd := range map[string]func(*nats.Msg){
+			in: func(q *nats.Msg) { q.Subject, q.Reply = streams.Subjects{}.Agent(streamAgent), back },
+			back: func(a *nats.Msg) {
+				a.Header[streams.HeaderNode], a.Header[streams.HeaderOrchestrationID] = []string{streamAgent}, []string{"orch"}
+				a.Subject, a.Reply = inbox, ""
+			},
+		} {
+			rs, err := rc.Subscribe(subj, func(x *nats.Msg) {
+				if x.Header.Get(streams.HeaderStatus) != string(streams.StatusAcked) {
+					fwd(x)
+					_ = rc.PublishMsg(x)
+				}
+			})
+			if err != nil {
+				return 0, 0, err
+			}
+			defer func() { _ = rs.Unsubscribe() }()
+			_ = rs.SetPendingLimits(-1, -1)
+		}
+		if err := rc.Flush(); err != nil {
+			return 0, 0, err
+		}
+		m.Subject = in
 	}
 	start := time.Now()
 	if err := nc.PublishMsg(m); err != nil {
