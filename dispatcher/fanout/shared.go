@@ -1,0 +1,410 @@
+package fanout
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// A broadcast's shared delivery path: the request is decoded, admitted and
+// matched once (dispatcher.OpenShared), every branch is a small entry in
+// one table, published to its instance with the reply subject
+// <inbox>.<index>.<token> (token: 96 random bits of that branch's alone),
+// and every reply comes back on one subscription to <inbox>.*.*; one timer
+// keeps every branch's ACK and result deadline. A reply whose subject names
+// no branch, or the wrong token, or whose Reach-Node names another instance
+// than the one asked, is dropped: an instance can answer only for itself.
+// The completion policy is checked at every branch's end: all waits for
+// every branch, quorum ends once enough succeeded, first at the first
+// success; the branches still open then get a CANCEL and are reported
+// missing (CANCELLED).
+
+// branchState is where one branch stands.
+type branchState uint8
+
+const (
+	branchNew   branchState = iota // not published yet
+	branchSent                     // published, waiting for its ACK
+	branchAcked                    // ACKED or PROCESSING came
+	branchDone                     // ended: reply, error or timer
+)
+
+// branch is one instance's entry in a shared delivery.
+type branch struct {
+	state     branchState
+	requestID string
+	token     string
+	sent      time.Time
+	expires   time.Time
+	out       outcome
+	err       *streams.Error // the gatherer's own finding (out.reply is then built from it)
+}
+
+// gather is one broadcast's shared delivery.
+type gather struct {
+	s      *Service
+	sh     *dispatcher.Shared
+	p      *parent
+	inbox  string
+	mode   Mode
+	quorum Quorum
+	need   int
+	br     []branch
+	source string
+	capab  string
+	data   []byte
+
+	mu        sync.Mutex
+	timer     *time.Timer
+	next      time.Time // when the timer fires; zero when unarmed
+	ended     int
+	succeeded int
+	over      bool
+	done      chan struct{}
+	dropped   int // replies that named no branch of this gather
+}
+
+// broadcastShared runs a broadcast of capability on the shared path and
+// returns its reply (nil and the error when nothing was sent).
+func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, capability string, mode Mode, quorum Quorum) (*Reply, *streams.Error) {
+	// The request as a task of its own, in process: the service authorized
+	// it already (its signature is spent), the dispatcher checks the
+	// caller's ACL once more and matches its requirements.
+	h := make(nats.Header, len(p.header)+2)
+	for k, v := range p.header {
+		h[k] = v
+	}
+	h.Del(streams.HeaderAgent)
+	h.Set(streams.HeaderRequestID, p.requestID)
+	h.Set(streams.HeaderOrchestrationID, p.orchID)
+	h.Set(streams.HeaderDeadline, strconv.FormatInt(p.deadline.UnixMilli(), 10))
+	sh, e := s.d.OpenShared(capability, &nats.Msg{Header: h, Data: m.Data})
+	if e != nil {
+		return nil, e
+	}
+	n := sh.Len()
+	g := &gather{s: s, sh: sh, p: p, mode: mode, quorum: quorum, br: make([]branch, n), done: make(chan struct{}),
+		source: h.Get(streams.HeaderSource), capab: capability, data: m.Data}
+	switch mode {
+	case ModeQuorum:
+		g.need = quorum.Need(n)
+	case ModeFirst:
+		g.need = 1
+	default:
+		g.need = n
+	}
+	tokens := make([]byte, 12*n)
+	if _, err := rand.Read(tokens); err != nil {
+		sh.Close(streams.NewError(streams.CodeInternal, "%v", err))
+		return nil, streams.NewError(streams.CodeInternal, "broadcast: no random reply tokens: %v", err)
+	}
+	for i := range g.br {
+		g.br[i].requestID = streams.NewRequestID()
+		g.br[i].token = hex.EncodeToString(tokens[12*i : 12*i+12])
+	}
+	g.inbox = s.nc.NewRespInbox()
+	sub, err := s.nc.Subscribe(g.inbox+".*.*", g.onReply)
+	if err != nil {
+		sh.Close(streams.NewError(streams.CodeInternal, "%v", err))
+		return nil, streams.NewError(streams.CodeInternal, "broadcast: subscribe its inbox: %v", err)
+	}
+	_ = sub.SetPendingLimits(-1, 256<<20) // every branch may answer at once
+	g.publish()
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+	}
+	_ = sub.Unsubscribe()
+	r := g.finish(ctx.Err() != nil)
+	return r, nil
+}
+
+// publish sends every branch its delivery. One header map serves them all:
+// each publish encodes it before the next branch's values are set.
+func (g *gather) publish() {
+	h := g.sh.Header()
+	h.Set(streams.HeaderParentID, g.p.requestID)
+	key := h.Get(streams.HeaderIdempotencyKey)
+	subjects := g.s.d.Config().Subjects
+	ack := g.sh.AckTimeout()
+	msg := &nats.Msg{Data: nil, Header: h}
+	for i := range g.br {
+		b := &g.br[i]
+		id := g.sh.Target(i)
+		h.Set(streams.HeaderRequestID, b.requestID)
+		h.Set(streams.HeaderVisits, g.sh.Visits(i))
+		if key != "" { // each instance executes its part once
+			h.Set(streams.HeaderIdempotencyKey, key+"."+id)
+		}
+		msg.Subject, msg.Reply, msg.Data = subjects.Agent(id), g.replySubject(i), g.data
+		g.mu.Lock()
+		if g.over {
+			g.mu.Unlock()
+			return
+		}
+		b.state, b.sent = branchSent, time.Now()
+		b.expires = b.sent.Add(ack)
+		g.arm(b.expires)
+		g.mu.Unlock()
+		if err := g.s.nc.PublishMsg(msg); err != nil {
+			g.mu.Lock()
+			g.end(i, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", id, err), nil)
+			g.mu.Unlock()
+		}
+	}
+}
+
+func (g *gather) replySubject(i int) string {
+	return g.inbox + "." + strconv.Itoa(i) + "." + g.br[i].token
+}
+
+// arm makes the timer fire by at, under g.mu.
+func (g *gather) arm(at time.Time) {
+	if !g.next.IsZero() && !at.Before(g.next) {
+		return
+	}
+	g.next = at
+	wait := time.Until(at)
+	if g.timer == nil {
+		g.timer = time.AfterFunc(wait, g.onTimer)
+		return
+	}
+	g.timer.Reset(wait)
+}
+
+// onTimer ends every branch whose time is up and arms the timer for the
+// next one.
+func (g *gather) onTimer() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next = time.Time{}
+	if g.over {
+		return
+	}
+	now := time.Now()
+	var next time.Time
+	for i := range g.br {
+		b := &g.br[i]
+		if b.state != branchSent && b.state != branchAcked {
+			continue
+		}
+		if b.expires.After(now) {
+			if next.IsZero() || b.expires.Before(next) {
+				next = b.expires
+			}
+			continue
+		}
+		g.cancel(i)
+		id := g.sh.Target(i)
+		switch {
+		case !now.Before(g.sh.Deadline()):
+			g.end(i, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), nil)
+		case b.state == branchSent:
+			g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, b.expires.Sub(b.sent).Round(time.Millisecond)), nil)
+		default:
+			g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), nil)
+		}
+	}
+	if !next.IsZero() && !g.over {
+		g.arm(next)
+	}
+}
+
+// onReply handles one message on the inbox, on the subscription's
+// goroutine.
+func (g *gather) onReply(m *nats.Msg) {
+	i, ok := g.branchOf(m)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !ok {
+		g.dropped++
+		g.s.log.Debug().Str("request_id", g.p.requestID).Str("subject", m.Subject).Str("node", m.Header.Get(streams.HeaderNode)).
+			Msg("broadcast reply that no branch asked for dropped")
+		return
+	}
+	b := &g.br[i]
+	if g.over || b.state == branchDone || b.state == branchNew {
+		return
+	}
+	g.sh.Note(i, m)
+	id := g.sh.Target(i)
+	if m.Header.Get("Status") == "503" {
+		g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", id), nil)
+		return
+	}
+	switch status := streams.Status(m.Header.Get(streams.HeaderStatus)); status {
+	case streams.StatusAcked, streams.StatusProcessing:
+		b.state = branchAcked
+		b.expires = time.Now().Add(g.sh.CallTimeout(i))
+		return
+	case streams.StatusChunk:
+		return // nobody asked for a stream
+	case streams.StatusFinished:
+		if m.Header.Get(streams.HeaderDirect) != "" {
+			g.end(i, m, streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
+				id, streams.HeaderDirect, streams.HeaderReplyTo), m)
+			return
+		}
+		g.end(i, m, nil, m)
+		return
+	}
+	e := streams.ErrorFromMessage(m)
+	if e == nil {
+		e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", id, m.Header.Get(streams.HeaderStatus))
+	}
+	g.end(i, m, e, m)
+}
+
+// branchOf finds the branch m answers: its subject's index and token must
+// be one of this gather's, and a Reach-Node it carries the instance asked.
+func (g *gather) branchOf(m *nats.Msg) (int, bool) {
+	rest, ok := strings.CutPrefix(m.Subject, g.inbox+".")
+	if !ok {
+		return 0, false
+	}
+	idx, token, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(idx)
+	if err != nil || i < 0 || i >= len(g.br) || strconv.Itoa(i) != idx || token != g.br[i].token {
+		return 0, false
+	}
+	if node := m.Header.Get(streams.HeaderNode); node != "" && node != g.sh.Target(i) {
+		return 0, false
+	}
+	return i, true
+}
+
+// end ends branch i, under g.mu: with the agent's reply (res when it
+// FINISHED, last whatever it sent last) or the error e. It counts the end
+// in the instance's breaker and latency, records the branch's event and
+// checks whether the broadcast is decided.
+func (g *gather) end(i int, last *nats.Msg, e *streams.Error, res *nats.Msg) {
+	b := &g.br[i]
+	if b.state == branchDone {
+		return
+	}
+	acked := b.state == branchAcked
+	b.state = branchDone
+	took := time.Since(b.sent)
+	g.sh.Settle(i, took, last, e, acked)
+	id := g.sh.Target(i)
+	var out *nats.Msg
+	if e == nil {
+		out = res
+	} else if last != nil && streams.ErrorFromMessage(last) != nil {
+		out = last
+	} else {
+		out = streams.ErrorReply("", g.sh.ContentType(), b.requestID, e)
+	}
+	out.Header.Set(streams.HeaderNode, id)
+	out.Header.Set(streams.HeaderAttempt, "1")
+	b.out = outcome{i: i, reply: out, latency: took}
+	b.err = e
+	g.record(i, e)
+	g.ended++
+	if e == nil {
+		g.succeeded++
+	}
+	if g.ended == len(g.br) || g.succeeded >= g.need && g.mode != ModeAll {
+		g.decide()
+	}
+}
+
+// decide ends the gathering, under g.mu.
+func (g *gather) decide() {
+	if g.over {
+		return
+	}
+	g.over = true
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	close(g.done)
+}
+
+// cancel tells branch i's instance that its work is not wanted any more.
+func (g *gather) cancel(i int) {
+	c := nats.NewMsg(g.s.d.Config().Subjects.Agent(g.sh.Target(i)))
+	c.Header.Set(streams.HeaderStatus, string(streams.StatusCancel))
+	c.Header.Set(streams.HeaderRequestID, g.br[i].requestID)
+	c.Header.Set(streams.HeaderAttempt, "1")
+	c.Header.Set(streams.HeaderCapability, g.capab)
+	c.Header.Set(streams.HeaderDelivery, g.replySubject(i))
+	if err := g.s.nc.PublishMsg(c); err != nil {
+		g.s.log.Debug().Err(err).Str("node", g.sh.Target(i)).Msg("cancel not sent")
+	}
+}
+
+// finish ends the branches still open — cancelled, as the policy was met
+// or the caller (the service closing) is gone — and builds the reply.
+func (g *gather) finish(gone bool) *Reply {
+	g.mu.Lock()
+	g.decide()
+	decided := !gone && g.succeeded >= g.need && g.mode != ModeAll
+	why := "another branch answered first"
+	if g.mode == ModeQuorum {
+		why = "the quorum was met"
+	}
+	for i := range g.br {
+		b := &g.br[i]
+		switch b.state {
+		case branchDone:
+			continue
+		case branchSent, branchAcked:
+			g.cancel(i)
+		}
+		e := streams.NewError(streams.CodeCancelled, "%s", why)
+		if !decided {
+			e = streams.NewError(streams.CodeCancelled, "the broadcast was stopped")
+		}
+		if b.state == branchNew {
+			b.sent = time.Now()
+		}
+		b.state = branchSent // so that end settles it
+		g.end(i, nil, e, nil)
+		b.out.decided, b.out.late, b.out.why = decided, !decided, why
+	}
+	dropped := g.dropped
+	g.mu.Unlock()
+	if dropped > 0 {
+		g.s.log.Info().Str("request_id", g.p.requestID).Int("dropped", dropped).Msg("broadcast replies from no branch asked dropped")
+	}
+	n := len(g.br)
+	r := &Reply{Aggregate: streams.Aggregate{Expected: n, Replies: []streams.BranchReply{}, Missing: []streams.Missing{}}}
+	for i := range g.br {
+		r.add(g.sh.Target(i), g.br[i].out, g.sh.ContentType(), g.sh.Deadline().Sub(g.p.start))
+	}
+	r.complete(g.mode, g.quorum)
+	var e *streams.Error
+	if !r.Complete {
+		e = streams.NewError(streams.CodeIncomplete, "%s", r.Message)
+	}
+	g.sh.Close(e)
+	return r
+}
+
+// record writes branch i's event, a task's record with the broadcast as
+// its parent.
+func (g *gather) record(i int, e *streams.Error) {
+	b := &g.br[i]
+	ev := events.Event{RequestID: b.requestID, OrchestrationID: g.sh.OrchestrationID(), Capability: g.capab,
+		Status: string(streams.StatusFinished), Outcome: events.OutcomeReply, Node: g.sh.Target(i), Attempts: 1,
+		Start: b.sent, LatencyMS: float64(b.out.latency.Microseconds()) / 1000, ParentID: g.p.requestID, Source: g.source,
+		Candidates: len(g.br)}
+	if e != nil {
+		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
+	}
+	g.s.d.RecordEvent(ev)
+}
