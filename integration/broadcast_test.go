@@ -1,0 +1,225 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/streams"
+)
+
+// A broadcast runs on one shared delivery (dispatcher/fanout): these tests
+// check, with raw-protocol instances, the guarantees each branch keeps
+// there — its own ACK deadline, the CANCEL once the policy is met without
+// it, and that an instance can answer for no branch but its own.
+
+// bcastSeen records what raw instances receive: their bcastSeen and the
+// CANCELs (no reply subject), by instance.
+type bcastSeen struct {
+	mu     sync.Mutex
+	got    map[string][]*nats.Msg
+	cancel map[string][]*nats.Msg
+}
+
+func (d *bcastSeen) add(id string, m *nats.Msg) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.got == nil {
+		d.got, d.cancel = map[string][]*nats.Msg{}, map[string][]*nats.Msg{}
+	}
+	if m.Reply == "" {
+		d.cancel[id] = append(d.cancel[id], m)
+		return
+	}
+	d.got[id] = append(d.got[id], m)
+}
+
+// cancelled waits until id got a CANCEL for its delivery and returns both.
+func (d *bcastSeen) cancelled(t *testing.T, id string) (delivery, cancel *nats.Msg) {
+	t.Helper()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.got[id]) == 0 || len(d.cancel[id]) == 0 {
+			return fmt.Errorf("%s: %d bcastSeen, %d cancels", id, len(d.got[id]), len(d.cancel[id]))
+		}
+		delivery, cancel = d.got[id][0], d.cancel[id][0]
+		return nil
+	})
+	return delivery, cancel
+}
+
+// checkCancel says whether cancel names delivery: its request id, its
+// attempt and its reply subject.
+func checkCancel(t *testing.T, delivery, cancel *nats.Msg) {
+	t.Helper()
+	if cancel.Header.Get(streams.HeaderStatus) != string(streams.StatusCancel) ||
+		cancel.Header.Get(streams.HeaderRequestID) != delivery.Header.Get(streams.HeaderRequestID) ||
+		cancel.Header.Get(streams.HeaderDelivery) != delivery.Reply {
+		t.Errorf("cancel %v does not name the delivery %v (reply %s)", cancel.Header, delivery.Header, delivery.Reply)
+	}
+}
+
+func TestABroadcastBranchWithoutAckTimesOutAlone(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond})
+	st.FanOut(d)
+	nc := st.Conn()
+	var seen bcastSeen
+	for _, id := range []string{"peer-1", "peer-2"} {
+		RawInstance(t, nc, id, time.Second, func(m *nats.Msg) {
+			seen.add(id, m)
+			if m.Reply != "" {
+				finish(nc, m, []byte(`{"me":"`+id+`"}`))
+			}
+		}, "peer.ping")
+	}
+	RawInstance(t, nc, "mute-1", time.Second, func(m *nats.Msg) { seen.add("mute-1", m) }, "peer.ping") // never ACKs
+	WaitRoutable(t, "peer.ping", 3, d)
+
+	res, r := fanoutReq(t, nc, streams.Subjects{}.Broadcast("peer.ping"), []byte(`{}`))
+	if res.Header.Get(streams.HeaderError) != string(streams.CodeIncomplete) || r.Expected != 3 || r.Answered != 2 || r.Succeeded != 2 {
+		t.Fatalf("headers %v, aggregate %+v", res.Header, r)
+	}
+	for i, br := range r.Replies { // the control: the instances that answered are in, each by its own name
+		if want := fmt.Sprintf("peer-%d", i+1); br.Name != want || br.Node != want || br.Status != "FINISHED" || br.Attempts != 1 {
+			t.Errorf("reply %d: %+v, want %s FINISHED at attempt 1", i, br, want)
+		}
+	}
+	if len(r.Missing) != 1 || r.Missing[0].Name != "mute-1" || r.Missing[0].Reason != string(streams.CodeTimeout) ||
+		!strings.Contains(r.Missing[0].Message, "no ACK") {
+		t.Fatalf("missing %+v, want mute-1 TIMEOUT for its ACK", r.Missing)
+	}
+	delivery, cancel := seen.cancelled(t, "mute-1")
+	checkCancel(t, delivery, cancel)
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	for _, id := range []string{"peer-1", "peer-2"} {
+		if len(seen.cancel[id]) != 0 {
+			t.Errorf("%s answered and still got a CANCEL", id)
+		}
+	}
+}
+
+func TestABroadcastBranchStillRunningAtQuorumIsCancelled(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	nc := st.Conn()
+	var seen bcastSeen
+	for _, id := range []string{"fast-1", "fast-2"} {
+		RawInstance(t, nc, id, time.Second, func(m *nats.Msg) {
+			seen.add(id, m)
+			if m.Reply != "" {
+				finish(nc, m, []byte(`1`))
+			}
+		}, "vote")
+	}
+	late := make(chan *nats.Msg, 1)
+	RawInstance(t, nc, "slow-1", time.Second, func(m *nats.Msg) {
+		seen.add("slow-1", m)
+		if m.Reply != "" { // acknowledges, and finishes only when its CANCEL has come
+			_ = nc.PublishMsg(streams.StatusReply(m.Reply, streams.StatusAcked, ""))
+			late <- m
+		}
+	}, "vote")
+	WaitRoutable(t, "vote", 3, d)
+
+	res, r := fanoutReq(t, nc, streams.Subjects{}.Broadcast("vote"), []byte(`{}`), streams.HeaderQuorum, "2")
+	if res.Header.Get(streams.HeaderStatus) != "FINISHED" || !r.Complete || r.Expected != 3 || r.Succeeded != 2 {
+		t.Fatalf("headers %v, aggregate %+v", res.Header, r)
+	}
+	if len(r.Missing) != 1 || r.Missing[0].Name != "slow-1" || r.Missing[0].Reason != string(streams.CodeCancelled) {
+		t.Fatalf("missing %+v, want slow-1 CANCELLED", r.Missing)
+	}
+	delivery, cancel := seen.cancelled(t, "slow-1")
+	checkCancel(t, delivery, cancel)
+	finish(nc, <-late, []byte(`1`)) // its answer after all: nobody gathers it any more
+
+	// A cancelled branch leaves no mark on its instance: the next broadcast
+	// asks slow-1 again.
+	RawInstance(t, nc, "slow-2", time.Second, func(m *nats.Msg) { finish(nc, m, []byte(`2`)) }, "vote")
+	WaitRoutable(t, "vote", 4, d)
+	res, r = fanoutReq(t, nc, streams.Subjects{}.Broadcast("vote"), []byte(`{}`), streams.HeaderQuorum, "3")
+	if res.Header.Get(streams.HeaderStatus) != "FINISHED" || r.Expected != 4 || r.Succeeded != 3 {
+		t.Fatalf("second broadcast: headers %v, aggregate %+v", res.Header, r)
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if len(seen.got["slow-1"]) != 2 {
+		t.Errorf("slow-1 was asked %d times in two broadcasts", len(seen.got["slow-1"]))
+	}
+}
+
+func TestABroadcastReplyFromAnInstanceNotAskedIsDropped(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{AckTimeout: 300 * time.Millisecond})
+	st.FanOut(d)
+	nc := st.Conn()
+	RawInstance(t, nc, "honest-1", time.Second, func(m *nats.Msg) { finish(nc, m, []byte(`"honest"`)) }, "poll")
+	RawInstance(t, nc, "silent-1", time.Second, func(*nats.Msg) {}, "poll") // the one impersonated: says nothing
+	forged := make(chan int, 1)
+	RawInstance(t, nc, "forger-1", time.Second, func(m *nats.Msg) {
+		if m.Reply == "" {
+			return
+		}
+		// Its own reply subject is <inbox>.<index>.<token>: it answers on
+		// every other index, with its own token and with a made-up one,
+		// and on its own subject in silent-1's name — then for itself.
+		cut := strings.LastIndexByte(m.Reply, '.')
+		head, token := m.Reply[:cut], m.Reply[cut+1:]
+		inbox := head[:strings.LastIndexByte(head, '.')]
+		n := 0
+		forge := func(subject, node string) {
+			out := nats.NewMsg(subject)
+			out.Header.Set(streams.HeaderStatus, string(streams.StatusFinished))
+			out.Header.Set(streams.HeaderContentType, streams.ContentTypeJSON)
+			if node != "" {
+				out.Header.Set(streams.HeaderNode, node)
+			}
+			out.Data = []byte(`"forged"`)
+			_ = nc.PublishMsg(out)
+			n++
+		}
+		for i := range 3 {
+			if s := fmt.Sprintf("%s.%d.%s", inbox, i, token); s != m.Reply {
+				forge(s, "")
+				forge(s, "silent-1")
+			}
+			forge(fmt.Sprintf("%s.%d.%s", inbox, i, strings.Repeat("0", len(token))), "")
+		}
+		forge(m.Reply, "silent-1")
+		forged <- n
+		finish(nc, m, []byte(`"forger"`))
+	}, "poll")
+	WaitRoutable(t, "poll", 3, d)
+
+	res, r := fanoutReq(t, nc, streams.Subjects{}.Broadcast("poll"), []byte(`{}`))
+	if n := <-forged; n == 0 {
+		t.Fatal("nothing forged")
+	}
+	if res.Header.Get(streams.HeaderError) != string(streams.CodeIncomplete) || r.Expected != 3 || r.Answered != 2 {
+		t.Fatalf("headers %v, aggregate %+v", res.Header, r)
+	}
+	got := map[string]string{}
+	for _, br := range r.Replies {
+		got[br.Name] = string(br.Result)
+		if br.Node != br.Name {
+			t.Errorf("reply %+v names another node than its branch", br)
+		}
+	}
+	// The control: the honest instance and the forger's answer for itself
+	// are gathered; no forged answer is.
+	if got["honest-1"] != `"honest"` || got["forger-1"] != `"forger"` || len(got) != 2 {
+		t.Errorf("replies %v, want honest-1 and forger-1 each with its own answer", got)
+	}
+	if len(r.Missing) != 1 || r.Missing[0].Name != "silent-1" || r.Missing[0].Reason != string(streams.CodeTimeout) {
+		t.Errorf("missing %+v, want silent-1 TIMEOUT: forged answers in its name count for nothing", r.Missing)
+	}
+}
