@@ -323,13 +323,14 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 		q, _ := NewQuorum(v)
 		mode, quorum = ModeQuorum, q
 	}
-	r, e := s.broadcastShared(s.ctx, m, &p, capability, mode, quorum)
+	r, settle, e := s.broadcastShared(s.ctx, m, &p, capability, mode, quorum)
 	if e != nil {
 		s.fail(m, p, e)
 		return
 	}
 	r.sortByName()
 	s.answer(m, p, r, capability, "broadcast")
+	settle()
 }
 
 // answer sends the aggregate and records the fan-out's own event.

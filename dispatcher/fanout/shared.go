@@ -46,8 +46,13 @@ type branch struct {
 	token     string
 	sent      time.Time
 	expires   time.Time
-	out       outcome
-	err       *streams.Error // the gatherer's own finding (out.reply is then built from it)
+	// How it ended (end): the agent's last message, the error, whether it
+	// had acknowledged, how long it took; out is built from them (finish).
+	last  *nats.Msg
+	err   *streams.Error
+	acked bool
+	took  time.Duration
+	out   outcome
 }
 
 // gather is one broadcast's shared delivery.
@@ -71,12 +76,15 @@ type gather struct {
 	succeeded int
 	over      bool
 	done      chan struct{}
-	dropped   int // replies that named no branch of this gather
+	dropped   int   // replies that named no branch of this gather
+	cancels   []int // the branches cancelled when it was decided
 }
 
 // broadcastShared runs a broadcast of capability on the shared path and
 // returns its reply (nil and the error when nothing was sent).
-func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, capability string, mode Mode, quorum Quorum) (*Reply, *streams.Error) {
+//
+// settle must be called once the reply has been sent.
+func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, capability string, mode Mode, quorum Quorum) (r *Reply, settle func(), e *streams.Error) {
 	// The request as a task of its own, in process: the service authorized
 	// it already (its signature is spent), the dispatcher checks the
 	// caller's ACL once more and matches its requirements.
@@ -90,7 +98,7 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 	h.Set(streams.HeaderDeadline, strconv.FormatInt(p.deadline.UnixMilli(), 10))
 	sh, e := s.d.OpenShared(capability, &nats.Msg{Header: h, Data: m.Data})
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	n := sh.Len()
 	g := &gather{s: s, sh: sh, p: p, mode: mode, quorum: quorum, br: make([]branch, n), done: make(chan struct{}),
@@ -106,7 +114,7 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 	tokens := make([]byte, 12*n)
 	if _, err := rand.Read(tokens); err != nil {
 		sh.Close(streams.NewError(streams.CodeInternal, "%v", err))
-		return nil, streams.NewError(streams.CodeInternal, "broadcast: no random reply tokens: %v", err)
+		return nil, nil, streams.NewError(streams.CodeInternal, "broadcast: no random reply tokens: %v", err)
 	}
 	for i := range g.br {
 		g.br[i].requestID = streams.NewRequestID()
@@ -116,7 +124,7 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 	sub, err := s.nc.Subscribe(g.inbox+".*.*", g.onReply)
 	if err != nil {
 		sh.Close(streams.NewError(streams.CodeInternal, "%v", err))
-		return nil, streams.NewError(streams.CodeInternal, "broadcast: subscribe its inbox: %v", err)
+		return nil, nil, streams.NewError(streams.CodeInternal, "broadcast: subscribe its inbox: %v", err)
 	}
 	_ = sub.SetPendingLimits(-1, 256<<20) // every branch may answer at once
 	g.publish()
@@ -125,8 +133,8 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 	case <-ctx.Done():
 	}
 	_ = sub.Unsubscribe()
-	r := g.finish(ctx.Err() != nil)
-	return r, nil
+	r = g.finish(ctx.Err() != nil)
+	return r, func() { g.settle(r) }, nil
 }
 
 // publish sends every branch its delivery. One header map serves them all:
@@ -158,7 +166,7 @@ func (g *gather) publish() {
 		g.mu.Unlock()
 		if err := g.s.nc.PublishMsg(msg); err != nil {
 			g.mu.Lock()
-			g.end(i, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", id, err), nil)
+			g.end(i, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", id, err))
 			g.mu.Unlock()
 		}
 	}
@@ -208,11 +216,11 @@ func (g *gather) onTimer() {
 		id := g.sh.Target(i)
 		switch {
 		case !now.Before(g.sh.Deadline()):
-			g.end(i, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), nil)
+			g.end(i, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id))
 		case b.state == branchSent:
-			g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, b.expires.Sub(b.sent).Round(time.Millisecond)), nil)
+			g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, b.expires.Sub(b.sent).Round(time.Millisecond)))
 		default:
-			g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), nil)
+			g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id))
 		}
 	}
 	if !next.IsZero() && !g.over {
@@ -239,7 +247,7 @@ func (g *gather) onReply(m *nats.Msg) {
 	g.sh.Note(i, m)
 	id := g.sh.Target(i)
 	if m.Header.Get("Status") == "503" {
-		g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", id), nil)
+		g.end(i, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", id))
 		return
 	}
 	switch status := streams.Status(m.Header.Get(streams.HeaderStatus)); status {
@@ -252,17 +260,17 @@ func (g *gather) onReply(m *nats.Msg) {
 	case streams.StatusFinished:
 		if m.Header.Get(streams.HeaderDirect) != "" {
 			g.end(i, m, streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
-				id, streams.HeaderDirect, streams.HeaderReplyTo), m)
+				id, streams.HeaderDirect, streams.HeaderReplyTo))
 			return
 		}
-		g.end(i, m, nil, m)
+		g.end(i, m, nil)
 		return
 	}
 	e := streams.ErrorFromMessage(m)
 	if e == nil {
 		e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", id, m.Header.Get(streams.HeaderStatus))
 	}
-	g.end(i, m, e, m)
+	g.end(i, m, e)
 }
 
 // branchOf finds the branch m answers: its subject's index and token must
@@ -286,33 +294,20 @@ func (g *gather) branchOf(m *nats.Msg) (int, bool) {
 	return i, true
 }
 
-// end ends branch i, under g.mu: with the agent's reply (res when it
-// FINISHED, last whatever it sent last) or the error e. It counts the end
-// in the instance's breaker and latency, records the branch's event and
-// checks whether the broadcast is decided.
-func (g *gather) end(i int, last *nats.Msg, e *streams.Error, res *nats.Msg) {
+// end ends branch i, under g.mu: with the agent's message (last: its
+// result when e is nil, or its error reply) or the gatherer's own error e,
+// and checks whether the broadcast is decided. What else a branch's end
+// costs — its instance's breaker and latency, its record — waits until the
+// caller has its answer (settle).
+func (g *gather) end(i int, last *nats.Msg, e *streams.Error) {
 	b := &g.br[i]
 	if b.state == branchDone {
 		return
 	}
-	acked := b.state == branchAcked
+	b.acked = b.state == branchAcked
 	b.state = branchDone
-	took := time.Since(b.sent)
-	g.sh.Settle(i, took, last, e, acked)
-	id := g.sh.Target(i)
-	var out *nats.Msg
-	if e == nil {
-		out = res
-	} else if last != nil && streams.ErrorFromMessage(last) != nil {
-		out = last
-	} else {
-		out = streams.ErrorReply("", g.sh.ContentType(), b.requestID, e)
-	}
-	out.Header.Set(streams.HeaderNode, id)
-	out.Header.Set(streams.HeaderAttempt, "1")
-	b.out = outcome{i: i, reply: out, latency: took}
-	b.err = e
-	g.record(i, e)
+	b.took = time.Since(b.sent)
+	b.last, b.err = last, e
 	g.ended++
 	if e == nil {
 		g.succeeded++
@@ -349,6 +344,7 @@ func (g *gather) cancel(i int) {
 
 // finish ends the branches still open — cancelled, as the policy was met
 // or the caller (the service closing) is gone — and builds the reply.
+// settle must follow once the reply is sent.
 func (g *gather) finish(gone bool) *Reply {
 	g.mu.Lock()
 	g.decide()
@@ -363,36 +359,65 @@ func (g *gather) finish(gone bool) *Reply {
 		case branchDone:
 			continue
 		case branchSent, branchAcked:
-			g.cancel(i)
+			g.cancels = append(g.cancels, i)
+		case branchNew:
+			b.sent = time.Now() // never sent: its slot is given back all the same
 		}
 		e := streams.NewError(streams.CodeCancelled, "%s", why)
 		if !decided {
 			e = streams.NewError(streams.CodeCancelled, "the broadcast was stopped")
 		}
-		if b.state == branchNew {
-			b.sent = time.Now()
-		}
-		b.state = branchSent // so that end settles it
-		g.end(i, nil, e, nil)
+		g.end(i, nil, e)
 		b.out.decided, b.out.late, b.out.why = decided, !decided, why
 	}
+	g.mu.Unlock()
+	n := len(g.br)
+	ct := g.sh.ContentType()
+	r := &Reply{Aggregate: streams.Aggregate{Expected: n, Replies: []streams.BranchReply{}, Missing: []streams.Missing{}}}
+	for i := range g.br {
+		b := &g.br[i]
+		var out *nats.Msg
+		switch {
+		case b.err == nil:
+			out = b.last
+		case b.last != nil && streams.ErrorFromMessage(b.last) != nil:
+			out = b.last
+		default:
+			out = streams.ErrorReply("", ct, b.requestID, b.err)
+		}
+		out.Header.Set(streams.HeaderNode, g.sh.Target(i))
+		out.Header.Set(streams.HeaderAttempt, "1")
+		b.out.i, b.out.reply, b.out.latency = i, out, b.took
+		r.add(g.sh.Target(i), b.out, ct, g.sh.Deadline().Sub(g.p.start))
+	}
+	r.complete(g.mode, g.quorum)
+	return r
+}
+
+// settle does what each branch's end costs besides the reply, once the
+// caller has it: a CANCEL to each branch cancelled, each instance's
+// breaker, penalty and latency, each branch's record; then it gives the
+// request's slots back.
+func (g *gather) settle(r *Reply) {
+	for _, i := range g.cancels {
+		g.cancel(i)
+	}
+	for i := range g.br {
+		b := &g.br[i]
+		g.sh.Settle(i, b.took, b.last, b.err, b.acked)
+		g.record(i, b.err)
+	}
+	g.mu.Lock()
 	dropped := g.dropped
 	g.mu.Unlock()
 	if dropped > 0 {
 		g.s.log.Info().Str("request_id", g.p.requestID).Int("dropped", dropped).Msg("broadcast replies from no branch asked dropped")
 	}
-	n := len(g.br)
-	r := &Reply{Aggregate: streams.Aggregate{Expected: n, Replies: []streams.BranchReply{}, Missing: []streams.Missing{}}}
-	for i := range g.br {
-		r.add(g.sh.Target(i), g.br[i].out, g.sh.ContentType(), g.sh.Deadline().Sub(g.p.start))
-	}
-	r.complete(g.mode, g.quorum)
 	var e *streams.Error
 	if !r.Complete {
 		e = streams.NewError(streams.CodeIncomplete, "%s", r.Message)
 	}
 	g.sh.Close(e)
-	return r
 }
 
 // record writes branch i's event, a task's record with the broadcast as
@@ -401,7 +426,7 @@ func (g *gather) record(i int, e *streams.Error) {
 	b := &g.br[i]
 	ev := events.Event{RequestID: b.requestID, OrchestrationID: g.sh.OrchestrationID(), Capability: g.capab,
 		Status: string(streams.StatusFinished), Outcome: events.OutcomeReply, Node: g.sh.Target(i), Attempts: 1,
-		Start: b.sent, LatencyMS: float64(b.out.latency.Microseconds()) / 1000, ParentID: g.p.requestID, Source: g.source,
+		Start: b.sent, LatencyMS: float64(b.took.Microseconds()) / 1000, ParentID: g.p.requestID, Source: g.source,
 		Candidates: len(g.br)}
 	if e != nil {
 		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
