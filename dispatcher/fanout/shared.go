@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -273,22 +274,45 @@ func (g *gather) onReply(m *nats.Msg) {
 	g.end(i, m, e)
 }
 
-// branchOf finds the branch m answers: its subject's index and token must
-// be one of this gather's, and a Reach-Node it carries the instance asked.
+// branchOf finds the branch m answers: its subject must be one of this
+// gather's reply subjects (branchIndex), and a Reach-Node it carries must
+// name the instance asked there.
 func (g *gather) branchOf(m *nats.Msg) (int, bool) {
-	rest, ok := strings.CutPrefix(m.Subject, g.inbox+".")
+	i, ok := branchIndex(g.inbox, m.Subject, g.token)
 	if !ok {
-		return 0, false
-	}
-	idx, token, ok := strings.Cut(rest, ".")
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.Atoi(idx)
-	if err != nil || i < 0 || i >= len(g.br) || strconv.Itoa(i) != idx || token != g.br[i].token {
 		return 0, false
 	}
 	if node := m.Header.Get(streams.HeaderNode); node != "" && node != g.sh.Target(i) {
+		return 0, false
+	}
+	return i, true
+}
+
+func (g *gather) token(i int) (string, bool) {
+	if i < 0 || i >= len(g.br) {
+		return "", false
+	}
+	return g.br[i].token, true
+}
+
+// branchIndex reads a reply subject <inbox>.<index>.<token>: the index in
+// its canonical decimal form, of a branch whose token (token(index)) is
+// the one given. Anything else is no branch's.
+func branchIndex(inbox, subject string, token func(int) (string, bool)) (int, bool) {
+	rest, ok := strings.CutPrefix(subject, inbox+".")
+	if !ok {
+		return 0, false
+	}
+	idx, tok, ok := strings.Cut(rest, ".")
+	if !ok || len(idx) == 0 || len(idx) > 6 {
+		return 0, false
+	}
+	i, err := strconv.Atoi(idx)
+	if err != nil || strconv.Itoa(i) != idx {
+		return 0, false
+	}
+	want, ok := token(i)
+	if !ok || want == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(want)) != 1 {
 		return 0, false
 	}
 	return i, true
