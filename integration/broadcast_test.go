@@ -223,3 +223,41 @@ func TestABroadcastReplyFromAnInstanceNotAskedIsDropped(t *testing.T) {
 		t.Errorf("missing %+v, want silent-1 TIMEOUT: forged answers in its name count for nothing", r.Missing)
 	}
 }
+
+func TestABroadcastAsksOnlyTheInstancesMeetingItsRequirements(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	nc := st.Conn()
+	declare(t, nc, `
+type: probe-pg
+capabilities: [{name: db.probe, mode: read}]
+labels: {engine: [postgres]}
+`, d)
+	declare(t, nc, `
+type: probe-mysql
+capabilities: [{name: db.probe, mode: read}]
+labels: {engine: [mysql]}
+`, d)
+	var counts sync.Map
+	typed(t, st, "pg-1", "probe-pg", nil, &counts, "db.probe")
+	typed(t, st, "pg-2", "probe-pg", nil, &counts, "db.probe")
+	typed(t, st, "mysql-1", "probe-mysql", nil, &counts, "db.probe")
+	WaitRoutable(t, "db.probe", 3, d)
+
+	res, r := fanoutReq(t, nc, streams.Subjects{}.Broadcast("db.probe"), []byte(`{}`), streams.HeaderRequire, `{"labels":{"engine":"postgres"}}`)
+	if res.Header.Get(streams.HeaderStatus) != "FINISHED" || r.Expected != 2 || r.Succeeded != 2 || r.Replies[0].Name != "pg-1" || r.Replies[1].Name != "pg-2" {
+		t.Fatalf("broadcast requiring postgres: headers %v, aggregate %+v", res.Header, r)
+	}
+	if n := count(&counts, "mysql-1"); n != 0 {
+		t.Errorf("mysql-1 was asked %d times by a broadcast requiring postgres", n)
+	}
+	// The control: without the requirement every instance is asked.
+	if res, r = fanoutReq(t, nc, streams.Subjects{}.Broadcast("db.probe"), []byte(`{}`)); res.Header.Get(streams.HeaderStatus) != "FINISHED" || r.Expected != 3 {
+		t.Fatalf("broadcast without requirement: headers %v, aggregate %+v", res.Header, r)
+	}
+	res, _ = fanoutReq(t, nc, streams.Subjects{}.Broadcast("db.probe"), []byte(`{}`), streams.HeaderRequire, `{"labels":{"engine":"oracle"}}`)
+	if e := streams.ErrorFromMessage(res); e == nil || e.Code != streams.CodeNoAgent || len(e.Excluded) != 3 {
+		t.Errorf("broadcast nobody qualifies for: headers %v, body %s; want NO_AGENT naming the three", res.Header, res.Data)
+	}
+}
