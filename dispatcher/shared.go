@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +30,43 @@ type Shared struct {
 	caller  string
 	targets []sharedTarget
 	closed  bool
+	cancel  func(*streams.Error) // OnCancel's
+}
+
+// sharedKey finds an open shared delivery by its dispatcher and request id,
+// for a caller's cancel (onCancel): shared deliveries are few and short, so
+// they live in one map of the package rather than in every Dispatcher.
+type sharedKey struct {
+	d  *Dispatcher
+	id string
+}
+
+var openShared sync.Map // sharedKey → *Shared, while OnCancel's f is set
+
+// OnCancel has f called, once, when the request's caller cancels it on
+// reach.cancel (its Reach-Request-Id; with an authorizer only from the
+// caller the request proved). f must not block. Close ends it.
+func (s *Shared) OnCancel(f func(*streams.Error)) {
+	s.cancel = f
+	openShared.Store(sharedKey{s.d, s.t.requestID}, s)
+}
+
+// cancelShared hands a caller's cancel of request id to the shared
+// delivery open under it, if any; source is the cancel's proven caller.
+func (d *Dispatcher) cancelShared(id, source string, e *streams.Error) {
+	v, ok := openShared.Load(sharedKey{d, id})
+	if !ok {
+		return
+	}
+	s := v.(*Shared)
+	if s.t.source != source {
+		s.t.log.Debug().Str("source", source).Msg("cancel by another identity than the broadcast's caller ignored")
+		return
+	}
+	if openShared.CompareAndDelete(sharedKey{d, id}, s) {
+		s.t.log.Debug().Msg("broadcast cancelled by the caller")
+		s.cancel(e)
+	}
 }
 
 type sharedTarget struct {
@@ -271,6 +309,9 @@ func (s *Shared) Close(e ...*streams.Error) {
 		return
 	}
 	s.closed = true
+	if s.cancel != nil {
+		openShared.CompareAndDelete(sharedKey{s.d, s.t.requestID}, s)
+	}
 	s.t.finish()
 	var err *streams.Error
 	if len(e) > 0 {

@@ -261,3 +261,74 @@ labels: {engine: [mysql]}
 		t.Errorf("broadcast nobody qualifies for: headers %v, body %s; want NO_AGENT naming the three", res.Header, res.Data)
 	}
 }
+
+func TestACallerCancelsItsBroadcastAndNoOtherOne(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	nc := st.Conn()
+	var seen bcastSeen
+	held := make(chan *nats.Msg, 4)
+	RawInstance(t, nc, "hold-1", time.Second, func(m *nats.Msg) {
+		seen.add("hold-1", m)
+		if m.Reply != "" { // acknowledges, and finishes when the test says
+			_ = nc.PublishMsg(streams.StatusReply(m.Reply, streams.StatusAcked, ""))
+			held <- m
+		}
+	}, "hold")
+	WaitRoutable(t, "hold", 1, d)
+
+	replies := map[string]*nats.Subscription{}
+	for _, id := range []string{"bcast-a", "bcast-b"} {
+		inbox := nc.NewRespInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies[id] = sub
+		m := nats.NewMsg(streams.Subjects{}.Broadcast("hold"))
+		m.Reply, m.Data = inbox, []byte(`{}`)
+		m.Header.Set(streams.HeaderRequestID, id)
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byParent := map[string]*nats.Msg{}
+	for range 2 {
+		m := <-held
+		byParent[m.Header.Get(streams.HeaderParentID)] = m
+	}
+	c := nats.NewMsg(streams.Subjects{}.Cancel())
+	c.Header.Set(streams.HeaderRequestID, "bcast-a")
+	if err := nc.PublishMsg(c); err != nil {
+		t.Fatal(err)
+	}
+	decode := func(id string) (*nats.Msg, streams.Aggregate) {
+		res, err := replies[id].NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		var r streams.Aggregate
+		if err := streams.Decode(streams.ContentType(res.Header, res.Data), res.Data, &r); err != nil {
+			t.Fatalf("%s: aggregate %q: %v", id, res.Data, err)
+		}
+		return res, r
+	}
+	res, r := decode("bcast-a")
+	if res.Header.Get(streams.HeaderError) != string(streams.CodeIncomplete) || r.Expected != 1 || len(r.Missing) != 1 ||
+		r.Missing[0].Name != "hold-1" || r.Missing[0].Reason != string(streams.CodeCancelled) || !strings.Contains(r.Missing[0].Message, "caller") {
+		t.Fatalf("the cancelled broadcast: headers %v, aggregate %+v", res.Header, r)
+	}
+	delivery, cancel := seen.cancelled(t, "hold-1")
+	if delivery = byParent["bcast-a"]; delivery == nil {
+		t.Fatal("no delivery of bcast-a to hold-1")
+	}
+	checkCancel(t, delivery, cancel)
+
+	// The control: the other broadcast runs on, and gathers hold-1's answer.
+	finish(nc, byParent["bcast-b"], []byte(`2`))
+	res, r = decode("bcast-b")
+	if res.Header.Get(streams.HeaderStatus) != "FINISHED" || r.Succeeded != 1 || r.Replies[0].Node != "hold-1" {
+		t.Fatalf("the other broadcast: headers %v, aggregate %+v", res.Header, r)
+	}
+}

@@ -76,6 +76,8 @@ type gather struct {
 	ended     int
 	succeeded int
 	over      bool
+	sending   bool // publish runs: the policy is decided once every branch is asked
+	gone      bool // its caller cancelled it (reach.cancel)
 	done      chan struct{}
 	dropped   int   // replies that named no branch of this gather
 	cancels   []int // the branches cancelled when it was decided
@@ -121,6 +123,7 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 		g.br[i].requestID = streams.NewRequestID()
 		g.br[i].token = hex.EncodeToString(tokens[12*i : 12*i+12])
 	}
+	sh.OnCancel(g.callerCancelled)
 	g.inbox = s.nc.NewRespInbox()
 	sub, err := s.nc.Subscribe(g.inbox+".*.*", g.onReply)
 	if err != nil {
@@ -147,6 +150,15 @@ func (g *gather) publish() {
 	subjects := g.s.d.Config().Subjects
 	ack := g.sh.AckTimeout()
 	msg := &nats.Msg{Data: nil, Header: h}
+	g.mu.Lock()
+	g.sending = true
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.sending = false
+		g.check()
+		g.mu.Unlock()
+	}()
 	for i := range g.br {
 		b := &g.br[i]
 		id := g.sh.Target(i)
@@ -336,7 +348,23 @@ func (g *gather) end(i int, last *nats.Msg, e *streams.Error) {
 	if e == nil {
 		g.succeeded++
 	}
-	if g.ended == len(g.br) || g.succeeded >= g.need && g.mode != ModeAll {
+	g.check()
+}
+
+// check decides the gathering when every branch ended, or when a quorum
+// succeeded once every branch has been asked; under g.mu.
+func (g *gather) check() {
+	if g.ended == len(g.br) || !g.sending && g.succeeded >= g.need && g.mode != ModeAll {
+		g.decide()
+	}
+}
+
+// callerCancelled ends the gathering when its caller cancels it.
+func (g *gather) callerCancelled(*streams.Error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.over {
+		g.gone = true
 		g.decide()
 	}
 }
@@ -374,7 +402,10 @@ func (g *gather) finish(gone bool) *Reply {
 	g.decide()
 	decided := !gone && g.succeeded >= g.need && g.mode != ModeAll
 	why := "another branch answered first"
-	if g.mode == ModeQuorum {
+	switch {
+	case g.gone:
+		decided, why = true, "the caller cancelled the broadcast"
+	case g.mode == ModeQuorum:
 		why = "the quorum was met"
 	}
 	for i := range g.br {
