@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/agentkit"
+	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
@@ -330,5 +333,92 @@ func TestACallerCancelsItsBroadcastAndNoOtherOne(t *testing.T) {
 	res, r = decode("bcast-b")
 	if res.Header.Get(streams.HeaderStatus) != "FINISHED" || r.Succeeded != 1 || r.Replies[0].Node != "hold-1" {
 		t.Fatalf("the other broadcast: headers %v, aggregate %+v", res.Header, r)
+	}
+}
+
+// A broadcast's cancel is proven like a task's: cancels of one caller's
+// broadcast that are unsigned, proven by another identity, or signed by
+// one and claiming the other stop nothing; the caller's own stops its
+// other broadcast.
+func TestABroadcastCancelStopsOnlyItsOwnCallersBroadcast(t *testing.T) {
+	st := NewSecureStack(t, time.Second, `{"rules": [{"caller": "caller", "may_call": ["hold"]}, {"caller": "billing-*", "may_call": ["hold"]}]}`)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	started, stopped, release := make(chan string, 4), make(chan string, 4), make(chan struct{})
+	st.Agent(agentkit.Config{ID: "hold-1", Type: "hold", MaxConcurrent: 4}, map[string]agentkit.Handler{"hold": func(ctx context.Context, r *agentkit.Request) (any, error) {
+		parent := r.Header.Get(streams.HeaderParentID)
+		started <- parent
+		select {
+		case <-ctx.Done():
+			stopped <- parent
+			return nil, ctx.Err()
+		case <-release:
+			return map[string]string{"done": parent}, nil
+		}
+	}})
+	WaitRoutable(t, "hold", 1, d)
+	st.Identity(auth.Identity{Name: "billing-1", Role: auth.RoleCaller})
+	owner := st.Client()
+	broadcast := func(id string) (context.CancelFunc, chan *agentkit.Gathered) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out := make(chan *agentkit.Gathered, 1)
+		go func() {
+			g, _ := owner.Broadcast(ctx, "hold", map[string]string{}, agentkit.WithRequestID(id))
+			out <- g
+		}()
+		return cancel, out
+	}
+	_, gotA := broadcast("bcast-a")
+	cancelB, gotB := broadcast("bcast-b")
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the broadcasts did not reach hold-1 within 10s")
+		}
+	}
+	billingSigner, err := auth.LoadSigner(st.Store.CredsFile("billing-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelOf := func(id string) *nats.Msg {
+		m := nats.NewMsg(streams.Subjects{}.Cancel())
+		m.Header.Set(streams.HeaderRequestID, id)
+		return m
+	}
+	admin, billing := st.Conn(), st.ConnAs("billing-1")
+	unsigned := cancelOf("bcast-a")
+	unsigned.Header.Set(streams.HeaderSource, SecureCaller)
+	another := cancelOf("bcast-a")
+	billingSigner.Sign(another, time.Now())
+	claiming := cancelOf("bcast-a")
+	billingSigner.Sign(claiming, time.Now())
+	claiming.Header.Set(streams.HeaderSource, SecureCaller)
+	for _, c := range []struct {
+		nc *nats.Conn
+		m  *nats.Msg
+	}{{admin, unsigned}, {billing, another}, {billing, claiming}} {
+		if err := c.nc.PublishMsg(c.m); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nc.Flush(); err != nil { // the server has passed it on before the owner's cancel below
+			t.Fatal(err)
+		}
+	}
+	// The control: the owner's own cancel of bcast-b (agentkit sends it as
+	// the call's context ends) reaches the dispatcher after those.
+	cancelB()
+	select {
+	case id := <-stopped:
+		if id != "bcast-b" {
+			t.Fatalf("the branch of %s stopped, want bcast-b's", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the owner's cancel did not stop bcast-b's branch within 10s")
+	}
+	<-gotB
+	close(release)
+	if g := <-gotA; g == nil || g.Succeeded != 1 || g.Replies[0].Node != "hold-1" {
+		t.Fatalf("bcast-a, which only other identities tried to cancel: %+v, want hold-1's result", g)
 	}
 }
