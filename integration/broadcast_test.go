@@ -422,3 +422,30 @@ func TestABroadcastCancelStopsOnlyItsOwnCallersBroadcast(t *testing.T) {
 		t.Fatalf("bcast-a, which only other identities tried to cancel: %+v, want hold-1's result", g)
 	}
 }
+
+func TestABroadcastTooLargeWithTheDispatchersHeadersAsksNobody(t *testing.T) {
+	st := NewStack(t, time.Second)
+	d := st.Dispatcher(dispatcher.Config{})
+	st.FanOut(d)
+	nc := st.Conn()
+	var seen bcastSeen
+	RawInstance(t, nc, "big-1", time.Second, func(m *nats.Msg) {
+		seen.add("big-1", m)
+		finish(nc, m, []byte(`1`))
+	}, "big")
+	WaitRoutable(t, "big", 1, d)
+	body := []byte(`"` + strings.Repeat("x", int(nc.MaxPayload())-300) + `"`) // fits, with a request's few headers
+	res, _ := fanoutReq(t, nc, streams.Subjects{}.Broadcast("big"), body)
+	if e := streams.ErrorFromMessage(res); e == nil || e.Code != streams.CodePayloadTooLarge {
+		t.Fatalf("headers %v, body %.200s; want PAYLOAD_TOO_LARGE", res.Header, res.Data)
+	}
+	// The control: a body with room for the dispatcher's headers goes out.
+	if res, r := fanoutReq(t, nc, streams.Subjects{}.Broadcast("big"), []byte(`"small"`)); res.Header.Get(streams.HeaderStatus) != "FINISHED" || r.Succeeded != 1 {
+		t.Fatalf("small broadcast: headers %v, aggregate %+v", res.Header, r)
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if n := len(seen.got["big-1"]); n != 1 {
+		t.Errorf("big-1 got %d deliveries, want only the small one", n)
+	}
+}

@@ -69,6 +69,7 @@ type gather struct {
 	source string
 	capab  string
 	data   []byte
+	h      nats.Header // every delivery's headers; publish sets each branch's own
 
 	mu        sync.Mutex
 	timer     *time.Timer
@@ -123,8 +124,14 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 		g.br[i].requestID = streams.NewRequestID()
 		g.br[i].token = hex.EncodeToString(tokens[12*i : 12*i+12])
 	}
-	sh.OnCancel(g.callerCancelled)
 	g.inbox = s.nc.NewRespInbox()
+	g.h = sh.Header()
+	g.h.Set(streams.HeaderParentID, p.requestID)
+	if e := g.checkSize(); e != nil {
+		sh.Close(e)
+		return nil, nil, e
+	}
+	sh.OnCancel(g.callerCancelled)
 	sub, err := s.nc.Subscribe(g.inbox+".*.*", g.onReply)
 	if err != nil {
 		sh.Close(streams.NewError(streams.CodeInternal, "%v", err))
@@ -144,8 +151,7 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 // publish sends every branch its delivery. One header map serves them all:
 // each publish encodes it before the next branch's values are set.
 func (g *gather) publish() {
-	h := g.sh.Header()
-	h.Set(streams.HeaderParentID, g.p.requestID)
+	h := g.h
 	key := h.Get(streams.HeaderIdempotencyKey)
 	subjects := g.s.d.Config().Subjects
 	ack := g.sh.AckTimeout()
@@ -183,6 +189,36 @@ func (g *gather) publish() {
 			g.mu.Unlock()
 		}
 	}
+}
+
+// checkSize refuses a broadcast whose delivery, with the dispatcher's
+// headers, would exceed the server's max_payload: PAYLOAD_TOO_LARGE before
+// anything is sent. It measures the delivery to the instance with the
+// longest id, whose subject and headers are the largest.
+func (g *gather) checkSize() *streams.Error {
+	longest := 0
+	for i := range g.br {
+		if len(g.sh.Target(i)) > len(g.sh.Target(longest)) {
+			longest = i
+		}
+	}
+	h := make(nats.Header, len(g.h)+3)
+	for k, v := range g.h {
+		h[k] = v
+	}
+	id := g.sh.Target(longest)
+	h.Set(streams.HeaderRequestID, g.br[longest].requestID)
+	h.Set(streams.HeaderVisits, g.sh.Visits(longest))
+	if key := h.Get(streams.HeaderIdempotencyKey); key != "" {
+		h.Set(streams.HeaderIdempotencyKey, key+"."+id)
+	}
+	m := &nats.Msg{Subject: g.s.d.Config().Subjects.Agent(id), Reply: g.replySubject(longest), Header: h, Data: g.data}
+	if err := streams.CheckSize(m, g.s.nc.MaxPayload()); err != nil {
+		e := streams.AsError(err)
+		e.Message = "a broadcast's delivery, with the dispatcher's headers: " + e.Message
+		return e
+	}
+	return nil
 }
 
 func (g *gather) replySubject(i int) string {
