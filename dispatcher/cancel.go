@@ -103,6 +103,7 @@ func (d *Dispatcher) onCancel(m *nats.Msg) {
 		t.log.Debug().Msg("task cancelled by the caller")
 		d.cancel(t, e)
 	}
+	d.cancelShared(id, source, e) // a broadcast's (shared.go)
 }
 
 // tasksWithID finds this replica's direct-tier tasks with request id id:

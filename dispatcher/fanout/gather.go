@@ -41,8 +41,9 @@ type outcome struct {
 	i       int
 	reply   *nats.Msg
 	latency time.Duration
-	late    bool // its context ended first: max_wait, the deadline, or a first-mode decision
-	decided bool // cancelled because a first-mode fan-out was decided
+	late    bool   // its context ended first: max_wait, the deadline, or a first-mode decision
+	decided bool   // cancelled because a first-mode fan-out was decided
+	why     string // why it was cancelled then; "" for a first-mode decision
 }
 
 // Gather runs jobs through d within maxWait (and ctx), and builds the reply
@@ -106,7 +107,11 @@ func (r *Reply) add(name string, o outcome, contentType string, maxWait time.Dur
 		r.Replies = append(r.Replies, br)
 		r.Answered++
 	case o.decided && code == streams.CodeCancelled:
-		r.Missing = append(r.Missing, streams.Missing{Name: name, Reason: string(streams.CodeCancelled), Message: "another branch answered first"})
+		why := o.why
+		if why == "" {
+			why = "another branch answered first"
+		}
+		r.Missing = append(r.Missing, streams.Missing{Name: name, Reason: string(streams.CodeCancelled), Message: why})
 	case code == streams.CodeDeadlineExceeded || o.late && code == streams.CodeCancelled:
 		// Out of time: its own, the fan-out's max wait or the deadline.
 		r.Missing = append(r.Missing, streams.Missing{Name: name, Reason: string(streams.CodeTimeout),

@@ -323,22 +323,14 @@ func (s *Service) onBroadcast(m *nats.Msg) {
 		q, _ := NewQuorum(v)
 		mode, quorum = ModeQuorum, q
 	}
-	ids := s.d.Routable(capability)
-	if len(ids) == 0 {
-		e := streams.NewError(streams.CodeNoAgent, "no routable instance offers %s", capability)
-		if near := s.d.Suggest(capability); near != "" {
-			e.Message += "; did you mean " + near + "?"
-		}
+	r, settle, e := s.broadcastShared(s.ctx, m, &p, capability, mode, quorum)
+	if e != nil {
 		s.fail(m, p, e)
 		return
 	}
-	jobs := make([]Job, len(ids))
-	for i, id := range ids {
-		jobs[i] = Job{Name: id, Capability: capability, Msg: p.branchMsg(m.Data, 0, id)}
-	}
-	r := Gather(s.ctx, s.d, jobs, mode, quorum, time.Until(p.deadline), p.contentType, dispatcher.WithoutRetries())
 	r.sortByName()
 	s.answer(m, p, r, capability, "broadcast")
+	settle()
 }
 
 // answer sends the aggregate and records the fan-out's own event.
