@@ -44,7 +44,7 @@ var layers = [][]string{
 // connectionFree packages decide without a connection: they import no NATS
 // client package themselves (what they import from registry is values), so
 // their tests need no server.
-var connectionFree = []string{"dispatcher/selection"}
+var connectionFree = []string{"dispatcher/selection", "registry/taxonomy"}
 
 // maxLines is the most lines of non-test Go a package may hold.
 const maxLines = 2500
