@@ -50,8 +50,17 @@ func Check(t *Taxonomy, names, others []string) []Warning {
 		}
 	}
 	pairs := map[[2]string]bool{}
+	words := map[string][]string{} // each name's words, split once: a catalog compares every pair
+	wordsOf := func(name string) []string {
+		w, ok := words[name]
+		if !ok {
+			w = Words(name)
+			words[name] = w
+		}
+		return w
+	}
 	warn := func(name, other string) {
-		if name == other || pairs[[2]string{name, other}] || !NearDuplicate(name, other) {
+		if name == other || pairs[[2]string{name, other}] || !nearWords(wordsOf(name), wordsOf(other)) {
 			return
 		}
 		pairs[[2]string{name, other}] = true
@@ -106,14 +115,25 @@ func NearDuplicate(a, b string) bool {
 	if a == b {
 		return false
 	}
-	wa, wb := Words(a), Words(b)
+	return nearWords(Words(a), Words(b))
+}
+
+// nearWords is NearDuplicate of two names' words.
+func nearWords(wa, wb []string) bool {
 	if len(wa) > len(wb) {
 		wa, wb = wb, wa
 	}
 	if len(wa) == 0 || len(wb)-len(wa) > 1 {
 		return false
 	}
-	return cover(wa, wb, make([]bool, len(wb)))
+	var small [8]bool
+	used := small[:0]
+	if len(wb) <= len(small) {
+		used = small[:len(wb)]
+	} else {
+		used = make([]bool, len(wb))
+	}
+	return cover(wa, wb, used)
 }
 
 // cover reports whether each of short matches a distinct unused word of
@@ -139,15 +159,26 @@ func cover(short, long []string, used []bool) bool {
 const minFuzzy = 4
 
 // wordsMatch reports whether two words name the same thing: equal, or both
-// of minFuzzy bytes or more and one the other's prefix or one edit apart.
+// of minFuzzy bytes or more, without digits, and one the other's prefix or
+// one edit apart. A word with a digit is a version or a number ("v2",
+// "gpt4", "shard01"): it must be equal.
 func wordsMatch(a, b string) bool {
 	if a == b {
 		return true
 	}
-	if len(a) < minFuzzy || len(b) < minFuzzy {
+	if len(a) < minFuzzy || len(b) < minFuzzy || hasDigit(a) || hasDigit(b) {
 		return false
 	}
 	return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) || oneEdit(a, b)
+}
+
+func hasDigit(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= '0' && s[i] <= '9' {
+			return true
+		}
+	}
+	return false
 }
 
 // oneEdit reports whether a and b differ by one insertion, deletion,

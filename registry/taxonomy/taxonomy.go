@@ -12,7 +12,7 @@
 // different word of the longer and the longer has at most one word more.
 // Words match when equal or, both of 4 letters or more, when one is the
 // other's prefix ("data", "database") or one edit apart ("query",
-// "qeury"). So "query", "data-query" and "database.query" are
+// "qeury"), and hold no digit ("shard01" and "shard02" differ). So "query", "data-query" and "database.query" are
 // near-duplicates of one another, and "orders.query" and "users.query"
 // are not.
 package taxonomy

@@ -2,6 +2,7 @@ package taxonomy
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -58,6 +59,8 @@ func TestNearDuplicate(t *testing.T) {
 		{"orders.query", "users.query", false},
 		{"math.add", "math.sub", false}, // short words must be equal
 		{"math.add", "math.and", false},
+		{"cap001.work", "cap002.work", false}, // words with digits must be equal
+		{"model.gpt4", "model.gpt", false},
 		{"echo", "echo", false},                     // the same name
 		{"translate", "translate.fr.formal", false}, // two words more
 		{"echo", "slow", false},
@@ -102,5 +105,19 @@ func TestCheck(t *testing.T) {
 	var none *Taxonomy
 	if !none.Has("anything") || none.Names() != nil {
 		t.Error("a nil taxonomy must have every type")
+	}
+}
+
+// BenchmarkCheckCatalog: the dashboard checks every pair of a catalog's
+// names (200 here, as in the dashboard's scale benchmark).
+func BenchmarkCheckCatalog(b *testing.B) {
+	names := make([]string, 200)
+	for i := range names {
+		names[i] = fmt.Sprintf("cap%03d.work", i)
+	}
+	tx := &Taxonomy{Types: []Type{{Name: "cap001"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		Check(tx, names, nil)
 	}
 }

@@ -25,7 +25,9 @@ type Catalog struct {
 	TaxonomyError string             `json:"taxonomy_error,omitempty"`
 	Types         []CatalogType      `json:"types"`
 	Declarations  []CatalogEntry     `json:"declarations"`
+	// Warnings are the first maxWarnings of WarningsTotal.
 	Warnings      []taxonomy.Warning `json:"warnings"`
+	WarningsTotal int                `json:"warnings_total"`
 	// Write says whether the requester may change declarations, and if
 	// not why.
 	Write   bool   `json:"write"`
@@ -65,6 +67,10 @@ type CatalogEntry struct {
 	Error       string                `json:"error,omitempty"`
 	Raw         string                `json:"raw,omitempty"`
 }
+
+// maxWarnings bounds the warnings a catalog lists (each capability keeps
+// its own).
+const maxWarnings = 100
 
 // servedBy bounds the instances listed per capability.
 const servedBy = 50
@@ -129,6 +135,10 @@ func (c *Console) catalog(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, w := range out.Warnings {
 		caps[w.Capability].Warnings = append(caps[w.Capability].Warnings, w)
+	}
+	out.WarningsTotal = len(out.Warnings)
+	if len(out.Warnings) > maxWarnings {
+		out.Warnings = out.Warnings[:maxWarnings]
 	}
 	byType := map[string]*CatalogType{}
 	var types []string
