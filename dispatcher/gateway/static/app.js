@@ -127,21 +127,25 @@ function chart(name, points) {
   const step = (W - 2 * pad) / Math.max(1, points.length);
   const s = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": name });
   s.append(svg("line", { x1: pad, y1: H - pad, x2: W - pad, y2: H - pad, class: "axis" }));
-  // The latency line is broken where a slice had no task: no latency there.
-  const lines = [[]];
+  // The latency line is broken where a slice had no task: no latency
+  // there. The bars are one path and the line one path of segments: a
+  // few nodes a chart, not one a bar (200 charts on a page).
+  const bars = [], line = [];
+  let pen = false;
+  const bw = Math.max(1, step - 1);
   points.forEach((p, i) => {
     const x = pad + i * step;
     const h = (H - 2 * pad) * p.tasks / maxVol;
     if (!p.tasks) {
-      if (lines[lines.length - 1].length) lines.push([]);
+      pen = false;
       return;
     }
-    s.append(svg("rect", { x: x, y: H - pad - h, width: Math.max(1, step - 1), height: h, class: "vol" }));
-    lines[lines.length - 1].push(`${x + step / 2},${H - pad - (H - 2 * pad) * p.p95_ms / maxLat}`);
+    bars.push(`M${x.toFixed(1)},${(H - pad).toFixed(1)}v${(-h).toFixed(1)}h${bw.toFixed(1)}v${h.toFixed(1)}z`);
+    line.push(`${pen ? "L" : "M"}${(x + step / 2).toFixed(1)},${(H - pad - (H - 2 * pad) * p.p95_ms / maxLat).toFixed(1)}`);
+    pen = true;
   });
-  for (const line of lines) {
-    if (line.length) s.append(svg("polyline", { points: line.join(" "), class: "lat" }));
-  }
+  if (bars.length) s.append(svg("path", { d: bars.join(""), class: "vol" }));
+  if (line.length) s.append(svg("path", { d: line.join(""), class: "lat" }));
   const legend = svg("text", { x: pad, y: 11, class: "legend" });
   legend.textContent = `max ${num(maxVol)} tasks / 10 s · p95 up to ${ms(maxLat)}`;
   s.append(legend);
@@ -192,6 +196,12 @@ async function refresh() {
     // every STATS_EVERY polls, its 10 s series every SERIES_EVERY (their
     // cost grows with the capabilities: docs/operations.md, Performance).
     const wantSeries = seriesPolls-- <= 0, wantStats = wantSeries || statsPolls-- <= 0;
+    // The topology is fetched beside the rest (it draws when it comes),
+    // not after: a load waits for both.
+    if (topoPolls-- <= 0) {
+      topoPolls = TOPO_EVERY - 1;
+      refreshTopology();
+    }
     const [h, agents, fresh] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"),
       wantStats ? getJSON(wantSeries ? "/v1/stats?series=10m" : "/v1/stats") : null]);
     if (fresh) {
@@ -220,10 +230,6 @@ async function refresh() {
     if (governPolls-- <= 0) {
       governPolls = GOVERN_EVERY - 1;
       refreshGovern();
-    }
-    if (topoPolls-- <= 0) {
-      topoPolls = TOPO_EVERY - 1;
-      refreshTopology();
     }
     const counts = (stats.streams || {}).REACH_DLQ + "/" + (stats.streams || {}).REACH_REVIEW;
     if (counts !== parkedCounts || parkedPolls-- <= 0) {
@@ -545,8 +551,9 @@ function drawCatalog(c) {
   document.getElementById("catalog-taxonomy").textContent = c.taxonomy_error ? "taxonomy: " + c.taxonomy_error :
     tx ? "taxonomy (official first-level types): " + tx.types.map(t => t.name).join(", ") :
     "no taxonomy in REACH_POLICY: every type is allowed (set the key taxonomy to govern them)";
+  const more = c.warnings_total > c.warnings.length ? [el("li", { class: "muted" }, `and ${c.warnings_total - c.warnings.length} more (each capability below lists its own)`)] : [];
   document.getElementById("catalog-warnings").replaceChildren(...c.warnings.map(w =>
-    el("li", { class: "warning", "data-kind": w.kind, "data-capability": w.capability }, "warning: " + w.message)));
+    el("li", { class: "warning", "data-kind": w.kind, "data-capability": w.capability }, "warning: " + w.message)), ...more);
   const schema = (s, label) => s ? el("details", {}, el("summary", {}, label), el("pre", {}, pretty(s))) : none("none declared");
   const groups = c.types.map(t => el("div", { class: "captype", "data-type": t.type },
     el("h4", {}, t.type + " ", el("span", { class: t.official ? "muted" : "bad" }, t.official ? (tx ? "official" : "") : "outside the taxonomy"),
