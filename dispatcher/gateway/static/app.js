@@ -202,7 +202,10 @@ async function refresh() {
       topoPolls = TOPO_EVERY - 1;
       refreshTopology();
     }
-    const [h, agents, fresh] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"),
+    // The agents are drawn as soon as they come: the aggregate (its
+    // series above all) takes the gateway longer, and the browser would
+    // wait idle for it.
+    const [h, , fresh] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents").then(drawAgents),
       wantStats ? getJSON(wantSeries ? "/v1/stats?series=10m" : "/v1/stats") : null]);
     if (fresh) {
       statsPolls = STATS_EVERY - 1;
@@ -217,7 +220,6 @@ async function refresh() {
     health.textContent = h.status;
     health.className = "badge " + (h.status === "ok" ? "ok" : "bad");
     document.getElementById("dispatcher").textContent = "dispatcher " + h.dispatcher;
-    drawAgents(agents);
     drawCapabilities(stats.summary);
     drawFailures(stats.summary);
     drawCharts(stats.series);
