@@ -72,9 +72,10 @@ func servedBy(t *testing.T, base, token string) (string, answer) {
 // page in headless Chromium: an invalid policy edit shows the field's
 // error and changes nothing; a valid one (capability.echo requires the
 // label) is saved, recorded by http-admin, and every call afterwards is
-// served by the labelled agent; a taxonomy saved from the page makes the
-// catalog warn of the capabilities outside it; an invalid declaration is
-// refused naming its field.
+// served by the labelled agent; the agent's declaration, edited from the
+// page to another region, leaves echo no instance (NO_AGENT); a taxonomy
+// saved from the page makes the catalog warn of the capabilities outside
+// it; an invalid declaration is refused naming its field.
 func TestConsoleEditsPolicyAndCatalog(t *testing.T) {
 	chromium(t)
 	before := clitest.Goroutines()
@@ -159,6 +160,27 @@ func TestConsoleEditsPolicyAndCatalog(t *testing.T) {
 	b.step(t, "the change is listed by who made it", 30*time.Second,
 		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('#actions tr')].some(r => r.textContent.includes('http-admin') && r.textContent.includes('capability.echo'))`))
 
+	// The declaration, edited from the page: echo-eu moves to us-east, so
+	// no instance meets capability.echo's requirement any more.
+	b.step(t, "the declaration of echo-eu is listed", 30*time.Second,
+		chromedp.Poll[chromedp.Void](`!!document.querySelector('#declarations tr[data-type="echo-eu"] button[data-edit]:not([disabled])')`))
+	moved := `{"type": "echo-eu", "capabilities": [{"name": "echo", "description": "echoes from us-east", "input_schema": {"type": "object"}}], "labels": {"region": ["us-east"]}}`
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		document.querySelector('#declarations tr[data-type="echo-eu"] button[data-edit]').click();
+		document.getElementById('editor-status').replaceChildren();
+		document.getElementById('editor-text').value = %q;
+		document.getElementById('editor-save').click();
+		return true })()`, moved))); err != nil {
+		t.Fatal(err)
+	}
+	editorSays(t, b, "the declaration is saved", "saved echo-eu")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if res := do(t, http.MethodPost, base+"v1/call/echo", "", `{"who":"asks"}`); res.status != http.StatusNotFound || !strings.Contains(string(res.body), "NO_AGENT") {
+			return fmt.Errorf("echo after the declaration moved: %d %s, want 404 NO_AGENT", res.status, res.body)
+		}
+		return nil
+	})
+
 	// The taxonomy, saved from the page: the catalog warns of slow and
 	// math.add (their types are not official), not of echo.
 	edit(t, b, "taxonomy", `{"types": [{"name": "echo", "description": "answers what it is given"}, {"name": "story"}]}`, "save")
@@ -184,7 +206,7 @@ func TestConsoleEditsPolicyAndCatalog(t *testing.T) {
 	if res.status != http.StatusBadRequest || !strings.Contains(string(res.body), "type:") {
 		t.Errorf("a declaration of another type: %d %s, want 400 naming type", res.status, res.body)
 	}
-	if res := do(t, http.MethodGet, base+"v1/console/catalog", "", ""); !strings.Contains(string(res.body), "echoes from eu-west") {
+	if res := do(t, http.MethodGet, base+"v1/console/catalog", "", ""); !strings.Contains(string(res.body), "echoes from us-east") {
 		t.Errorf("after refused writes the declaration changed: %s", res.body)
 	}
 	// A write at the revision read succeeds once; again at the same
