@@ -53,7 +53,7 @@ var layers = [][]string{
 // connectionFree packages decide without a connection: they import no NATS
 // client package themselves (what they import from registry is values), so
 // their tests need no server.
-var connectionFree = []string{"registry/document", "registry/declare", "registry/policy", "dispatcher/selection", "dispatcher/workflow/spec"}
+var connectionFree = []string{"registry/document", "registry/declare", "registry/policy", "registry/taxonomy", "dispatcher/selection", "dispatcher/workflow/spec"}
 
 // maxLines is the most lines of non-test Go a package may hold.
 const maxLines = 2500

@@ -1,7 +1,10 @@
 // Package console is the server side of the dashboard's operator console:
 // the dead letters and review entries, browsed and acted on (replay, drop,
-// resolve) by an identity the ACL allows, each action recorded with who
-// did it. The gateway mounts its routes (Routes) beside its own.
+// resolve) by an identity the ACL allows; the policy and the capability
+// declarations, viewed, validated and changed by an operator, validated as
+// strictly as the CLI does; and the catalog by capability type under the
+// taxonomy's governance. Each action is recorded with who did it. The
+// gateway mounts its routes (Routes) beside its own.
 package console
 
 import (
@@ -93,6 +96,10 @@ func (c *Console) Routes() []Route {
 		{http.MethodGet, "/v1/console/topology", c.topology},
 		{http.MethodGet, "/v1/console/runs", c.runs},
 		{http.MethodGet, "/v1/console/runs/{id}", c.run},
+		{http.MethodGet, "/v1/console/policy", c.policyList},
+		{http.MethodPost, "/v1/console/policy/{key}", c.policyPut},
+		{http.MethodGet, "/v1/console/catalog", c.catalog},
+		{http.MethodPost, "/v1/console/caps/{type}", c.capsPut},
 	}
 }
 
@@ -195,15 +202,19 @@ type Listing struct {
 	Entries []Entry `json:"entries"` // the newest, newest first
 }
 
-// Action is one action done through the console.
+// Action is one action done through the console: on a parked entry
+// (Seq, Capability, RequestID), or a write of a policy key or a
+// declaration (Stream StreamPolicy or StreamCaps; Key, Revision).
 type Action struct {
 	Time       time.Time `json:"time"`
 	By         string    `json:"by"`
 	Stream     string    `json:"stream"`
-	Seq        uint64    `json:"seq"`
+	Seq        uint64    `json:"seq,omitempty"`
 	Action     string    `json:"action"`
-	Capability string    `json:"capability"`
-	RequestID  string    `json:"request_id"`
+	Capability string    `json:"capability,omitempty"`
+	RequestID  string    `json:"request_id,omitempty"`
+	Key        string    `json:"key,omitempty"`
+	Revision   uint64    `json:"revision,omitempty"`
 }
 
 // actionsKept bounds the recent actions GET /v1/console/actions lists.
@@ -499,8 +510,13 @@ func (c *Console) do(ctx context.Context, t Target, p durable.Parked, who string
 
 // record keeps a among the recent actions and logs it.
 func (c *Console) record(a Action) {
-	c.cfg.Log.Info().Str("by", a.By).Str("stream", a.Stream).Uint64("seq", a.Seq).Str("action", a.Action).
-		Str("capability", a.Capability).Str("request_id", a.RequestID).Msg("console action")
+	ev := c.cfg.Log.Info().Str("by", a.By).Str("stream", a.Stream).Str("action", a.Action)
+	if a.Key != "" {
+		ev = ev.Str("key", a.Key).Uint64("revision", a.Revision)
+	} else {
+		ev = ev.Uint64("seq", a.Seq).Str("capability", a.Capability).Str("request_id", a.RequestID)
+	}
+	ev.Msg("console action")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.actions = append(c.actions, a)
@@ -527,7 +543,8 @@ func (c *Console) recent(w http.ResponseWriter, r *http.Request) {
 const CodeNotFound streams.Code = "NOT_FOUND"
 
 // writeError answers e as {"code","message"}: 400 BAD_REQUEST, 401
-// UNAUTHORIZED without credentials (403 with), 404 NOT_FOUND, 500 else.
+// UNAUTHORIZED without credentials (403 with), 404 NOT_FOUND, 409
+// CONFLICT, 500 else.
 func writeError(w http.ResponseWriter, r *http.Request, e *streams.Error) {
 	status := http.StatusInternalServerError
 	switch e.Code {
@@ -541,6 +558,8 @@ func writeError(w http.ResponseWriter, r *http.Request, e *streams.Error) {
 		}
 	case CodeNotFound:
 		status = http.StatusNotFound
+	case CodeConflict:
+		status = http.StatusConflict
 	}
 	writeJSON(w, status, e)
 }

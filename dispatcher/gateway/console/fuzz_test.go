@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,6 +56,36 @@ func FuzzPreview(f *testing.F) {
 			t.Fatalf("a short payload changed: %q → %q", data, p)
 		case !strings.HasPrefix(string(data), strings.TrimSuffix(p, "…")):
 			t.Fatalf("the preview %q is not the payload's start", p)
+		}
+	})
+}
+
+// DecodeEdit reads a write's body from outside: anything but an object
+// with a non-empty string value and at most a non-negative revision is
+// BAD_REQUEST, and what it accepts reads back the same.
+func FuzzDecodeEdit(f *testing.F) {
+	for _, s := range []string{`{"value": "retries: 2", "revision": 3}`, `{"value": "{}"}`, `{"value": "x", "revision": -1}`,
+		`{"value": 1}`, `{"value": "a", "value": "b"}`, `{"value": "a", "other": 1}`, `[]`, `{"value": "a", "revision": 1.5}`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e, err := DecodeEdit(body)
+		if err != nil {
+			if err.Code != streams.CodeBadRequest || !strings.HasPrefix(err.Message, "body: ") {
+				t.Fatalf("%q: %+v, want BAD_REQUEST about the body", body, err)
+			}
+			return
+		}
+		if strings.TrimSpace(e.Value) == "" {
+			t.Fatalf("%q: accepted an empty value", body)
+		}
+		var back struct {
+			Value    string  `json:"value"`
+			Revision *uint64 `json:"revision"`
+		}
+		if err := json.Unmarshal(body, &back); err != nil || back.Value != e.Value || (back.Revision == nil) != (e.Revision == nil) ||
+			back.Revision != nil && *back.Revision != *e.Revision {
+			t.Fatalf("%q: decoded %+v, encoding/json reads %+v (%v)", body, e, back, err)
 		}
 	})
 }

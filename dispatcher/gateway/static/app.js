@@ -127,21 +127,25 @@ function chart(name, points) {
   const step = (W - 2 * pad) / Math.max(1, points.length);
   const s = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": name });
   s.append(svg("line", { x1: pad, y1: H - pad, x2: W - pad, y2: H - pad, class: "axis" }));
-  // The latency line is broken where a slice had no task: no latency there.
-  const lines = [[]];
+  // The latency line is broken where a slice had no task: no latency
+  // there. The bars are one path and the line one path of segments: a
+  // few nodes a chart, not one a bar (200 charts on a page).
+  const bars = [], line = [];
+  let pen = false;
+  const bw = Math.max(1, step - 1);
   points.forEach((p, i) => {
     const x = pad + i * step;
     const h = (H - 2 * pad) * p.tasks / maxVol;
     if (!p.tasks) {
-      if (lines[lines.length - 1].length) lines.push([]);
+      pen = false;
       return;
     }
-    s.append(svg("rect", { x: x, y: H - pad - h, width: Math.max(1, step - 1), height: h, class: "vol" }));
-    lines[lines.length - 1].push(`${x + step / 2},${H - pad - (H - 2 * pad) * p.p95_ms / maxLat}`);
+    bars.push(`M${x.toFixed(1)},${(H - pad).toFixed(1)}v${(-h).toFixed(1)}h${bw.toFixed(1)}v${h.toFixed(1)}z`);
+    line.push(`${pen ? "L" : "M"}${(x + step / 2).toFixed(1)},${(H - pad - (H - 2 * pad) * p.p95_ms / maxLat).toFixed(1)}`);
+    pen = true;
   });
-  for (const line of lines) {
-    if (line.length) s.append(svg("polyline", { points: line.join(" "), class: "lat" }));
-  }
+  if (bars.length) s.append(svg("path", { d: bars.join(""), class: "vol" }));
+  if (line.length) s.append(svg("path", { d: line.join(""), class: "lat" }));
   const legend = svg("text", { x: pad, y: 11, class: "legend" });
   legend.textContent = `max ${num(maxVol)} tasks / 10 s · p95 up to ${ms(maxLat)}`;
   s.append(legend);
@@ -192,7 +196,16 @@ async function refresh() {
     // every STATS_EVERY polls, its 10 s series every SERIES_EVERY (their
     // cost grows with the capabilities: docs/operations.md, Performance).
     const wantSeries = seriesPolls-- <= 0, wantStats = wantSeries || statsPolls-- <= 0;
-    const [h, agents, fresh] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents"),
+    // The topology is fetched beside the rest (it draws when it comes),
+    // not after: a load waits for both.
+    if (topoPolls-- <= 0) {
+      topoPolls = TOPO_EVERY - 1;
+      refreshTopology();
+    }
+    // The agents are drawn as soon as they come: the aggregate (its
+    // series above all) takes the gateway longer, and the browser would
+    // wait idle for it.
+    const [h, , fresh] = await Promise.all([getJSON("/healthz"), getJSON("/v1/agents").then(drawAgents),
       wantStats ? getJSON(wantSeries ? "/v1/stats?series=10m" : "/v1/stats") : null]);
     if (fresh) {
       statsPolls = STATS_EVERY - 1;
@@ -207,7 +220,6 @@ async function refresh() {
     health.textContent = h.status;
     health.className = "badge " + (h.status === "ok" ? "ok" : "bad");
     document.getElementById("dispatcher").textContent = "dispatcher " + h.dispatcher;
-    drawAgents(agents);
     drawCapabilities(stats.summary);
     drawFailures(stats.summary);
     drawCharts(stats.series);
@@ -217,9 +229,9 @@ async function refresh() {
       refreshRuns();
     }
     if (runSelected && !runEnded) refreshRun();
-    if (topoPolls-- <= 0) {
-      topoPolls = TOPO_EVERY - 1;
-      refreshTopology();
+    if (governPolls-- <= 0) {
+      governPolls = GOVERN_EVERY - 1;
+      refreshGovern();
     }
     const counts = (stats.streams || {}).REACH_DLQ + "/" + (stats.streams || {}).REACH_REVIEW;
     if (counts !== parkedCounts || parkedPolls-- <= 0) {
@@ -298,7 +310,8 @@ async function refreshParked() {
     drawParked("dlq", dlq);
     drawParked("review", review);
     fill("#actions", actions.map(a => el("tr", {}, cell(utc(a.time), "time"), cell(a.by, "by"), cell(a.action), cell(a.stream),
-      cell(a.seq, "num"), cell(a.capability), cell(a.request_id))), { cols: 7, text: "none since this replica started" });
+      a.key ? cell(a.key + " @" + a.revision, "key") : cell(a.seq, "num"), cell(a.capability || ""), cell(a.request_id || ""))),
+      { cols: 7, text: "none since this replica started" });
   } catch (err) {
     document.getElementById("console-status").textContent = String(err);
   }
@@ -454,6 +467,137 @@ async function refreshRuns() {
     fill("#runs-list", [], { cols: 8, text: String(err.message || err) });
   }
 }
+
+// Policy and declarations: viewed, validated and changed by an operator
+// (docs/operations.md, "Policy and the catalog"); the catalog by
+// first-level type with the taxonomy's warnings.
+const GOVERN_EVERY = 10; // polls between listings: they change by hand
+let governPolls = 2, editing = null, canWrite = false, writeRefusal = "";
+
+async function post(path, body) {
+  const headers = Object.assign({ "X-Reach-Console": "1", "Content-Type": "application/json" }, TOKEN ? { Authorization: "Bearer " + TOKEN } : {});
+  const r = await fetch(path, { method: "POST", cache: "no-store", headers, body: JSON.stringify(body) });
+  const b = await r.json();
+  if (!r.ok) throw new Error((b.code ? b.code + " (" + r.status + "): " : "") + (b.message || r.status));
+  return b;
+}
+
+function editButton(kind, key, text, revision) {
+  const b = el("button", { "data-edit": key }, "edit");
+  if (!canWrite) {
+    b.disabled = true;
+    b.title = writeRefusal || "not allowed";
+  }
+  b.addEventListener("click", () => openEditor(kind, key, text, revision));
+  return b;
+}
+
+// openEditor edits a policy key (kind "policy") or a declaration ("caps")
+// read at revision (0: a new one).
+function openEditor(kind, key, text, revision) {
+  editing = { kind, key, revision };
+  document.getElementById("editor").hidden = false;
+  document.getElementById("editor-title").textContent = (kind === "policy" ? "policy " : "declaration ") + key +
+    (revision ? " (revision " + revision + ")" : " (new)");
+  document.getElementById("editor-text").value = text;
+  const st = document.getElementById("editor-status");
+  st.replaceChildren();
+  st.className = "";
+  document.getElementById("editor-save").disabled = !canWrite;
+  document.getElementById("editor-save").title = canWrite ? "" : writeRefusal;
+}
+
+function warningList(ws) {
+  return el("ul", { class: "warnings" }, ...(ws || []).map(w => el("li", { class: "warning", "data-kind": w.kind }, "warning: " + w.message)));
+}
+
+async function submitEdit(validateOnly) {
+  if (!editing) return;
+  const st = document.getElementById("editor-status");
+  const path = `/v1/console/${editing.kind}/${encodeURIComponent(editing.key)}` + (validateOnly ? "?validate=1" : "");
+  try {
+    const r = await post(path, { value: document.getElementById("editor-text").value, revision: editing.revision });
+    st.className = "ok-text";
+    st.replaceChildren(el("p", { class: "result" }, validateOnly ? `valid: ${r.key}` :
+      `saved ${r.key} (revision ${r.action.revision}) by ${r.action.by} at ${utc(r.action.time)}`), warningList(r.warnings));
+    if (!validateOnly) {
+      editing.revision = r.action.revision;
+      document.getElementById("editor-title").textContent = (editing.kind === "policy" ? "policy " : "declaration ") + editing.key +
+        " (revision " + editing.revision + ")";
+      governPolls = 0;
+      refreshGovern();
+      parkedPolls = 0;
+    }
+  } catch (err) {
+    st.className = "bad";
+    st.replaceChildren(el("p", { class: "error" }, (validateOnly ? "invalid: " : "not saved: ") + err.message));
+  }
+}
+
+function pretty(v) { return JSON.stringify(v, null, 2); }
+
+function drawPolicy(p) {
+  canWrite = p.write;
+  writeRefusal = p.refusal || "";
+  document.getElementById("policy-status").textContent = p.write ? "" : "read only: " + p.refusal;
+  document.getElementById("policy-new").disabled = !p.write;
+  fill("#policy", p.keys.map(k => el("tr", { "data-key": k.key }, cell(k.key, "key"), cell(k.revision, "num"), cell(utc(k.updated), "time"),
+    el("td", { class: "value" }, el("code", {}, k.error ? k.raw : JSON.stringify(k.value))),
+    k.error ? el("td", { class: "bad", title: k.error }, "ignored: " + k.error) : cell("in force", "ok-text"),
+    el("td", {}, editButton("policy", k.key, k.error ? k.raw : pretty(k.value), k.revision)))),
+    { cols: 6, text: "no policy: every capability runs on the dispatcher's flags" });
+}
+
+function drawCatalog(c) {
+  const tx = c.taxonomy;
+  document.getElementById("catalog-taxonomy").textContent = c.taxonomy_error ? "taxonomy: " + c.taxonomy_error :
+    tx ? "taxonomy (official first-level types): " + tx.types.map(t => t.name).join(", ") :
+    "no taxonomy in REACH_POLICY: every type is allowed (set the key taxonomy to govern them)";
+  const more = c.warnings_total > c.warnings.length ? [el("li", { class: "muted" }, `and ${c.warnings_total - c.warnings.length} more (each capability below lists its own)`)] : [];
+  document.getElementById("catalog-warnings").replaceChildren(...c.warnings.map(w =>
+    el("li", { class: "warning", "data-kind": w.kind, "data-capability": w.capability }, "warning: " + w.message)), ...more);
+  const schema = (s, label) => s ? el("details", {}, el("summary", {}, label), el("pre", {}, pretty(s))) : none("none declared");
+  const groups = c.types.map(t => el("div", { class: "captype", "data-type": t.type },
+    el("h4", {}, t.type + " ", el("span", { class: t.official ? "muted" : "bad" }, t.official ? (tx ? "official" : "") : "outside the taxonomy"),
+      t.description ? el("span", { class: "muted" }, " · " + t.description) : ""),
+    t.capabilities.length ? el("table", {}, el("thead", {}, el("tr", {}, ...["capability", "declared by", "served by", "input schema", "output schema"].map(h => el("th", {}, h)))),
+      el("tbody", {}, ...t.capabilities.map(cp => el("tr", { "data-capability": cp.name, class: cp.warnings ? "warned" : "" },
+        el("td", { title: (cp.warnings || []).map(w => w.message).join("\n") }, cp.name + (cp.warnings ? " ⚠" : "")),
+        cell(cp.declared.length ? cp.declared.map(d => d.agent_type + (d.mode ? " (" + d.mode + ")" : "") + (d.description ? ": " + d.description : "")).join("; ") : none("not declared")),
+        cell(cp.served_by.length ? cp.served_by.join(", ") : none("no instance now")),
+        el("td", {}, cp.declared.length ? schema(cp.declared[0].input_schema, "input") : none("not declared")),
+        el("td", {}, cp.declared.length ? schema(cp.declared[0].output_schema, "output") : none("not declared")))))) :
+      el("p", {}, none("no capability of this type yet"))));
+  document.getElementById("catalog").replaceChildren(...(groups.length ? groups : [el("p", { class: "muted empty" }, none("no capability declared or served"))]));
+  fill("#declarations", c.declarations.map(d => el("tr", { "data-type": d.type }, cell(d.type, "key"), cell(d.revision, "num"), cell(utc(d.updated), "time"),
+    cell(d.declaration ? d.declaration.capabilities.map(cp => cp.name).join(", ") : none("invalid")),
+    d.error ? el("td", { class: "bad", title: d.error }, "ignored: " + d.error) : cell("in force", "ok-text"),
+    el("td", {}, editButton("caps", d.type, d.error ? d.raw : pretty(d.declaration), d.revision)))),
+    { cols: 6, text: "no declaration: agents declare at start, or `agentreach caps put`" });
+}
+
+async function refreshGovern() {
+  const [p, c] = await Promise.allSettled([getJSON("/v1/console/policy"), getJSON("/v1/console/catalog")]);
+  if (c.status === "fulfilled") {
+    canWrite = c.value.write;
+    writeRefusal = c.value.refusal || "";
+    drawCatalog(c.value);
+  }
+  if (p.status === "fulfilled") drawPolicy(p.value);
+  else {
+    document.getElementById("policy-status").textContent = String(p.reason.message || p.reason);
+    fill("#policy", [], { cols: 6, text: "not shown" });
+    document.getElementById("policy-new").disabled = true;
+  }
+}
+
+document.getElementById("editor-validate").addEventListener("click", () => submitEdit(true));
+document.getElementById("editor-save").addEventListener("click", () => submitEdit(false));
+document.getElementById("editor-cancel").addEventListener("click", () => { editing = null; document.getElementById("editor").hidden = true; });
+document.getElementById("policy-new").addEventListener("click", () => {
+  const key = document.getElementById("policy-new-key").value.trim();
+  if (key) openEditor("policy", key, "{}", 0);
+});
 
 refresh();
 setInterval(refresh, POLL_MS);

@@ -20,6 +20,8 @@ import (
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/declare"
+	"github.com/agent-reach/agentreach/registry/policy"
+	"github.com/agent-reach/agentreach/registry/taxonomy"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -33,8 +35,12 @@ A FILE is YAML or JSON ("-" reads stdin); docs/declarations.md describes it.
 Sub-commands:
   put FILE         validate FILE and store it under its type; an invalid
                    declaration is refused with the field named, and nothing
-                   is written
-  validate FILE    check FILE without connecting to NATS
+                   is written; warns (without refusing) of a capability
+                   whose type is outside the taxonomy in REACH_POLICY, or
+                   named almost like another in the catalog
+  validate FILE    check FILE without connecting to NATS; warns of
+                   capabilities named almost alike, and with --taxonomy of
+                   those outside it
   ls               one row per type, invalid stored values marked (--json:
                    an array)
   show TYPE        the declaration of TYPE in YAML (--json: in JSON)
@@ -58,13 +64,16 @@ type CapsEntryJSON struct {
 
 func RunCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
-		conn   cli.ConnFlags
-		asJSON bool
+		conn         cli.ConnFlags
+		asJSON       bool
+		taxonomyFile string
 	)
 	cl := cli.NewCmdline("caps", "agentreach caps [flags] put FILE | validate FILE | ls | show TYPE | rm TYPE", capsAbout)
 	cl.Group("Flags", func(fs *flag.FlagSet) {
 		cl.JSONFlag(fs, &asJSON, `print JSON: put {"type", "revision"}, validate {"valid", "type"}, ls an array,`+"\n"+
-			`show the declaration, rm {"removed"}; a failure as {"error": …}`)
+			`show the declaration, rm {"removed"}; a failure as {"error": …}; warnings as "warnings"`)
+		fs.StringVar(&taxonomyFile, "taxonomy", "", "validate: a taxonomy FILE (the value of the taxonomy key of REACH_POLICY)\n"+
+			"to warn of capabilities outside it")
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 10*time.Second, "bound on connecting and on each read or write")
@@ -94,10 +103,22 @@ func RunCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if sub == "validate" {
+		var tx *taxonomy.Taxonomy
+		if taxonomyFile != "" {
+			data, from, err := ReadDocument(taxonomyFile, policy.MaxSize)
+			if err != nil {
+				return cl.UsageError(stderr, "--taxonomy: %v", err)
+			}
+			if tx, err = taxonomy.Parse(data); err != nil {
+				return cl.Fail(stderr, InvalidDocument(from, err))
+			}
+		}
+		warnings := CapsWarnings(tx, decl, nil)
 		if asJSON {
-			cli.WriteJSONLine(stdout, map[string]any{"valid": true, "type": decl.Type})
+			cli.WriteJSONLine(stdout, map[string]any{"valid": true, "type": decl.Type, "warnings": warnings})
 		} else {
 			fmt.Fprintf(stdout, "%s: a valid declaration of %s (%s)\n", name, decl.Type, cli.Count(len(decl.Capabilities), "capability", "capabilities"))
+			printWarnings(stderr, warnings)
 		}
 		return cli.ExitOK
 	}
@@ -112,14 +133,16 @@ func RunCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	switch sub {
 	case "put":
+		warnings := putWarnings(ctx, nc, kv, decl, stderr)
 		rev, err := registry.PutDeclaration(ctx, kv, decl)
 		if err != nil {
 			return cl.Fail(stderr, err)
 		}
 		if asJSON {
-			cli.WriteJSONLine(stdout, map[string]any{"type": decl.Type, "revision": rev})
+			cli.WriteJSONLine(stdout, map[string]any{"type": decl.Type, "revision": rev, "warnings": warnings})
 		} else {
 			fmt.Fprintf(stdout, "put %s (revision %d)\n", decl.Type, rev)
+			printWarnings(stderr, warnings)
 		}
 	case "ls":
 		list, err := registry.ListDeclarations(ctx, kv)
@@ -161,6 +184,67 @@ func RunCaps(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return cli.ExitOK
+}
+
+// CapsWarnings returns the catalog governance's warnings for decl
+// (registry/taxonomy): a capability whose type tx lacks, and one named
+// almost like another of decl or of the catalog's other types. Never nil.
+func CapsWarnings(tx *taxonomy.Taxonomy, decl *declare.Declaration, catalog []registry.DeclarationEntry) []taxonomy.Warning {
+	names := make([]string, len(decl.Capabilities))
+	for i, c := range decl.Capabilities {
+		names[i] = c.Name
+	}
+	var others []string
+	for _, e := range catalog {
+		if e.Declaration == nil || e.Type == decl.Type {
+			continue
+		}
+		for _, c := range e.Declaration.Capabilities {
+			others = append(others, c.Name)
+		}
+	}
+	out := taxonomy.Check(tx, names, others)
+	if out == nil {
+		out = []taxonomy.Warning{}
+	}
+	return out
+}
+
+// putWarnings reads the taxonomy from REACH_POLICY and the catalog and
+// returns decl's warnings; what it cannot read it says on stderr, and
+// warns without.
+func putWarnings(ctx context.Context, nc *nats.Conn, caps jetstream.KeyValue, decl *declare.Declaration, stderr io.Writer) []taxonomy.Warning {
+	var tx *taxonomy.Taxonomy
+	js, err := jetstream.New(nc)
+	var kv jetstream.KeyValue
+	if err == nil {
+		kv, err = js.KeyValue(ctx, streams.BucketPolicy)
+	}
+	var e registry.PolicyEntry
+	if err == nil {
+		e, err = registry.GetPolicy(ctx, kv, taxonomy.PolicyKey)
+	}
+	switch {
+	case errors.Is(err, registry.ErrNoPolicy):
+	case err != nil:
+		fmt.Fprintf(stderr, "warning: the taxonomy in %s was not read (%v): capabilities not checked against it\n", streams.BucketPolicy, err)
+	case e.Err != nil:
+		fmt.Fprintf(stderr, "warning: the taxonomy in %s does not validate (%v): capabilities not checked against it\n", streams.BucketPolicy, e.Err)
+	default:
+		tx, _ = e.Value.Decoded.(*taxonomy.Taxonomy)
+	}
+	catalog, err := registry.ListDeclarations(ctx, caps)
+	if err != nil {
+		fmt.Fprintf(stderr, "warning: the catalog was not read (%v): names not compared with it\n", err)
+	}
+	return CapsWarnings(tx, decl, catalog)
+}
+
+// printWarnings writes each warning on a line of its own.
+func printWarnings(w io.Writer, warnings []taxonomy.Warning) {
+	for _, x := range warnings {
+		fmt.Fprintf(w, "warning: %s\n", x.Message)
+	}
 }
 
 // validType reports whether s can name an agent type (a REACH_CAPS key).

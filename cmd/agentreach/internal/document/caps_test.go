@@ -3,6 +3,7 @@ package document
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,5 +151,55 @@ s: 'a: b'
 `
 	if string(got) != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestCapsWarnsOfTheTaxonomy: `caps validate` and `caps put` warn — and
+// still accept — a capability whose type is outside the taxonomy in
+// REACH_POLICY, or named almost like another in the catalog; a declaration
+// that keeps to both gets no warning (the control).
+func TestCapsWarnsOfTheTaxonomy(t *testing.T) {
+	_, srv := clitest.Provisioned(t)
+	run := func(cmd func(context.Context, []string, io.Writer, io.Writer) int, args ...string) clitest.Result {
+		return clitest.RunCmd(t, cmd, append(append([]string{}, srv...), args...)...)
+	}
+	dir := clitest.WriteFiles(t, map[string]string{
+		"taxonomy.yaml": "types:\n  - name: query\n    description: reads data\n  - name: math\n",
+		"reader.yaml":   "type: reader\ncapabilities:\n  - name: query.orders\n",
+		"near.yaml":     "type: near\ncapabilities:\n  - name: query.order\n  - name: lookup.users\n",
+		"fine.yaml":     "type: fine\ncapabilities:\n  - name: math.add\n",
+	})
+	file := func(name string) string { return filepath.Join(dir, name) }
+
+	// Offline: only the file's own names, and the taxonomy given.
+	r := clitest.RunCmd(t, RunCaps, "validate", "--taxonomy", file("taxonomy.yaml"), file("near.yaml"))
+	clitest.Expect(t, r, cli.ExitOK, "out:a valid declaration of near", `warning: lookup.users: its type "lookup" is not in the taxonomy (query, math)`)
+	if strings.Contains(r.Stderr, "almost like") {
+		t.Errorf("validate compares with a catalog it does not read:\n%s", r.Stderr)
+	}
+
+	clitest.Expect(t, run(RunPolicy, "set", "taxonomy", file("taxonomy.yaml")), cli.ExitOK, "out:set taxonomy")
+	clitest.Expect(t, run(RunPolicy, "validate", "taxonomy", file("reader.yaml")), cli.ExitFail, "capabilities: unknown key")
+	r = run(RunCaps, "put", file("reader.yaml"))
+	clitest.Expect(t, r, cli.ExitOK, "out:put reader")
+	if strings.Contains(r.Stderr, "warning") {
+		t.Errorf("a declaration within the taxonomy is warned of:\n%s", r.Stderr)
+	}
+	r = run(RunCaps, "put", "--json", file("near.yaml"))
+	var put struct {
+		Revision uint64 `json:"revision"`
+		Warnings []struct {
+			Capability, Kind, Other string
+		} `json:"warnings"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &put); err != nil || put.Revision == 0 || len(put.Warnings) != 2 ||
+		put.Warnings[0].Capability != "lookup.users" || put.Warnings[0].Kind != "outside_taxonomy" ||
+		put.Warnings[1].Capability != "query.order" || put.Warnings[1].Other != "query.orders" {
+		t.Errorf("put --json of a declaration outside the taxonomy and near another: %s %+v (%v)", r.Stdout, put, err)
+	}
+	clitest.Expect(t, run(RunCaps, "show", "near"), cli.ExitOK, "out:query.order") // warned, still stored
+	r = run(RunCaps, "put", file("fine.yaml"))
+	if r.Code != cli.ExitOK || strings.Contains(r.Stderr, "warning") {
+		t.Errorf("put of a declaration that keeps to the taxonomy: %d %s", r.Code, r.Stderr)
 	}
 }

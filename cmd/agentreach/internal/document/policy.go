@@ -32,6 +32,8 @@ within a second, without a restart. Keys:
                         deadline, queue_wait, max_in_flight, breaker, require,
                         hedge, quorum
   acl                   who may call what (docs/security.md)
+  taxonomy              the official first-level capability types, which
+                        'caps put' and the dashboard warn against
   workflow.<name>       a workflow definition ('agentreach workflow' writes it)
 A value is YAML or JSON; durations are strings such as "500ms" or "3s". The
 dispatcher's flags apply under the policy. docs/declarations.md lists every

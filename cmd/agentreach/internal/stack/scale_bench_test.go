@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/performance"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,7 +41,7 @@ const (
 // gateway and the embedded NATS server) of one second of the page's
 // polling — /healthz and /v1/agents every second, /v1/stats every
 // second one and with its series every tenth, the topology every fifth, the
-// parked lists every tenth (as the page does) — so "refresh-cpu-%" is
+// parked lists, the policy and the catalog every tenth (as the page does) — so "refresh-cpu-%" is
 // the dispatcher's CPU share of an open page. A figure, not an assertion:
 // `go test -run ^$ -bench DashboardAtScale -benchtime 20x
 // ./cmd/agentreach/internal/stack/`.
@@ -136,6 +138,9 @@ func BenchmarkDashboardAtScale(b *testing.B) {
 	if err := chromedp.Do(br.ctx, chromedp.Navigate("about:blank")); err != nil { // starts the browser
 		b.Fatal(err)
 	}
+	if _, err := chromedp.Call(br.ctx, performance.Enable, performance.EnableParams{}); err != nil {
+		b.Fatal(err)
+	}
 	start := time.Now()
 	if err := chromedp.Do(br.ctx, chromedp.Navigate(base)); err != nil {
 		b.Fatal(err)
@@ -143,6 +148,15 @@ func BenchmarkDashboardAtScale(b *testing.B) {
 	br.step(b, "the page lists every instance and draws the topology", time.Minute, chromedp.Poll[chromedp.Void](fmt.Sprintf(
 		`document.querySelectorAll('#agents tr[data-id]').length === %d && document.querySelectorAll('#topo g.node.instance').length === 200`, scaleAgents)))
 	load := time.Since(start)
+	if ms, err := chromedp.Call(br.ctx, performance.GetMetrics, cdp.Empty{}); err == nil {
+		var line []string
+		for _, m := range ms.Metrics {
+			if strings.HasSuffix(m.Name, "Duration") || m.Name == "Nodes" || m.Name == "LayoutCount" || m.Name == "RecalcStyleCount" {
+				line = append(line, fmt.Sprintf("%s=%.3f", m.Name, m.Value))
+			}
+		}
+		b.Logf("the browser's work for the load (seconds; Performance.getMetrics): %s", strings.Join(line, " "))
+	}
 	br.close()
 
 	cpu := func() time.Duration {
@@ -150,7 +164,8 @@ func BenchmarkDashboardAtScale(b *testing.B) {
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	for _, path := range []string{"healthz", "v1/agents", "v1/stats", "v1/stats?series=10m", "v1/console/topology?since=15m", "v1/console/parked/dlq"} {
+	for _, path := range []string{"healthz", "v1/agents", "v1/stats", "v1/stats?series=10m", "v1/console/topology?since=15m", "v1/console/parked/dlq",
+		"v1/console/policy", "v1/console/catalog"} {
 		at := cpu()
 		for range 10 {
 			get(path)
@@ -176,6 +191,8 @@ func BenchmarkDashboardAtScale(b *testing.B) {
 			get("v1/console/parked/dlq")
 			get("v1/console/parked/review")
 			get("v1/console/actions")
+			get("v1/console/policy")
+			get("v1/console/catalog")
 		}
 	}
 	perRefresh := (cpu() - before) / time.Duration(b.N)
