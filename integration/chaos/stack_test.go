@@ -557,6 +557,7 @@ func (l *load) ledger(f *figures) (doubledIDs []string) {
 	var (
 		reads, failed int
 		readErr       error // the latest read's failure; nil once a read is complete
+		lastFailure   error
 	)
 	read := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -565,7 +566,7 @@ func (l *load) ledger(f *figures) (doubledIDs []string) {
 		got, err := integration.ReadOutcomes(ctx, l.s.js)
 		if err != nil {
 			failed++
-			readErr = err
+			readErr, lastFailure = err, err
 			return fmt.Errorf("reading the outcomes: %w", err)
 		}
 		o, readErr = got, nil
@@ -588,7 +589,7 @@ func (l *load) ledger(f *figures) (doubledIDs []string) {
 		_ = natstest.Poll(time.Minute, read)
 	}
 	if failed > 0 {
-		t.Logf("ledger: %d of %d reads of the outcome streams failed, the last: %v", failed, reads, readErr)
+		t.Logf("ledger: %d of %d reads of the outcome streams failed, the last failure: %v", failed, reads, lastFailure)
 	}
 	if readErr != nil || o.Completed == nil {
 		l.s.outcomeStreams()
@@ -596,7 +597,16 @@ func (l *load) ledger(f *figures) (doubledIDs []string) {
 	}
 	f.lost = missing()
 	if f.lost > 0 {
+		var lost []string
+		for id := range accepted {
+			if o.Completed[id]+o.DeadLettered[id]+o.InReview[id] == 0 {
+				lost = append(lost, id)
+			}
+		}
+		sort.Strings(lost)
+		t.Logf("  lost: %s", strings.Join(first(lost, 10), ", "))
 		l.s.outcomeStreams()
+		l.s.taskStream()
 	}
 	f.completed, f.deadLettered, f.inReview = len(o.Completed), len(o.DeadLettered), len(o.InReview)
 	ids := map[string]int{}
@@ -749,5 +759,37 @@ func parkedReasons(t testing.TB, js jetstream.JetStream) {
 func (s *stack) outcomeStreams() {
 	for _, v := range s.c.streamViews(streams.StreamResults, streams.StreamDLQ, streams.StreamReview) {
 		s.t.Logf("  %s", v)
+	}
+}
+
+// taskStream logs what REACH_TASKS still holds and what its consumers
+// account for: a task left in the stream that no consumer will deliver
+// again is a task lost in the store, not by the ledger.
+func (s *stack) taskStream() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		s.t.Logf("  %s: %v", streams.StreamTasks, err)
+		return
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		s.t.Logf("  %s: %v", streams.StreamTasks, err)
+		return
+	}
+	s.t.Logf("  %s holds %d messages, sequences %d–%d", streams.StreamTasks, info.State.Msgs, info.State.FirstSeq, info.State.LastSeq)
+	if info.State.Msgs > 0 {
+		if m, err := st.GetMsg(ctx, info.State.FirstSeq); err == nil {
+			s.t.Logf("  its first, %d: subject %s, request id %s", m.Sequence, m.Subject, m.Header.Get(streams.HeaderRequestID))
+		}
+	}
+	for c := range st.ListConsumers(ctx).Info() {
+		leader := ""
+		if c.Cluster != nil {
+			leader = c.Cluster.Leader
+		}
+		s.t.Logf("  consumer %s: delivered stream seq %d, ack floor stream seq %d, pending %d, ack pending %d, redelivered %d, waiting %d, leader %q",
+			c.Name, c.Delivered.Stream, c.AckFloor.Stream, c.NumPending, c.NumAckPending, c.NumRedelivered, c.NumWaiting, leader)
 	}
 }
