@@ -29,6 +29,7 @@ import (
 	"github.com/agent-reach/agentreach/dispatcher"
 	"github.com/agent-reach/agentreach/integration"
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -289,22 +290,25 @@ func (a *agents) twice() (n int, keys []string) {
 }
 
 // listingProbe is nil when REACH_AGENTS lists exactly the live agents, read
-// as `agentreach agents` reads it (a watcher over the bucket).
+// as `agentreach agents` reads it: a direct get of every key's last value
+// (registry.ListDirect), or, when that fails, through the bucket
+// (registry.Open, List).
 func (s *stack) listingProbe(ctx context.Context) error {
 	want := s.agents.all()
-	kv, err := s.js.KeyValue(ctx, streams.BucketAgents)
+	entries, err := registry.ListDirect(ctx, s.js)
 	if err != nil {
-		return fmt.Errorf("REACH_AGENTS: %w", err)
-	}
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("REACH_AGENTS keys: %w", err)
+		reg, oerr := registry.Open(ctx, s.js)
+		if oerr != nil {
+			return fmt.Errorf("REACH_AGENTS: direct: %v; open: %w", err, oerr)
+		}
+		if entries, err = reg.List(ctx); err != nil {
+			return fmt.Errorf("REACH_AGENTS: %w", err)
+		}
 	}
 	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+	for _, e := range entries {
+		keys = append(keys, e.ID)
 	}
-	sort.Strings(keys)
 	if !slices.Equal(keys, want) {
 		return fmt.Errorf("REACH_AGENTS lists %v, want %v", keys, want)
 	}

@@ -6,6 +6,13 @@
 // unavailable, and on a fixed interval; each time it hands the handler the
 // full listing the new watcher delivers, so missed updates are reconciled.
 //
+// While the store is unavailable (each failed probe) and while a watcher
+// cannot be created again after a failure (the JetStream meta leader, which
+// creates consumers, is being elected after a partition heals, say), the
+// handler gets the listing of a batched direct get instead (ListDirect),
+// which a replica answers without a leader, unless it is older than what
+// was already delivered.
+//
 // The store is probed every probe interval (a STREAM.INFO of the bucket's
 // stream, answered by its leader; a replicated stream whose leader does not
 // hear a majority of its group counts as unavailable): a handler that implements Observer hears
@@ -96,6 +103,7 @@ func Run(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, reconcile ti
 // RunWith is Run with every option.
 func RunWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts Options, h Handler, log zerolog.Logger, ready chan struct{}) {
 	w := &watch{kv: kv, opts: opts.withDefaults(), h: h, log: log.With().Str("bucket", kv.Bucket()).Logger(), ready: ready}
+	w.js, _ = jetstream.New(nc)
 	w.obs, _ = h.(Observer)
 	w.status = nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING)
 	defer nc.RemoveStatusListener(w.status)
@@ -121,7 +129,7 @@ func RunWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts Opt
 			if !w.pause(ctx, backoff) {
 				return
 			}
-			backoff = min(2*backoff, 2*time.Second)
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 50 * time.Millisecond
@@ -131,6 +139,7 @@ func RunWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts Opt
 // watch is the state of one Run.
 type watch struct {
 	kv     jetstream.KeyValue
+	js     jetstream.JetStream // for the direct listing
 	opts   Options
 	h      Handler
 	obs    Observer
@@ -140,6 +149,7 @@ type watch struct {
 	probes chan probe
 
 	down    bool   // the last probe failed, or the connection is down
+	recover bool   // the watcher failed or went silent: list directly before a new one
 	lastRev uint64 // the highest stream sequence the watcher accounted for
 	// The oldest stream sequence seen at a probe and not yet delivered,
 	// and when it was seen: a stall when it stays undelivered.
@@ -266,8 +276,12 @@ func (w *watch) once(ctx context.Context) error {
 			floor = p.last
 		}
 	}
+	if w.recover {
+		w.listDirect(ctx)
+	}
 	kw, err := w.kv.WatchAll(ctx)
 	if err != nil {
+		w.recover = true
 		return err
 	}
 	defer kw.Stop()
@@ -287,6 +301,7 @@ func (w *watch) once(ctx context.Context) error {
 				continue
 			}
 			w.log.Info().Msg("reconnected; re-creating the watcher")
+			w.recover = true
 			return nil
 		case p := <-w.probes:
 			if p.err != nil {
@@ -294,6 +309,9 @@ func (w *watch) once(ctx context.Context) error {
 					w.log.Warn().Err(p.err).Msg("store unavailable")
 				}
 				w.health(p.err)
+				// The watcher may deliver nothing until the store has a
+				// leader again; a replica may answer meanwhile.
+				w.listDirect(ctx)
 				continue
 			}
 			wasDown := w.down
@@ -303,12 +321,14 @@ func (w *watch) once(ctx context.Context) error {
 				// leader; a new one lists everything missed.
 				w.log.Info().Msg("store answers again; re-creating the watcher")
 				w.health(nil)
+				w.recover = true
 				return nil
 			}
 			if listing == nil && w.stalled(p.last) {
 				w.log.Warn().Uint64("stream_last", p.last).Uint64("delivered", w.lastRev).Msg("watcher stalled; re-creating")
 				w.health(ErrStalled)
 				w.down = false // not the store: the next probe need not re-create again
+				w.recover = true
 				return nil
 			}
 			w.health(nil)
@@ -316,18 +336,14 @@ func (w *watch) once(ctx context.Context) error {
 			switch {
 			case !ok:
 				w.log.Info().Msg("watcher closed; re-creating")
+				w.recover = true
 				return nil
 			case e == nil && listing != nil:
 				w.lastRev = max(w.lastRev, floor)
 				w.h.Replace(listing)
 				listing = nil
-				if w.ready != nil {
-					select {
-					case <-w.ready:
-					default:
-						close(w.ready)
-					}
-				}
+				w.recover = false
+				w.readied()
 			case e == nil:
 			case listing != nil:
 				w.lastRev = max(w.lastRev, e.Revision())
@@ -358,4 +374,37 @@ func (w *watch) stalled(last uint64) bool {
 		return false
 	}
 	return now.Sub(w.wantAt) >= w.opts.StallAfter
+}
+
+// readied closes ready once a first listing was handed over.
+func (w *watch) readied() {
+	if w.ready != nil {
+		select {
+		case <-w.ready:
+		default:
+			close(w.ready)
+		}
+	}
+}
+
+// listDirect hands the handler a direct listing of the bucket (no leader
+// needed), unless it failed or is older than what the watchers delivered.
+func (w *watch) listDirect(ctx context.Context) {
+	if w.js == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
+	defer cancel()
+	l, err := ListDirect(dctx, w.js, w.kv.Bucket())
+	switch {
+	case err != nil:
+		w.log.Debug().Err(err).Msg("direct listing failed")
+		return
+	case l.LastSeq < w.lastRev:
+		w.log.Debug().Uint64("replica_last", l.LastSeq).Uint64("delivered", w.lastRev).Msg("direct listing older than what was delivered; ignored")
+		return
+	}
+	w.lastRev = l.LastSeq
+	w.h.Replace(l.Entries)
+	w.readied()
 }
