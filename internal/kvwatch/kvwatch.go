@@ -6,7 +6,7 @@
 // unavailable, and on a fixed interval; each time it hands the handler the
 // full listing the new watcher delivers, so missed updates are reconciled.
 //
-// While the store is unavailable (each failed probe) and while a watcher
+// While the store is unavailable (every half second) and while a watcher
 // cannot be created again after a failure (the JetStream meta leader, which
 // creates consumers, is being elected after a partition heals, say), the
 // handler gets the listing of a batched direct get instead (ListDirect),
@@ -148,9 +148,12 @@ type watch struct {
 	status chan nats.Status
 	probes chan probe
 
-	down    bool   // the last probe failed, or the connection is down
-	recover bool   // the watcher failed or went silent: list directly before a new one
-	lastRev uint64 // the highest stream sequence the watcher accounted for
+	down    bool // the last probe failed, or the connection is down
+	recover bool // the watcher failed or went silent: list directly before a new one
+	// Whether a direct listing was used, or failed or was refused, since
+	// the last watcher's listing (each logged once).
+	directUsed, directNoted bool
+	lastRev                 uint64 // the highest stream sequence the watcher accounted for
 	// The oldest stream sequence seen at a probe and not yet delivered,
 	// and when it was seen: a stall when it stays undelivered.
 	wantRev uint64
@@ -289,12 +292,20 @@ func (w *watch) once(ctx context.Context) error {
 	w.wantRev, w.wantAt = 0, time.Time{}
 	tick := time.NewTimer(w.opts.Reconcile)
 	defer tick.Stop()
+	direct := time.NewTicker(directEvery)
+	defer direct.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 			return nil
+		case <-direct.C:
+			if w.down {
+				// The watcher may deliver nothing until the store has a
+				// leader again; a replica may answer meanwhile.
+				w.listDirect(ctx)
+			}
 		case s := <-w.status:
 			if s != nats.CONNECTED {
 				w.health(fmt.Errorf("connection %v", s))
@@ -309,9 +320,6 @@ func (w *watch) once(ctx context.Context) error {
 					w.log.Warn().Err(p.err).Msg("store unavailable")
 				}
 				w.health(p.err)
-				// The watcher may deliver nothing until the store has a
-				// leader again; a replica may answer meanwhile.
-				w.listDirect(ctx)
 				continue
 			}
 			wasDown := w.down
@@ -343,6 +351,7 @@ func (w *watch) once(ctx context.Context) error {
 				w.h.Replace(listing)
 				listing = nil
 				w.recover = false
+				w.directUsed, w.directNoted = false, false
 				w.readied()
 			case e == nil:
 			case listing != nil:
@@ -376,6 +385,10 @@ func (w *watch) stalled(last uint64) bool {
 	return now.Sub(w.wantAt) >= w.opts.StallAfter
 }
 
+// directEvery is how often the bucket is listed by a direct get while the
+// store is unavailable.
+const directEvery = 500 * time.Millisecond
+
 // readied closes ready once a first listing was handed over.
 func (w *watch) readied() {
 	if w.ready != nil {
@@ -389,6 +402,8 @@ func (w *watch) readied() {
 
 // listDirect hands the handler a direct listing of the bucket (no leader
 // needed), unless it failed or is older than what the watchers delivered.
+// The first listing handed over, and the first that failed or was refused,
+// after a watcher's listing are logged.
 func (w *watch) listDirect(ctx context.Context) {
 	if w.js == nil {
 		return
@@ -396,13 +411,28 @@ func (w *watch) listDirect(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
 	defer cancel()
 	l, err := ListDirect(dctx, w.js, w.kv.Bucket())
+	for try := 1; err == nil && l.LastSeq < w.lastRev && try < 3; try++ {
+		// A replica behind the one the watcher read from (cut off until
+		// now): ask again, another may answer.
+		l, err = ListDirect(dctx, w.js, w.kv.Bucket())
+	}
 	switch {
 	case err != nil:
-		w.log.Debug().Err(err).Msg("direct listing failed")
+		if !w.directNoted {
+			w.directNoted = true
+			w.log.Info().Err(err).Msg("direct listing failed")
+		}
 		return
 	case l.LastSeq < w.lastRev:
-		w.log.Debug().Uint64("replica_last", l.LastSeq).Uint64("delivered", w.lastRev).Msg("direct listing older than what was delivered; ignored")
+		if !w.directNoted {
+			w.directNoted = true
+			w.log.Info().Uint64("replica_last", l.LastSeq).Uint64("delivered", w.lastRev).Msg("direct listing older than what was delivered; ignored")
+		}
 		return
+	}
+	if !w.directUsed {
+		w.directUsed = true
+		w.log.Info().Int("keys", len(l.Entries)).Uint64("replica_last", l.LastSeq).Msg("listed by a direct get while no watcher delivers")
 	}
 	w.lastRev = l.LastSeq
 	w.h.Replace(l.Entries)
