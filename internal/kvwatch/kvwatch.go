@@ -11,7 +11,9 @@
 // creates consumers, is being elected after a partition heals, say), the
 // handler gets the listing of a batched direct get instead (ListDirect),
 // which a replica answers without a leader, unless it is older than what
-// was already delivered.
+// was already delivered. So it does when the watcher has left a message
+// undelivered for a probe interval, before it counts as stalled; the
+// watcher's updates that listing covers are then skipped.
 //
 // The store is probed every probe interval (a STREAM.INFO of the bucket's
 // stream, answered by its leader; a replicated stream whose leader does not
@@ -154,6 +156,10 @@ type watch struct {
 	// the last watcher's listing (each logged once).
 	directUsed, directNoted bool
 	lastRev                 uint64 // the highest stream sequence the watcher accounted for
+	// The last sequence of the replica whose direct listing was handed
+	// over since the watcher's own listing: every update up to it is in
+	// that listing, so the watcher's are skipped.
+	directRev uint64
 	// The oldest stream sequence seen at a probe and not yet delivered,
 	// and when it was seen: a stall when it stays undelivered.
 	wantRev uint64
@@ -340,6 +346,11 @@ func (w *watch) once(ctx context.Context) error {
 				return nil
 			}
 			w.health(nil)
+			if listing == nil && w.behind() {
+				// Undelivered for a probe interval: a replica may have
+				// it, while the watcher is given until StallAfter.
+				w.listDirect(ctx)
+			}
 		case e, ok := <-kw.Updates():
 			switch {
 			case !ok:
@@ -351,7 +362,7 @@ func (w *watch) once(ctx context.Context) error {
 				w.h.Replace(listing)
 				listing = nil
 				w.recover = false
-				w.directUsed, w.directNoted = false, false
+				w.directUsed, w.directNoted, w.directRev = false, false, 0
 				w.readied()
 			case e == nil:
 			case listing != nil:
@@ -363,10 +374,18 @@ func (w *watch) once(ctx context.Context) error {
 				}
 			default:
 				w.lastRev = max(w.lastRev, e.Revision())
-				w.h.Apply(e)
+				if e.Revision() > w.directRev {
+					w.h.Apply(e)
+				}
 			}
 		}
 	}
+}
+
+// behind reports whether the watcher has left a message undelivered for a
+// probe interval that no direct listing has covered.
+func (w *watch) behind() bool {
+	return w.wantRev != 0 && w.lastRev < w.wantRev && w.directRev < w.wantRev && time.Since(w.wantAt) >= w.opts.Probe/2
 }
 
 // stalled reports whether the watcher has left a message undelivered for
@@ -411,7 +430,8 @@ func (w *watch) listDirect(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
 	defer cancel()
 	l, err := ListDirect(dctx, w.js, w.kv.Bucket())
-	for try := 1; err == nil && l.LastSeq < w.lastRev && try < 3; try++ {
+	seen := max(w.lastRev, w.directRev)
+	for try := 1; err == nil && l.LastSeq < seen && try < 3; try++ {
 		// A replica behind the one the watcher read from (cut off until
 		// now): ask again, another may answer.
 		l, err = ListDirect(dctx, w.js, w.kv.Bucket())
@@ -423,10 +443,10 @@ func (w *watch) listDirect(ctx context.Context) {
 			w.log.Info().Err(err).Msg("direct listing failed")
 		}
 		return
-	case l.LastSeq < w.lastRev:
+	case l.LastSeq < seen:
 		if !w.directNoted {
 			w.directNoted = true
-			w.log.Info().Uint64("replica_last", l.LastSeq).Uint64("delivered", w.lastRev).Msg("direct listing older than what was delivered; ignored")
+			w.log.Info().Uint64("replica_last", l.LastSeq).Uint64("delivered", seen).Msg("direct listing older than what was delivered; ignored")
 		}
 		return
 	}
@@ -434,7 +454,7 @@ func (w *watch) listDirect(ctx context.Context) {
 		w.directUsed = true
 		w.log.Info().Int("keys", len(l.Entries)).Uint64("replica_last", l.LastSeq).Msg("listed by a direct get while no watcher delivers")
 	}
-	w.lastRev = l.LastSeq
+	w.directRev = l.LastSeq
 	w.h.Replace(l.Entries)
 	w.readied()
 }
