@@ -71,17 +71,21 @@ type Outcomes struct {
 }
 
 // ReadOutcomes collects the request ids recorded in REACH_RESULTS, REACH_DLQ
-// and REACH_REVIEW.
+// and REACH_REVIEW. A read that fails returns no outcome at all, never the
+// streams read before the failure: a caller that judged those would count
+// every task of the unread streams lost.
 func ReadOutcomes(ctx context.Context, js jetstream.JetStream) (Outcomes, error) {
 	o := Outcomes{Completed: map[string]int{}, DeadLettered: map[string]int{}, InReview: map[string]int{}}
-	for stream, into := range map[string]map[string]int{streams.StreamResults: o.Completed,
-		streams.StreamDLQ: o.DeadLettered, streams.StreamReview: o.InReview} {
-		list, err := durable.ListParked(ctx, js, streams.Subjects{}, stream)
+	for _, s := range []struct {
+		stream string
+		into   map[string]int
+	}{{streams.StreamResults, o.Completed}, {streams.StreamDLQ, o.DeadLettered}, {streams.StreamReview, o.InReview}} {
+		list, err := durable.ListParked(ctx, js, streams.Subjects{}, s.stream)
 		if err != nil {
-			return o, fmt.Errorf("%s: %w", stream, err)
+			return Outcomes{}, fmt.Errorf("%s: %w", s.stream, err)
 		}
 		for _, p := range list {
-			into[p.RequestID]++
+			s.into[p.RequestID]++
 		}
 	}
 	return o, nil

@@ -76,7 +76,7 @@ func (r *Registry) List(ctx context.Context) ([]Entry, error) {
 	var out []Entry
 	var undecoded error
 	err := streams.RetryUnavailable(ctx, func(ctx context.Context) (err error) {
-		out, undecoded, err = r.list(ctx)
+		out, undecoded, err = r.listing(ctx)
 		return err
 	})
 	if err != nil {

@@ -364,3 +364,51 @@ func (c *cluster) urls(first int) []string {
 	}
 	return u
 }
+
+// streamViews is how each node sees the named streams: its replica's
+// messages and sequences and the leader it knows, from its /jsz. A ledger
+// that finds tasks without an outcome prints it, to tell a failed read from
+// a stream that lost entries.
+func (c *cluster) streamViews(names ...string) []string {
+	var out []string
+	hc := http.Client{Timeout: 2 * time.Second}
+	for _, n := range c.nodes {
+		resp, err := hc.Get(fmt.Sprintf("http://%s:%d/jsz?accounts=true&streams=true", n.host, n.hport))
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", n.name, err))
+			continue
+		}
+		var jsz struct {
+			Accounts []struct {
+				Streams []struct {
+					Name    string `json:"name"`
+					Cluster struct {
+						Leader string `json:"leader"`
+					} `json:"cluster"`
+					State struct {
+						Msgs     uint64 `json:"messages"`
+						FirstSeq uint64 `json:"first_seq"`
+						LastSeq  uint64 `json:"last_seq"`
+					} `json:"state"`
+				} `json:"stream_detail"`
+			} `json:"account_details"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&jsz)
+		resp.Body.Close()
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s /jsz: %v", n.name, err))
+			continue
+		}
+		for _, a := range jsz.Accounts {
+			for _, s := range a.Streams {
+				for _, want := range names {
+					if s.Name == want {
+						out = append(out, fmt.Sprintf("%s sees %s: %d messages, sequences %d–%d, leader %q",
+							n.name, s.Name, s.State.Msgs, s.State.FirstSeq, s.State.LastSeq, s.Cluster.Leader))
+					}
+				}
+			}
+		}
+	}
+	return out
+}

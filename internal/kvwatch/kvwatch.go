@@ -6,6 +6,15 @@
 // unavailable, and on a fixed interval; each time it hands the handler the
 // full listing the new watcher delivers, so missed updates are reconciled.
 //
+// While the store is unavailable (every half second) and while a watcher
+// cannot be created again after a failure (the JetStream meta leader, which
+// creates consumers, is being elected after a partition heals, say), the
+// handler gets the listing of a batched direct get instead (ListDirect),
+// which a replica answers without a leader, unless it is older than what
+// was already delivered. So it does when the watcher has left a message
+// undelivered for a probe interval, before it counts as stalled; the
+// watcher's updates that listing covers are then skipped.
+//
 // The store is probed every probe interval (a STREAM.INFO of the bucket's
 // stream, answered by its leader; a replicated stream whose leader does not
 // hear a majority of its group counts as unavailable): a handler that implements Observer hears
@@ -96,6 +105,7 @@ func Run(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, reconcile ti
 // RunWith is Run with every option.
 func RunWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts Options, h Handler, log zerolog.Logger, ready chan struct{}) {
 	w := &watch{kv: kv, opts: opts.withDefaults(), h: h, log: log.With().Str("bucket", kv.Bucket()).Logger(), ready: ready}
+	w.js, _ = jetstream.New(nc)
 	w.obs, _ = h.(Observer)
 	w.status = nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING)
 	defer nc.RemoveStatusListener(w.status)
@@ -121,7 +131,7 @@ func RunWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts Opt
 			if !w.pause(ctx, backoff) {
 				return
 			}
-			backoff = min(2*backoff, 2*time.Second)
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 50 * time.Millisecond
@@ -131,6 +141,7 @@ func RunWith(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts Opt
 // watch is the state of one Run.
 type watch struct {
 	kv     jetstream.KeyValue
+	js     jetstream.JetStream // for the direct listing
 	opts   Options
 	h      Handler
 	obs    Observer
@@ -139,8 +150,16 @@ type watch struct {
 	status chan nats.Status
 	probes chan probe
 
-	down    bool   // the last probe failed, or the connection is down
-	lastRev uint64 // the highest stream sequence the watcher accounted for
+	down    bool // the last probe failed, or the connection is down
+	recover bool // the watcher failed or went silent: list directly before a new one
+	// Whether a direct listing was used, or failed or was refused, since
+	// the last watcher's listing (each logged once).
+	directUsed, directNoted bool
+	lastRev                 uint64 // the highest stream sequence the watcher accounted for
+	// The last sequence of the replica whose direct listing was handed
+	// over since the watcher's own listing: every update up to it is in
+	// that listing, so the watcher's are skipped.
+	directRev uint64
 	// The oldest stream sequence seen at a probe and not yet delivered,
 	// and when it was seen: a stall when it stays undelivered.
 	wantRev uint64
@@ -266,8 +285,12 @@ func (w *watch) once(ctx context.Context) error {
 			floor = p.last
 		}
 	}
+	if w.recover {
+		w.listDirect(ctx)
+	}
 	kw, err := w.kv.WatchAll(ctx)
 	if err != nil {
+		w.recover = true
 		return err
 	}
 	defer kw.Stop()
@@ -275,18 +298,27 @@ func (w *watch) once(ctx context.Context) error {
 	w.wantRev, w.wantAt = 0, time.Time{}
 	tick := time.NewTimer(w.opts.Reconcile)
 	defer tick.Stop()
+	direct := time.NewTicker(directEvery)
+	defer direct.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 			return nil
+		case <-direct.C:
+			if w.down {
+				// The watcher may deliver nothing until the store has a
+				// leader again; a replica may answer meanwhile.
+				w.listDirect(ctx)
+			}
 		case s := <-w.status:
 			if s != nats.CONNECTED {
 				w.health(fmt.Errorf("connection %v", s))
 				continue
 			}
 			w.log.Info().Msg("reconnected; re-creating the watcher")
+			w.recover = true
 			return nil
 		case p := <-w.probes:
 			if p.err != nil {
@@ -303,31 +335,35 @@ func (w *watch) once(ctx context.Context) error {
 				// leader; a new one lists everything missed.
 				w.log.Info().Msg("store answers again; re-creating the watcher")
 				w.health(nil)
+				w.recover = true
 				return nil
 			}
 			if listing == nil && w.stalled(p.last) {
 				w.log.Warn().Uint64("stream_last", p.last).Uint64("delivered", w.lastRev).Msg("watcher stalled; re-creating")
 				w.health(ErrStalled)
 				w.down = false // not the store: the next probe need not re-create again
+				w.recover = true
 				return nil
 			}
 			w.health(nil)
+			if listing == nil && w.behind() {
+				// Undelivered for a probe interval: a replica may have
+				// it, while the watcher is given until StallAfter.
+				w.listDirect(ctx)
+			}
 		case e, ok := <-kw.Updates():
 			switch {
 			case !ok:
 				w.log.Info().Msg("watcher closed; re-creating")
+				w.recover = true
 				return nil
 			case e == nil && listing != nil:
 				w.lastRev = max(w.lastRev, floor)
 				w.h.Replace(listing)
 				listing = nil
-				if w.ready != nil {
-					select {
-					case <-w.ready:
-					default:
-						close(w.ready)
-					}
-				}
+				w.recover = false
+				w.directUsed, w.directNoted, w.directRev = false, false, 0
+				w.readied()
 			case e == nil:
 			case listing != nil:
 				w.lastRev = max(w.lastRev, e.Revision())
@@ -338,10 +374,18 @@ func (w *watch) once(ctx context.Context) error {
 				}
 			default:
 				w.lastRev = max(w.lastRev, e.Revision())
-				w.h.Apply(e)
+				if e.Revision() > w.directRev {
+					w.h.Apply(e)
+				}
 			}
 		}
 	}
+}
+
+// behind reports whether the watcher has left a message undelivered for a
+// probe interval that no direct listing has covered.
+func (w *watch) behind() bool {
+	return w.wantRev != 0 && w.lastRev < w.wantRev && w.directRev < w.wantRev && time.Since(w.wantAt) >= w.opts.Probe/2
 }
 
 // stalled reports whether the watcher has left a message undelivered for
@@ -358,4 +402,59 @@ func (w *watch) stalled(last uint64) bool {
 		return false
 	}
 	return now.Sub(w.wantAt) >= w.opts.StallAfter
+}
+
+// directEvery is how often the bucket is listed by a direct get while the
+// store is unavailable.
+const directEvery = 500 * time.Millisecond
+
+// readied closes ready once a first listing was handed over.
+func (w *watch) readied() {
+	if w.ready != nil {
+		select {
+		case <-w.ready:
+		default:
+			close(w.ready)
+		}
+	}
+}
+
+// listDirect hands the handler a direct listing of the bucket (no leader
+// needed), unless it failed or is older than what the watchers delivered.
+// The first listing handed over, and the first that failed or was refused,
+// after a watcher's listing are logged.
+func (w *watch) listDirect(ctx context.Context) {
+	if w.js == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
+	defer cancel()
+	l, err := ListDirect(dctx, w.js, w.kv.Bucket())
+	seen := max(w.lastRev, w.directRev)
+	for try := 1; err == nil && l.LastSeq < seen && try < 3; try++ {
+		// A replica behind the one the watcher read from (cut off until
+		// now): ask again, another may answer.
+		l, err = ListDirect(dctx, w.js, w.kv.Bucket())
+	}
+	switch {
+	case err != nil:
+		if !w.directNoted {
+			w.directNoted = true
+			w.log.Info().Err(err).Msg("direct listing failed")
+		}
+		return
+	case l.LastSeq < seen:
+		if !w.directNoted {
+			w.directNoted = true
+			w.log.Info().Uint64("replica_last", l.LastSeq).Uint64("delivered", seen).Msg("direct listing older than what was delivered; ignored")
+		}
+		return
+	}
+	if !w.directUsed {
+		w.directUsed = true
+		w.log.Info().Int("keys", len(l.Entries)).Uint64("replica_last", l.LastSeq).Msg("listed by a direct get while no watcher delivers")
+	}
+	w.directRev = l.LastSeq
+	w.h.Replace(l.Entries)
+	w.readied()
 }

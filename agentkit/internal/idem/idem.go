@@ -227,6 +227,9 @@ const (
 	pollMax   = 250 * time.Millisecond
 )
 
+// readTimeout bounds one read of a pending claim or of its owner's record.
+const readTimeout = 2 * time.Second
+
 // wait polls key until its outcome is stored (returned), the claim is
 // released (nil, nil), its owner is gone (ErrInDoubt), or ctx ends.
 func (id *Store) wait(ctx context.Context, key string) (*Record, error) {
@@ -256,7 +259,9 @@ func (id *Store) wait(ctx context.Context, key string) (*Record, error) {
 			if owner == "" {
 				continue
 			}
-			e, err := id.Reg.Get(ctx, owner)
+			gctx, cancel := context.WithTimeout(ctx, readTimeout)
+			e, err := id.Reg.Get(gctx, owner)
+			cancel()
 			if errors.Is(err, registry.ErrNotFound) {
 				return nil, fmt.Errorf("%w: instance %s died while executing this key; it is not executed again", ErrInDoubt, owner)
 			}
@@ -265,12 +270,20 @@ func (id *Store) wait(ctx context.Context, key string) (*Record, error) {
 					ErrInDoubt, owner, e.Incarnation, incarnation)
 			}
 		case <-poll.C:
-			e, err := id.KV.Get(ctx, key)
+			gctx, cancel := context.WithTimeout(ctx, readTimeout)
+			e, err := id.KV.Get(gctx, key)
+			cancel()
 			switch {
 			case errors.Is(err, jetstream.ErrKeyNotFound): // deleted or purged: the claim was released
 				return nil, nil
 			case err != nil && ctx.Err() != nil:
 				return nil, ctx.Err()
+			case errors.Is(err, context.DeadlineExceeded):
+				// Unanswered (a request lost on a link that is down): ask
+				// again, instead of waiting on it until the task's
+				// deadline while PROCESSING keeps the delivery alive.
+				poll.Reset(next)
+				continue
 			case err != nil:
 				return nil, fmt.Errorf("read idempotency key: %w", err)
 			}

@@ -102,3 +102,59 @@ func TestAnUnansweredClaimIsAbandoned(t *testing.T) {
 		t.Fatal("the abandoned claim is still unsure")
 	}
 }
+
+// unansweredGets is the idempotency bucket with its next reads lost: each
+// waits, unanswered, until its context ends — a request sent on a link
+// that went down.
+type unansweredGets struct {
+	jetstream.KeyValue
+	lose atomic.Int64
+}
+
+func (k *unansweredGets) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.lose.Add(-1) >= 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// A waiter whose read of the pending claim goes unanswered asks again: it
+// gets the outcome stored meanwhile, instead of waiting on the lost read
+// until its task's deadline (a durable task's is an hour) while its
+// PROCESSING keeps the dispatcher's delivery alive — the chaos runs'
+// durable tasks that ended nowhere after a flapping link. Control: the
+// same wait with every read answered.
+func TestAWaiterAsksAgainWhenAReadIsLost(t *testing.T) {
+	for _, lost := range []int64{0, 2} {
+		kv, reg := idemStore(t)
+		w1 := &Store{KV: kv, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if rec, err := w1.Begin(ctx, "pay.charge.=.k1", "req-1"); rec != nil || err != nil {
+			t.Fatalf("begin: %+v %v, want to execute", rec, err)
+		}
+		lossy := &unansweredGets{KeyValue: kv}
+		lossy.lose.Store(lost)
+		w2 := &Store{KV: lossy, Reg: reg, Owner: "w2", Incarnation: NewIncarnation(), Check: time.Hour, Log: zerolog.Nop()}
+		type result struct {
+			rec *Record
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			rec, err := w2.Begin(ctx, "pay.charge.=.k1", "req-2")
+			got <- result{rec, err}
+		}()
+		if err := w1.Save(ctx, "pay.charge.=.k1", &Record{RequestID: "req-1", ContentType: streams.ContentTypeJSON, Data: []byte(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		cancel()
+		if r.err != nil || r.rec == nil || r.rec.State != StateDone || string(r.rec.Data) != `1` {
+			t.Fatalf("%d reads lost: %+v %v, want the stored outcome", lost, r.rec, r.err)
+		}
+		if n := lossy.lose.Load(); n > 0 {
+			t.Fatalf("%d reads lost: %d never asked", lost, n)
+		}
+	}
+}

@@ -83,8 +83,16 @@ func listAgents(ctx context.Context, conn *cli.ConnFlags) ([]registry.Entry, err
 	return readAgents(ctx, js)
 }
 
-// readAgents reads every live record of the registry on js, as listAgents.
+// readAgents reads every live record of the registry on js, as listAgents:
+// by a direct get first, which needs no JetStream leader (registry.ListDirect),
+// then through the bucket.
 func readAgents(ctx context.Context, js jetstream.JetStream) ([]registry.Entry, error) {
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	entries, err := registry.ListDirect(dctx, js)
+	cancel()
+	if err == nil || errors.Is(err, registry.ErrInvalidRecord) {
+		return entries, err
+	}
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return nil, err
