@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -322,7 +323,17 @@ func ValidateKey(key string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: unknown key %q (want %s, %s<capability>, acl or workflow.<name>)", ErrInvalid, key, KeyDefaults, KeyCapabilityPrefix)
+	return fmt.Errorf("%w: unknown key %q (want %s, %s<capability> or a key of a kind: %s)", ErrInvalid, key, KeyDefaults, KeyCapabilityPrefix, strings.Join(kindNames(), ", "))
+}
+
+// kindNames are the kinds a key may start with besides defaults and
+// capability, registered or reserved, sorted.
+func kindNames() []string {
+	policyKindsMu.RLock()
+	defer policyKindsMu.RUnlock()
+	names := slices.Concat(slices.Collect(maps.Keys(policyKinds)), reservedPolicyKinds)
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 func registeredKind(kind string) Decoder {

@@ -135,6 +135,16 @@ func init() {
 	})
 }
 
+// An unknown key's error lists the kinds a key may start with, the
+// registered ones included, so a typo of "taxonomy" or "quota" is told
+// what exists.
+func TestUnknownPolicyKeyNamesTheKinds(t *testing.T) {
+	err := policy.ValidateKey("quotas.billing")
+	if err == nil || !strings.Contains(err.Error(), "a key of a kind: acl, quota, workflow") {
+		t.Fatalf("ValidateKey(quotas.billing) = %v, want the kinds acl, quota, workflow listed", err)
+	}
+}
+
 func TestRegisteredPolicyKind(t *testing.T) {
 	v, err := policy.Parse("quota.billing", []byte("per_minute: 60\n"))
 	if err != nil {
