@@ -63,7 +63,8 @@ func cluster(t *testing.T) ([]*server.Server, []*server.Options) {
 func TestTheRegistrySaysNoLeaderDuringAnOutage(t *testing.T) {
 	servers, opts := cluster(t)
 	nc := natstest.Connect(t, servers[2], nats.MaxReconnects(-1))
-	natstest.Provision(t, nc, streams.Topology{Replicas: 3, Heartbeat: time.Minute}) // the record outlives the outage
+	topo := streams.Topology{Replicas: 3, Heartbeat: time.Minute} // the record outlives the outage
+	natstest.Provision(t, nc, topo)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -108,13 +109,20 @@ func TestTheRegistrySaysNoLeaderDuringAnOutage(t *testing.T) {
 		t.Fatalf("the direct listing without a leader: %v, %v", list, err)
 	}
 
+	back := []*server.Server{servers[2]}
 	for _, o := range opts[:2] {
 		s, err := natstest.Start(o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { natstest.Stop(s) })
+		back = append(back, s)
 	}
+	// A node back from a stop creates its streams from the meta group's
+	// assignments after it takes connections; stopped while still at it,
+	// nats-server leaves the streams it creates afterwards running. So the
+	// test ends only once every node holds every stream.
+	defer waitForStreams(t, back, len(topo.KeyValueConfigs())+len(topo.StreamConfigs()))
 	reg, err = registry.Open(ctx, js)
 	if err != nil {
 		t.Fatalf("open once the nodes are back: %v", err)
@@ -123,4 +131,20 @@ func TestTheRegistrySaysNoLeaderDuringAnOutage(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != "a-1" {
 		t.Fatalf("listing once the nodes are back: %v, %v", list, err)
 	}
+}
+
+// waitForStreams waits until every node holds n streams.
+func waitForStreams(t *testing.T, nodes []*server.Server, n int) {
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		for _, s := range nodes {
+			info, err := s.Jsz(nil)
+			if err != nil {
+				return err
+			}
+			if info.Streams < n {
+				return fmt.Errorf("%s holds %d of %d streams", s.Name(), info.Streams, n)
+			}
+		}
+		return nil
+	})
 }
