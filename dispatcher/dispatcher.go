@@ -62,11 +62,10 @@ type Dispatcher struct {
 	hints   selection.Hints
 	hedges  selection.Hedges
 	// Live policy and declarations (policy.go, resolve.go).
-	policies    *registry.PolicyWatcher
-	catalog     *registry.Catalog
-	served      names.Served // the capabilities delivered: NO_AGENT for a name never registered is the caller's (record.go)
-	pols        sync.Map     // capability → *capPolicy, resolved from the current policy snapshot
-	capInflight sync.Map     // capability → *atomic.Int64, its tasks in flight here
+	policies *registry.PolicyWatcher
+	catalog  *registry.Catalog
+	served   names.Served        // the capabilities delivered: NO_AGENT for a name never registered is the caller's (record.go)
+	caps     config.Capabilities // each capability's settings under the current policy snapshot
 	// requirements caches parsed Reach-Require values, views the static
 	// filters of routes by requirement (resolve.go).
 	requirements selection.Cache
@@ -106,6 +105,7 @@ func New(nc *nats.Conn, cfg config.Config, opts ...Option) (*Dispatcher, error) 
 	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(),
 		requirements: selection.Cache{Limit: maxRequirements}, views: selection.Cache{Limit: maxViews},
 		fair: selection.NewFairShare(cfg.FairShareAt)}
+	d.caps.Config = &d.cfg
 	d.records = events.NewLog(d.publishRecords)
 	d.loads.Breaker, d.loads.PenaltyDecay = &d.cfg.Breaker, d.cfg.PenaltyDecay
 	d.picker.Loads, d.picker.Cost = &d.loads, d.declaredCost

@@ -2,8 +2,9 @@ package dispatcher
 
 import (
 	"fmt"
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"testing"
+
+	"github.com/agent-reach/agentreach/dispatcher/events"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"

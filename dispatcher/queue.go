@@ -49,7 +49,7 @@ func (d *Dispatcher) queueOf(key string) *waitQueue {
 // enqueue makes t wait in q for a free slot, then hands out what it can.
 func (d *Dispatcher) enqueue(q *waitQueue, t *task) {
 	d.stats.queued.Add(1)
-	wait := min(t.pol.queueWait, time.Until(t.deadline))
+	wait := min(t.pol.QueueWait, time.Until(t.deadline))
 	q.mu.Lock()
 	t.queued = q.tasks.PushBack(t)
 	q.n.Add(1)

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry/declare"
@@ -52,7 +53,7 @@ type task struct {
 	inDoubt         bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	// Cancellation (cancel.go): stopped holds why, once set; waiting is
 	// true while a backoff timer owns t.
-	pol *capPolicy // its capability's policy when it started (policy.go)
+	pol *config.Capability // its capability's settings when it started (policy.go)
 	// Matching (decode.go, resolve.go, pick.go): the requirement and
 	// preference, the view of the instances that meet it, the instances a
 	// pick passed over and why, and the types whose input schema refused
