@@ -58,7 +58,7 @@ type Dispatcher struct {
 	started bool
 	loads   selection.Loads
 	picker  selection.Picker
-	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
+	queues  sync.Map // capability, or capability@instance for unicast → *selection.WaitQueue[*task]
 	hints   selection.Hints
 	hedges  selection.Hedges
 	// Live policy and declarations (policy.go, resolve.go).

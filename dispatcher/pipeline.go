@@ -81,7 +81,7 @@ func (d *Dispatcher) run(t *task) {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
 		return
 	}
-	if q := d.waiting(t.queueKey()); q != nil && q.n.Load() > 0 && t.pol.QueueWait > 0 {
+	if q := d.waiting(t.queueKey()); q != nil && q.Len() > 0 && t.pol.QueueWait > 0 {
 		d.enqueue(q, t)
 		return
 	}

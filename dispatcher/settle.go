@@ -107,7 +107,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 func (d *Dispatcher) freed(inst *registry.Instance) {
 	for _, c := range inst.Entry().Capabilities {
 		for _, key := range [2]string{c, unicastKey(c, inst.ID)} {
-			if q := d.waiting(key); q != nil && q.n.Load() > 0 {
+			if q := d.waiting(key); q != nil && q.Len() > 0 {
 				d.pump(q)
 			}
 		}

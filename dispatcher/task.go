@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"container/list"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -47,8 +46,7 @@ type task struct {
 	lastUnreachable bool
 	start           time.Time
 	done            func(t *task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
-	queued          *list.Element                                  // in its capability's wait queue
-	waitTimer       *time.Timer                                    // ends its wait for a slot
+	wait            selection.Waiting[*task]                       // its place in its capability's wait queue (queue.go)
 	seq             uint64                                         // stream sequence of a durable task; 0 on the direct tier
 	inDoubt         bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	// Cancellation (cancel.go): stopped holds why, once set; waiting is
