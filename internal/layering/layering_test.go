@@ -62,7 +62,7 @@ const maxLines = 2500
 // with its size then as its ceiling: they may shrink, never grow. Lower a
 // ceiling when a package shrinks; remove the entry once it is under maxLines.
 var oversize = map[string]int{
-	"dispatcher": 3475, // the pipeline core with the streaming stage (stream.go, streamcall.go) and the broadcast's shared delivery (shared.go), the wait queue and the lifecycle: the shared delivery, the wait queue and the lifecycle are next
+	"dispatcher": 3461, // the pipeline core with the streaming stage (stream.go, streamcall.go) and the broadcast's shared delivery (shared.go), the wait queue and the lifecycle: the shared delivery, the wait queue and the lifecycle are next
 }
 
 type pkg struct {
