@@ -3,10 +3,9 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"testing"
 	"time"
-
-	"github.com/agent-reach/agentreach/dispatcher/durable"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"

@@ -2,9 +2,8 @@ package dispatcher
 
 import (
 	"fmt"
-	"testing"
-
 	"github.com/agent-reach/agentreach/dispatcher/events"
+	"testing"
 
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"

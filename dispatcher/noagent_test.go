@@ -1,11 +1,10 @@
 package dispatcher
 
 import (
+	"github.com/agent-reach/agentreach/dispatcher/events"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/agent-reach/agentreach/dispatcher/events"
 
 	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/registry"

@@ -5,12 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/agent-reach/agentreach/dispatcher/durable"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
