@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"encoding/json"
-	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,17 +53,4 @@ func (d *Dispatcher) subscribeAPI() ([]*nats.Subscription, error) {
 
 // Breakers returns the breaker of every instance this replica has routed to,
 // sorted by instance id.
-func (d *Dispatcher) Breakers() []selection.BreakerStatus {
-	now := time.Now()
-	var out []selection.BreakerStatus
-	d.loads.Range(func(id string, l *selection.Load) bool {
-		s := l.Breaker.Status(now)
-		s.Instance = id
-		s.Penalty = l.CurrentPenalty(d.cfg.PenaltyDecay, now)
-		s.LatencyMS = l.CurrentLatency(now) / 1e6
-		out = append(out, s)
-		return true
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
-	return out
-}
+func (d *Dispatcher) Breakers() []selection.BreakerStatus { return d.loads.Breakers(time.Now()) }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -126,12 +127,7 @@ func (d *Dispatcher) tasksWithID(id string) []*task {
 		return true
 	})
 	d.queues.Range(func(_, v any) bool {
-		q := v.(*waitQueue)
-		q.mu.Lock()
-		for el := q.tasks.Front(); el != nil; el = el.Next() {
-			add(el.Value.(*task))
-		}
-		q.mu.Unlock()
+		v.(*selection.WaitQueue[*task]).Range(add)
 		return true
 	})
 	return found

@@ -1,9 +1,10 @@
 package dispatcher
 
 import (
+	"time"
+
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/registry/declare"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -32,7 +33,7 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 		unicast:    h.Get(streams.HeaderAgent),
 		pol:        d.policy(capability),
 	}
-	defaultDeadline := start.Add(t.pol.deadline)
+	defaultDeadline := start.Add(t.pol.Deadline)
 	if durable {
 		defaultDeadline = start.Add(d.cfg.DurableDeadline)
 	}
@@ -73,7 +74,7 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 	if err != nil {
 		return t, err
 	}
-	t.wish = time.Duration(min(wish, int64(t.pol.maxCall/time.Millisecond))) * time.Millisecond
+	t.wish = time.Duration(min(wish, int64(t.pol.MaxCall/time.Millisecond))) * time.Millisecond
 	if t.budget, err = streams.ParseBudget(h); err != nil {
 		return t, err
 	}
@@ -100,7 +101,7 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 		}
 		t.owner = owner
 	}
-	if t.pol.write && h.Get(streams.HeaderIdempotencyKey) == "" {
+	if t.pol.Write && h.Get(streams.HeaderIdempotencyKey) == "" {
 		h.Set(streams.HeaderIdempotencyKey, t.requestID)
 	}
 	dl, err := streams.ParseDeadline(h)
@@ -144,7 +145,7 @@ const maxRequirements = 1024
 // readRequirements sets t's requirement — the caller's Reach-Require over
 // its capability's default — and its preference, or says what is wrong.
 func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
-	need := t.pol.require
+	need := t.pol.Require
 	if v := h.Get(streams.HeaderRequire); v != "" {
 		p, ok := d.requirements.Load(v)
 		if !ok {

@@ -124,7 +124,7 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	err := d.nc.PublishMsg(out)
 	if err == nil {
 		dl.sent = time.Now()
-		wait := min(t.pol.ackTimeout, t.deadline.Sub(dl.sent))
+		wait := min(t.pol.AckTimeout, t.deadline.Sub(dl.sent))
 		dl.expires = dl.sent.Add(wait)
 		dl.timer = time.AfterFunc(wait, func() { d.expire(dl) })
 	} else {
@@ -175,7 +175,7 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 		dl.mu.Lock()
 		if !dl.over {
 			dl.acked = true
-			wait := min(dl.t.pol.callTimeout(dl.t.wish, d.hints.TimeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
+			wait := min(dl.t.pol.CallTimeout(dl.t.wish, d.hints.TimeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
 			dl.expires = time.Now().Add(wait)
 			dl.timer.Reset(wait)
 		}
@@ -239,7 +239,7 @@ func (d *Dispatcher) expire(dl *delivery) {
 	case time.Until(dl.t.deadline) <= 0:
 		d.settle(dl, nil, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), outcomeFinal)
 	case !acked:
-		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, dl.t.pol.ackTimeout), outcomeUnreachable)
+		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, dl.t.pol.AckTimeout), outcomeUnreachable)
 	default:
 		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), outcomeSlow)
 	}

@@ -58,15 +58,14 @@ type Dispatcher struct {
 	started bool
 	loads   selection.Loads
 	picker  selection.Picker
-	queues  sync.Map // capability, or capability@instance for unicast → *waitQueue
+	queues  sync.Map // capability, or capability@instance for unicast → *selection.WaitQueue[*task]
 	hints   selection.Hints
 	hedges  selection.Hedges
 	// Live policy and declarations (policy.go, resolve.go).
-	policies    *registry.PolicyWatcher
-	catalog     *registry.Catalog
-	served      names.Served // the capabilities delivered: NO_AGENT for a name never registered is the caller's (record.go)
-	pols        sync.Map     // capability → *capPolicy, resolved from the current policy snapshot
-	capInflight sync.Map     // capability → *atomic.Int64, its tasks in flight here
+	policies *registry.PolicyWatcher
+	catalog  *registry.Catalog
+	served   names.Served        // the capabilities delivered: NO_AGENT for a name never registered is the caller's (record.go)
+	caps     config.Capabilities // each capability's settings under the current policy snapshot
 	// requirements caches parsed Reach-Require values, views the static
 	// filters of routes by requirement (resolve.go).
 	requirements selection.Cache
@@ -75,8 +74,8 @@ type Dispatcher struct {
 	// of *task), so that a cancel can find them.
 	backoffs sync.Map
 
-	records *events.Log     // batches the event records (record.go)
-	scores  feedback.Scores // callers' scores of results (dispatcher/feedback)
+	records *events.Recorder // counts, observes and sends the records (record.go)
+	scores  feedback.Scores  // callers' scores of results (dispatcher/feedback)
 	// Extension points (hooks.go).
 	observers  []Observer
 	authorizer Authorizer
@@ -85,7 +84,6 @@ type Dispatcher struct {
 	fair       *selection.FairShare // the callers' shares of inflight
 	tasks      sync.WaitGroup
 	stats      stats
-	counts     events.Tally // record.go
 
 	stopOnce sync.Once
 	stopErr  error
@@ -106,13 +104,18 @@ func New(nc *nats.Conn, cfg config.Config, opts ...Option) (*Dispatcher, error) 
 	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(),
 		requirements: selection.Cache{Limit: maxRequirements}, views: selection.Cache{Limit: maxViews},
 		fair: selection.NewFairShare(cfg.FairShareAt)}
-	d.records = events.NewLog(d.publishRecords)
+	d.caps.Config = &d.cfg
 	d.loads.Breaker, d.loads.PenaltyDecay = &d.cfg.Breaker, d.cfg.PenaltyDecay
 	d.picker.Loads, d.picker.Cost = &d.loads, d.declaredCost
 	for _, o := range opts {
 		o(d)
 	}
 	d.log = d.log.With().Str("dispatcher", cfg.Name).Logger()
+	var observe func(*events.Event)
+	if len(d.observers) > 0 {
+		observe = d.observe
+	}
+	d.records = events.NewRecorder(nc, cfg.Subjects, cfg.NoEvents, observe, &d.log)
 	d.breakers = breakers.Sharing{NC: nc, By: cfg.Name, Loads: &d.loads, Log: &d.log, Live: func(id string) bool {
 		_, live := d.table.Lookup(id)
 		return live
@@ -344,7 +347,7 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 		}
 		errs = append(errs, d.inbox.Stop())
 		d.stopAPI()
-		d.records.Flush("")
+		d.records.Flush()
 		if graceful {
 			if err := d.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				errs = append(errs, fmt.Errorf("dispatcher: flush event records: %w", err))
@@ -405,7 +408,7 @@ type stats struct {
 func (d *Dispatcher) Stats() Stats {
 	s := Stats{
 		Name:              d.cfg.Name,
-		Counts:            d.counts.Load(),
+		Counts:            d.records.Counts(),
 		Overloaded:        d.stats.overloaded.Load(),
 		Dropped:           d.stats.dropped.Load(),
 		Redirected:        d.stats.redirected.Load(),

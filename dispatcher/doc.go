@@ -11,13 +11,13 @@
 //
 // A task's path is a pipeline of stages, one file each, in this order:
 // admit, decode, resolve, pick, deliver, settle, record (pipeline.go lists
-// them). Where a task goes is decided in dispatcher/selection, with no
-// connection of its own; the durable tier — its consumer, a task taken to
-// one claimed outcome (durable.Tier), dead letters — is in
-// dispatcher/durable; the records in dispatcher/events; the replies to the
-// deliveries arrive through dispatcher/inbox; the breakers are shared with
-// the other replicas by dispatcher/breakers; the spans are
-// dispatcher/tracing's, callers' scores dispatcher/feedback's.
+// them). A capability's settings under the live policy are
+// dispatcher/config's; where a task goes, and its wait for a free slot,
+// dispatcher/selection's, with no connection of its own; the durable tier
+// (durable.Tier) dispatcher/durable's; the records and where they go
+// dispatcher/events'; the deliveries' replies come through dispatcher/inbox;
+// breakers are shared with the other replicas by dispatcher/breakers; spans
+// are dispatcher/tracing's, callers' scores dispatcher/feedback's.
 //
 // The dispatcher holds no state that matters beyond caches: its routing
 // table is rebuilt from REACH_AGENTS, and its in-flight counts start at zero.

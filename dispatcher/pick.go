@@ -27,7 +27,7 @@ func (d *Dispatcher) pick(t *task, rs *registry.Routes) (inst *registry.Instance
 	if !d.anyFree(rs) {
 		return nil, false, routeFull // the common answer while tasks wait: found cheaply
 	}
-	name := t.pol.strategy
+	name := t.pol.Strategy
 	var full, open, looped, slow int
 	t.passed = t.passed[:0]
 	now := time.Now()
@@ -57,7 +57,7 @@ func (d *Dispatcher) pick(t *task, rs *registry.Routes) (inst *registry.Instance
 			case !l.Reserve(int64(cand.Entry().MaxConcurrent)):
 				full++
 			default:
-				admit, isProbe := l.Breaker.Allow(now, t.pol.breaker)
+				admit, isProbe := l.Breaker.Allow(now, t.pol.Breaker)
 				if admit {
 					return cand, isProbe, 0
 				}

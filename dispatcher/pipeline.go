@@ -18,7 +18,7 @@ import (
 //  2. decode.go   — the request's headers and payload read once: ids,
 //                   content type, requirements, hops, timeouts, budget,
 //                   the caller proven (Authorizer)
-//  3. resolve.go  — the capability's policy (policy.go), a workflow's name
+//  3. resolve.go  — the capability's policy (policy.go, config.Capability), a workflow's name
 //                   to the Resolver, the candidates that meet the
 //                   requirements and declarations, the input schema check
 //  4. pick.go     — one instance by strategy, load and breakers
@@ -81,7 +81,7 @@ func (d *Dispatcher) run(t *task) {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
 		return
 	}
-	if q := d.waiting(t.queueKey()); q != nil && q.n.Load() > 0 && t.pol.queueWait > 0 {
+	if q := d.waiting(t.queueKey()); q != nil && q.Len() > 0 && t.pol.QueueWait > 0 {
 		d.enqueue(q, t)
 		return
 	}
@@ -99,7 +99,7 @@ func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why n
 		t.node = inst.ID
 		t.mu.Unlock()
 		d.send(t, inst, probe, false)
-	case why == routeFull && t.pol.queueWait > 0:
+	case why == routeFull && t.pol.QueueWait > 0:
 		d.enqueue(d.queueOf(t.queueKey()), t)
 	case why == routeFull:
 		t.attempts++ // a wait for capacity uses a retry too

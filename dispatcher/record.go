@@ -3,8 +3,6 @@ package dispatcher
 import (
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -31,8 +29,8 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 			ev.FirstChunkMS = float64(r.First().Sub(start).Microseconds()) / 1000
 		}
 	}
-	if !d.recordsWanted() {
-		d.counts.Add(ev.Count()) // counted all the same
+	if !d.records.Wanted() {
+		d.records.Count(&ev) // counted all the same
 		return
 	}
 	if t.view != nil && (len(t.view.Excluded) > 0 || len(t.passed) > 0) {
@@ -43,23 +41,19 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 	}
 	if t.seq > 0 {
 		ev.Tier = "durable"
-		d.publishEvent(&ev, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
+		d.records.Publish(&ev, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
 		return
 	}
-	d.publishEvent(&ev, "")
+	d.records.Publish(&ev, "")
 }
-
-// recordsWanted reports whether records are written at all: for
-// REACH_EVENTS, or for an observer. Either way they are counted.
-func (d *Dispatcher) recordsWanted() bool { return !d.cfg.NoEvents || len(d.observers) > 0 }
 
 // RecordEvent writes a feedback record that is not a task's own, such as
 // a fan-out's or a broadcast's, batched like the direct tier's records.
 // Dispatcher and Tier are filled in when empty. When the replica runs with
 // NoEvents and no observer it only counts it (Stats).
 func (d *Dispatcher) RecordEvent(ev events.Event) {
-	if !d.recordsWanted() {
-		d.counts.Add(ev.Count())
+	if !d.records.Wanted() {
+		d.records.Count(&ev)
 		return
 	}
 	if ev.Dispatcher == "" {
@@ -68,35 +62,7 @@ func (d *Dispatcher) RecordEvent(ev events.Event) {
 	if ev.Tier == "" {
 		ev.Tier = "direct"
 	}
-	d.publishEvent(&ev, "")
-}
-
-// publishEvent counts ev, hands it to the observers and sends it on its
-// capability's event subject: alone with msgID as its message id when one
-// is given (deduplicated across redeliveries), else batched.
-func (d *Dispatcher) publishEvent(ev *events.Event, msgID string) {
-	d.counts.Add(ev.Count())
-	d.observe(ev)
-	if d.cfg.NoEvents {
-		return
-	}
-	capability := ev.Capability
-	if streams.ValidateCapability(capability) != nil {
-		capability = "invalid" // a BAD_REQUEST for the subject itself still leaves its record
-	}
-	subject := d.cfg.Subjects.Event(capability)
-	if msgID != "" {
-		d.records.Alone(subject, msgID, ev)
-		return
-	}
-	d.records.Add(subject, ev)
-}
-
-// publishRecords sends one message of records (events.Log).
-func (d *Dispatcher) publishRecords(m *nats.Msg) {
-	if err := d.nc.PublishMsg(m); err != nil {
-		d.log.Warn().Err(err).Str("subject", m.Subject).Str("records", m.Header.Get(events.HeaderEvents)).Msg("event records not published")
-	}
+	d.records.Publish(&ev, "")
 }
 
 // observe hands a record to every observer.

@@ -49,13 +49,13 @@ func (d *Dispatcher) start(t *task) *streams.Error {
 		if e := d.checkInput(t, v); e != nil {
 			return e
 		}
-		if p := t.pol; p.hedge != nil && t.unicast == "" && t.seq == 0 && (p.hedgeFromConfig || p.idempotent || v.HedgeSafe) {
-			t.hedge = d.hedges.Of(t.capability, p.hedge)
+		if p := t.pol; p.Hedge != nil && t.unicast == "" && t.seq == 0 && (p.HedgeFromConfig || p.Idempotent || v.HedgeSafe) {
+			t.hedge = d.hedges.Of(t.capability, p.Hedge)
 		}
 	}
-	if !t.pol.admitCapability() {
+	if !t.pol.Admit() {
 		return streams.NewError(streams.CodeOverloaded, "%s has %d tasks in flight at dispatcher %s, its policy's max_in_flight",
-			t.capability, t.pol.maxInFlight, d.cfg.Name)
+			t.capability, t.pol.MaxInFlight, d.cfg.Name)
 	}
 	t.admitted = true
 	return nil
@@ -65,7 +65,7 @@ func (d *Dispatcher) start(t *task) *streams.Error {
 func (t *task) finish() {
 	if t.admitted {
 		t.admitted = false
-		t.pol.releaseCapability()
+		t.pol.Release()
 	}
 }
 

@@ -44,7 +44,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	load.Inflight.Add(-1)
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
-	if state, changed := load.Breaker.Record(now, healthy, dl.probe, t.pol.breaker); changed {
+	if state, changed := load.Breaker.Record(now, healthy, dl.probe, t.pol.Breaker); changed {
 		d.breakers.Changed(dl.inst.ID, state)
 	}
 	if !healthy {
@@ -107,7 +107,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 func (d *Dispatcher) freed(inst *registry.Instance) {
 	for _, c := range inst.Entry().Capabilities {
 		for _, key := range [2]string{c, unicastKey(c, inst.ID)} {
-			if q := d.waiting(key); q != nil && q.n.Load() > 0 {
+			if q := d.waiting(key); q != nil && q.Len() > 0 {
 				d.pump(q)
 			}
 		}
@@ -126,7 +126,7 @@ func costOf(m *nats.Msg) float64 {
 // jittered backoff otherwise — or ends with the last error.
 func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 	t.last, t.lastUnreachable = e, kind == outcomeUnreachable
-	retries := t.pol.retries
+	retries := t.pol.Retries
 	if t.noRetry {
 		retries = 0
 	}

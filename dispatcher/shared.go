@@ -137,7 +137,7 @@ func (s *Shared) resolve() *streams.Error {
 		if over, _ := t.tooSlow(l, now); over {
 			continue
 		}
-		admit, probe := l.Breaker.Allow(now, t.pol.breaker)
+		admit, probe := l.Breaker.Allow(now, t.pol.Breaker)
 		if !admit {
 			open++
 			t.passed = append(t.passed, streams.Exclusion{Node: inst.ID, Reason: "breaker open"})
@@ -193,14 +193,14 @@ func (s *Shared) Deadline() time.Time { return s.t.deadline }
 // AckTimeout is how long a delivery may wait for its ACK (the capability's
 // policy), at most until the deadline.
 func (s *Shared) AckTimeout() time.Duration {
-	return min(s.t.pol.ackTimeout, time.Until(s.t.deadline))
+	return min(s.t.pol.AckTimeout, time.Until(s.t.deadline))
 }
 
 // CallTimeout is how long target i may take after an ACK or PROCESSING:
 // the request's Reach-Timeout and i's type's learned hint, plus slack,
 // clamped by the policy, at most until the deadline.
 func (s *Shared) CallTimeout(i int) time.Duration {
-	return min(s.t.pol.callTimeout(s.t.wish, s.d.hints.TimeoutHint(s.targets[i].inst.Entry())), time.Until(s.t.deadline))
+	return min(s.t.pol.CallTimeout(s.t.wish, s.d.hints.TimeoutHint(s.targets[i].inst.Entry())), time.Until(s.t.deadline))
 }
 
 // Header returns the headers every delivery carries: the request's own as
@@ -284,7 +284,7 @@ func (s *Shared) Settle(i int, took time.Duration, reply *nats.Msg, e *streams.E
 	load.Inflight.Add(-1)
 	now := time.Now()
 	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
-	if state, changed := load.Breaker.Record(now, healthy, tg.probe, s.t.pol.breaker); changed {
+	if state, changed := load.Breaker.Record(now, healthy, tg.probe, s.t.pol.Breaker); changed {
 		s.d.breakers.Changed(tg.inst.ID, state)
 	}
 	if !healthy {

@@ -70,9 +70,9 @@ func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
 	// rest of a chunk's relay): expires moves on, and the timer, when it
 	// fires early, re-arms itself for the rest (expire).
 	now := time.Now()
-	wait := t.pol.ackTimeout
+	wait := t.pol.AckTimeout
 	if t.relay == nil {
-		wait = t.pol.callTimeout(t.wish, d.hints.TimeoutHint(dl.inst.Entry()))
+		wait = t.pol.CallTimeout(t.wish, d.hints.TimeoutHint(dl.inst.Entry()))
 	}
 	dl.expires = now.Add(min(wait, t.deadline.Sub(now)))
 	if !dl.acked || dl.chunks == 0 {

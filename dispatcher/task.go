@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"container/list"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry/declare"
@@ -46,13 +46,12 @@ type task struct {
 	lastUnreachable bool
 	start           time.Time
 	done            func(t *task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
-	queued          *list.Element                                  // in its capability's wait queue
-	waitTimer       *time.Timer                                    // ends its wait for a slot
+	wait            selection.Waiting[*task]                       // its place in its capability's wait queue (queue.go)
 	seq             uint64                                         // stream sequence of a durable task; 0 on the direct tier
 	inDoubt         bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	// Cancellation (cancel.go): stopped holds why, once set; waiting is
 	// true while a backoff timer owns t.
-	pol *capPolicy // its capability's policy when it started (policy.go)
+	pol *config.Capability // its capability's settings when it started (policy.go)
 	// Matching (decode.go, resolve.go, pick.go): the requirement and
 	// preference, the view of the instances that meet it, the instances a
 	// pick passed over and why, and the types whose input schema refused

@@ -131,3 +131,22 @@ func TestBreakerStateMachineProperties(t *testing.T) {
 		}
 	})
 }
+
+// Loads.Breakers lists every instance's breaker, sorted by instance id.
+func TestLoadsBreakersSorted(t *testing.T) {
+	cfg := BreakerConfig{}
+	cfg.SetDefaults()
+	ls := Loads{Breaker: &cfg, PenaltyDecay: time.Minute}
+	for _, id := range []string{"c", "a", "b"} {
+		ls.Of(id)
+	}
+	got := ls.Breakers(time.Now())
+	if len(got) != 3 || got[0].Instance != "a" || got[1].Instance != "b" || got[2].Instance != "c" {
+		t.Fatalf("Breakers = %+v, want a, b, c", got)
+	}
+	for _, s := range got {
+		if s.State != BreakerClosed {
+			t.Errorf("%s: state %v, want closed", s.Instance, s.State)
+		}
+	}
+}

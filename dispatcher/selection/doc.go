@@ -5,7 +5,7 @@
 // that place a task among the qualifying instances (Picker), the static
 // filter of a capability's instances by a task's requirements and the
 // declarations (View), the callers' fair share of a replica's slots
-// (FairShare), learned timeout hints (Hints) and the hedge delay and
-// budget (Hedges). Time is read or passed in, never slept on, so every
+// (FairShare), the wait for a free slot (WaitQueue), learned timeout
+// hints (Hints) and the hedge delay and budget (Hedges). Time is read or passed in, never slept on, so every
 // part is tested without a server.
 package selection

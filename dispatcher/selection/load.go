@@ -2,7 +2,9 @@ package selection
 
 import (
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -208,6 +210,22 @@ func (ls *Loads) Delete(id string) { ls.m.Delete(id) }
 // Range calls f for every instance's record until f returns false.
 func (ls *Loads) Range(f func(id string, l *Load) bool) {
 	ls.m.Range(func(k, v any) bool { return f(k.(string), v.(*Load)) })
+}
+
+// Breakers returns the breaker of every instance ls holds at now, with
+// its penalty and latency, sorted by instance id.
+func (ls *Loads) Breakers(now time.Time) []BreakerStatus {
+	var out []BreakerStatus
+	ls.Range(func(id string, l *Load) bool {
+		s := l.Breaker.Status(now)
+		s.Instance = id
+		s.Penalty = l.CurrentPenalty(ls.PenaltyDecay, now)
+		s.LatencyMS = l.CurrentLatency(now) / 1e6
+		out = append(out, s)
+		return true
+	})
+	slices.SortFunc(out, func(a, b BreakerStatus) int { return strings.Compare(a.Instance, b.Instance) })
+	return out
 }
 
 // lookup returns m's value for key, storing fresh() first when it has none.

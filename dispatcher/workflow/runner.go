@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agent-reach/agentreach/dispatcher"
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/fanout"
 	"github.com/agent-reach/agentreach/dispatcher/workflow/spec"
 	"github.com/agent-reach/agentreach/streams"
@@ -523,7 +524,7 @@ func (x *runner) call(capability string, payload json.RawMessage, key string, ti
 	ctx, cancel := context.WithDeadline(x.e.ctx, deadline)
 	defer cancel()
 	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, timeout+dispatcher.CallTimeoutSlack)
+		ctx, cancel = context.WithTimeout(ctx, timeout+config.CallTimeoutSlack)
 		defer cancel()
 	}
 	start := time.Now()

@@ -1,4 +1,4 @@
-package dispatcher
+package config
 
 import (
 	"testing"
@@ -8,9 +8,10 @@ import (
 // callTimeoutOf is the call timeout of a capability without policy under
 // the default Config.
 func callTimeoutOf(wish, hint time.Duration) time.Duration {
-	d := &Dispatcher{}
-	d.cfg.SetDefaults()
-	return d.resolvePolicy("echo", nil).callTimeout(wish, hint)
+	var c Config
+	c.SetDefaults()
+	cs := Capabilities{Config: &c}
+	return cs.For("echo", nil).CallTimeout(wish, hint)
 }
 
 func TestCallTimeoutClamp(t *testing.T) {
