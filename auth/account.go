@@ -74,6 +74,9 @@ func (s *Store) AccountJWT(acl *policy.ACL, subjects streams.Subjects) (token, d
 		scope.Role = string(id.Role) + ":" + id.Name
 		scope.Description = fmt.Sprintf("Agent-Reach %s %s", id.Role, id.Name)
 		scope.Template.Permissions = Permissions(id, acl, subjects)
+		if id.Role == RoleLeaf {
+			scope.Template.Permissions = LeafPermissions(id, st.Identities, acl, subjects)
+		}
 		ac.SigningKeys.AddScopedSigner(scope)
 	}
 	b, err := json.Marshal(ac)
