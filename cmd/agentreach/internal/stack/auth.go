@@ -42,6 +42,10 @@ Sub-commands:
                            replace an agent's grant (routable by it once synced)
   caller NAME              a caller (application, CLI user, gateway)
   dispatcher NAME          a dispatcher (also the identity for admin commands)
+  leaf NAME --carries AGENTS
+                           a leaf node server's link to the cluster: it may
+                           pass what the agents it carries may do, no more
+                           (deploy/nats/leaf.conf, docs/operations.md)
   ls                       every identity, revoked ones marked (--json: an array)
   revoke NAME              revoke an identity: its connections are cut and its
                            calls refused once synced; every other one goes on
@@ -61,6 +65,7 @@ Example:
   agentreach auth agent billing-1 --type billing
   agentreach auth agent scorer-1 --type scorer --serves 'risk.*,fraud.score'
   agentreach auth caller web
+  agentreach auth leaf edge-1 --carries echo-edge-1,math-edge-1
   agentreach auth revoke billing-1
   agentreach auth tls --out deploy/certs --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1`
 
@@ -89,17 +94,19 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		c           = authCmd{stdout: stdout, stderr: stderr}
 		typ         string
 		serves      string
+		carries     string
 		out         string
 		hosts       string
 		resolverDir string
 		once        bool
 		seedACL     string
 	)
-	c.cl = cli.NewCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE [--serves PATTERNS] | grant NAME --serves PATTERNS | caller NAME | dispatcher NAME | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
+	c.cl = cli.NewCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE [--serves PATTERNS] | grant NAME --serves PATTERNS | caller NAME | dispatcher NAME | leaf NAME --carries AGENTS | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
 	c.cl.Group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&c.dir, "dir", defaultAuthDir, "`directory` of the identity store ('up --auth' uses <data-dir>/auth)")
 		fs.StringVar(&typ, "type", "", "agent: the agent `type`, the REACH_CAPS key it may write")
 		fs.StringVar(&serves, "serves", "", "agent, grant: comma-separated capability `patterns` the agent may be routed ('*' one token, a last '>' the rest: 'risk.*,fraud.score'); default TYPE,TYPE.>")
+		fs.StringVar(&carries, "carries", "", "leaf: comma-separated `names` of the agent identities behind the leaf node (its link may do what they may)")
 		fs.StringVar(&out, "out", "", "tls: the `directory` of the certificates; server-config: the file (default stdout)")
 		fs.StringVar(&hosts, "hosts", "localhost,127.0.0.1", "tls: comma-separated `names` and addresses the server certificate covers")
 		fs.StringVar(&resolverDir, "resolver-dir", "/data/jwt", "server-config: the `directory` of the servers' account resolver, as they see it")
@@ -115,13 +122,13 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) == 0 {
-		return c.cl.UsageError(stderr, "want a sub-command: init, agent, grant, caller, dispatcher, ls, revoke, token, tls, server-config or sync")
+		return c.cl.UsageError(stderr, "want a sub-command: init, agent, grant, caller, dispatcher, leaf, ls, revoke, token, tls, server-config or sync")
 	}
 	sub, rest := pos[0], pos[1:]
-	takesName := map[string]bool{"agent": true, "grant": true, "caller": true, "dispatcher": true, "revoke": true, "token": true}
+	takesName := map[string]bool{"agent": true, "grant": true, "caller": true, "dispatcher": true, "leaf": true, "revoke": true, "token": true}
 	switch {
 	case !takesName[sub] && !map[string]bool{"init": true, "ls": true, "tls": true, "server-config": true, "sync": true}[sub]:
-		return c.cl.UsageError(stderr, "unknown sub-command %q (want init, agent, grant, caller, dispatcher, ls, revoke, token, tls, server-config or sync)", sub)
+		return c.cl.UsageError(stderr, "unknown sub-command %q (want init, agent, grant, caller, dispatcher, leaf, ls, revoke, token, tls, server-config or sync)", sub)
 	case takesName[sub] && len(rest) != 1:
 		return c.cl.UsageError(stderr, "%s: want NAME, got %d arguments", sub, len(rest))
 	case !takesName[sub] && len(rest) != 0:
@@ -130,6 +137,10 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return c.cl.UsageError(stderr, "--type: only for 'auth agent'")
 	case serves != "" && sub != "agent" && sub != "grant":
 		return c.cl.UsageError(stderr, "--serves: only for 'auth agent' and 'auth grant'")
+	case carries != "" && sub != "leaf":
+		return c.cl.UsageError(stderr, "--carries: only for 'auth leaf'")
+	case sub == "leaf" && len(cli.SplitList(carries)) == 0:
+		return c.cl.UsageError(stderr, "leaf: --carries is required: the agent identities behind the leaf node ('echo-edge-1,math-edge-1')")
 	case sub == "grant" && len(cli.SplitList(serves)) == 0:
 		return c.cl.UsageError(stderr, "grant: --serves is required: the capability patterns the agent may be routed ('risk.*,fraud.score')")
 	case sub == "tls" && out == "":
@@ -139,8 +150,8 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch sub {
 	case "init":
 		err = c.init()
-	case "agent", "caller", "dispatcher":
-		err = c.Add(auth.Identity{Name: rest[0], Role: auth.Role(sub), Type: typ, Serves: cli.SplitList(serves)})
+	case "agent", "caller", "dispatcher", "leaf":
+		err = c.Add(auth.Identity{Name: rest[0], Role: auth.Role(sub), Type: typ, Serves: cli.SplitList(serves), Carries: cli.SplitList(carries)})
 	case "grant":
 		err = c.grant(rest[0], cli.SplitList(serves))
 	case "ls":
@@ -230,7 +241,7 @@ func (c *authCmd) list() error {
 		if !id.Active() {
 			status = "revoked " + id.Revoked.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, dash(id.Type), dash(strings.Join(id.Grant(), ",")), id.Created.Format(time.RFC3339), status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, dash(id.Type), dash(strings.Join(append(id.Grant(), id.Carries...), ",")), id.Created.Format(time.RFC3339), status)
 	}
 	return tw.Flush()
 }
