@@ -146,6 +146,20 @@ func (s *Store) ServerConfig(resolverDir string, acl *policy.ACL, subjects strea
 	return b.String(), nil
 }
 
+// LeafServerConfig returns ServerConfig for a leaf node server, followed by
+// the AGENTREACH account's public key as the variable AGENTREACH_ACCOUNT:
+// a leaf's remote must name the account it links (deploy/nats/leaf.conf:
+// account: $AGENTREACH_ACCOUNT). Only a config that uses the variable may
+// include it (nats-server refuses an unused one).
+func (s *Store) LeafServerConfig(resolverDir string, acl *policy.ACL, subjects streams.Subjects) (string, error) {
+	text, err := s.ServerConfig(resolverDir, acl, subjects)
+	if err != nil {
+		return "", err
+	}
+	return text + fmt.Sprintf("# The AGENTREACH account, which a leaf node's remote links.\nAGENTREACH_ACCOUNT: %s\n",
+		strconv.Quote(s.snapshot().Account)), nil
+}
+
 // preload returns the JWTs of both accounts by public key.
 func (s *Store) preload(acl *policy.ACL, subjects streams.Subjects) (map[string]string, error) {
 	sys, err := s.SystemAccountJWT()

@@ -54,6 +54,7 @@ Sub-commands:
   tls                      a development CA and certificates (--out, --hosts)
   server-config            the nats-server configuration of operator mode
                            (--resolver-dir, --out), to include in the servers'
+                           (--leaf: a leaf node server's, deploy/nats/leaf.conf)
   sync                     push the store and the ACL to the servers, and keep
                            doing it until stopped (--once: once); connection
                            flags name the servers and a dispatcher identity
@@ -67,7 +68,7 @@ Example:
   agentreach auth caller web
   agentreach auth leaf edge-1 --carries echo-edge-1,math-edge-1
   agentreach auth revoke billing-1
-  agentreach auth tls --out deploy/certs --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1`
+  agentreach auth tls --out deploy/certs --hosts nats-1,nats-2,nats-3,leaf,localhost,127.0.0.1`
 
 // defaultAuthDir is the store `agentreach up --auth` keeps in its default
 // data directory.
@@ -99,6 +100,7 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		hosts       string
 		resolverDir string
 		once        bool
+		leaf        bool
 		seedACL     string
 	)
 	c.cl = cli.NewCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE [--serves PATTERNS] | grant NAME --serves PATTERNS | caller NAME | dispatcher NAME | leaf NAME --carries AGENTS | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
@@ -111,6 +113,7 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&hosts, "hosts", "localhost,127.0.0.1", "tls: comma-separated `names` and addresses the server certificate covers")
 		fs.StringVar(&resolverDir, "resolver-dir", "/data/jwt", "server-config: the `directory` of the servers' account resolver, as they see it")
 		fs.BoolVar(&once, "once", false, "sync: push once and exit")
+		fs.BoolVar(&leaf, "leaf", false, "server-config: for a leaf node server: also the AGENTREACH account's key as AGENTREACH_ACCOUNT, which deploy/nats/leaf.conf's remote names")
 		fs.StringVar(&seedACL, "seed-acl", "", "sync: store this `file` (YAML or JSON) as the acl when REACH_POLICY has none yet")
 		c.cl.JSONFlag(fs, &c.asJSON, `print JSON: the identity made or revoked, ls an array; a failure as {"error": …}`)
 	})
@@ -143,6 +146,8 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return c.cl.UsageError(stderr, "leaf: --carries is required: the agent identities behind the leaf node ('echo-edge-1,math-edge-1')")
 	case sub == "grant" && len(cli.SplitList(serves)) == 0:
 		return c.cl.UsageError(stderr, "grant: --serves is required: the capability patterns the agent may be routed ('risk.*,fraud.score')")
+	case leaf && sub != "server-config":
+		return c.cl.UsageError(stderr, "--leaf: only for 'auth server-config'")
 	case sub == "tls" && out == "":
 		return c.cl.UsageError(stderr, "tls: --out is required: the directory to write the CA and certificates to")
 	}
@@ -163,7 +168,7 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "tls":
 		err = c.tls(out, cli.SplitList(hosts))
 	case "server-config":
-		err = c.serverConfig(resolverDir, out, conn.Subjects())
+		err = c.serverConfig(resolverDir, out, leaf, conn.Subjects())
 	case "sync":
 		conn.Log = conn.Logger(stderr)
 		err = c.sync(ctx, &conn, once, seedACL)
@@ -330,12 +335,16 @@ func (c *authCmd) tls(out string, hosts []string) error {
 	return nil
 }
 
-func (c *authCmd) serverConfig(resolverDir, out string, subjects streams.Subjects) error {
+func (c *authCmd) serverConfig(resolverDir, out string, leaf bool, subjects streams.Subjects) error {
 	s, err := c.open()
 	if err != nil {
 		return err
 	}
-	text, err := s.ServerConfig(resolverDir, nil, subjects)
+	config := s.ServerConfig
+	if leaf {
+		config = s.LeafServerConfig
+	}
+	text, err := config(resolverDir, nil, subjects)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agent-reach/agentreach/cmd/agentreach/internal/cli"
@@ -24,4 +25,9 @@ func TestAuthLeaf(t *testing.T) {
 	clitest.Expect(t, auth("leaf", "edge-1", "--carries", "echo-edge-1"), cli.ExitOK,
 		"out:leaf edge-1: credentials in "+filepath.Join(dir, "creds", "edge-1.creds"))
 	clitest.Expect(t, auth("ls"), cli.ExitOK, "out:edge-1       leaf   -     echo-edge-1")
+	clitest.Expect(t, auth("ls", "--leaf"), cli.ExitUsage, "--leaf: only for 'auth server-config'")
+	clitest.Expect(t, auth("server-config", "--leaf"), cli.ExitOK, "out:operator: ", "out:AGENTREACH_ACCOUNT: \"A")
+	if r := auth("server-config"); strings.Contains(r.Stdout, "AGENTREACH_ACCOUNT") {
+		t.Error("the cluster's server-config names AGENTREACH_ACCOUNT, which nats-server refuses unused")
+	}
 }
