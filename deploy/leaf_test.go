@@ -1,17 +1,27 @@
 package deploy
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/auth"
+	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -104,4 +114,111 @@ func TestComposeLeaf(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLeafConfigCarriesAnAgentToTheHub runs the shipped configs: a hub node
+// from nats-1.conf and a leaf node server from leaf.conf (ports moved to
+// free ones, the remote pointed at the hub's leafnode port), linked with
+// mutual TLS as edge-1. A demo agent connected to the leaf as its own
+// identity, on the hub's JetStream domain, registers in the hub's
+// REACH_AGENTS.
+func TestLeafConfigCarriesAnAgentToTheHub(t *testing.T) {
+	g := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hubOpts, hubRoot := loadNATSConfig(t, g, "nats-1")
+	hubOpts.Cluster = server.ClusterOpts{}
+	hubOpts.Routes, hubOpts.RoutesStr = nil, ""
+	hubOpts.Host, hubOpts.Port = "127.0.0.1", -1
+	hubOpts.HTTPHost, hubOpts.HTTPPort = "127.0.0.1", -1
+	leafPort := natstest.FreePort(t)
+	hubOpts.LeafNode.Host, hubOpts.LeafNode.Port = "127.0.0.1", leafPort
+	hubOpts.NoLog, hubOpts.NoSigs = true, true
+	hub := runServer(t, hubOpts, "nats-1.conf")
+
+	leafOpts, _ := loadNATSConfig(t, g, leafService)
+	leafOpts.Host, leafOpts.Port = "127.0.0.1", -1
+	leafOpts.HTTPHost, leafOpts.HTTPPort = "127.0.0.1", -1
+	leafOpts.NoLog, leafOpts.NoSigs = true, true
+	r := leafOpts.LeafNode.Remotes[0]
+	u, err := url.Parse("tls://127.0.0.1:" + strconv.Itoa(leafPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.URLs = []*url.URL{u}
+	p, _ := loadCompose(t)
+	svc := service(t, p, leafService)
+	host, ok := hostPath(svc, r.Credentials)
+	if !ok {
+		t.Fatalf("the remote's credentials %s are not mounted", r.Credentials)
+	}
+	r.Credentials = g.source(host)
+	leaf := runServer(t, leafOpts, "leaf.conf")
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if leaf.NumLeafNodes() == 0 || hub.NumLeafNodes() == 0 {
+			return errors.New("the leaf node server has not linked to the hub")
+		}
+		return nil
+	})
+
+	ca := filepath.Join(hubRoot, "etc/agentreach/certs/ca.pem")
+	connect := func(s *server.Server, creds string) *nats.Conn {
+		t.Helper()
+		o, err := auth.ConnectOptions(creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(s.ClientURL(), append(o, nats.RootCAs(ca), nats.Timeout(2*time.Second))...)
+		if err != nil {
+			t.Fatalf("connect as %s: %v", creds, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	djs, err := jetstream.New(connect(hub, g.store.CredsFile("dispatcher")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Provision(ctx, djs, streams.Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := agentkit.New(connect(leaf, g.store.CredsFile("echo-1")), agentkit.Config{ID: "echo-1", Type: "echo", JetStreamDomain: auth.HubDomain},
+		agentkit.WithoutSignals(), agentkit.WithLogger(zerolog.Nop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Handle("echo", func(_ context.Context, r *agentkit.Request) (any, error) { return r.Data, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("echo-1 behind the leaf cannot start: %v", err)
+	}
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer dcancel()
+		_ = a.Drain(dctx)
+	})
+	agents, err := djs.KeyValue(ctx, streams.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agents.Get(ctx, "echo-1"); err != nil {
+		t.Fatalf("echo-1's record on the hub: %v", err)
+	}
+}
+
+// runServer starts an embedded server with opts (from conf) and stops it at
+// the end of the test.
+func runServer(t *testing.T, opts *server.Options, conf string) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("nats-server refuses %s: %v", conf, err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("the server from %s did not start", conf)
+	}
+	return s
 }
