@@ -76,6 +76,21 @@ type Config struct {
 	DeclarationFile string
 	// NoServiceDiscovery stops the agent answering $SRV.PING, INFO and STATS (docs/protocol.md, NATS micro).
 	NoServiceDiscovery bool
+	// JetStreamDomain is the JetStream domain of the hub, for an agent
+	// connected to a leaf node server that has no JetStream of its own:
+	// its registry, declaration and idempotency requests go as
+	// $JS.<domain>.API.…, the only form that crosses a leaf link
+	// (docs/operations.md, leaf nodes; auth.HubDomain). Empty: the
+	// server's own JetStream.
+	JetStreamDomain string
+}
+
+// jetStream is the JetStream API on nc, in Config.JetStreamDomain.
+func (a *Agent) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	if a.cfg.JetStreamDomain != "" {
+		return jetstream.NewWithDomain(nc, a.cfg.JetStreamDomain)
+	}
+	return jetstream.New(nc)
 }
 
 // Option configures an Agent.
@@ -291,7 +306,7 @@ func (a *Agent) Start(ctx context.Context) error {
 			a.closeHBConn()
 		}
 	}()
-	js, err := jetstream.New(a.hbConn)
+	js, err := a.jetStream(a.hbConn)
 	if err != nil {
 		return err
 	}
@@ -310,7 +325,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.declare(ctx, js, a.decl, a.handlers); err != nil {
 		return err
 	}
-	wjs, err := jetstream.New(a.nc)
+	wjs, err := a.jetStream(a.nc)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/declare"
 	"github.com/agent-reach/agentreach/streams"
@@ -40,7 +38,7 @@ func (a *Agent) Redeclare(ctx context.Context, handlers map[string]Handler, decl
 	case len(handlers) == 0:
 		return ErrNoHandlers
 	}
-	js, err := jetstream.New(a.hbConn)
+	js, err := a.jetStream(a.hbConn)
 	if err == nil {
 		err = a.declare(ctx, js, d, handlers)
 	}

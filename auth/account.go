@@ -74,6 +74,9 @@ func (s *Store) AccountJWT(acl *policy.ACL, subjects streams.Subjects) (token, d
 		scope.Role = string(id.Role) + ":" + id.Name
 		scope.Description = fmt.Sprintf("Agent-Reach %s %s", id.Role, id.Name)
 		scope.Template.Permissions = Permissions(id, acl, subjects)
+		if id.Role == RoleLeaf {
+			scope.Template.Permissions = LeafPermissions(id, st.Identities, acl, subjects)
+		}
 		ac.SigningKeys.AddScopedSigner(scope)
 	}
 	b, err := json.Marshal(ac)
@@ -141,6 +144,20 @@ func (s *Store) ServerConfig(resolverDir string, acl *policy.ACL, subjects strea
 	}
 	fmt.Fprintf(&b, "}\n")
 	return b.String(), nil
+}
+
+// LeafServerConfig returns ServerConfig for a leaf node server, followed by
+// the AGENTREACH account's public key as the variable AGENTREACH_ACCOUNT:
+// a leaf's remote must name the account it links (deploy/nats/leaf.conf:
+// account: $AGENTREACH_ACCOUNT). Only a config that uses the variable may
+// include it (nats-server refuses an unused one).
+func (s *Store) LeafServerConfig(resolverDir string, acl *policy.ACL, subjects streams.Subjects) (string, error) {
+	text, err := s.ServerConfig(resolverDir, acl, subjects)
+	if err != nil {
+		return "", err
+	}
+	return text + fmt.Sprintf("# The AGENTREACH account, which a leaf node's remote links.\nAGENTREACH_ACCOUNT: %s\n",
+		strconv.Quote(s.snapshot().Account)), nil
 }
 
 // preload returns the JWTs of both accounts by public key.

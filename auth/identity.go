@@ -25,10 +25,14 @@ const (
 	// agents, provisions and uses every bucket and stream. Operators use
 	// it for the CLI's administrative commands too.
 	RoleDispatcher Role = "dispatcher"
+	// RoleLeaf is the link of a leaf node server that carries agents at
+	// the edge to the hub cluster: what may cross the link is the union of
+	// what the agents it carries (Carries) may do, no more.
+	RoleLeaf Role = "leaf"
 )
 
 // Roles lists the roles in the order `agentreach auth ls` sorts them.
-func Roles() []Role { return []Role{RoleDispatcher, RoleAgent, RoleCaller} }
+func Roles() []Role { return []Role{RoleDispatcher, RoleAgent, RoleCaller, RoleLeaf} }
 
 // Identity is one agent, caller or dispatcher as the store keeps it.
 type Identity struct {
@@ -43,6 +47,10 @@ type Identity struct {
 	// '>' the rest, as NATS subjects) it may be routed and keep idempotency
 	// outcomes for. Empty means Type and Type.> (Grant).
 	Serves []string `json:"serves,omitempty"`
+	// Carries is a leaf link's list of the agent identities behind it:
+	// its permissions are the union of theirs (LeafPermissions). Empty for
+	// other roles.
+	Carries []string `json:"carries,omitempty"`
 	// PublicKey is the identity's user nkey ("U…"), bound to Name.
 	PublicKey string `json:"public_key"`
 	// SigningKey is the account's scoped signing key ("A…") that issued
@@ -62,7 +70,7 @@ func (id Identity) validate() error {
 		return fmt.Errorf("%w: name: %v", ErrInvalidIdentity, err)
 	}
 	if !slices.Contains(Roles(), id.Role) {
-		return fmt.Errorf("%w: role %q: want agent, caller or dispatcher", ErrInvalidIdentity, id.Role)
+		return fmt.Errorf("%w: role %q: want agent, caller, dispatcher or leaf", ErrInvalidIdentity, id.Role)
 	}
 	switch {
 	case id.Role == RoleAgent && id.Type == "":
@@ -80,8 +88,25 @@ func (id Identity) validate() error {
 	if err := ValidateServes(id.Serves); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidIdentity, err)
 	}
+	if len(id.Carries) > 0 && id.Role != RoleLeaf {
+		return fmt.Errorf("%w: %s %s: only a leaf link carries agents (--carries)", ErrInvalidIdentity, id.Role, id.Name)
+	}
+	if len(id.Carries) > MaxCarries {
+		return fmt.Errorf("%w: carries: %d agents, more than the %d allowed", ErrInvalidIdentity, len(id.Carries), MaxCarries)
+	}
+	for i, name := range id.Carries {
+		if err := streams.ValidateInstanceID(name); err != nil {
+			return fmt.Errorf("%w: carries[%d]: %v", ErrInvalidIdentity, i, err)
+		}
+		if slices.Contains(id.Carries[:i], name) {
+			return fmt.Errorf("%w: carries[%d]: %q is given twice", ErrInvalidIdentity, i, name)
+		}
+	}
 	return nil
 }
+
+// MaxCarries bounds the agents one leaf link carries.
+const MaxCarries = 256
 
 // MaxServes bounds the patterns of one agent's grant.
 const MaxServes = 64

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/agent-reach/agentreach/auth/signature"
 	"github.com/nats-io/nats.go"
@@ -35,7 +36,7 @@ func CredentialsName(credsFile string) (name string, role Role, err error) {
 	if c.role == "" {
 		return c.name, "", nil
 	}
-	if r := Role(c.role); r == RoleAgent || r == RoleCaller || r == RoleDispatcher {
+	if r := Role(c.role); slices.Contains(Roles(), r) {
 		return c.name, r, nil
 	}
 	return "", "", fmt.Errorf("%w: %s: unknown role %q", signature.ErrInvalidCredentials, credsFile, c.role)

@@ -53,7 +53,7 @@ func Permissions(id Identity, acl *policy.ACL, subjects streams.Subjects) jwt.Pe
 			subjects.Agent("*"), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
 			subjects.EventWildcard(), subjects.SubmitWildcard(), subjects.Cancel(), subjects.API(">"),
 			subjects.BroadcastWildcard(), subjects.FanOut(), // the HTTP gateway's broadcasts and fan-outs
-			"_INBOX.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$SRV.>") // $SRV: `nats micro ls` as the operator
+			"_INBOX.>", "$JS.API.>", "$JS."+HubDomain+".API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$SRV.>") // $SRV: `nats micro ls` as the operator
 		p.Sub.Allow.Add(
 			subjects.TaskWildcard(), subjects.BroadcastWildcard(), subjects.FanOut(), subjects.Cancel(), subjects.API(">"),
 			subjects.Feedback(), subjects.ResultWildcard(), subjects.DeadLetterWildcard(), subjects.ReviewWildcard(),
@@ -82,8 +82,18 @@ func Permissions(id Identity, acl *policy.ACL, subjects streams.Subjects) jwt.Pe
 			p.Pub.Allow.Add(subject, "$JS.API.DIRECT.GET."+kv(streams.BucketIdempotency)+"."+subject)
 		}
 		p.Resp = &jwt.ResponsePermission{MaxMsgs: agentResponses, Expires: agentResponseExpires}
+		// The same JetStream requests in the hub's domain: the only form
+		// that crosses a leaf link (docs/operations.md, leaf nodes). The hub
+		// maps it to the plain form, so it grants nothing more.
+		p.Pub.Allow.Add(inDomain(p.Pub.Allow)...)
 	case RoleCaller:
 		callerPermissions(&p, id, acl, subjects)
+	case RoleLeaf:
+		// What a leaf link may do depends on the agents it carries:
+		// LeafPermissions. Alone it may do nothing.
+		p.Pub.Deny.Add(">")
+		p.Sub.Deny.Add(">")
+		return p
 	}
 	if id.Role != RoleDispatcher {
 		// Nothing it sends lands where it reads: a message it sent itself,
@@ -92,6 +102,97 @@ func Permissions(id Identity, acl *policy.ACL, subjects streams.Subjects) jwt.Pe
 		// there). Its delivery subject it may not publish to either: only
 		// a dispatcher may.
 		p.Pub.Deny.Add(inbox, subjects.Agent(id.Name))
+	}
+	slices.Sort(p.Pub.Allow)
+	slices.Sort(p.Sub.Allow)
+	slices.Sort(p.Pub.Deny)
+	slices.Sort(p.Sub.Deny)
+	return p
+}
+
+// HubDomain is the JetStream domain of the hub cluster (deploy/nats:
+// jetstream { domain: hub }). A leaf node server has no JetStream of its
+// own, and the hub passes no plain JetStream API or $KV request across a
+// leaf link: agents at the edge reach the hub's JetStream as
+// $JS.hub.API.… (agentkit.Config.JetStreamDomain), which the hub maps to
+// $JS.API.… and $KV.…
+const HubDomain = "hub"
+
+// inDomain returns the HubDomain forms of the JetStream subjects among
+// subjects: $JS.API.x as $JS.hub.API.x, $KV.x as $JS.hub.API.$KV.x.
+func inDomain(subjects []string) []string {
+	var out []string
+	for _, s := range subjects {
+		if rest, ok := strings.CutPrefix(s, "$JS.API."); ok {
+			out = append(out, "$JS."+HubDomain+".API."+rest)
+		} else if strings.HasPrefix(s, "$KV.") {
+			out = append(out, "$JS."+HubDomain+".API."+s)
+		}
+	}
+	return out
+}
+
+// LeafPermissions returns the permissions of leaf link id, which carries
+// agents: the union of the Permissions of the agents it names that are
+// active agent identities among identities (others add nothing), in the
+// forms that cross a leaf link (JetStream only in HubDomain). Publish is
+// what the leaf node may send the hub, subscribe what the hub sends it.
+//
+// One addition: the inboxes of the dispatcher identities. An agent answers
+// a delivery on its reply subject, under its dispatcher's inbox; on a
+// client connection allow_responses admits that one answer, but a hub
+// tells a leaf of no interest in a subject the link may not publish to, so
+// no answer would ever leave the leaf. The leaf server still holds each
+// agent to allow_responses; the link lets the edge publish into the
+// dispatchers' inboxes, where only a reply subject it was sent (random
+// tokens) reaches a waiting request.
+//
+// The hub cannot tell which agent behind the link sent a message: the link
+// may do what any of its agents may, and each agent's own limits are the
+// leaf server's to enforce (docs/security.md, leaf nodes). Revoking a
+// carried agent takes its subjects off the link.
+func LeafPermissions(id Identity, identities []Identity, acl *policy.ACL, subjects streams.Subjects) jwt.Permissions {
+	var p jwt.Permissions
+	add := func(list *jwt.StringList, s string) {
+		if !slices.Contains(*list, s) {
+			list.Add(s)
+		}
+	}
+	carries := false
+	for _, a := range identities {
+		if a.Role != RoleAgent || !a.Active() || !slices.Contains(id.Carries, a.Name) {
+			continue
+		}
+		carries = true
+		ap := Permissions(a, acl, subjects)
+		for _, s := range ap.Pub.Allow {
+			if !strings.HasPrefix(s, "$JS.API.") && !strings.HasPrefix(s, "$KV.") {
+				add(&p.Pub.Allow, s)
+			}
+		}
+		for _, s := range ap.Sub.Allow {
+			add(&p.Sub.Allow, s)
+		}
+		for _, s := range ap.Sub.Deny {
+			add(&p.Sub.Deny, s)
+		}
+		// Its inbox and delivery subject only the hub publishes to.
+		p.Pub.Deny.Add(InboxPrefix(a.Name)+".>", subjects.Agent(a.Name))
+	}
+	if carries {
+		for _, d := range identities {
+			if d.Role == RoleDispatcher && d.Active() {
+				add(&p.Pub.Allow, InboxPrefix(d.Name)+".>")
+			}
+		}
+	}
+	// An empty allow list allows everything: a link carrying no active
+	// agent may do nothing.
+	if len(p.Pub.Allow) == 0 {
+		p.Pub.Deny = jwt.StringList{">"}
+	}
+	if len(p.Sub.Allow) == 0 {
+		p.Sub.Deny = jwt.StringList{">"}
 	}
 	slices.Sort(p.Pub.Allow)
 	slices.Sort(p.Sub.Allow)

@@ -16,8 +16,10 @@ const (
 )
 
 // PermissionsTable returns what Permissions gives each role, as a markdown
-// table: an agent <name> of type <type>, a caller <name> and a dispatcher
-// <name>, the ACL granting <name> the pattern <capability>. docs/security.md
+// table: an agent <name> of type <type>, a caller <name>, a dispatcher
+// <name> and a leaf link <leaf> carrying the agent (with a dispatcher
+// identity <dispatcher>), the ACL granting <name>
+// the pattern <capability>. docs/security.md
 // carries it, regenerated from this code (TestSecurityDocPermissionTable).
 func PermissionsTable(subjects streams.Subjects) string {
 	acl := &policy.ACL{Rules: []policy.ACLRule{{Caller: tableName, MayCall: []string{tableCapability}}}}
@@ -32,6 +34,13 @@ func PermissionsTable(subjects streams.Subjects) string {
 			label += " of type `" + tableType + "`"
 		}
 		p := Permissions(id, acl, subjects)
+		if r == RoleLeaf {
+			label = string(r) + " `<leaf>` carrying agent `" + tableName + "` of type `" + tableType + "`"
+			id.Name, id.Carries = "<leaf>", []string{tableName}
+			agent := Identity{Name: tableName, Role: RoleAgent, Type: tableType}
+			dispatcher := Identity{Name: "<dispatcher>", Role: RoleDispatcher}
+			p = LeafPermissions(id, []Identity{agent, dispatcher}, acl, subjects)
+		}
 		resp := "no"
 		if p.Resp != nil {
 			resp = fmt.Sprintf("up to %d messages within %v of each", p.Resp.MaxMsgs, p.Resp.Expires)

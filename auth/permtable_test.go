@@ -55,7 +55,7 @@ func TestSecurityDocPermissionTable(t *testing.T) {
 func TestPermissionsTableNamesNoOne(t *testing.T) {
 	table := auth.PermissionsTable(streams.Subjects{})
 	for _, want := range []string{
-		"| dispatcher `<name>` |", "| agent `<name>` of type `<type>` |", "| caller `<name>` |",
+		"| dispatcher `<name>` |", "| agent `<name>` of type `<type>` |", "| caller `<name>` |", "| leaf `<leaf>` carrying agent `<name>` of type `<type>` |",
 		"`reach.agent.<name>`", "`$KV.REACH_CAPS.<type>`", "`reach.task.<capability>`", "`_INBOX.<name>.>`",
 	} {
 		if !strings.Contains(table, want) {

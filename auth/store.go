@@ -176,7 +176,7 @@ func (s *Store) Identity(name string) (Identity, bool) {
 // JWT that holds its signing key (Syncer pushes it). A name in use, revoked
 // or not, is refused with ErrIdentityExists.
 func (s *Store) Add(id Identity) (Identity, error) {
-	id = Identity{Name: id.Name, Role: id.Role, Type: id.Type, Serves: slices.Clone(id.Serves)}
+	id = Identity{Name: id.Name, Role: id.Role, Type: id.Type, Serves: slices.Clone(id.Serves), Carries: slices.Clone(id.Carries)}
 	if err := id.validate(); err != nil {
 		return Identity{}, err
 	}

@@ -5,6 +5,8 @@
 #   auth/           the identity store: operator, accounts, verifier key, and one
 #                   identity (credentials file) per process of the stack
 #   nats/auth.conf  the servers' operator mode, included by nats/common.conf
+#   nats/leaf-auth.conf  the same for the leaf node server (nats/leaf.conf),
+#                   with the account its link names
 # Run it once, from anywhere, before `docker compose up`:
 #   deploy/setup.sh                      (AGENTREACH=path/to/agentreach to skip go run)
 # Run again it stops, changing nothing: the identities and certificates made
@@ -17,7 +19,7 @@
 set -eu
 cd "$(dirname "$0")"
 AR=${AGENTREACH:-go run ../cmd/agentreach}
-MADE="certs auth nats/auth.conf"
+MADE="certs auth nats/auth.conf nats/leaf-auth.conf"
 
 case "$*" in
 --force) rm -rf $MADE ;;
@@ -35,7 +37,7 @@ case "$*" in
 	;;
 esac
 
-$AR auth tls --out certs --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1
+$AR auth tls --out certs --hosts nats-1,nats-2,nats-3,leaf,localhost,127.0.0.1
 $AR auth init --dir auth
 $AR auth dispatcher dispatcher --dir auth
 $AR auth agent echo-1 --type echo --dir auth
@@ -43,12 +45,15 @@ $AR auth agent echo-2 --type echo --dir auth
 $AR auth agent slow-1 --type slow --dir auth
 $AR auth agent math-1 --type math --dir auth
 $AR auth caller cli --dir auth
+# The leaf node server's link: the demo agents run behind it.
+$AR auth leaf edge-1 --carries echo-1,echo-2,slow-1,math-1 --dir auth
 $AR auth server-config --dir auth --resolver-dir /data/jwt --out nats/auth.conf
+$AR auth server-config --dir auth --leaf --resolver-dir /data/jwt --out nats/leaf-auth.conf
 
 # Private keys (nkey seeds, credentials, TLS keys) keep the mode 0600 they
 # were written with; directories and the rest may be read by anyone.
 find auth certs -type d -exec chmod a+rx {} +
-find auth certs nats/auth.conf -type f ! -name '*.nk' ! -name '*.creds' ! -name '*-key.pem' -exec chmod a+r {} +
+find auth certs nats/auth.conf nats/leaf-auth.conf -type f ! -name '*.nk' ! -name '*.creds' ! -name '*-key.pem' -exec chmod a+r {} +
 # The agentreach containers run as uid 65532 (distroless nonroot) and read
 # their credentials through bind mounts: give them the store (the nats
 # containers run as root). On a shared host use docker secrets instead.

@@ -27,11 +27,13 @@ const (
 	// authConf is the operator-mode configuration setup.sh writes, relative
 	// to deploy/.
 	authConf = "nats/auth.conf"
+	// leafAuthConf is the leaf node server's (auth server-config --leaf).
+	leafAuthConf = "nats/leaf-auth.conf"
 )
 
 // generatedDirs are what setup.sh makes, relative to deploy/ (as
 // .gitignore lists them).
-var generatedDirs = []string{"auth", "certs", authConf}
+var generatedDirs = []string{"auth", "certs", authConf, leafAuthConf}
 
 // generated is what setup.sh makes, made again in dir: dir/certs,
 // dir/auth and dir/nats/auth.conf.
@@ -43,15 +45,17 @@ type generated struct {
 
 var authLine = regexp.MustCompile(`^\$AR auth ([a-z-]+)(.*)$`)
 
-// flagsOf reads the --name value pairs of an auth line's rest.
+// flagsOf reads the --name value pairs of an auth line's rest; a --name
+// followed by another flag or nothing is a boolean, "true".
 func flagsOf(t *testing.T, line, rest string) (pos []string, flags map[string]string) {
 	t.Helper()
 	flags = map[string]string{}
 	f := strings.Fields(rest)
 	for i := 0; i < len(f); i++ {
 		if name, ok := strings.CutPrefix(f[i], "--"); ok {
-			if i+1 >= len(f) {
-				t.Fatalf("%s: %q: --%s has no value", setupScript, line, name)
+			if i+1 >= len(f) || strings.HasPrefix(f[i+1], "--") {
+				flags[name] = "true"
+				continue
 			}
 			flags[name] = f[i+1]
 			i++
@@ -90,8 +94,19 @@ func setup(t *testing.T) *generated {
 			if _, err := g.store.Add(auth.Identity{Name: pos[0], Role: auth.Role(sub), Type: flags["type"]}); err != nil {
 				t.Fatalf("%s: %q: %v", setupScript, line, err)
 			}
+		case "leaf":
+			if g.store == nil || len(pos) != 1 || flags["carries"] == "" {
+				t.Fatalf("%s: %q: want auth init first, one NAME and --carries", setupScript, line)
+			}
+			if _, err := g.store.Add(auth.Identity{Name: pos[0], Role: auth.RoleLeaf, Carries: strings.Split(flags["carries"], ",")}); err != nil {
+				t.Fatalf("%s: %q: %v", setupScript, line, err)
+			}
 		case "server-config":
-			text, err := g.store.ServerConfig(flags["resolver-dir"], nil, streams.Subjects{})
+			config := g.store.ServerConfig
+			if flags["leaf"] == "true" {
+				config = g.store.LeafServerConfig
+			}
+			text, err := config(flags["resolver-dir"], nil, streams.Subjects{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +173,7 @@ func TestSetupScript(t *testing.T) {
 	ignored := strings.Fields(readFile(t, ".gitignore"))
 	for _, d := range generatedDirs {
 		want := d
-		if d != authConf {
+		if !strings.HasSuffix(d, ".conf") {
 			want += "/"
 		}
 		if !slices.Contains(ignored, want) {
@@ -251,7 +266,7 @@ func TestSetupScriptRuns(t *testing.T) {
 	out, err := run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 ||
 		strings.TrimSpace(out) != "setup.sh: deploy/certs exists: this stack is set up already; "+
-			"'deploy/setup.sh --force' deletes certs auth nats/auth.conf and makes them anew" {
+			"'deploy/setup.sh --force' deletes certs auth nats/auth.conf nats/leaf-auth.conf and makes them anew" {
 		t.Fatalf("second run: %v, output %q", err, out)
 	}
 	if readFile(t, filepath.Join(dir, "certs", "ca.pem")) != ca {

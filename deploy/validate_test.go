@@ -53,7 +53,7 @@ var (
 	agentreachSubcommands = []string{"up", "dispatcher", "demo", "agents", "call", "auth", "policy"}
 	// Every flag can also come from AGENTREACH_<FLAG_NAME_UPPER_SNAKE>.
 	agentreachFlags = []string{"server", "creds", "creds-dir", "nkey", "tls-ca", "tls-cert", "tls-key",
-		"replicas", "heartbeat", "verifier", "dir", "seed-acl", "http", "http-cert", "http-key"}
+		"replicas", "heartbeat", "verifier", "dir", "seed-acl", "http", "http-cert", "http-key", "js-domain"}
 	// The flags of up the image's ENV may set.
 	upFlags = []string{"data-dir", "nats-listen", "http", "http-tls", "http-cert", "http-key", "max-payload", "max-in-flight"}
 	// The role of the identity each subcommand runs as.
@@ -64,6 +64,11 @@ var (
 )
 
 const (
+	// The leaf node server's compose service and config (nats/leaf.conf),
+	// and the hub's leafnode port.
+	leafService = "leaf"
+	leafPort    = 7422
+
 	composeFile = "docker-compose.yml"
 	dockerfile  = "Dockerfile"
 	natsConfDir = "nats"
@@ -296,6 +301,18 @@ func TestNATSConfigs(t *testing.T) {
 			if !strings.Contains(readFile(t, filepath.Join(root, natsConfMount, "auth.conf")), `dir: "/`) ||
 				!strings.Contains(readFile(t, filepath.Join(root, natsConfMount, "auth.conf")), `"`+root+`/data/jwt"`) {
 				t.Error("the account resolver's dir is not /data/jwt on the node's data volume")
+			}
+
+			// The hub of leaf nodes: JetStream in the domain agents at the
+			// edge name, a leafnode port with mutual TLS.
+			if opts.JetStreamDomain != auth.HubDomain {
+				t.Errorf("jetstream domain %q, want %q (auth.HubDomain: agents behind a leaf node use it)", opts.JetStreamDomain, auth.HubDomain)
+			}
+			if opts.LeafNode.Port != leafPort {
+				t.Errorf("leafnodes listen port %d, want %d", opts.LeafNode.Port, leafPort)
+			}
+			if c := opts.LeafNode.TLSConfig; c == nil || c.ClientAuth != tls.RequireAndVerifyClientCert {
+				t.Error("no mutual TLS on the leafnode port (leafnodes { tls { verify: true } })")
 			}
 
 			// The nodes differ only in server_name.
@@ -549,6 +566,7 @@ func TestNATSConfigServesAgentReach(t *testing.T) {
 	opts.Routes, opts.RoutesStr = nil, ""
 	opts.Host, opts.Port = "127.0.0.1", -1
 	opts.HTTPHost, opts.HTTPPort = "127.0.0.1", -1
+	opts.LeafNode.Host, opts.LeafNode.Port = "127.0.0.1", -1
 	opts.NoLog, opts.NoSigs = true, true
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -992,7 +1010,7 @@ func TestComposeNATSServices(t *testing.T) {
 	var nodes []string
 	for _, name := range sortedKeys(p.Services) {
 		svc := p.Services[name]
-		if !isNATS(svc) {
+		if !isNATS(svc) || name == leafService { // the leaf: TestComposeLeaf
 			continue
 		}
 		nodes = append(nodes, name)
@@ -1158,7 +1176,15 @@ func TestComposeAgentreachServices(t *testing.T) {
 				hosts = append(hosts, u.Hostname())
 			}
 			sort.Strings(hosts)
-			if !slices.Equal(hosts, natsNodes) {
+			switch {
+			case sub == "demo":
+				// The demo agents run at the edge, behind the leaf node
+				// server, on the hub's JetStream.
+				if !slices.Equal(hosts, []string{leafService}) || value("js-domain") != auth.HubDomain {
+					t.Errorf("demo --server %v --js-domain %q: want the leaf node server %s and the hub's domain %q",
+						hosts, value("js-domain"), leafService, auth.HubDomain)
+				}
+			case !slices.Equal(hosts, natsNodes):
 				t.Errorf("--server lists %v, want all of %v so clients fail over", hosts, natsNodes)
 			}
 			if ca, ok := hostPath(svc, value("tls-ca")); !ok || ca != "certs/ca.pem" {

@@ -42,6 +42,9 @@ const demoDrainTimeout = 10 * time.Second
 type DemoFlags struct {
 	instances int
 	slowDelay time.Duration
+	// jsDomain is the hub's JetStream domain for agents behind a leaf
+	// node server (`demo --js-domain`); empty: the server's own.
+	jsDomain string
 }
 
 func (f *DemoFlags) Register(fs *flag.FlagSet) {
@@ -169,8 +172,9 @@ var mathAdd = agentkit.Typed(func(_ context.Context, _ *agentkit.Request, in add
 
 // demoAgents are running demo agents, each on a connection of its own.
 type demoAgents struct {
-	agents []*agentkit.Agent
-	conns  []*nats.Conn
+	agents   []*agentkit.Agent
+	conns    []*nats.Conn
+	jsDomain string
 }
 
 // demoConnect opens the connection of one demo agent: called name, as
@@ -182,7 +186,7 @@ type demoConnect func(name, id string) (*nats.Conn, error)
 // to start, those already started are drained.
 func StartDemo(ctx context.Context, f *DemoFlags, heartbeat time.Duration, subjects streams.Subjects,
 	connect demoConnect, named bool, log zerolog.Logger) (*demoAgents, error) {
-	d := &demoAgents{}
+	d := &demoAgents{jsDomain: f.jsDomain}
 	for _, spec := range f.demoAgentSet(named) {
 		if err := d.start(ctx, spec, heartbeat, subjects, connect, log); err != nil {
 			dctx, cancel := context.WithTimeout(context.Background(), demoDrainTimeout)
@@ -208,6 +212,8 @@ func (d *demoAgents) start(ctx context.Context, spec demoAgent, heartbeat time.D
 		TimeoutHint:  spec.timeoutHint,
 		DrainTimeout: demoDrainTimeout,
 		Subjects:     subjects,
+		// Behind a leaf node server: the hub's JetStream.
+		JetStreamDomain: d.jsDomain,
 	}, agentkit.WithLogger(log), agentkit.WithoutSignals())
 	if err == nil {
 		for capability, h := range spec.handlers {
@@ -268,6 +274,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&credsDir, "creds-dir", "",
 			"with auth on: the `directory` of every agent's credentials, <instance id>.creds; the agents\n"+
 				"then have fixed ids (echo-1, echo-2, slow-1, math-1, story-1: `agentreach auth agent echo-1 --type echo` …)")
+		fs.StringVar(&df.jsDomain, "js-domain", "",
+			"the hub's JetStream `domain` (\"hub\") when --server is a leaf node server without JetStream\n(deploy/nats/leaf.conf); empty: the server's own")
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 10*time.Second, "bound on connecting and registering each agent")

@@ -42,6 +42,10 @@ Sub-commands:
                            replace an agent's grant (routable by it once synced)
   caller NAME              a caller (application, CLI user, gateway)
   dispatcher NAME          a dispatcher (also the identity for admin commands)
+  leaf NAME --carries AGENTS
+                           a leaf node server's link to the cluster: it may
+                           pass what the agents it carries may do, no more
+                           (deploy/nats/leaf.conf, docs/operations.md)
   ls                       every identity, revoked ones marked (--json: an array)
   revoke NAME              revoke an identity: its connections are cut and its
                            calls refused once synced; every other one goes on
@@ -50,6 +54,7 @@ Sub-commands:
   tls                      a development CA and certificates (--out, --hosts)
   server-config            the nats-server configuration of operator mode
                            (--resolver-dir, --out), to include in the servers'
+                           (--leaf: a leaf node server's, deploy/nats/leaf.conf)
   sync                     push the store and the ACL to the servers, and keep
                            doing it until stopped (--once: once); connection
                            flags name the servers and a dispatcher identity
@@ -61,8 +66,9 @@ Example:
   agentreach auth agent billing-1 --type billing
   agentreach auth agent scorer-1 --type scorer --serves 'risk.*,fraud.score'
   agentreach auth caller web
+  agentreach auth leaf edge-1 --carries echo-edge-1,math-edge-1
   agentreach auth revoke billing-1
-  agentreach auth tls --out deploy/certs --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1`
+  agentreach auth tls --out deploy/certs --hosts nats-1,nats-2,nats-3,leaf,localhost,127.0.0.1`
 
 // defaultAuthDir is the store `agentreach up --auth` keeps in its default
 // data directory.
@@ -89,21 +95,25 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		c           = authCmd{stdout: stdout, stderr: stderr}
 		typ         string
 		serves      string
+		carries     string
 		out         string
 		hosts       string
 		resolverDir string
 		once        bool
+		leaf        bool
 		seedACL     string
 	)
-	c.cl = cli.NewCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE [--serves PATTERNS] | grant NAME --serves PATTERNS | caller NAME | dispatcher NAME | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
+	c.cl = cli.NewCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE [--serves PATTERNS] | grant NAME --serves PATTERNS | caller NAME | dispatcher NAME | leaf NAME --carries AGENTS | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
 	c.cl.Group("Flags", func(fs *flag.FlagSet) {
 		fs.StringVar(&c.dir, "dir", defaultAuthDir, "`directory` of the identity store ('up --auth' uses <data-dir>/auth)")
 		fs.StringVar(&typ, "type", "", "agent: the agent `type`, the REACH_CAPS key it may write")
 		fs.StringVar(&serves, "serves", "", "agent, grant: comma-separated capability `patterns` the agent may be routed ('*' one token, a last '>' the rest: 'risk.*,fraud.score'); default TYPE,TYPE.>")
+		fs.StringVar(&carries, "carries", "", "leaf: comma-separated `names` of the agent identities behind the leaf node (its link may do what they may)")
 		fs.StringVar(&out, "out", "", "tls: the `directory` of the certificates; server-config: the file (default stdout)")
 		fs.StringVar(&hosts, "hosts", "localhost,127.0.0.1", "tls: comma-separated `names` and addresses the server certificate covers")
 		fs.StringVar(&resolverDir, "resolver-dir", "/data/jwt", "server-config: the `directory` of the servers' account resolver, as they see it")
 		fs.BoolVar(&once, "once", false, "sync: push once and exit")
+		fs.BoolVar(&leaf, "leaf", false, "server-config: for a leaf node server: also the AGENTREACH account's key as AGENTREACH_ACCOUNT, which deploy/nats/leaf.conf's remote names")
 		fs.StringVar(&seedACL, "seed-acl", "", "sync: store this `file` (YAML or JSON) as the acl when REACH_POLICY has none yet")
 		c.cl.JSONFlag(fs, &c.asJSON, `print JSON: the identity made or revoked, ls an array; a failure as {"error": …}`)
 	})
@@ -115,13 +125,13 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) == 0 {
-		return c.cl.UsageError(stderr, "want a sub-command: init, agent, grant, caller, dispatcher, ls, revoke, token, tls, server-config or sync")
+		return c.cl.UsageError(stderr, "want a sub-command: init, agent, grant, caller, dispatcher, leaf, ls, revoke, token, tls, server-config or sync")
 	}
 	sub, rest := pos[0], pos[1:]
-	takesName := map[string]bool{"agent": true, "grant": true, "caller": true, "dispatcher": true, "revoke": true, "token": true}
+	takesName := map[string]bool{"agent": true, "grant": true, "caller": true, "dispatcher": true, "leaf": true, "revoke": true, "token": true}
 	switch {
 	case !takesName[sub] && !map[string]bool{"init": true, "ls": true, "tls": true, "server-config": true, "sync": true}[sub]:
-		return c.cl.UsageError(stderr, "unknown sub-command %q (want init, agent, grant, caller, dispatcher, ls, revoke, token, tls, server-config or sync)", sub)
+		return c.cl.UsageError(stderr, "unknown sub-command %q (want init, agent, grant, caller, dispatcher, leaf, ls, revoke, token, tls, server-config or sync)", sub)
 	case takesName[sub] && len(rest) != 1:
 		return c.cl.UsageError(stderr, "%s: want NAME, got %d arguments", sub, len(rest))
 	case !takesName[sub] && len(rest) != 0:
@@ -130,8 +140,14 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return c.cl.UsageError(stderr, "--type: only for 'auth agent'")
 	case serves != "" && sub != "agent" && sub != "grant":
 		return c.cl.UsageError(stderr, "--serves: only for 'auth agent' and 'auth grant'")
+	case carries != "" && sub != "leaf":
+		return c.cl.UsageError(stderr, "--carries: only for 'auth leaf'")
+	case sub == "leaf" && len(cli.SplitList(carries)) == 0:
+		return c.cl.UsageError(stderr, "leaf: --carries is required: the agent identities behind the leaf node ('echo-edge-1,math-edge-1')")
 	case sub == "grant" && len(cli.SplitList(serves)) == 0:
 		return c.cl.UsageError(stderr, "grant: --serves is required: the capability patterns the agent may be routed ('risk.*,fraud.score')")
+	case leaf && sub != "server-config":
+		return c.cl.UsageError(stderr, "--leaf: only for 'auth server-config'")
 	case sub == "tls" && out == "":
 		return c.cl.UsageError(stderr, "tls: --out is required: the directory to write the CA and certificates to")
 	}
@@ -139,8 +155,8 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch sub {
 	case "init":
 		err = c.init()
-	case "agent", "caller", "dispatcher":
-		err = c.Add(auth.Identity{Name: rest[0], Role: auth.Role(sub), Type: typ, Serves: cli.SplitList(serves)})
+	case "agent", "caller", "dispatcher", "leaf":
+		err = c.Add(auth.Identity{Name: rest[0], Role: auth.Role(sub), Type: typ, Serves: cli.SplitList(serves), Carries: cli.SplitList(carries)})
 	case "grant":
 		err = c.grant(rest[0], cli.SplitList(serves))
 	case "ls":
@@ -152,7 +168,7 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "tls":
 		err = c.tls(out, cli.SplitList(hosts))
 	case "server-config":
-		err = c.serverConfig(resolverDir, out, conn.Subjects())
+		err = c.serverConfig(resolverDir, out, leaf, conn.Subjects())
 	case "sync":
 		conn.Log = conn.Logger(stderr)
 		err = c.sync(ctx, &conn, once, seedACL)
@@ -230,7 +246,7 @@ func (c *authCmd) list() error {
 		if !id.Active() {
 			status = "revoked " + id.Revoked.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, dash(id.Type), dash(strings.Join(id.Grant(), ",")), id.Created.Format(time.RFC3339), status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id.Name, id.Role, dash(id.Type), dash(strings.Join(append(id.Grant(), id.Carries...), ",")), id.Created.Format(time.RFC3339), status)
 	}
 	return tw.Flush()
 }
@@ -319,12 +335,16 @@ func (c *authCmd) tls(out string, hosts []string) error {
 	return nil
 }
 
-func (c *authCmd) serverConfig(resolverDir, out string, subjects streams.Subjects) error {
+func (c *authCmd) serverConfig(resolverDir, out string, leaf bool, subjects streams.Subjects) error {
 	s, err := c.open()
 	if err != nil {
 		return err
 	}
-	text, err := s.ServerConfig(resolverDir, nil, subjects)
+	config := s.ServerConfig
+	if leaf {
+		config = s.LeafServerConfig
+	}
+	text, err := config(resolverDir, nil, subjects)
 	if err != nil {
 		return err
 	}
