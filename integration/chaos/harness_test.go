@@ -230,8 +230,9 @@ func (n *node) healthy() error {
 
 // cluster is three nats-server processes with deploy/nats/common.conf's
 // settings where they apply on loopback: R3 JetStream with sync_interval
-// always, cluster ping_interval 2 s and ping_max 3. TLS and operator mode
-// are left out: they change nothing the faults exercise.
+// always in the hub's domain, cluster ping_interval 2 s and ping_max 3.
+// TLS, operator mode and the leaf node listener are left out: they change
+// nothing the faults exercise.
 type cluster struct {
 	t     testing.TB
 	nodes []*node
@@ -248,6 +249,7 @@ jetstream {
   max_memory_store: 256MB
   max_file_store: 4GB
   sync_interval: always
+  domain: hub
 }
 cluster {
   name: agentreach
