@@ -377,34 +377,7 @@ func TestABroadcastCancelStopsOnlyItsOwnCallersBroadcast(t *testing.T) {
 			t.Fatal("the broadcasts did not reach hold-1 within 10s")
 		}
 	}
-	billingSigner, err := auth.LoadSigner(st.Store.CredsFile("billing-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancelOf := func(id string) *nats.Msg {
-		m := nats.NewMsg(streams.Subjects{}.Cancel())
-		m.Header.Set(streams.HeaderRequestID, id)
-		return m
-	}
-	admin, billing := st.Conn(), st.ConnAs("billing-1")
-	unsigned := cancelOf("bcast-a")
-	unsigned.Header.Set(streams.HeaderSource, SecureCaller)
-	another := cancelOf("bcast-a")
-	billingSigner.Sign(another, time.Now())
-	claiming := cancelOf("bcast-a")
-	billingSigner.Sign(claiming, time.Now())
-	claiming.Header.Set(streams.HeaderSource, SecureCaller)
-	for _, c := range []struct {
-		nc *nats.Conn
-		m  *nats.Msg
-	}{{admin, unsigned}, {billing, another}, {billing, claiming}} {
-		if err := c.nc.PublishMsg(c.m); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.nc.Flush(); err != nil { // the server has passed it on before the owner's cancel below
-			t.Fatal(err)
-		}
-	}
+	st.ForgeCancels("bcast-a", "billing-1")
 	// The control: the owner's own cancel of bcast-b (agentkit sends it as
 	// the call's context ends) reaches the dispatcher after those.
 	cancelB()

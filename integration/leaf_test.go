@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -55,16 +54,7 @@ func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := kv.Get(ctx, "edge-echo-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		if e, err := kv.Get(ctx, "edge-echo-1"); err != nil || e.Revision() == first.Revision() {
-			return fmt.Errorf("no new heartbeat of edge-echo-1 (%v)", err)
-		}
-		return nil
-	})
+	WaitHeartbeat(t, kv, "edge-echo-1", 10*time.Second)
 
 	c := st.Client()
 	res, err := c.Call(ctx, "echo", echoIn{Text: "edge"})

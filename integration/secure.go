@@ -128,6 +128,43 @@ func (st *SecureStack) ConnAs(name string, opts ...nats.Option) *nats.Conn {
 	return st.ConnFile(st.Store.CredsFile(name), opts...)
 }
 
+// ForgeCancels sends three cancels of request id that must stop nothing,
+// as identity other (a caller that did not send it): one unsigned from the
+// admin connection claiming SecureCaller as its source, one signed by
+// other, and one signed by other claiming SecureCaller. Each is flushed, so
+// the server has passed it on before whatever the test sends next.
+func (st *SecureStack) ForgeCancels(id, other string) {
+	st.T.Helper()
+	signer, err := auth.LoadSigner(st.Store.CredsFile(other))
+	if err != nil {
+		st.T.Fatal(err)
+	}
+	cancelOf := func() *nats.Msg {
+		m := nats.NewMsg(streams.Subjects{}.Cancel())
+		m.Header.Set(streams.HeaderRequestID, id)
+		return m
+	}
+	unsigned := cancelOf()
+	unsigned.Header.Set(streams.HeaderSource, SecureCaller)
+	another := cancelOf()
+	signer.Sign(another, time.Now())
+	claiming := cancelOf()
+	signer.Sign(claiming, time.Now())
+	claiming.Header.Set(streams.HeaderSource, SecureCaller)
+	admin, as := st.Conn(), st.ConnAs(other)
+	for _, c := range []struct {
+		nc *nats.Conn
+		m  *nats.Msg
+	}{{admin, unsigned}, {as, another}, {as, claiming}} {
+		if err := c.nc.PublishMsg(c.m); err != nil {
+			st.T.Fatal(err)
+		}
+		if err := c.nc.Flush(); err != nil {
+			st.T.Fatal(err)
+		}
+	}
+}
+
 // ConnFile opens a connection with the credentials in file.
 func (st *SecureStack) ConnFile(file string, opts ...nats.Option) *nats.Conn {
 	st.T.Helper()

@@ -586,16 +586,7 @@ func legitimateFlows(t *testing.T, st harness, d *dispatcher.Dispatcher) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := kv.Get(ctx, "echo-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 5*time.Second, func() error {
-		if e, err := kv.Get(ctx, "echo-1"); err != nil || e.Revision() == first.Revision() {
-			return fmt.Errorf("no new heartbeat of echo-1 (%v)", err)
-		}
-		return nil
-	})
+	WaitHeartbeat(t, kv, "echo-1", 5*time.Second)
 
 	res, err := c.Call(ctx, "echo", echoIn{Text: "hi"})
 	var out echoIn
@@ -734,34 +725,7 @@ func TestACancelStopsOnlyItsOwnCallersTask(t *testing.T) {
 		}
 	}
 
-	billingSigner, err := auth.LoadSigner(st.Store.CredsFile("billing-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancelOf := func(id string) *nats.Msg {
-		m := nats.NewMsg(streams.Subjects{}.Cancel())
-		m.Header.Set(streams.HeaderRequestID, id)
-		return m
-	}
-	admin, billing := st.Conn(), st.ConnAs("billing-1")
-	unsigned := cancelOf("task-a")
-	unsigned.Header.Set(streams.HeaderSource, SecureCaller)
-	another := cancelOf("task-a")
-	billingSigner.Sign(another, time.Now())
-	claiming := cancelOf("task-a")
-	billingSigner.Sign(claiming, time.Now())
-	claiming.Header.Set(streams.HeaderSource, SecureCaller)
-	for _, c := range []struct {
-		nc *nats.Conn
-		m  *nats.Msg
-	}{{admin, unsigned}, {billing, another}, {billing, claiming}} {
-		if err := c.nc.PublishMsg(c.m); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.nc.Flush(); err != nil { // the server has passed it on before the owner's cancel below
-			t.Fatal(err)
-		}
-	}
+	st.ForgeCancels("task-a", "billing-1")
 	// The owner's own cancel of task-b reaches the dispatcher after those
 	// (one subscription, in order): once task-b stopped, they were handled.
 	cancelB()

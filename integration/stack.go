@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/agentkit"
@@ -160,6 +161,24 @@ func WaitRoutable(tb testing.TB, capability string, n int, ds ...*dispatcher.Dis
 			if got := d.Table().Candidates(capability).Len(); got != n {
 				return fmt.Errorf("%s routes %s to %d instances, want %d", d.Name(), capability, got, n)
 			}
+		}
+		return nil
+	})
+}
+
+// WaitHeartbeat waits until agent id puts its record in the REACH_AGENTS
+// bucket kv again after the revision stored now: it is heartbeating.
+func WaitHeartbeat(tb testing.TB, kv jetstream.KeyValue, id string, within time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within+5*time.Second)
+	defer cancel()
+	first, err := kv.Get(ctx, id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	natstest.WaitFor(tb, within, func() error {
+		if e, err := kv.Get(ctx, id); err != nil || e.Revision() == first.Revision() {
+			return fmt.Errorf("no new heartbeat of %s (%v)", id, err)
 		}
 		return nil
 	})
