@@ -282,8 +282,11 @@ async def test_results_are_per_caller(nc, stack):
         # Without a source, results are under "_".
         anon = await anonymous.submit(cap, "nobody's")
         assert (await anonymous.wait(anon, timeout=20)).value == "nobody's"
-        got = await nc.request(f"$JS.API.DIRECT.GET.REACH_RESULTS.reach.result._.{anon}", b"", timeout=WAIT)
-        assert got.data == msgpack.packb("nobody's")
+        # wait saw the result as it was published; the stream stores it a moment
+        # later (until then a direct get answers 404 with no data), as above.
+        direct = f"$JS.API.DIRECT.GET.REACH_RESULTS.reach.result._.{anon}"
+        got = await poll(lambda: stored(nc, direct), "the anonymous result stored")
+        assert got == msgpack.packb("nobody's")
     with pytest.raises(BadRequest):
         await Client(nc, source="a.b").submit(cap, 1)
 
@@ -293,6 +296,12 @@ def test_result_source():
     for bad in ("_", "a.b", "*", ">", "-x"):
         with pytest.raises(ValueError):
             result_source(bad)
+
+
+async def stored(nc, direct_get):
+    """Returns the data a direct get answers, None while it answers 404."""
+    got = await nc.request(direct_get, b"", timeout=WAIT)
+    return got.data if got.headers is None or got.headers.get("Status") != "404" else None
 
 
 async def recorded(client, rid):
