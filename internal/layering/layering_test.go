@@ -37,6 +37,9 @@ var layers = [][]string{
 	// durable only the stream contract. The SDK sits beside them: it never
 	// depends on the dispatcher (below).
 	{"dispatcher/selection", "dispatcher/events", "dispatcher/durable", "dispatcher/relay", "dispatcher/tracing", "dispatcher/feedback", "dispatcher/breakers", "dispatcher/inbox", "dispatcher/config", "agentkit"},
+	// The task engine: a task's path through the stages, on the lower
+	// tier; the Dispatcher is the lifecycle and the entries around it.
+	{"dispatcher/engine"},
 	{"dispatcher"},
 	// Beside a dispatcher, built on its Call and records. The conformance
 	// suite runs a real dispatcher, so it sits above it.
@@ -156,9 +159,9 @@ func TestLayerOf(t *testing.T) {
 	}{
 		{"streams", 0}, {"internal/natstest", 1}, {"registry/document", 2}, {"registry/policy", 4},
 		{"registry", 5}, {"registry/other", 5}, {"auth/signature", 6}, {"auth", 7}, {"auth/devtls", 7},
-		{"dispatcher", 10}, {"dispatcher/selection", 9}, {"dispatcher/gateway/mcp", 14},
-		{"dispatcher/workflow", 13}, {"dispatcher/workflow/spec", 12}, {"agentkit/connect", 9}, {"agentkit/agenttest", 11},
-		{"cmd/agentreach", 16}, {"authz", -1}, {"dispatchers", -1},
+		{"dispatcher", 11}, {"dispatcher/engine", 10}, {"dispatcher/selection", 9}, {"dispatcher/gateway/mcp", 15},
+		{"dispatcher/workflow", 14}, {"dispatcher/workflow/spec", 13}, {"agentkit/connect", 9}, {"agentkit/agenttest", 12},
+		{"cmd/agentreach", 17}, {"authz", -1}, {"dispatchers", -1},
 	} {
 		if got := layerOf(c.path); got != c.want {
 			t.Errorf("layerOf(%q) = %d, want %d", c.path, got, c.want)
