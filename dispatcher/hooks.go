@@ -51,6 +51,11 @@ type RecordChecker interface {
 	FilterRevision() uint64
 }
 
+// ExcludedNotGranted is the NO_AGENT exclusion reason of an instance whose
+// record the authorizer (RecordChecker) does not let this dispatcher route
+// (engine.ExcludedNotGranted).
+const ExcludedNotGranted = engine.ExcludedNotGranted
+
 // WithObserver adds an Observer; several may be added.
 func WithObserver(o Observer) Option {
 	return func(d *Dispatcher) { d.observers = append(d.observers, o) }

@@ -1,6 +1,6 @@
 // Package engine is the dispatcher's task engine: a task's path through a
 // replica as a pipeline of stages, one file each, read in this order —
-// admit, decode, resolve, pick, deliver, settle, record (pipeline.go lists
+// Admit, decode, resolve, pick, deliver, settle, record (pipeline.go lists
 // them) — with the state they share: the in-flight counts and fair share,
 // each instance's load and breaker, the wait queues, the learned hints and
 // hedge delays, the records.

@@ -35,7 +35,7 @@ type Authorizer interface {
 // reach.task is admitted or anything is answered, whether its reply
 // subject may be answered at all (auth.Authorizer: only inside its
 // caller's own inbox). A task it refuses is dropped unanswered — even the
-// refusal, published there, would act for whoever chose the subject — and
+// Refusal, published there, would act for whoever chose the subject — and
 // the checker logs it.
 type ReplyChecker interface {
 	CheckReply(m *nats.Msg) *streams.Error
@@ -48,7 +48,7 @@ type ReplyChecker interface {
 //
 // Serves is asked for every task (it must be cheap); Names lists the names
 // served (for a "did you mean" when a name is unknown). Direct runs a
-// direct-tier request and returns its reply, which the dispatcher sends to
+// Direct-tier request and returns its reply, which the dispatcher sends to
 // whoever asked (m.Reply, or Call's caller); Durable gets a durable one,
 // which it must acknowledge only once its outcome is recorded (or leave to
 // be redelivered). Both run on a goroutine of their own, and the task

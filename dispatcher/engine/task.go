@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"slices"
@@ -18,13 +18,13 @@ import (
 )
 
 // task is one request travelling through the dispatcher.
-type task struct {
+type Task struct {
 	req         *nats.Msg
 	capability  string
 	requestID   string
 	orchID      string
 	source      string // Reach-Source: with an authorizer, the identity proven (cancel.go)
-	owner       string // a durable task's <source> token (streams.ResultSource); "" until newTask has it
+	owner       string // a durable task's <source> token (streams.ResultSource); "" until NewTask has it
 	caller      string // whose in-flight slot it holds (admit); answer gives it back
 	affinity    string
 	unicast     string
@@ -45,8 +45,8 @@ type task struct {
 	// ACK, no subscription, gone), so the work most likely never started.
 	lastUnreachable bool
 	start           time.Time
-	done            func(t *task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
-	wait            selection.Waiting[*task]                       // its place in its capability's wait queue (queue.go)
+	done            func(t *Task, res *nats.Msg, e *streams.Error) // runs once, with the outcome
+	wait            selection.Waiting[*Task]                       // its place in its capability's wait queue (queue.go)
 	seq             uint64                                         // stream sequence of a durable task; 0 on the direct tier
 	inDoubt         bool                                           // the last error is an idempotent execution's unknown outcome (Reach-In-Doubt)
 	// Cancellation (cancel.go): stopped holds why, once set; waiting is
@@ -78,18 +78,18 @@ type task struct {
 	hedged    bool    // a hedge delivery was sent
 	hedgedWon bool    // the outcome came from the hedge
 	relay     *stream // a streamed task's relay to its caller (stream.go); fixed at its start
-	log       taskLog
+	log       TaskLog
 	span      trace.Span // from its start to its outcome (dispatcher/tracing)
 }
 
-// taskLog puts a task's fields on every event it starts. Unlike a child
+// TaskLog puts a task's fields on every event it starts. Unlike a child
 // logger it costs nothing per task while its level is disabled.
-type taskLog struct {
+type TaskLog struct {
 	base *zerolog.Logger
-	t    *task
+	t    *Task
 }
 
-func (l taskLog) with(e *zerolog.Event) *zerolog.Event {
+func (l TaskLog) with(e *zerolog.Event) *zerolog.Event {
 	if e == nil {
 		return nil
 	}
@@ -100,21 +100,21 @@ func (l taskLog) with(e *zerolog.Event) *zerolog.Event {
 	return e
 }
 
-func (l taskLog) Debug() *zerolog.Event { return l.with(l.base.Debug()) }
+func (l TaskLog) Debug() *zerolog.Event { return l.with(l.base.Debug()) }
 
-func (l taskLog) Info() *zerolog.Event { return l.with(l.base.Info()) }
+func (l TaskLog) Info() *zerolog.Event { return l.with(l.base.Info()) }
 
-func (l taskLog) Warn() *zerolog.Event { return l.with(l.base.Warn()) }
+func (l TaskLog) Warn() *zerolog.Event { return l.with(l.base.Warn()) }
 
-func (l taskLog) Error() *zerolog.Event { return l.with(l.base.Error()) }
+func (l TaskLog) Error() *zerolog.Event { return l.with(l.base.Error()) }
 
 // tried reports whether a strategy must not pick id now.
-func (t *task) tried(id string) bool {
+func (t *Task) tried(id string) bool {
 	return slices.Contains(t.skipIDs, id) || (!t.retryTried && slices.Contains(t.triedIDs, id))
 }
 
-// visitsOf counts how often this chain has reached instance id.
-func (t *task) visitsOf(id string) int {
+// VisitsOf counts how often this chain has reached instance id.
+func (t *Task) VisitsOf(id string) int {
 	n := 0
 	for _, v := range t.visits {
 		if v == id {
@@ -125,17 +125,73 @@ func (t *task) visitsOf(id string) int {
 }
 
 // Tried reports whether a strategy must not pick id now (selection.Task).
-func (t *task) Tried(id string) bool { return t.tried(id) }
+func (t *Task) Tried(id string) bool { return t.tried(id) }
 
 // AffinityKey is t's Reach-Affinity-Key (selection.Task).
-func (t *task) AffinityKey() string { return t.affinity }
+func (t *Task) AffinityKey() string { return t.affinity }
 
 // Preference is t's Reach-Prefer (selection.Task).
-func (t *task) Preference() string { return t.prefer }
+func (t *Task) Preference() string { return t.prefer }
 
-// traceTask starts t's span (tracing.Task), from its start to its outcome.
-func (d *Dispatcher) traceTask(t *task) {
+// TraceTask starts t's span (tracing.Task), from its start to its outcome.
+func (en *Engine) TraceTask(t *Task) {
 	if tracing.Enabled() { // the subject is built only then
-		t.span = tracing.Task(t.req.Header, d.cfg.Subjects.Task(t.capability), t.requestID, t.capability, t.seq > 0)
+		t.span = tracing.Task(t.req.Header, en.cfg.Subjects.Task(t.capability), t.requestID, t.capability, t.seq > 0)
 	}
 }
+
+// For the entries beside the engine (dispatcher's Call, Stream and
+// OpenShared), which read a request with NewTask and run it.
+
+// OnDone sets what runs once, with t's outcome: its result or its error.
+func (t *Task) OnDone(f func(t *Task, res *nats.Msg, e *streams.Error)) { t.done = f }
+
+// NoRetries has t delivered once (dispatcher.WithoutRetries).
+func (t *Task) NoRetries() { t.noRetry = true }
+
+// Deadline is t's overall deadline.
+func (t *Task) Deadline() time.Time { return t.deadline }
+
+// SetDeadline moves t's overall deadline (to its caller's, when earlier).
+func (t *Task) SetDeadline(deadline time.Time) { t.deadline = deadline }
+
+// Request is the request t was read from, its headers as decoded.
+func (t *Task) Request() *nats.Msg { return t.req }
+
+// RequestID is t's request id (given or made up).
+func (t *Task) RequestID() string { return t.requestID }
+
+// OrchID is t's orchestration id.
+func (t *Task) OrchID() string { return t.orchID }
+
+// Capability is what t calls.
+func (t *Task) Capability() string { return t.capability }
+
+// ContentType is t's payload type.
+func (t *Task) ContentType() string { return t.contentType }
+
+// Source is t's caller as proven by the authorizer ("" without one).
+func (t *Task) Source() string { return t.source }
+
+// Hops is t's Reach-Hops on its deliveries.
+func (t *Task) Hops() int { return t.hops }
+
+// Visits is t's Reach-Visits as received.
+func (t *Task) Visits() []string { return t.visits }
+
+// Policy is its capability's settings when t started.
+func (t *Task) Policy() *config.Capability { return t.pol }
+
+// Log puts t's fields on every event it starts.
+func (t *Task) Log() TaskLog { return t.log }
+
+// Span is t's span, nil unless it records (dispatcher/tracing).
+func (t *Task) Span() trace.Span { return t.span }
+
+// Refused reports whether the input schema of instance type typ refused
+// t's payload (checkInput).
+func (t *Task) Refused(typ string) bool { return slices.Contains(t.badTypes, typ) }
+
+// Pass notes an instance a pick passed over, and why (for NO_AGENT and the
+// record).
+func (t *Task) Pass(x streams.Exclusion) { t.passed = append(t.passed, x) }

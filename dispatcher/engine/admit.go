@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"github.com/nats-io/nats.go"
@@ -24,107 +24,111 @@ const (
 // without a Reach-Source.
 const anonymous = "anonymous"
 
-// callerOf is the identity a request's in-flight slot is counted against:
+// CallerOf is the identity a request's in-flight slot is counted against:
 // its Reach-Source, "" (anonymous) when it has none. Admission runs before
 // the authorizer, so the value is the one claimed: where auth is on, a
-// request whose claim is not proven holds its slot only until newTask
+// request whose claim is not proven holds its slot only until NewTask
 // refuses it UNAUTHORIZED; without auth a caller can claim any name
 // (docs/security.md, "Fair share").
-func callerOf(h nats.Header) string { return h.Get(streams.HeaderSource) }
+func CallerOf(h nats.Header) string { return h.Get(streams.HeaderSource) }
 
-// receive runs on the subscription's goroutine: it admits the task and
+// Receive runs on the subscription's goroutine: it admits the task and
 // sends it on its way, or answers OVERLOADED.
-func (d *Dispatcher) receive(m *nats.Msg) {
-	if !d.answerable(m) {
+func (en *Engine) Receive(m *nats.Msg) {
+	if !en.answerable(m) {
 		return
 	}
-	caller := callerOf(m.Header)
-	if e := d.admit(caller); e != nil {
-		d.refuse(m, e)
+	caller := CallerOf(m.Header)
+	if e := en.Admit(caller); e != nil {
+		en.refuse(m, e)
 		return
 	}
-	if d.resolved(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), caller) {
+	if en.resolved(m, en.cfg.Subjects.CapabilityFromTask(m.Subject), caller) {
 		return // a workflow's: the resolver answers and releases the slot
 	}
-	d.handle(m, caller) // answer releases the in-flight slot
+	en.handle(m, caller) // answer releases the in-flight slot
 }
 
 // answerable reports whether the task m, received on reach.task, may be
 // answered on its reply subject; one that may not is dropped and counted.
-func (d *Dispatcher) answerable(m *nats.Msg) bool {
+func (en *Engine) answerable(m *nats.Msg) bool {
 	if m.Reply == "" {
-		d.stats.dropped.Add(1)
-		d.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
+		en.stats.dropped.Add(1)
+		en.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
 		return false
 	}
-	if rc, ok := d.authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
-		d.stats.dropped.Add(1)
+	if rc, ok := en.hooks.Authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
+		en.stats.dropped.Add(1)
 		return false
 	}
 	return true
 }
 
-// admit takes one of the replica's MaxInFlight slots for a task of
-// caller (callerOf), or returns OVERLOADED: when the replica holds
+// Admit takes one of the replica's MaxInFlight slots for a task of
+// caller (CallerOf), or returns OVERLOADED: when the replica holds
 // MaxInFlight tasks, or more than Config.FairShareAt and caller holds its
-// fair share (fairShare). free(caller) gives it back when the task's
+// fair share (fairShare). Free(caller) gives it back when the task's
 // answer is decided.
-func (d *Dispatcher) admit(caller string) *streams.Error {
+func (en *Engine) Admit(caller string) *streams.Error {
 	// The cap and the share are checked before the task is counted, so a
 	// flood of refused tasks never holds the count above what is admitted
 	// (another caller's task would be refused for the cap meanwhile).
 	var n int64
 	for {
-		n = d.inflight.Load() + 1
-		if n > int64(d.cfg.MaxInFlight) {
-			d.stats.overloaded.Add(1)
-			return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", d.cfg.Name, d.cfg.MaxInFlight)
+		n = en.inflight.Load() + 1
+		if n > int64(en.cfg.MaxInFlight) {
+			en.stats.overloaded.Add(1)
+			return streams.NewError(streams.CodeOverloaded, "dispatcher %s has %d tasks in flight", en.cfg.Name, en.cfg.MaxInFlight)
 		}
-		ok, held, share := d.fair.Take(caller, n)
-		if ok && d.inflight.CompareAndSwap(n-1, n) {
+		ok, held, share := en.fair.Take(caller, n)
+		if ok && en.inflight.CompareAndSwap(n-1, n) {
 			break
 		}
 		if ok {
-			d.fair.Give(caller) // another task was counted meanwhile: again
+			en.fair.Give(caller) // another task was counted meanwhile: again
 			continue
 		}
-		d.stats.overloaded.Add(1)
+		en.stats.overloaded.Add(1)
 		if caller == "" {
 			caller = anonymous
 		}
 		return streams.NewError(streams.CodeOverloaded, "dispatcher %s: caller %s holds %d of the %d tasks in flight, its share (above %d tasks in flight, shared by the callers holding tasks) is %d",
-			d.cfg.Name, caller, held, n-1, d.cfg.FairShareAt, share)
+			en.cfg.Name, caller, held, n-1, en.cfg.FairShareAt, share)
 	}
-	d.tasks.Add(1)
+	en.tasks.Add(1)
 	return nil
 }
 
-// free gives caller's in-flight slot back; the task's d.tasks.Done (what
+// Free gives caller's in-flight slot back; the task's en.tasks.Done (what
 // Shutdown waits for) comes after its answer is sent. A task frees its
 // slot once its answer is decided and before the answer is sent: a caller
 // that sends its next task the moment it has the answer must find the
 // slot free, or the answered task would count against its fair share.
-func (d *Dispatcher) free(caller string) {
-	d.fair.Give(caller)
-	d.inflight.Add(-1)
+func (en *Engine) Free(caller string) {
+	en.fair.Give(caller)
+	en.inflight.Add(-1)
 }
 
-// refuse answers a request that starts no task with e (refusal).
-func (d *Dispatcher) refuse(m *nats.Msg, e *streams.Error) {
-	out := refusal(m, e)
+// Done marks the end of a task Admit admitted, once its answer is sent:
+// Wait waits for them all.
+func (en *Engine) Done() { en.tasks.Done() }
+
+// refuse answers a request that starts no task with e (Refusal).
+func (en *Engine) refuse(m *nats.Msg, e *streams.Error) {
+	out := Refusal(m, e)
 	out.Subject = m.Reply
-	if err := d.nc.PublishMsg(out); err != nil {
-		d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
+	if err := en.nc.PublishMsg(out); err != nil {
+		en.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
 	}
 }
 
-// refusal is the error reply, e, to a request that starts no task
+// Refusal is the error reply, e, to a request that starts no task
 // (Reach-Attempt 0); OVERLOADED has a Retry-After.
-func refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
+func Refusal(m *nats.Msg, e *streams.Error) *nats.Msg {
 	ct, _ := streams.PayloadType(m.Header, m.Data)
-	id, orch := taskIDs(m.Header)
+	id, orch := TaskIDs(m.Header)
 	if e.Code == streams.CodeOverloaded {
-		return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0", headerRetryAfter, retryAfterSecs)
+		return ErrorMsg(ct, id, orch, e, streams.HeaderAttempt, "0", headerRetryAfter, retryAfterSecs)
 	}
-	return errorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
+	return ErrorMsg(ct, id, orch, e, streams.HeaderAttempt, "0")
 }
