@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,6 +48,7 @@ type Dispatcher struct {
 	subs      []*nats.Subscription // Config.Handlers queue subscriptions to the tasks
 	apiSubs   []*nats.Subscription
 	js        jetstream.JetStream
+	tier      durable.Tier // takes the durable tasks to their outcomes (durable.go)
 	consume   jetstream.ConsumeContext
 	replay    *durable.Replayer
 	stopWatch func() // stops the engine's Watch, and waits for it
@@ -59,6 +61,9 @@ type Dispatcher struct {
 	observers  []Observer
 	authorizer Authorizer
 	resolver   Resolver
+	// The entries' counts in Stats: Dropped (receive.go), Durable,
+	// Buffered and Replayed (durable.go).
+	dropped, durable, buffered, replayed atomic.Int64
 
 	stopOnce sync.Once
 	stopErr  error
@@ -222,7 +227,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	// Queue subscriptions in the replicas' group: the server spreads the
 	// tasks over every replica's handlers.
 	d.subs, err = subscription.Each(d.cfg.Handlers, 64<<20, func(int) (*nats.Subscription, error) {
-		return d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.eng.Receive)
+		return d.nc.QueueSubscribe(d.cfg.Subjects.TaskWildcard(), d.cfg.QueueGroup, d.receive)
 	})
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe: %w", err)
@@ -335,6 +340,7 @@ type Stats = engine.Stats
 // Stats returns the replica's counters.
 func (d *Dispatcher) Stats() Stats {
 	s := d.eng.Stats()
+	s.Dropped, s.Durable, s.Buffered, s.Replayed = d.dropped.Load(), d.durable.Load(), d.buffered.Load(), d.replayed.Load()
 	if t := d.Table(); t != nil {
 		s.Agents = t.Len()
 	}

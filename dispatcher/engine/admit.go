@@ -6,12 +6,13 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Stage 1 of a task's path, admit: a request whose reply subject may be
-// answered at all (answerable: a reply subject, the authorizer's say) takes
-// one of the replica's in-flight slots, within its caller's fair share
-// (selection.FairShare), or is answered OVERLOADED before it becomes a
-// task. Decode (decode.go) follows; payload size is checked by the server
-// (max_payload) and on each delivery (deliver.go).
+// Stage 1 of a task's path, admit: a request — once its entry has found
+// its reply subject answerable (dispatcher's receive: a reply subject, the
+// authorizer's say) — takes one of the replica's in-flight slots, within
+// its caller's fair share (selection.FairShare), or is answered OVERLOADED
+// (Refusal) before it becomes a task. Decode (decode.go) follows; payload
+// size is checked by the server (max_payload) and on each delivery
+// (deliver.go).
 
 // headerRetryAfter is on every OVERLOADED answer: whole seconds after which
 // sending again makes sense, as HTTP's Retry-After (the gateway's too).
@@ -31,38 +32,6 @@ const anonymous = "anonymous"
 // refuses it UNAUTHORIZED; without auth a caller can claim any name
 // (docs/security.md, "Fair share").
 func CallerOf(h nats.Header) string { return h.Get(streams.HeaderSource) }
-
-// Receive runs on the subscription's goroutine: it admits the task and
-// sends it on its way, or answers OVERLOADED.
-func (en *Engine) Receive(m *nats.Msg) {
-	if !en.answerable(m) {
-		return
-	}
-	caller := CallerOf(m.Header)
-	if e := en.Admit(caller); e != nil {
-		en.refuse(m, e)
-		return
-	}
-	if en.resolved(m, en.cfg.Subjects.CapabilityFromTask(m.Subject), caller) {
-		return // a workflow's: the resolver answers and releases the slot
-	}
-	en.handle(m, caller) // answer releases the in-flight slot
-}
-
-// answerable reports whether the task m, received on reach.task, may be
-// answered on its reply subject; one that may not is dropped and counted.
-func (en *Engine) answerable(m *nats.Msg) bool {
-	if m.Reply == "" {
-		en.stats.dropped.Add(1)
-		en.log.Warn().Str("subject", m.Subject).Msg("task without reply subject dropped (use request/reply)")
-		return false
-	}
-	if rc, ok := en.hooks.Authorizer.(ReplyChecker); ok && rc.CheckReply(m) != nil {
-		en.stats.dropped.Add(1)
-		return false
-	}
-	return true
-}
 
 // Admit takes one of the replica's MaxInFlight slots for a task of
 // caller (CallerOf), or returns OVERLOADED: when the replica holds
@@ -99,8 +68,8 @@ func (en *Engine) Admit(caller string) *streams.Error {
 	return nil
 }
 
-// Free gives caller's in-flight slot back; the task's en.tasks.Done (what
-// Shutdown waits for) comes after its answer is sent. A task frees its
+// Free gives caller's in-flight slot back; the task's Done (what Wait
+// waits for) comes after its answer is sent. A task frees its
 // slot once its answer is decided and before the answer is sent: a caller
 // that sends its next task the moment it has the answer must find the
 // slot free, or the answered task would count against its fair share.
@@ -112,15 +81,6 @@ func (en *Engine) Free(caller string) {
 // Done marks the end of a task Admit admitted, once its answer is sent:
 // Wait waits for them all.
 func (en *Engine) Done() { en.tasks.Done() }
-
-// refuse answers a request that starts no task with e (Refusal).
-func (en *Engine) refuse(m *nats.Msg, e *streams.Error) {
-	out := Refusal(m, e)
-	out.Subject = m.Reply
-	if err := en.nc.PublishMsg(out); err != nil {
-		en.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("error reply failed")
-	}
-}
 
 // Refusal is the error reply, e, to a request that starts no task
 // (Reach-Attempt 0); OVERLOADED has a Retry-After.

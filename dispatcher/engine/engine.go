@@ -13,7 +13,6 @@ import (
 
 	"github.com/agent-reach/agentreach/dispatcher/breakers"
 	"github.com/agent-reach/agentreach/dispatcher/config"
-	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/agent-reach/agentreach/dispatcher/feedback"
 	"github.com/agent-reach/agentreach/dispatcher/inbox"
@@ -33,7 +32,6 @@ type Engine struct {
 
 	table    *registry.Table
 	inbox    *inbox.Inbox[*delivery] // the replies to its deliveries
-	tier     durable.Tier            // takes the durable tasks to their outcomes (settle_durable.go)
 	breakers breakers.Sharing        // the breakers' transitions shared with the other replicas
 
 	loads  selection.Loads
@@ -136,6 +134,16 @@ func (en *Engine) Watch(ctx context.Context) {
 	<-shared
 }
 
+// Go runs f on a goroutine of its own, which Wait waits for (a durable
+// task's, which the durable tier takes to its outcome).
+func (en *Engine) Go(f func()) {
+	en.tasks.Add(1)
+	go func() {
+		defer en.tasks.Done()
+		f()
+	}()
+}
+
 // Wait waits until every task admitted has ended, or ctx does.
 func (en *Engine) Wait(ctx context.Context) error {
 	done := make(chan struct{})
@@ -182,29 +190,22 @@ type Stats struct {
 }
 
 type stats struct {
-	overloaded, dropped, redirected     atomic.Int64
-	durable, buffered, replayed, queued atomic.Int64
-	hedged, hedgesRefused               atomic.Int64
-	chunksRelayed, chunksDropped        atomic.Int64
-	streamsOverloaded                   atomic.Int64
+	overloaded, redirected       atomic.Int64
+	queued                       atomic.Int64
+	hedged, hedgesRefused        atomic.Int64
+	chunksRelayed, chunksDropped atomic.Int64
+	streamsOverloaded            atomic.Int64
 }
 
-// Replayed counts a dead letter the replayer resubmitted.
-func (en *Engine) Replayed() { en.stats.replayed.Add(1) }
-
-// Stats returns the replica's counters; Agents is the Dispatcher's to
-// fill in.
+// Stats returns the replica's counters; those of its entries (Dropped,
+// Durable, Buffered, Replayed) and Agents are the Dispatcher's to fill in.
 func (en *Engine) Stats() Stats {
 	s := Stats{
 		Name:              en.cfg.Name,
 		Counts:            en.records.Counts(),
 		Overloaded:        en.stats.overloaded.Load(),
-		Dropped:           en.stats.dropped.Load(),
 		Redirected:        en.stats.redirected.Load(),
 		Queued:            en.stats.queued.Load(),
-		Durable:           en.stats.durable.Load(),
-		Buffered:          en.stats.buffered.Load(),
-		Replayed:          en.stats.replayed.Load(),
 		Hedged:            en.stats.hedged.Load(),
 		HedgesOver:        en.stats.hedgesRefused.Load(),
 		ChunksRelayed:     en.stats.chunksRelayed.Load(),

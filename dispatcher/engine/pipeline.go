@@ -13,8 +13,8 @@ import (
 // A task's path through a replica, stage by stage. Each stage is one file,
 // read in this order:
 //
-//  1. admit.go    — size and authorization of the reply subject, the
-//                   replica's in-flight cap and the caller's fair share
+//  1. admit.go    — the replica's in-flight cap and the caller's fair
+//                   share (the reply subject is checked by the entry)
 //  2. decode.go   — the request's headers and payload read once: ids,
 //                   content type, requirements, hops, timeouts, budget,
 //                   the caller proven (Authorizer)
@@ -26,40 +26,31 @@ import (
 //                   (queue.go)
 //  5. deliver.go  — the delivery, its ACK and call timers, its replies
 //                   (dispatcher/inbox), the hedge (hedge.go), cancellation
-//                   (cancel.go)
+//                   (cancel.go), a streamed task's chunks (stream.go)
 //  6. settle.go   — a delivery's outcome into breaker (shared with the
 //                   other replicas by dispatcher/breakers), load and
 //                   latency, the retry decision, the reply through the
-//                   outbound gate; a durable task's claimed outcome
-//                   (durable.Tier, which settle_durable.go routes for)
+//                   outbound gate (Conclude); a durable task's outcome
+//                   for durable.Tier, which the Dispatcher routes for
+//                   (RouteWait)
 //  7. record.go   — the event record, the counts; the span ends
 //                   (dispatcher/tracing)
+//
+// A task comes in by one of the Dispatcher's entries — its subscription to
+// reach.task (receive.go there), Call and Stream in process, OpenShared for
+// a broadcast, the durable consumer (durable.go there) — which admit it
+// (Admit), read it (NewTask) and Run it.
 //
 // Data flows one way: a stage reads what the earlier ones put on the task
 // and never calls back up, except that a retry (settle) runs the path again
 // from resolve.
 
-// A task has no goroutine of its own. The subscription callback starts it
-// (NewTask, route, publish the delivery); the agent's replies, arriving on
+// A task has no goroutine of its own. Its entry — the Dispatcher's
+// subscription callback, Call or Stream — starts it (NewTask, Run: route,
+// publish the delivery); the agent's replies, arriving on
 // the inbox's goroutine, and per-delivery timers move it on; done runs once
 // with its outcome. Each delivery ends exactly once — by its result, an
 // error reply, its timer or its instance leaving — whichever claims it first.
-
-// handle starts one direct-tier task, which holds caller's in-flight slot;
-// answer replies to the caller.
-func (en *Engine) handle(m *nats.Msg, caller string) {
-	start := time.Now()
-	t, e := en.NewTask(m, en.cfg.Subjects.CapabilityFromTask(m.Subject), start, false)
-	t.start, t.done, t.caller = start, en.answer, caller
-	if e != nil {
-		en.answer(t, nil, e)
-		return
-	}
-	if streamed(m.Header, m.Reply, false) {
-		en.StartRelay(t, en.publishToCaller(t), true)
-	}
-	en.Run(t)
-}
 
 // Run delivers t to the next instance, or ends it when no instance, retry
 // or time is left. While tasks of its capability wait for a slot, it
@@ -121,9 +112,9 @@ func (en *Engine) route(t *Task) (inst *registry.Instance, probe bool, why NoRou
 	return en.pick(t, rs)
 }
 
-// routeWait runs t to its outcome and waits for it (the durable tier,
+// RouteWait runs t to its outcome and waits for it (the durable tier,
 // which has a goroutine per task anyway).
-func (en *Engine) routeWait(t *Task) (res *nats.Msg, e *streams.Error) {
+func (en *Engine) RouteWait(t *Task) (res *nats.Msg, e *streams.Error) {
 	done := make(chan struct{})
 	t.done = func(_ *Task, r *nats.Msg, err *streams.Error) {
 		t.Finish()

@@ -12,8 +12,9 @@ import (
 // counting model and handed to the observers (the Prometheus collectors);
 // its span ends with it (dispatcher/tracing).
 
-// recordEvent writes the feedback record of a finished task.
-func (en *Engine) recordEvent(t *Task, start time.Time, outcome string, e *streams.Error) {
+// Record writes the feedback record of a finished task, which started at
+// start.
+func (en *Engine) Record(t *Task, start time.Time, outcome string, e *streams.Error) {
 	ev := events.Event{
 		RequestID: t.requestID, OrchestrationID: t.orchID, Capability: t.capability, Tier: "direct",
 		Dispatcher: en.cfg.Name, Status: string(streams.StatusFinished), Outcome: outcome, Node: t.node, Failed: t.triedIDs,

@@ -209,25 +209,6 @@ func (en *Engine) Resolves(name string) bool {
 	return en.hooks.Resolver != nil && en.hooks.Resolver.Serves(name)
 }
 
-// resolved hands a task from reach.task to the resolver when it serves the
-// name, on a goroutine that holds caller's in-flight slot and sends the
-// reply to m.Reply; it reports whether it did.
-func (en *Engine) resolved(m *nats.Msg, name, caller string) bool {
-	if !en.Resolves(name) {
-		return false
-	}
-	go func() {
-		defer en.tasks.Done()
-		out := en.Direct(m, name)
-		en.Free(caller)
-		out.Subject = m.Reply
-		if err := en.nc.PublishMsg(out); err != nil {
-			en.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("reply failed")
-		}
-	}()
-	return true
-}
-
 // Direct runs a direct-tier task of a name the resolver serves, once the
 // authorizer lets its caller call that name, and returns its reply. Every
 // way in (resolved, Call) comes here; the caller holds an in-flight slot.

@@ -19,8 +19,10 @@ import (
 // Stage 6 of a task's path, settle: a delivery's outcome is counted in its
 // instance's breaker, penalty and latency; a retryable one sends the task
 // on (retry, back to resolve), any other ends it: the reply goes to the
-// caller through the outbound gate (answer, conclude), or a durable task's
-// outcome is claimed and stored (durable.Tier, settle_durable.go). Then record.
+// caller through the outbound gate (Conclude, then its entry: the
+// Dispatcher's answer, Call or Stream), or a durable task's
+// outcome is claimed and stored (durable.Tier, for which the Dispatcher
+// routes through RouteWait). Then record.
 
 // Outcome classifies how one delivery ended.
 type Outcome int
@@ -216,26 +218,6 @@ func (en *Engine) endUnrouted(t *Task, noAgent *streams.Error) {
 	t.done(t, nil, noAgent)
 }
 
-// answer ends a direct-tier task: the result or the error to the caller,
-// and its feedback record.
-func (en *Engine) answer(t *Task, res *nats.Msg, e *streams.Error) {
-	if t.relay != nil {
-		out, _ := en.Conclude(t, res, e)
-		en.Free(t.caller)
-		en.FinishRelay(t, out, en.tasks.Done)
-		return
-	}
-	defer en.tasks.Done()
-	out, e := en.Conclude(t, res, e)
-	en.Free(t.caller)
-	if out != nil {
-		out.Subject = t.req.Reply
-		if err := en.nc.PublishMsg(out); err != nil {
-			t.log.Warn().Err(err).Str("code", string(streams.CodeOf(e))).Msg("reply to caller failed")
-		}
-	}
-}
-
 // Conclude ends a task that answers a caller (over NATS or in process):
 // it builds the reply the caller gets — the result with the dispatcher's
 // headers, or an error reply; nil when the agent answered the caller
@@ -255,7 +237,7 @@ func (en *Engine) Conclude(t *Task, res *nats.Msg, e *streams.Error) (*nats.Msg,
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
 		out = ErrorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
-	en.recordEvent(t, t.start, events.OutcomeReply, e)
+	en.Record(t, t.start, events.OutcomeReply, e)
 	tracing.End(t.span, e)
 	return out, e
 }

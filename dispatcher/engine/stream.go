@@ -33,12 +33,6 @@ func (t *Task) pinned() *delivery {
 	return dl
 }
 
-// streamed reports whether a task's chunks are relayed to its caller: a
-// Direct-tier task whose caller sent Reach-Stream: 1 and waits for a reply.
-func streamed(h nats.Header, reply string, durable bool) bool {
-	return !durable && reply != "" && h.Get(streams.HeaderStream) == "1"
-}
-
 // StartRelay makes t a streamed task whose messages go to sink, through a
 // bounded queue; with inline, a sink that never waits (a NATS publish)
 // takes them at once.
@@ -131,16 +125,6 @@ func (en *Engine) FinishRelay(t *Task, out *nats.Msg, done func()) {
 		out.Subject = t.req.Reply
 	}
 	t.relay.Finish(out, done)
-}
-
-// publishToCaller is the sink of a streamed task from NATS: its caller's
-// reply subject.
-func (en *Engine) publishToCaller(t *Task) func(*nats.Msg) {
-	return func(m *nats.Msg) {
-		if err := en.nc.PublishMsg(m); err != nil {
-			t.log.Warn().Err(err).Str("status", m.Header.Get(streams.HeaderStatus)).Msg("stream message to caller failed")
-		}
-	}
 }
 
 // checkChunks reports whether a final result's Reach-Chunks agrees with

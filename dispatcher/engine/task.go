@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agent-reach/agentreach/dispatcher/config"
+	"github.com/agent-reach/agentreach/dispatcher/durable"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry/declare"
@@ -25,7 +26,6 @@ type Task struct {
 	orchID      string
 	source      string // Reach-Source: with an authorizer, the identity proven (cancel.go)
 	owner       string // a durable task's <source> token (streams.ResultSource); "" until NewTask has it
-	caller      string // whose in-flight slot it holds (admit); answer gives it back
 	affinity    string
 	unicast     string
 	contentType string
@@ -146,6 +146,10 @@ func (en *Engine) TraceTask(t *Task) {
 // OnDone sets what runs once, with t's outcome: its result or its error.
 func (t *Task) OnDone(f func(t *Task, res *nats.Msg, e *streams.Error)) { t.done = f }
 
+// Streamed reports whether t's chunks are relayed to its caller
+// (StartRelay).
+func (t *Task) Streamed() bool { return t.relay != nil }
+
 // NoRetries has t delivered once (dispatcher.WithoutRetries).
 func (t *Task) NoRetries() { t.noRetry = true }
 
@@ -195,3 +199,21 @@ func (t *Task) Refused(typ string) bool { return slices.Contains(t.badTypes, typ
 // Pass notes an instance a pick passed over, and why (for NO_AGENT and the
 // record).
 func (t *Task) Pass(x streams.Exclusion) { t.passed = append(t.passed, x) }
+
+// For the durable tier's entry (the Dispatcher's durable.Router).
+
+// Durable is t as the durable tier records it.
+func (t *Task) Durable() durable.Task {
+	return durable.Task{Owner: t.owner, RequestID: t.requestID, OrchID: t.orchID, ContentType: t.contentType,
+		Seq: t.seq, Node: t.node, Attempts: t.attempts}
+}
+
+// SetSeq makes t the durable task at seq in REACH_TASKS.
+func (t *Task) SetSeq(seq uint64) { t.seq = seq }
+
+// Claimed notes the instance and attempts of t's outcome as claimed.
+func (t *Task) Claimed(node string, attempts int) { t.node, t.attempts = node, attempts }
+
+// InDoubt reports whether t's error is an idempotent execution's unknown
+// outcome (Reach-In-Doubt).
+func (t *Task) InDoubt() bool { return t.inDoubt }
