@@ -211,7 +211,8 @@ func (en *Engine) Resolves(name string) bool {
 
 // Direct runs a direct-tier task of a name the resolver serves, once the
 // authorizer lets its caller call that name, and returns its reply. Every
-// way in (resolved, Call) comes here; the caller holds an in-flight slot.
+// way in (the Dispatcher's receive and Call) comes here; the caller holds
+// an in-flight slot.
 func (en *Engine) Direct(m *nats.Msg, name string) *nats.Msg {
 	if en.hooks.Authorizer != nil {
 		if e := en.hooks.Authorizer.Authorize(name, m, false); e != nil {

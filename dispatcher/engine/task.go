@@ -18,7 +18,8 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// task is one request travelling through the dispatcher.
+// Task is one request travelling through the engine: its entry makes it
+// (NewTask) and runs it (Run); the stages read and write its fields.
 type Task struct {
 	req         *nats.Msg
 	capability  string
