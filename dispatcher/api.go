@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"encoding/json"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,4 +52,4 @@ func (d *Dispatcher) subscribeAPI() ([]*nats.Subscription, error) {
 
 // Breakers returns the breaker of every instance this replica has routed to,
 // sorted by instance id.
-func (d *Dispatcher) Breakers() []selection.BreakerStatus { return d.loads.Breakers(time.Now()) }
+func (d *Dispatcher) Breakers() []selection.BreakerStatus { return d.eng.Breakers() }

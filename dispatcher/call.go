@@ -8,11 +8,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/engine"
 	"github.com/agent-reach/agentreach/streams"
 )
 
 // Call is the in-process entry to the same path as a task from NATS
-// (receive): admission, decode, resolve and the rest, minus a message hop.
+// (engine.Receive): admission, decode, resolve and the rest, minus a
+// message hop.
 
 // CallOption adjusts one task started with Call.
 type CallOption func(*callOptions)
@@ -50,11 +52,11 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 		req.Header = nats.Header{}
 	}
 	if d.Table() == nil {
-		return refusal(req, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name))
+		return engine.Refusal(req, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name))
 	}
-	caller := callerOf(req.Header)
-	if e := d.admit(caller); e != nil {
-		return refusal(req, e)
+	caller := engine.CallerOf(req.Header)
+	if e := d.eng.Admit(caller); e != nil {
+		return engine.Refusal(req, e)
 	}
 	req.Reply = "" // the answer comes back here: nothing to offer an agent directly
 	var o callOptions
@@ -64,29 +66,31 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 	if !o.capability && d.Resolves(capability) {
 		return d.callResolved(ctx, capability, req, caller)
 	}
-	t, e := d.newTask(req, capability, start, false)
-	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
-		t.deadline = dl
+	t, e := d.eng.NewTask(req, capability, start, false)
+	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.Deadline()) {
+		t.SetDeadline(dl)
 	}
-	t.noRetry = o.noRetry
+	if o.noRetry {
+		t.NoRetries()
+	}
 	out := make(chan *nats.Msg, 1)
-	t.start = start
-	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
-		defer d.tasks.Done()
-		reply, _ := d.conclude(t, res, e)
-		d.free(caller)
+	done := func(t *engine.Task, res *nats.Msg, e *streams.Error) {
+		defer d.eng.Done()
+		reply, _ := d.eng.Conclude(t, res, e)
+		d.eng.Free(caller)
 		out <- reply
 	}
+	t.OnDone(done)
 	if e != nil {
-		t.done(t, nil, e)
+		done(t, nil, e)
 		return <-out
 	}
-	d.run(t)
+	d.eng.Run(t)
 	select {
 	case reply := <-out:
 		return reply
 	case <-ctx.Done():
-		d.cancel(t, callerGone(ctx))
+		d.eng.Cancel(t, callerGone(ctx))
 		return <-out // cancel ends the task at once, wherever it is
 	}
 }
@@ -97,7 +101,7 @@ func (d *Dispatcher) Call(ctx context.Context, capability string, req *nats.Msg,
 // Reach-Deadline when it is earlier; when ctx ends first the caller gets
 // CANCELLED or DEADLINE_EXCEEDED, and the run goes on to its own end.
 func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Msg, caller string) *nats.Msg {
-	id, orch := taskIDs(req.Header)
+	id, orch := engine.TaskIDs(req.Header)
 	req.Header.Set(streams.HeaderRequestID, id) // the run's id, which an early answer names too
 	if dl, ok := ctx.Deadline(); ok {
 		if cur, e := streams.ParseDeadline(req.Header); e == nil && (cur.IsZero() || dl.Before(cur)) {
@@ -106,9 +110,9 @@ func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Ms
 	}
 	out := make(chan *nats.Msg, 1)
 	go func() {
-		defer d.tasks.Done()
-		reply := d.direct(req, name)
-		d.free(caller)
+		defer d.eng.Done()
+		reply := d.eng.Direct(req, name)
+		d.eng.Free(caller)
 		out <- reply
 	}()
 	select {
@@ -116,7 +120,7 @@ func (d *Dispatcher) callResolved(ctx context.Context, name string, req *nats.Ms
 		return reply
 	case <-ctx.Done():
 		ct, _ := streams.PayloadType(req.Header, req.Data)
-		return errorMsg(ct, id, orch, callerGone(ctx))
+		return engine.ErrorMsg(ct, id, orch, callerGone(ctx))
 	}
 }
 

@@ -13,13 +13,10 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
-	"github.com/agent-reach/agentreach/dispatcher/breakers"
 	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/engine"
 	"github.com/agent-reach/agentreach/dispatcher/events"
-	"github.com/agent-reach/agentreach/dispatcher/feedback"
-	"github.com/agent-reach/agentreach/dispatcher/inbox"
-	"github.com/agent-reach/agentreach/dispatcher/names"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/internal/subscription"
 	"github.com/agent-reach/agentreach/registry"
@@ -37,53 +34,36 @@ func WithLogger(l zerolog.Logger) Option { return func(d *Dispatcher) { d.log = 
 
 // Dispatcher routes tasks to agents. Create it with New, run it with Start,
 // stop it with Drain (graceful) or Close. Its methods are safe for
-// concurrent use; Drain and Close are idempotent.
+// concurrent use; Drain and Close are idempotent. It is the lifecycle
+// around the task engine (dispatcher/engine), which runs each task down
+// the stages: it opens what the engine routes by, subscribes the engine's
+// entries, and offers the in-process ones (Call, Stream, OpenShared).
 type Dispatcher struct {
 	nc  *nats.Conn
 	cfg config.Config
 	log zerolog.Logger
+	eng *engine.Engine
 
 	table     *registry.Table
-	inbox     *inbox.Inbox[*delivery] // the replies to its deliveries
-	subs      []*nats.Subscription    // Config.Handlers queue subscriptions to the tasks
+	subs      []*nats.Subscription // Config.Handlers queue subscriptions to the tasks
 	apiSubs   []*nats.Subscription
 	js        jetstream.JetStream
-	tier      durable.Tier // takes the durable tasks to their outcomes (settle_durable.go)
+	tier      durable.Tier // takes the durable tasks to their outcomes (durable.go)
 	consume   jetstream.ConsumeContext
 	replay    *durable.Replayer
-	stopWatch func()           // stops the breaker sharing and queue pumping, and waits for them
-	breakers  breakers.Sharing // the breakers' transitions shared with the other replicas
+	stopWatch func() // stops the engine's Watch, and waits for it
 
-	mu      sync.Mutex
-	started bool
-	loads   selection.Loads
-	picker  selection.Picker
-	queues  sync.Map // capability, or capability@instance for unicast → *selection.WaitQueue[*task]
-	hints   selection.Hints
-	hedges  selection.Hedges
-	// Live policy and declarations (policy.go, resolve.go).
+	mu       sync.Mutex
+	started  bool
 	policies *registry.PolicyWatcher
 	catalog  *registry.Catalog
-	served   names.Served        // the capabilities delivered: NO_AGENT for a name never registered is the caller's (record.go)
-	caps     config.Capabilities // each capability's settings under the current policy snapshot
-	// requirements caches parsed Reach-Require values, views the static
-	// filters of routes by requirement (resolve.go).
-	requirements selection.Cache
-	views        selection.Cache
-	// backoffs holds the tasks waiting out a backoff before a retry (a set
-	// of *task), so that a cancel can find them.
-	backoffs sync.Map
-
-	records *events.Recorder // counts, observes and sends the records (record.go)
-	scores  feedback.Scores  // callers' scores of results (dispatcher/feedback)
-	// Extension points (hooks.go).
+	// Extension points (hooks.go), handed to the engine by New.
 	observers  []Observer
 	authorizer Authorizer
 	resolver   Resolver
-	inflight   atomic.Int64
-	fair       *selection.FairShare // the callers' shares of inflight
-	tasks      sync.WaitGroup
-	stats      stats
+	// The entries' counts in Stats: Dropped (receive.go), Durable,
+	// Buffered and Replayed (durable.go).
+	dropped, durable, buffered, replayed atomic.Int64
 
 	stopOnce sync.Once
 	stopErr  error
@@ -101,32 +81,13 @@ func New(nc *nats.Conn, cfg config.Config, opts ...Option) (*Dispatcher, error) 
 	if cfg.Name == "" {
 		cfg.Name = "dispatcher-" + nuid.Next()[16:]
 	}
-	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop(),
-		requirements: selection.Cache{Limit: maxRequirements}, views: selection.Cache{Limit: maxViews},
-		fair: selection.NewFairShare(cfg.FairShareAt)}
-	d.caps.Config = &d.cfg
-	d.loads.Breaker, d.loads.PenaltyDecay = &d.cfg.Breaker, d.cfg.PenaltyDecay
-	d.picker.Loads, d.picker.Cost = &d.loads, d.declaredCost
+	d := &Dispatcher{nc: nc, cfg: cfg, log: zerolog.Nop()}
 	for _, o := range opts {
 		o(d)
 	}
 	d.log = d.log.With().Str("dispatcher", cfg.Name).Logger()
-	var observe func(*events.Event)
-	if len(d.observers) > 0 {
-		observe = d.observe
-	}
-	d.records = events.NewRecorder(nc, cfg.Subjects, cfg.NoEvents, observe, &d.log)
-	d.breakers = breakers.Sharing{NC: nc, By: cfg.Name, Loads: &d.loads, Log: &d.log, Live: func(id string) bool {
-		_, live := d.table.Lookup(id)
-		return live
-	}}
-	d.scores = feedback.Scores{NC: nc, Subjects: cfg.Subjects, Dispatcher: cfg.Name, Log: &d.log, Observe: d.observeQuality}
-	if d.authorizer != nil {
-		d.scores.Authorize = func(m *nats.Msg) *streams.Error { return d.authorizer.Authorize("", m, false) }
-	}
-	if rc, ok := d.authorizer.(ReplyChecker); ok {
-		d.scores.CheckReply = rc.CheckReply
-	}
+	d.eng = engine.New(nc, cfg, d.log, engine.Hooks{Observers: d.observers, Authorizer: d.authorizer, Resolver: d.resolver,
+		Shared: d.cancelShared})
 	return d, nil
 }
 
@@ -142,7 +103,7 @@ func (d *Dispatcher) Routable(capability string) []string {
 	ids := make([]string, 0, rs.Len())
 	for i := 0; i < rs.Len(); i++ {
 		inst := rs.Instances[i]
-		if d.loads.Of(inst.ID).Breaker.Status(now).State != selection.BreakerOpen {
+		if d.eng.Load(inst.ID).Breaker.Status(now).State != selection.BreakerOpen {
 			ids = append(ids, inst.ID)
 		}
 	}
@@ -174,6 +135,20 @@ func (d *Dispatcher) Table() *registry.Table {
 	return d.table
 }
 
+// Resolves reports whether the tasks addressed to name go to the resolver
+// (name is a workflow's) rather than to the instances of a capability.
+func (d *Dispatcher) Resolves(name string) bool { return d.eng.Resolves(name) }
+
+// Suggest returns, for a name no instance offers at all (likely a typo),
+// the nearest capability or workflow name this dispatcher knows, for a
+// "did you mean" hint; "" when an instance offers name or nothing known is
+// close.
+func (d *Dispatcher) Suggest(name string) string { return d.eng.Suggest(name) }
+
+// RecordEvent writes a feedback record that is not a task's own, such as
+// a fan-out's or a broadcast's (engine.RecordEvent).
+func (d *Dispatcher) RecordEvent(ev events.Event) { d.eng.RecordEvent(ev) }
+
 // Start loads the routing table and joins the queue group. REACH_AGENTS must
 // exist (streams.Provision). Without a deadline on ctx, Start gives up after
 // DefaultStartTimeout.
@@ -193,12 +168,12 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		return err
 	}
 	d.js = js
-	d.scores.JS = js
 	reg, err := registry.Open(ctx, js)
 	if err != nil {
 		return err
 	}
-	if d.breakers.KV, err = js.KeyValue(ctx, streams.BucketBreakers); err != nil {
+	breakersKV, err := js.KeyValue(ctx, streams.BucketBreakers)
+	if err != nil {
 		return streams.OpenError("dispatcher", streams.BucketBreakers, err)
 	}
 	var cleanup []func()
@@ -209,7 +184,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			}
 		}
 	}()
-	topts := []registry.TableOption{registry.WithLogger(d.log), registry.WithRemoveHook(d.forget)}
+	topts := []registry.TableOption{registry.WithLogger(d.log), registry.WithRemoveHook(d.eng.Forget)}
 	if rc, ok := d.authorizer.(RecordChecker); ok {
 		topts = append(topts, registry.WithRecordFilter(rc))
 	}
@@ -236,23 +211,19 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	}
 	cleanup = append(cleanup, d.catalog.Close)
 
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	shareDone, pumpDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(shareDone)
-		d.breakers.Run(watchCtx)
-	}()
-	go func() {
-		defer close(pumpDone)
-		d.pumpOnChange(watchCtx.Done())
-	}()
-	d.stopWatch = func() { stopWatch(); <-shareDone; <-pumpDone }
-	cleanup = append(cleanup, d.stopWatch)
-
-	if d.inbox, err = inbox.New(d.nc, d.cfg.Handlers, d.onReply); err != nil {
+	if err := d.eng.Bind(engine.Bound{JS: js, Breakers: breakersKV, Table: d.table, Policies: d.policies, Catalog: d.catalog}); err != nil {
 		return err
 	}
-	cleanup = append(cleanup, func() { _ = d.inbox.Stop() })
+	cleanup = append(cleanup, func() { _ = d.eng.StopInbox() })
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		d.eng.Watch(watchCtx)
+	}()
+	d.stopWatch = func() { stopWatch(); <-watchDone }
+	cleanup = append(cleanup, d.stopWatch)
+
 	// Queue subscriptions in the replicas' group: the server spreads the
 	// tasks over every replica's handlers.
 	d.subs, err = subscription.Each(d.cfg.Handlers, 64<<20, func(int) (*nats.Subscription, error) {
@@ -267,7 +238,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	}
 	// Every replica hears every cancel (no queue group): the one holding
 	// the task acts on it.
-	cancelSub, err := d.nc.Subscribe(d.cfg.Subjects.Cancel(), d.onCancel)
+	cancelSub, err := d.nc.Subscribe(d.cfg.Subjects.Cancel(), d.eng.OnCancel)
 	if err != nil {
 		d.stopAPI()
 		return fmt.Errorf("dispatcher: subscribe %s: %w", d.cfg.Subjects.Cancel(), err)
@@ -275,7 +246,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.apiSubs = append(d.apiSubs, cancelSub)
 	// Callers' scores of results (Reach-Prefer: quality), heard by every
 	// replica.
-	feedbackSub, err := d.nc.Subscribe(d.cfg.Subjects.Feedback(), d.scores.Handle)
+	feedbackSub, err := d.nc.Subscribe(d.cfg.Subjects.Feedback(), d.eng.Feedback)
 	if err != nil {
 		d.stopAPI()
 		return fmt.Errorf("dispatcher: subscribe %s: %w", d.cfg.Subjects.Feedback(), err)
@@ -335,19 +306,13 @@ func (d *Dispatcher) shutdown(ctx context.Context, graceful bool) error {
 				case <-ctx.Done():
 				}
 			}
-			done := make(chan struct{})
-			go func() { d.tasks.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				errs = append(errs, fmt.Errorf("dispatcher: drain: %w with %d tasks in flight", ctx.Err(), d.inflight.Load()))
-			}
+			errs = append(errs, d.eng.Wait(ctx))
 		} else {
 			errs = append(errs, subscription.EndAll(d.subs))
 		}
-		errs = append(errs, d.inbox.Stop())
+		errs = append(errs, d.eng.StopInbox())
 		d.stopAPI()
-		d.records.Flush()
+		d.eng.Flush()
 		if graceful {
 			if err := d.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				errs = append(errs, fmt.Errorf("dispatcher: flush event records: %w", err))
@@ -369,91 +334,15 @@ func (d *Dispatcher) stopAPI() {
 	}
 }
 
-// Stats is a snapshot of a replica's counters since Start. Counts holds
-// what its records add up to (the counting model, docs/operations.md):
-// tasks by class, retries, broadcasts, fan-outs and their branches; the
-// rest count requests refused before they became tasks (Overloaded,
-// Dropped) and steps of a task's way.
-type Stats struct {
-	Name string `json:"name"`
-	events.Counts
-	Overloaded int64 `json:"overloaded"` // requests answered OVERLOADED at admission (no record)
-	Dropped    int64 `json:"dropped"`    // requests without a reply subject, or whose reply subject the authorizer refused (no record)
-	Redirected int64 `json:"redirected"` // tasks sent on after a failed delivery or a wait for capacity
-	Queued     int64 `json:"queued"`     // tasks that waited for a free slot
-	Durable    int64 `json:"durable"`    // deliveries taken from REACH_TASKS (a task buffered is delivered again)
-	Buffered   int64 `json:"buffered"`   // of them, put back to wait for capacity
-	Replayed   int64 `json:"replayed"`
-	Hedged     int64 `json:"hedged"`         // hedge deliveries sent (at most one per task)
-	HedgesOver int64 `json:"hedges_refused"` // hedges the budget refused
-	// ChunksRelayed counts streamed chunks passed to callers; ChunksDropped
-	// those dropped (not asked for, a hedge's loser, late, another task's);
-	// StreamsOverloaded the streams ended OVERLOADED for a slow caller.
-	ChunksRelayed     int64 `json:"chunks_relayed"`
-	ChunksDropped     int64 `json:"chunks_dropped"`
-	StreamsOverloaded int64 `json:"streams_overloaded"`
-	InFlight          int64 `json:"in_flight"`
-	Agents            int   `json:"agents"`
-}
-
-type stats struct {
-	overloaded, dropped, redirected     atomic.Int64
-	durable, buffered, replayed, queued atomic.Int64
-	hedged, hedgesRefused               atomic.Int64
-	chunksRelayed, chunksDropped        atomic.Int64
-	streamsOverloaded                   atomic.Int64
-}
+// Stats is a snapshot of a replica's counters since Start (engine.Stats).
+type Stats = engine.Stats
 
 // Stats returns the replica's counters.
 func (d *Dispatcher) Stats() Stats {
-	s := Stats{
-		Name:              d.cfg.Name,
-		Counts:            d.records.Counts(),
-		Overloaded:        d.stats.overloaded.Load(),
-		Dropped:           d.stats.dropped.Load(),
-		Redirected:        d.stats.redirected.Load(),
-		Queued:            d.stats.queued.Load(),
-		Durable:           d.stats.durable.Load(),
-		Buffered:          d.stats.buffered.Load(),
-		Replayed:          d.stats.replayed.Load(),
-		Hedged:            d.stats.hedged.Load(),
-		HedgesOver:        d.stats.hedgesRefused.Load(),
-		ChunksRelayed:     d.stats.chunksRelayed.Load(),
-		ChunksDropped:     d.stats.chunksDropped.Load() + d.inbox.Late(),
-		StreamsOverloaded: d.stats.streamsOverloaded.Load(),
-		InFlight:          d.inflight.Load(),
-	}
+	s := d.eng.Stats()
+	s.Dropped, s.Durable, s.Buffered, s.Replayed = d.dropped.Load(), d.durable.Load(), d.buffered.Load(), d.replayed.Load()
 	if t := d.Table(); t != nil {
 		s.Agents = t.Len()
 	}
 	return s
-}
-
-// forget drops per-instance state when an instance leaves the table. A lost
-// instance's deliveries end at once, so their tasks go elsewhere; one that
-// left after draining promised to finish them, so they wait for their
-// answers (or their timers) as before.
-func (d *Dispatcher) forget(id string, how registry.Removal) {
-	d.loads.Delete(id)
-	if how == registry.Lost {
-		d.abandon(id)
-	}
-}
-
-// observeQuality folds a caller's accepted score into the quality average
-// of instance node, while it is in the table.
-func (d *Dispatcher) observeQuality(node string, score float64) {
-	if _, ok := d.table.Lookup(node); ok {
-		d.loads.Of(node).ObserveQuality(score)
-	}
-}
-
-// lookup returns m's value for key, storing fresh() first when it has none.
-// Values are made only on a miss; the first one stored wins a race.
-func lookup[T any](m *sync.Map, key string, fresh func() *T) *T {
-	if v, ok := m.Load(key); ok {
-		return v.(*T)
-	}
-	v, _ := m.LoadOrStore(key, fresh())
-	return v.(*T)
 }

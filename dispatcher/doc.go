@@ -9,9 +9,13 @@
 // no subscription, or answers TARGET_BUSY is skipped and the same request
 // (same request id) goes to another instance.
 //
-// A task's path is a pipeline of stages, one file each, in this order:
-// admit, decode, resolve, pick, deliver, settle, record (pipeline.go lists
-// them). A capability's settings under the live policy are
+// A task's path is a pipeline of stages, one file each of the task engine
+// (dispatcher/engine), in this order: admit, decode, resolve, pick,
+// deliver, settle, record (its pipeline.go lists them). The Dispatcher is
+// the lifecycle around the engine — New, Start, Drain, Close, the
+// subscriptions, the registry's watches, the durable consumer and the
+// dead-letter replayer — and its in-process entries: Call, Stream and a
+// broadcast's shared delivery (OpenShared). A capability's settings under the live policy are
 // dispatcher/config's; where a task goes, and its wait for a free slot,
 // dispatcher/selection's, with no connection of its own; the durable tier
 // (durable.Tier) dispatcher/durable's; the records and where they go

@@ -1,52 +1,39 @@
 package dispatcher
 
 import (
-	"github.com/agent-reach/agentreach/dispatcher/events"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/dispatcher/engine"
 	"github.com/agent-reach/agentreach/registry"
-	"github.com/agent-reach/agentreach/streams"
 )
 
 // Extension points. Packages beside the dispatcher plug in here rather
 // than reaching into its routing: metrics (Observer), access control
 // (Authorizer) and workflows (Resolver). Each is set with an Option at New
-// and called from the dispatcher's own goroutines; none may block.
+// and called from the dispatcher's own goroutines; none may block. The
+// task engine (dispatcher/engine) defines the ones it calls.
 
 // Observer sees every task the dispatcher ends and every record it writes
-// (a task's, a fan-out's, a resolution's): the record REACH_EVENTS gets,
-// whether or not this replica writes records (NoEvents). Observed must not
-// block, nor keep ev or write to it.
-type Observer interface {
-	Observed(ev *events.Event)
-}
+// (engine.Observer).
+type Observer = engine.Observer
 
-// Authorizer decides whether the sender of a task may call its capability,
-// before anything is routed: it returns nil, or the error the caller gets
-// (UNAUTHORIZED, or BAD_REQUEST for a credential that does not parse). m is
-// the task as it arrived (its headers name and prove the caller); durable
-// says whether it came through REACH_TASKS. Authorize runs on every task,
-// so it must be fast.
-type Authorizer interface {
-	Authorize(capability string, m *nats.Msg, durable bool) *streams.Error
-}
+// Authorizer decides whether the sender of a task may call its capability
+// (engine.Authorizer).
+type Authorizer = engine.Authorizer
+
+// ReplyChecker is an Authorizer that also says whether a task's reply
+// subject may be answered at all (engine.ReplyChecker).
+type ReplyChecker = engine.ReplyChecker
+
+// Resolver takes over the tasks addressed to names it serves: workflows
+// (engine.Resolver).
+type Resolver = engine.Resolver
 
 // ReplaySigner is an Authorizer that also signs the parked tasks the
 // dispatcher's dead-letter replayer resubmits (auth.Authorizer: as their
 // Reach-Source, which the stored copy no longer proves).
 type ReplaySigner interface {
 	SignReplay(m *nats.Msg) error
-}
-
-// ReplyChecker is an Authorizer that also says, before a task received on
-// reach.task is admitted or anything is answered, whether its reply
-// subject may be answered at all (auth.Authorizer: only inside its
-// caller's own inbox). A task it refuses is dropped unanswered — even the
-// refusal, published there, would act for whoever chose the subject — and
-// the checker logs it.
-type ReplyChecker interface {
-	CheckReply(m *nats.Msg) *streams.Error
 }
 
 // RecordChecker is an Authorizer that also decides which agent records
@@ -64,24 +51,10 @@ type RecordChecker interface {
 	FilterRevision() uint64
 }
 
-// Resolver takes over the tasks addressed to names it serves — workflows,
-// which shadow a capability of the same name — on both tiers and from
-// every way in: reach.task, reach.submit and Call (so the HTTP gateway and
-// fan-out branches too).
-//
-// Serves is asked for every task (it must be cheap); Names lists the names
-// served (for a "did you mean" when a name is unknown). Direct runs a
-// direct-tier request and returns its reply, which the dispatcher sends to
-// whoever asked (m.Reply, or Call's caller); Durable gets a durable one,
-// which it must acknowledge only once its outcome is recorded (or leave to
-// be redelivered). Both run on a goroutine of their own, and the task
-// holds one of the replica's MaxInFlight slots until they return.
-type Resolver interface {
-	Serves(name string) bool
-	Names() []string
-	Direct(m *nats.Msg, name string) *nats.Msg
-	Durable(msg jetstream.Msg, name string)
-}
+// ExcludedNotGranted is the NO_AGENT exclusion reason of an instance whose
+// record the authorizer (RecordChecker) does not let this dispatcher route
+// (engine.ExcludedNotGranted).
+const ExcludedNotGranted = engine.ExcludedNotGranted
 
 // WithObserver adds an Observer; several may be added.
 func WithObserver(o Observer) Option {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/engine"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
@@ -27,7 +28,7 @@ import (
 // different targets may run concurrently.
 type Shared struct {
 	d       *Dispatcher
-	t       *task
+	t       *engine.Task
 	caller  string
 	targets []sharedTarget
 	closed  bool
@@ -35,7 +36,7 @@ type Shared struct {
 }
 
 // sharedKey finds an open shared delivery by its dispatcher and request id,
-// for a caller's cancel (onCancel): shared deliveries are few and short, so
+// for a caller's cancel (engine.OnCancel): shared deliveries are few and short, so
 // they live in one map of the package rather than in every Dispatcher.
 type sharedKey struct {
 	d  *Dispatcher
@@ -49,7 +50,7 @@ var openShared sync.Map // sharedKey → *Shared, while OnCancel's f is set
 // caller the request proved). f must not block. Close ends it.
 func (s *Shared) OnCancel(f func(*streams.Error)) {
 	s.cancel = f
-	openShared.Store(sharedKey{s.d, s.t.requestID}, s)
+	openShared.Store(sharedKey{s.d, s.t.RequestID()}, s)
 }
 
 // cancelShared hands a caller's cancel of request id to the shared
@@ -60,12 +61,12 @@ func (d *Dispatcher) cancelShared(id, source string, e *streams.Error) {
 		return
 	}
 	s := v.(*Shared)
-	if s.t.source != source {
-		s.t.log.Debug().Str("source", source).Msg("cancel by another identity than the broadcast's caller ignored")
+	if s.t.Source() != source {
+		s.t.Log().Debug().Str("source", source).Msg("cancel by another identity than the broadcast's caller ignored")
 		return
 	}
 	if openShared.CompareAndDelete(sharedKey{d, id}, s) {
-		s.t.log.Debug().Msg("broadcast cancelled by the caller")
+		s.t.Log().Debug().Msg("broadcast cancelled by the caller")
 		s.cancel(e)
 	}
 }
@@ -95,16 +96,14 @@ func (d *Dispatcher) OpenShared(capability string, req *nats.Msg) (*Shared, *str
 	if d.Table() == nil {
 		return nil, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name)
 	}
-	caller := callerOf(req.Header)
-	if e := d.admit(caller); e != nil {
+	caller := engine.CallerOf(req.Header)
+	if e := d.eng.Admit(caller); e != nil {
 		return nil, e
 	}
-	t, e := d.newTask(req, capability, start, false)
+	t, e := d.eng.NewTask(req, capability, start, false)
 	s := &Shared{d: d, t: t, caller: caller}
 	if e == nil {
-		t.unicast = "" // a shared delivery asks every instance
-		t.start, t.started = start, true
-		e = d.start(t)
+		e = d.eng.StartShared(t) // a shared delivery asks every instance
 	}
 	if e == nil {
 		e = s.resolve()
@@ -113,7 +112,7 @@ func (d *Dispatcher) OpenShared(capability string, req *nats.Msg) (*Shared, *str
 		s.Close()
 		return nil, e
 	}
-	d.traceTask(t)
+	d.eng.TraceTask(t)
 	return s, nil
 }
 
@@ -121,26 +120,26 @@ func (d *Dispatcher) OpenShared(capability string, req *nats.Msg) (*Shared, *str
 // reserving one slot of each.
 func (s *Shared) resolve() *streams.Error {
 	d, t := s.d, s.t
-	rs := d.matching(t, d.table.Candidates(t.capability))
+	rs := d.eng.Matching(t, d.table.Candidates(t.Capability()))
 	now := time.Now()
 	var open, looped int
 	for i := 0; i < rs.Len(); i++ {
 		inst := rs.Instances[i]
-		l := d.loads.Of(inst.ID)
+		l := d.eng.Load(inst.ID)
 		switch {
-		case t.visitsOf(inst.ID) >= d.cfg.MaxVisits:
+		case t.VisitsOf(inst.ID) >= d.cfg.MaxVisits:
 			looped++
 			continue
-		case l.Absent(inst) || len(t.badTypes) > 0 && containsString(t.badTypes, inst.Entry().Type):
+		case l.Absent(inst) || t.Refused(inst.Entry().Type):
 			continue
 		}
-		if over, _ := t.tooSlow(l, now); over {
+		if over, _ := t.TooSlow(l, now); over {
 			continue
 		}
-		admit, probe := l.Breaker.Allow(now, t.pol.Breaker)
+		admit, probe := l.Breaker.Allow(now, t.Policy().Breaker)
 		if !admit {
 			open++
-			t.passed = append(t.passed, streams.Exclusion{Node: inst.ID, Reason: "breaker open"})
+			t.Pass(streams.Exclusion{Node: inst.ID, Reason: "breaker open"})
 			continue
 		}
 		l.Inflight.Add(1)
@@ -149,23 +148,14 @@ func (s *Shared) resolve() *streams.Error {
 	if len(s.targets) > 0 {
 		return nil
 	}
-	why := routeNoAgent
+	why := engine.RouteNoAgent
 	switch {
 	case open > 0:
-		why = routeOpen
+		why = engine.RouteOpen
 	case looped > 0:
-		why = routeLooped
+		why = engine.RouteLooped
 	}
-	return why.error(d, t)
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
+	return why.Error(d.eng, t)
 }
 
 // Len is the number of targets.
@@ -176,31 +166,31 @@ func (s *Shared) Target(i int) string { return s.targets[i].inst.ID }
 
 // RequestID is the request's id (given or made up); OrchestrationID its
 // orchestration's.
-func (s *Shared) RequestID() string { return s.t.requestID }
+func (s *Shared) RequestID() string { return s.t.RequestID() }
 
 // OrchestrationID is the request's orchestration id.
-func (s *Shared) OrchestrationID() string { return s.t.orchID }
+func (s *Shared) OrchestrationID() string { return s.t.OrchID() }
 
 // Capability is what the request calls.
-func (s *Shared) Capability() string { return s.t.capability }
+func (s *Shared) Capability() string { return s.t.Capability() }
 
 // ContentType is the request's payload type.
-func (s *Shared) ContentType() string { return s.t.contentType }
+func (s *Shared) ContentType() string { return s.t.ContentType() }
 
 // Deadline is the request's overall deadline.
-func (s *Shared) Deadline() time.Time { return s.t.deadline }
+func (s *Shared) Deadline() time.Time { return s.t.Deadline() }
 
 // AckTimeout is how long a delivery may wait for its ACK (the capability's
 // policy), at most until the deadline.
 func (s *Shared) AckTimeout() time.Duration {
-	return min(s.t.pol.AckTimeout, time.Until(s.t.deadline))
+	return min(s.t.Policy().AckTimeout, time.Until(s.t.Deadline()))
 }
 
 // CallTimeout is how long target i may take after an ACK or PROCESSING:
 // the request's Reach-Timeout and i's type's learned hint, plus slack,
 // clamped by the policy, at most until the deadline.
 func (s *Shared) CallTimeout(i int) time.Duration {
-	return min(s.t.pol.CallTimeout(s.t.wish, s.d.hints.TimeoutHint(s.targets[i].inst.Entry())), time.Until(s.t.deadline))
+	return min(s.d.eng.CallTimeout(s.t, s.targets[i].inst), time.Until(s.t.Deadline()))
 }
 
 // Header returns the headers every delivery carries: the request's own as
@@ -211,8 +201,8 @@ func (s *Shared) CallTimeout(i int) time.Duration {
 // with Visits) before each publish.
 func (s *Shared) Header() nats.Header {
 	t := s.t
-	h := make(nats.Header, len(t.req.Header)+8)
-	for k, v := range t.req.Header {
+	h := make(nats.Header, len(t.Request().Header)+8)
+	for k, v := range t.Request().Header {
 		h[k] = v
 	}
 	h.Del(streams.HeaderSignature)
@@ -220,13 +210,13 @@ func (s *Shared) Header() nats.Header {
 	h.Del(streams.HeaderStream)
 	h.Del(streams.HeaderReplyTo)
 	h.Del(streams.HeaderQuorum)
-	h.Set(streams.HeaderCapability, t.capability)
-	h.Set(streams.HeaderOrchestrationID, t.orchID)
-	h.Set(streams.HeaderHops, strconv.Itoa(t.hops))
+	h.Set(streams.HeaderCapability, t.Capability())
+	h.Set(streams.HeaderOrchestrationID, t.OrchID())
+	h.Set(streams.HeaderHops, strconv.Itoa(t.Hops()))
 	h.Set(streams.HeaderAttempt, "1")
-	h.Set(streams.HeaderDeadline, strconv.FormatInt(t.deadline.UnixMilli(), 10))
-	if t.span != nil {
-		tracing.Inject(t.span, h)
+	h.Set(streams.HeaderDeadline, strconv.FormatInt(t.Deadline().UnixMilli(), 10))
+	if t.Span() != nil {
+		tracing.Inject(t.Span(), h)
 	}
 	return h
 }
@@ -235,11 +225,11 @@ func (s *Shared) Header() nats.Header {
 // visits so far and i.
 func (s *Shared) Visits(i int) string {
 	id := s.targets[i].inst.ID
-	if len(s.t.visits) == 0 {
+	if len(s.t.Visits()) == 0 {
 		return id
 	}
 	b := make([]byte, 0, 64)
-	for _, v := range s.t.visits {
+	for _, v := range s.t.Visits() {
 		b = append(append(b, v...), ',')
 	}
 	return string(append(b, id...))
@@ -268,40 +258,25 @@ func (s *Shared) Note(i int, m *nats.Msg) {
 // back. took is the time since it was sent. Call it once per target.
 func (s *Shared) Settle(i int, took time.Duration, reply *nats.Msg, e *streams.Error, acked bool) {
 	tg := &s.targets[i]
-	kind := outcomeDone
+	kind := engine.OutcomeDone
 	if e != nil {
-		kind = outcomeFinal
+		kind = engine.OutcomeFinal
 		switch {
 		case e.Code == streams.CodeTargetBusy:
-			kind = outcomeBusy
+			kind = engine.OutcomeBusy
 		case e.Code == streams.CodeTimeout && (reply != nil || acked):
-			kind = outcomeSlow
+			kind = engine.OutcomeSlow
 		case e.Code == streams.CodeTimeout, reply != nil && (e.Code == streams.CodeNoAgent || e.Code == streams.CodeCancelled):
-			kind = outcomeUnreachable
+			kind = engine.OutcomeUnreachable
 		}
 	}
-	load := tg.load
-	load.Inflight.Add(-1)
-	now := time.Now()
-	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
-	if state, changed := load.Breaker.Record(now, healthy, tg.probe, s.t.pol.Breaker); changed {
-		s.d.breakers.Changed(tg.inst.ID, state)
-	}
-	if !healthy {
-		load.Penalize(s.d.cfg.Penalty, s.d.cfg.PenaltyDecay, now)
-	}
-	if kind == outcomeDone || kind == outcomeSlow {
-		load.Observe(took, now)
-		if kind == outcomeDone {
-			s.d.hints.Type(tg.inst.Entry().Type).Observe(took)
-		}
-	}
-	s.d.freed(tg.inst)
+	s.d.eng.Count(tg.inst, tg.load, tg.probe, s.t.Policy(), kind, e, time.Now(), took)
+	s.d.eng.Freed(tg.inst)
 }
 
 // Candidates is how many instances offer the capability here (for the
 // records).
-func (s *Shared) Candidates() int { return s.d.Table().Candidates(s.t.capability).Len() }
+func (s *Shared) Candidates() int { return s.d.Table().Candidates(s.t.Capability()).Len() }
 
 // Close gives back the request's slots and ends its span, with e (nil:
 // it succeeded). Calling it again does nothing.
@@ -311,14 +286,14 @@ func (s *Shared) Close(e ...*streams.Error) {
 	}
 	s.closed = true
 	if s.cancel != nil {
-		openShared.CompareAndDelete(sharedKey{s.d, s.t.requestID}, s)
+		openShared.CompareAndDelete(sharedKey{s.d, s.t.RequestID()}, s)
 	}
-	s.t.finish()
+	s.t.Finish()
 	var err *streams.Error
 	if len(e) > 0 {
 		err = e[0]
 	}
-	tracing.End(s.t.span, err)
-	s.d.free(s.caller)
-	s.d.tasks.Done()
+	tracing.End(s.t.Span(), err)
+	s.d.eng.Free(s.caller)
+	s.d.eng.Done()
 }

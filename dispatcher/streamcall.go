@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/engine"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -26,45 +27,45 @@ func (d *Dispatcher) Stream(ctx context.Context, capability string, req *nats.Ms
 		req.Header = nats.Header{}
 	}
 	if d.Table() == nil {
-		return refusal(req, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name))
+		return engine.Refusal(req, streams.NewError(streams.CodeInternal, "dispatcher %s is not started", d.cfg.Name))
 	}
 	if d.Resolves(capability) {
 		return d.Call(ctx, capability, req)
 	}
-	caller := callerOf(req.Header)
-	if e := d.admit(caller); e != nil {
-		return refusal(req, e)
+	caller := engine.CallerOf(req.Header)
+	if e := d.eng.Admit(caller); e != nil {
+		return engine.Refusal(req, e)
 	}
 	req.Reply = ""
 	req.Header.Set(streams.HeaderStream, "1")
-	t, e := d.newTask(req, capability, start, false)
-	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.deadline) {
-		t.deadline = dl
+	t, e := d.eng.NewTask(req, capability, start, false)
+	if dl, ok := ctx.Deadline(); ok && e == nil && dl.Before(t.Deadline()) {
+		t.SetDeadline(dl)
 	}
 	out := make(chan *nats.Msg, 1)
-	t.start = start
-	d.startRelay(t, func(m *nats.Msg) {
+	d.eng.StartRelay(t, func(m *nats.Msg) {
 		if m.Header.Get(streams.HeaderStatus) == string(streams.StatusChunk) {
 			each(m)
 			return
 		}
 		out <- m
 	}, false)
-	t.done = func(t *task, res *nats.Msg, e *streams.Error) {
-		reply, _ := d.conclude(t, res, e)
-		d.free(caller)
-		d.finishRelay(t, reply, d.tasks.Done)
+	done := func(t *engine.Task, res *nats.Msg, e *streams.Error) {
+		reply, _ := d.eng.Conclude(t, res, e)
+		d.eng.Free(caller)
+		d.eng.FinishRelay(t, reply, d.eng.Done)
 	}
+	t.OnDone(done)
 	if e != nil {
-		t.done(t, nil, e)
+		done(t, nil, e)
 		return <-out
 	}
-	d.run(t)
+	d.eng.Run(t)
 	select {
 	case reply := <-out:
 		return reply
 	case <-ctx.Done():
-		d.cancel(t, callerGone(ctx))
+		d.eng.Cancel(t, callerGone(ctx))
 		return <-out
 	}
 }

@@ -3,18 +3,19 @@
 // final message, through a bounded queue that one goroutine drains, so a
 // slow caller holds at most a fixed number of chunks in the dispatcher.
 //
-// The dispatcher's rules, which its streaming stage (dispatcher/stream.go)
-// applies with a Stream per task: a caller that sends Reach-Stream: 1 on
-// the direct tier gets the agent's CHUNK messages relayed, in order, on its
-// reply subject, then the final result (with Reach-Chunks) or an error
-// (without). Until the first chunk is relayed a streamed task is like any
-// other: retried, hedged. The first chunk pins it to the delivery that sent
-// it (Stream.Pin): its other deliveries (a hedge) are cancelled and their
-// chunks dropped, and no retry or hedge follows — a failure of the pinned
-// delivery, or its silence for the ack timeout between messages, ends the
-// stream with the error. A Reach-Seq out of order ends it INTERNAL (ErrSeq),
-// a chunk that no longer fits max_payload with the caller's headers
-// PAYLOAD_TOO_LARGE (ErrTooLarge).
+// The dispatcher's rules, which its streaming stage
+// (dispatcher/engine/stream.go) applies with a Stream per task: a caller
+// that sends Reach-Stream: 1 on the direct tier gets the agent's CHUNK
+// messages relayed, in order, on its reply subject, then the final result
+// (with Reach-Chunks) or an error (without). Until the first chunk is
+// relayed a streamed task is like any other: retried, hedged. The first
+// chunk pins it to the delivery that sent it (Stream.Pin): its other
+// deliveries (a hedge) are cancelled and their chunks dropped, and no retry
+// or hedge follows — a failure of the pinned delivery, or its silence for
+// the ack timeout between messages, ends the stream with the error. A
+// Reach-Seq out of order ends it INTERNAL (ErrSeq), a chunk that no longer
+// fits max_payload with the caller's headers PAYLOAD_TOO_LARGE
+// (ErrTooLarge).
 //
 // A caller in process (Dispatcher.Stream, and so the HTTP gateway) reads
 // the chunks through a bounded queue (New; Config.StreamBuffer, default

@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"slices"
@@ -16,7 +16,7 @@ import (
 // hedged (declared idempotent or read-only); writes never are.
 
 // armHedge starts the hedge timer of a task's first delivery.
-func (d *Dispatcher) armHedge(t *task, first *delivery) {
+func (en *Engine) armHedge(t *Task, first *delivery) {
 	now := time.Now()
 	t.hedge.Delivered(now)
 	if first.attempt != 1 {
@@ -26,12 +26,12 @@ func (d *Dispatcher) armHedge(t *task, first *delivery) {
 	if delay <= 0 || now.Add(delay).After(t.deadline) {
 		return
 	}
-	time.AfterFunc(delay, func() { d.sendHedge(t, first) })
+	time.AfterFunc(delay, func() { en.sendHedge(t, first) })
 }
 
 // sendHedge sends t's hedge if its first delivery is still waiting, the
 // budget allows, and another instance can take it.
-func (d *Dispatcher) sendHedge(t *task, first *delivery) {
+func (en *Engine) sendHedge(t *Task, first *delivery) {
 	t.mu.Lock()
 	waiting := !t.ended && !t.hedged && slices.Contains(t.open, first) && t.stopped.Load() == nil &&
 		t.pinned() == nil // a stream that has begun is pinned
@@ -40,27 +40,27 @@ func (d *Dispatcher) sendHedge(t *task, first *delivery) {
 		return
 	}
 	if !t.hedge.Allow(time.Now()) {
-		d.stats.hedgesRefused.Add(1)
+		en.stats.hedgesRefused.Add(1)
 		return
 	}
 	// Pick with a shadow of t, so that the pick touches none of the state
 	// the first delivery's settling may be changing.
-	shadow := &task{capability: t.capability, affinity: t.affinity, visits: t.visits, pol: t.pol, need: t.need, needKey: t.needKey,
+	shadow := &Task{capability: t.capability, affinity: t.affinity, visits: t.visits, pol: t.pol, need: t.need, needKey: t.needKey,
 		prefer: t.prefer, badTypes: t.badTypes, triedIDs: []string{first.inst.ID}, log: t.log}
-	inst, probe, _ := d.route(shadow)
+	inst, probe, _ := en.route(shadow)
 	if inst == nil {
 		return
 	}
 	if inst.ID == first.inst.ID { // only the first instance could take it: no hedge
-		d.loads.Of(inst.ID).Inflight.Add(-1)
-		d.freed(inst)
+		en.loads.Of(inst.ID).Inflight.Add(-1)
+		en.Freed(inst)
 		return
 	}
 	t.mu.Lock()
 	if t.ended || t.stopped.Load() != nil {
 		t.mu.Unlock()
-		d.loads.Of(inst.ID).Inflight.Add(-1)
-		d.freed(inst)
+		en.loads.Of(inst.ID).Inflight.Add(-1)
+		en.Freed(inst)
 		return
 	}
 	t.hedged = true
@@ -71,13 +71,13 @@ func (d *Dispatcher) sendHedge(t *task, first *delivery) {
 	// stalls a hedge gets around would still fill the window's tail, and a
 	// delay learned among them would keep hedges too late to help.
 	t.hedge.Latency.Observe(time.Since(first.sent))
-	d.stats.hedged.Add(1)
+	en.stats.hedged.Add(1)
 	t.log.Debug().Str("node", inst.ID).Str("first", first.inst.ID).Msg("task hedged")
-	d.send(t, inst, probe, true)
+	en.send(t, inst, probe, true)
 }
 
 // hedgedSent reports whether t's hedge has gone out.
-func (t *task) hedgedSent() bool {
+func (t *Task) hedgedSent() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.hedged

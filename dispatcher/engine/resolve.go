@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"fmt"
@@ -43,26 +43,35 @@ type viewKey struct {
 // start checks and admits a task before its first pick: the payload
 // against the input schemas of the types that could take it, and the
 // capability's in-flight cap of its policy.
-func (d *Dispatcher) start(t *task) *streams.Error {
-	if rs := d.table.Candidates(t.capability); rs.Len() > 0 {
-		v := d.viewOf(t, rs)
-		if e := d.checkInput(t, v); e != nil {
+func (en *Engine) start(t *Task) *streams.Error {
+	if rs := en.table.Candidates(t.capability); rs.Len() > 0 {
+		v := en.viewOf(t, rs)
+		if e := en.checkInput(t, v); e != nil {
 			return e
 		}
 		if p := t.pol; p.Hedge != nil && t.unicast == "" && t.seq == 0 && (p.HedgeFromConfig || p.Idempotent || v.HedgeSafe) {
-			t.hedge = d.hedges.Of(t.capability, p.Hedge)
+			t.hedge = en.hedges.Of(t.capability, p.Hedge)
 		}
 	}
 	if !t.pol.Admit() {
 		return streams.NewError(streams.CodeOverloaded, "%s has %d tasks in flight at dispatcher %s, its policy's max_in_flight",
-			t.capability, t.pol.MaxInFlight, d.cfg.Name)
+			t.capability, t.pol.MaxInFlight, en.cfg.Name)
 	}
 	t.admitted = true
 	return nil
 }
 
-// finish gives back what start took; a task's done calls it once.
-func (t *task) finish() {
+// StartShared readies t, a broadcast's shared delivery
+// (dispatcher.OpenShared), as Run readies a task before its first pick;
+// it is asked of every instance, so it names none.
+func (en *Engine) StartShared(t *Task) *streams.Error {
+	t.unicast = ""
+	t.started = true
+	return en.start(t)
+}
+
+// Finish gives back what start took; a task's done calls it once.
+func (t *Task) Finish() {
 	if t.admitted {
 		t.admitted = false
 		t.pol.Release()
@@ -73,7 +82,7 @@ func (t *task) finish() {
 // qualifying types. When every type that could take it refuses it, the task
 // is BAD_REQUEST, naming what is wrong; when only some do, their instances
 // are passed over.
-func (d *Dispatcher) checkInput(t *task, v *selection.View) *streams.Error {
+func (en *Engine) checkInput(t *Task, v *selection.View) *streams.Error {
 	bad, err := v.CheckInput(t.capability, t.contentType, t.req.Data)
 	t.badTypes = append(t.badTypes, bad...)
 	if err != nil {
@@ -85,56 +94,56 @@ func (d *Dispatcher) checkInput(t *task, v *selection.View) *streams.Error {
 // candidates returns the instances that may take t: the routable ones
 // offering its capability that meet its requirements (matching), or its
 // one instance when it names one. When none may, it says why.
-func (d *Dispatcher) candidates(t *task) (*registry.Routes, noRoute) {
-	rs := d.matching(t, d.table.Candidates(t.capability))
+func (en *Engine) candidates(t *Task) (*registry.Routes, NoRoute) {
+	rs := en.Matching(t, en.table.Candidates(t.capability))
 	if t.unicast != "" {
-		u, ok := d.table.Lookup(t.unicast)
+		u, ok := en.table.Lookup(t.unicast)
 		switch {
 		case !ok || !u.Entry().Routable() || !u.Entry().Has(t.capability):
-			return nil, routeGone
+			return nil, RouteGone
 		case !rs.Has(u.ID):
-			return nil, routeNoAgent // it does not meet the task's requirements (see t.view)
+			return nil, RouteNoAgent // it does not meet the task's requirements (see t.view)
 		}
 		rs = registry.NewRoutes([]*registry.Instance{u})
 	}
 	if rs.Len() == 0 {
-		return nil, routeNoAgent
+		return nil, RouteNoAgent
 	}
 	return rs, 0
 }
 
-// noRoute says why route found no instance; its error is built only
+// NoRoute says why route found no instance; its error is built only
 // when a task ends with it (pump asks again and again while all are full).
-type noRoute int
+type NoRoute int
 
 const (
-	routeNoAgent noRoute = iota + 1 // none routable offers the capability
-	routeGone                       // the unicast instance is not routable
-	routeFull                       // every instance has all its slots in use
-	routeOpen                       // every breaker refuses
-	routeLooped                     // the chain reached every instance MaxVisits times
+	RouteNoAgent NoRoute = iota + 1 // none routable offers the capability
+	RouteGone                       // the unicast instance is not routable
+	RouteFull                       // every instance has all its slots in use
+	RouteOpen                       // every breaker refuses
+	RouteLooped                     // the chain reached every instance MaxVisits times
 )
 
-func (why noRoute) error(d *Dispatcher, t *task) *streams.Error {
+func (why NoRoute) Error(en *Engine, t *Task) *streams.Error {
 	switch why {
-	case routeGone:
+	case RouteGone:
 		return streams.NewError(streams.CodeNoAgent, "instance %q is not routable for %s", t.unicast, t.capability)
-	case routeFull:
+	case RouteFull:
 		return streams.NewError(streams.CodeTargetBusy, "every instance of %s has all its slots in use", t.capability)
-	case routeOpen:
+	case RouteOpen:
 		e := streams.NewError(streams.CodeCircuitOpen, "the breakers of every instance of %s are open", t.capability)
-		e.Excluded, _ = d.exclusions(t, false, excludedInErrors)
+		e.Excluded, _ = en.exclusions(t, false, excludedInErrors)
 		return e
-	case routeLooped:
-		return streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, d.cfg.MaxVisits)
+	case RouteLooped:
+		return streams.NewError(streams.CodeLoopDetected, "this chain reached every instance of %s %d times", t.capability, en.cfg.MaxVisits)
 	}
 	if t.view != nil && (len(t.view.Excluded) > 0 || len(t.passed) > 0) {
-		return d.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
+		return en.noAgent(t, "no routable instance of %s meets the task's requirements", t.capability)
 	}
-	if near := d.Suggest(t.capability); near != "" { // no instance at all: perhaps a typo
-		return d.noAgent(t, "no routable instance offers %s; did you mean %s?", t.capability, near)
+	if near := en.Suggest(t.capability); near != "" { // no instance at all: perhaps a typo
+		return en.noAgent(t, "no routable instance offers %s; did you mean %s?", t.capability, near)
 	}
-	return d.noAgent(t, "no routable instance offers %s", t.capability)
+	return en.noAgent(t, "no routable instance offers %s", t.capability)
 }
 
 // Bounds of the exclusion lists: a capability with thousands of instances
@@ -152,7 +161,7 @@ const ExcludedNotGranted = "not routed: its record is not within its identity's 
 // all the instances that are not routable at all (draining, or refused by
 // the authorizer) — and how many
 // there are in all.
-func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Exclusion, total int) {
+func (en *Engine) exclusions(t *Task, all bool, limit int) (list []streams.Exclusion, total int) {
 	add := func(x streams.Exclusion) {
 		if total++; len(list) < limit {
 			list = append(list, x)
@@ -167,8 +176,8 @@ func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Ex
 		add(x)
 	}
 	if all {
-		routes := d.table.Candidates(t.capability)
-		for _, inst := range d.table.Offering(t.capability) {
+		routes := en.table.Candidates(t.capability)
+		for _, inst := range en.table.Offering(t.capability) {
 			switch {
 			case !inst.Entry().Routable():
 				add(streams.Exclusion{Node: inst.ID, Reason: "draining"})
@@ -181,10 +190,10 @@ func (d *Dispatcher) exclusions(t *task, all bool, limit int) (list []streams.Ex
 }
 
 // noAgent is the NO_AGENT error of t, listing what was passed over and why.
-func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error {
+func (en *Engine) noAgent(t *Task, format string, args ...any) *streams.Error {
 	e := streams.NewError(streams.CodeNoAgent, format, args...)
 	var total int
-	e.Excluded, total = d.exclusions(t, true, excludedInErrors)
+	e.Excluded, total = en.exclusions(t, true, excludedInErrors)
 	switch {
 	case total > len(e.Excluded):
 		e.Message += fmt.Sprintf(" (%d excluded; the first %d are listed)", total, len(e.Excluded))
@@ -196,39 +205,21 @@ func (d *Dispatcher) noAgent(t *task, format string, args ...any) *streams.Error
 
 // Resolves reports whether the tasks addressed to name go to the resolver
 // (name is a workflow's) rather than to the instances of a capability.
-func (d *Dispatcher) Resolves(name string) bool {
-	return d.resolver != nil && d.resolver.Serves(name)
+func (en *Engine) Resolves(name string) bool {
+	return en.hooks.Resolver != nil && en.hooks.Resolver.Serves(name)
 }
 
-// resolved hands a task from reach.task to the resolver when it serves the
-// name, on a goroutine that holds caller's in-flight slot and sends the
-// reply to m.Reply; it reports whether it did.
-func (d *Dispatcher) resolved(m *nats.Msg, name, caller string) bool {
-	if !d.Resolves(name) {
-		return false
-	}
-	go func() {
-		defer d.tasks.Done()
-		out := d.direct(m, name)
-		d.free(caller)
-		out.Subject = m.Reply
-		if err := d.nc.PublishMsg(out); err != nil {
-			d.log.Warn().Err(err).Str("request_id", out.Header.Get(streams.HeaderRequestID)).Msg("reply failed")
-		}
-	}()
-	return true
-}
-
-// direct runs a direct-tier task of a name the resolver serves, once the
+// Direct runs a direct-tier task of a name the resolver serves, once the
 // authorizer lets its caller call that name, and returns its reply. Every
-// way in (resolved, Call) comes here; the caller holds an in-flight slot.
-func (d *Dispatcher) direct(m *nats.Msg, name string) *nats.Msg {
-	if d.authorizer != nil {
-		if e := d.authorizer.Authorize(name, m, false); e != nil {
-			return refusal(m, e)
+// way in (the Dispatcher's receive and Call) comes here; the caller holds
+// an in-flight slot.
+func (en *Engine) Direct(m *nats.Msg, name string) *nats.Msg {
+	if en.hooks.Authorizer != nil {
+		if e := en.hooks.Authorizer.Authorize(name, m, false); e != nil {
+			return Refusal(m, e)
 		}
 	}
-	return d.resolver.Direct(m, name)
+	return en.hooks.Resolver.Direct(m, name)
 }
 
 // knownNames is every name a task can address: the capabilities offered
@@ -237,17 +228,17 @@ func (d *Dispatcher) direct(m *nats.Msg, name string) *nats.Msg {
 // the nearest capability or workflow name this dispatcher knows, for a
 // "did you mean" hint (registry.NearestName); "" when an instance offers
 // name or nothing known is close.
-func (d *Dispatcher) Suggest(name string) string {
-	if len(d.table.Offering(name)) > 0 {
+func (en *Engine) Suggest(name string) string {
+	if len(en.table.Offering(name)) > 0 {
 		return ""
 	}
-	return registry.NearestName(name, d.knownNames())
+	return registry.NearestName(name, en.knownNames())
 }
 
-func (d *Dispatcher) knownNames() []string {
-	names := d.table.Capabilities()
-	if d.resolver != nil {
-		names = append(names, d.resolver.Names()...)
+func (en *Engine) knownNames() []string {
+	names := en.table.Capabilities()
+	if en.hooks.Resolver != nil {
+		names = append(names, en.hooks.Resolver.Names()...)
 	}
 	return names
 }

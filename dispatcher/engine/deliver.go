@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"slices"
@@ -25,7 +25,7 @@ import (
 
 // delivery is one attempt of a task at one instance.
 type delivery struct {
-	t       *task
+	t       *Task
 	inst    *registry.Instance
 	load    *selection.Load
 	probe   bool
@@ -58,13 +58,13 @@ func (dl *delivery) claim() bool {
 }
 
 // send delivers t to inst, with a timer for the ACK.
-func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
+func (en *Engine) send(t *Task, inst *registry.Instance, probe, hedge bool) {
 	t.mu.Lock()
-	dl := &delivery{t: t, inst: inst, load: d.loads.Of(inst.ID), probe: probe, attempt: t.attempts, hedge: hedge} // pick reserved the slot
+	dl := &delivery{t: t, inst: inst, load: en.loads.Of(inst.ID), probe: probe, attempt: t.attempts, hedge: hedge} // pick reserved the slot
 	t.mu.Unlock()
 	if e := t.stopped.Load(); e != nil { // cancelled on its way here: the slot goes back unused
 		dl.load.Inflight.Add(-1)
-		d.freed(inst)
+		en.Freed(inst)
 		if !hedge {
 			t.done(t, nil, e)
 		}
@@ -81,8 +81,8 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 			h[k] = v
 		}
 	}
-	dl.token = d.inbox.Token()
-	out := &nats.Msg{Subject: d.cfg.Subjects.Agent(inst.ID), Reply: d.inbox.Open(dl.token, dl), Data: t.req.Data, Header: h}
+	dl.token = en.inbox.Token()
+	out := &nats.Msg{Subject: en.cfg.Subjects.Agent(inst.ID), Reply: en.inbox.Open(dl.token, dl), Data: t.req.Data, Header: h}
 	// The caller's signature proves the task to the dispatchers only: an
 	// agent holding it could send the task again as its caller. Nor does a
 	// parked copy keep it (park): a replay is signed anew.
@@ -99,16 +99,16 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	} else {
 		out.Header.Del(streams.HeaderStream) // nobody would read its chunks
 	}
-	if d.offersDirect(t) {
+	if en.offersDirect(t) {
 		out.Header.Set(streams.HeaderReplyTo, t.req.Reply)
 	} else {
 		out.Header.Del(streams.HeaderReplyTo)
 	}
-	d.traceDelivery(dl, out.Header)
-	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
+	en.traceDelivery(dl, out.Header)
+	if err := streams.CheckSize(out, en.nc.MaxPayload()); err != nil {
 		e := streams.AsError(err)
 		e.Message = "the delivery to " + inst.ID + ", with the dispatcher's headers: " + e.Message
-		d.end(dl, nil, nil, e, outcomeFinal)
+		en.end(dl, nil, nil, e, OutcomeFinal)
 		return
 	}
 	t.log.Debug().Str("node", inst.ID).Int("attempt", dl.attempt).Bool("hedge", hedge).Str("state", string(streams.StatusSent)).Msg("task state")
@@ -121,44 +121,44 @@ func (d *Dispatcher) send(t *task, inst *registry.Instance, probe, hedge bool) {
 	// publish has read it). From the unlock on, t belongs to whoever claims
 	// dl: its timer, its reply, or its instance leaving.
 	dl.mu.Lock()
-	err := d.nc.PublishMsg(out)
+	err := en.nc.PublishMsg(out)
 	if err == nil {
 		dl.sent = time.Now()
 		wait := min(t.pol.AckTimeout, t.deadline.Sub(dl.sent))
 		dl.expires = dl.sent.Add(wait)
-		dl.timer = time.AfterFunc(wait, func() { d.expire(dl) })
+		dl.timer = time.AfterFunc(wait, func() { en.expire(dl) })
 	} else {
 		dl.over = true
 	}
 	dl.mu.Unlock()
 	if err != nil {
-		d.settle(dl, nil, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), outcomeUnreachable)
+		en.settle(dl, nil, nil, streams.NewError(streams.CodeInternal, "deliver to %s: %v", inst.ID, err), OutcomeUnreachable)
 		return
 	}
 	if e := t.stopped.Load(); e != nil {
-		d.cancelDelivery(dl, e) // cancelled while it was being sent
+		en.cancelDelivery(dl, e) // cancelled while it was being sent
 		return
 	}
 	if t.hedge != nil && !hedge {
-		d.armHedge(t, dl)
+		en.armHedge(t, dl)
 	}
 }
 
 // offersDirect reports whether t's deliveries offer agents the caller's
 // reply subject (Reach-Reply-To): on the direct tier, when the caller
 // waits for a reply and Config.RelayResults is off.
-func (d *Dispatcher) offersDirect(t *task) bool {
+func (en *Engine) offersDirect(t *Task) bool {
 	// A task that may be hedged answers through the dispatcher: only it can
 	// let one of two deliveries' results through, and say Reach-Hedged.
 	// A streamed one too: its chunks and result come through in order.
-	return !d.cfg.RelayResults && t.seq == 0 && t.req.Reply != "" && t.hedge == nil && t.relay == nil
+	return !en.cfg.RelayResults && t.seq == 0 && t.req.Reply != "" && t.hedge == nil && t.relay == nil
 }
 
 // onReply handles one reply to a delivery, on the inbox's goroutine.
-func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
+func (en *Engine) onReply(dl *delivery, m *nats.Msg) {
 	if m.Header.Get("Status") == "503" {
 		dl.load.MarkAbsent(dl.inst)
-		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), outcomeUnreachable)
+		en.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s has no subscription", dl.inst.ID), OutcomeUnreachable)
 		return
 	}
 	status := streams.Status(m.Header.Get(streams.HeaderStatus))
@@ -169,13 +169,13 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 	dl.load.NoteActive(m.Header.Get(streams.HeaderActive), mine)
 	switch status {
 	case streams.StatusChunk:
-		d.onChunk(dl, m)
+		en.onChunk(dl, m)
 		return
 	case streams.StatusAcked, streams.StatusProcessing:
 		dl.mu.Lock()
 		if !dl.over {
 			dl.acked = true
-			wait := min(dl.t.pol.CallTimeout(dl.t.wish, d.hints.TimeoutHint(dl.inst.Entry())), time.Until(dl.t.deadline))
+			wait := min(en.CallTimeout(dl.t, dl.inst), time.Until(dl.t.deadline))
 			dl.expires = time.Now().Add(wait)
 			dl.timer.Reset(wait)
 		}
@@ -183,41 +183,48 @@ func (d *Dispatcher) onReply(dl *delivery, m *nats.Msg) {
 		dl.t.log.Debug().Str("node", dl.inst.ID).Str("state", string(status)).Msg("task state")
 		return
 	case streams.StatusFinished:
-		if m.Header.Get(streams.HeaderDirect) != "" && !d.offersDirect(dl.t) {
-			d.end(dl, nil, m, streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
-				dl.inst.ID, streams.HeaderDirect, streams.HeaderReplyTo), outcomeFinal)
+		if m.Header.Get(streams.HeaderDirect) != "" && !en.offersDirect(dl.t) {
+			en.end(dl, nil, m, streams.NewError(streams.CodeInternal, "instance %s sent its result elsewhere (%s), but the delivery offered no %s",
+				dl.inst.ID, streams.HeaderDirect, streams.HeaderReplyTo), OutcomeFinal)
 			return
 		}
 		if dl.t.relay != nil {
 			if e := checkChunks(dl, m); e != nil {
-				d.end(dl, nil, m, e, outcomeFinal)
+				en.end(dl, nil, m, e, OutcomeFinal)
 				return
 			}
 		}
-		d.end(dl, m, m, nil, outcomeDone)
+		en.end(dl, m, m, nil, OutcomeDone)
 		return
 	}
 	e := streams.ErrorFromMessage(m)
 	if e == nil {
 		e = streams.NewError(streams.CodeInternal, "instance %s answered status %q without an error code", dl.inst.ID, m.Header.Get(streams.HeaderStatus))
 	}
-	kind := outcomeFinal
+	kind := OutcomeFinal
 	switch e.Code {
 	case streams.CodeTargetBusy:
-		kind = outcomeBusy
+		kind = OutcomeBusy
 	case streams.CodeTimeout:
-		kind = outcomeSlow
+		kind = OutcomeSlow
 	case streams.CodeNoAgent, streams.CodeCancelled:
 		// The instance does not serve the capability (its record is stale
 		// or wrong), or dropped a delivery nobody cancelled: like an
 		// unreachable one, another instance may take it.
-		kind = outcomeUnreachable
+		kind = OutcomeUnreachable
 	}
-	d.end(dl, nil, m, e, kind)
+	en.end(dl, nil, m, e, kind)
+}
+
+// CallTimeout is how long a delivery of t to inst may take after an ACK
+// or PROCESSING: the caller's Reach-Timeout and inst's type's learned
+// hint, plus slack, clamped by the capability's policy.
+func (en *Engine) CallTimeout(t *Task, inst *registry.Instance) time.Duration {
+	return t.pol.CallTimeout(t.wish, en.hints.TimeoutHint(inst.Entry()))
 }
 
 // expire ends a delivery whose ACK or result did not come in time.
-func (d *Dispatcher) expire(dl *delivery) {
+func (en *Engine) expire(dl *delivery) {
 	dl.mu.Lock()
 	if dl.over {
 		dl.mu.Unlock()
@@ -233,40 +240,40 @@ func (d *Dispatcher) expire(dl *delivery) {
 	dl.over = true
 	acked := dl.acked
 	dl.mu.Unlock()
-	d.notifyCancel(dl) // whatever the instance still does for it, nobody will use
+	en.notifyCancel(dl) // whatever the instance still does for it, nobody will use
 	id := dl.inst.ID
 	switch {
 	case time.Until(dl.t.deadline) <= 0:
-		d.settle(dl, nil, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), outcomeFinal)
+		en.settle(dl, nil, nil, streams.NewError(streams.CodeDeadlineExceeded, "instance %s did not finish before the overall deadline", id), OutcomeFinal)
 	case !acked:
-		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, dl.t.pol.AckTimeout), outcomeUnreachable)
+		en.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s sent no ACK within %v", id, dl.t.pol.AckTimeout), OutcomeUnreachable)
 	default:
-		d.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), outcomeSlow)
+		en.settle(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s acknowledged but sent no result in time", id), OutcomeSlow)
 	}
 }
 
 // end claims dl and settles it, unless whatever ended it first did.
-func (d *Dispatcher) end(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
+func (en *Engine) end(dl *delivery, res, last *nats.Msg, e *streams.Error, kind Outcome) {
 	if dl.claim() {
-		d.settle(dl, res, last, e, kind)
+		en.settle(dl, res, last, e, kind)
 	}
 }
 
 // abandon ends the deliveries to an instance that left the table, so their
 // tasks go elsewhere at once.
-func (d *Dispatcher) abandon(id string) {
-	for _, dl := range d.inbox.All() {
+func (en *Engine) abandon(id string) {
+	for _, dl := range en.inbox.All() {
 		if dl.inst.ID != id {
 			continue
 		}
-		d.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), outcomeUnreachable)
+		en.end(dl, nil, nil, streams.NewError(streams.CodeTimeout, "instance %s left the registry before answering", id), OutcomeUnreachable)
 	}
 }
 
 // traceDelivery starts dl's span, the child of its task's, and writes its
 // context into the delivery's headers h (tracing.Delivery).
-func (d *Dispatcher) traceDelivery(dl *delivery, h nats.Header) {
+func (en *Engine) traceDelivery(dl *delivery, h nats.Header) {
 	if dl.t.span != nil {
-		dl.span = tracing.Delivery(dl.t.span, h, d.cfg.Subjects.Agent("{instance}"), dl.inst.ID, dl.inst.Entry().Type, dl.attempt, dl.hedge)
+		dl.span = tracing.Delivery(dl.t.span, h, en.cfg.Subjects.Agent("{instance}"), dl.inst.ID, dl.inst.Entry().Type, dl.attempt, dl.hedge)
 	}
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 // no SDK is installed (the global no-op tracer): with and without a
 // caller's traceparent.
 func BenchmarkTracingOff(b *testing.B) {
-	d := &Dispatcher{}
+	d := &Engine{}
 	for _, tc := range []struct {
 		name   string
 		header nats.Header
@@ -23,10 +23,10 @@ func BenchmarkTracingOff(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
-			t := &task{req: &nats.Msg{Header: tc.header}, capability: "echo", requestID: "r"}
+			t := &Task{req: &nats.Msg{Header: tc.header}, capability: "echo", requestID: "r"}
 			dl := &delivery{t: t}
 			for b.Loop() {
-				d.traceTask(t)
+				d.TraceTask(t)
 				d.traceDelivery(dl, tc.header)
 				tracing.End(dl.span, nil)
 				tracing.End(t.span, nil)
@@ -38,15 +38,15 @@ func BenchmarkTracingOff(b *testing.B) {
 // TestTracingOffLeavesTheTraceparent: without an SDK a delivery carries the
 // caller's traceparent unchanged, and a task without one gets none.
 func TestTracingOffLeavesTheTraceparent(t *testing.T) {
-	d := &Dispatcher{}
+	d := &Engine{}
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	for _, in := range []string{"", tp} {
 		h := nats.Header{}
 		if in != "" {
 			h.Set(streams.HeaderTraceParent, in)
 		}
-		tk := &task{req: &nats.Msg{Header: h}, capability: "echo", requestID: "r"}
-		d.traceTask(tk)
+		tk := &Task{req: &nats.Msg{Header: h}, capability: "echo", requestID: "r"}
+		d.TraceTask(tk)
 		dl := &delivery{t: tk}
 		d.traceDelivery(dl, h)
 		if got := h.Get(streams.HeaderTraceParent); got != in || dl.span != nil {

@@ -8,19 +8,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agent-reach/agentreach/dispatcher/durable"
+	"github.com/agent-reach/agentreach/dispatcher/engine"
 	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// Settle for the durable tier: a task from REACH_TASKS is taken to its one
-// recorded outcome by durable.Tier, for which the dispatcher is the
-// durable.Router: it reads the submission into a task (newTask) and runs
-// it down the same path as any other (routeWait).
+// The entry of a task from the durable tier: the consumer of REACH_TASKS
+// shared by every replica hands each task to durable.Tier, which takes it
+// to its one recorded outcome; the Dispatcher is its durable.Router, which
+// reads the submission into a task (engine.NewTask) and runs it down the
+// engine's stages like any other (engine.RouteWait). The dead-letter
+// replayer resubmits what was parked.
 
 // startDurable joins the durable consumer shared by every replica.
 func (d *Dispatcher) startDurable(ctx context.Context, js jetstream.JetStream) error {
 	d.tier = durable.Tier{JS: js, NC: d.nc, Subjects: d.cfg.Subjects, By: d.cfg.Name, AckWait: d.cfg.DurableAckWait,
-		Deadline: d.cfg.Deadline, Router: durableRouter{d}, Buffered: func() { d.stats.buffered.Add(1) }, Log: &d.log}
+		Deadline: d.cfg.Deadline, Router: durableRouter{d}, Buffered: func() { d.buffered.Add(1) }, Log: &d.log}
 	if err := d.tier.Open(ctx); err != nil {
 		return err
 	}
@@ -43,12 +46,8 @@ func (d *Dispatcher) stopDurable() {
 }
 
 func (d *Dispatcher) receiveDurable(msg jetstream.Msg) {
-	d.stats.durable.Add(1)
-	d.tasks.Add(1)
-	go func() {
-		defer d.tasks.Done()
-		d.tier.Handle(msg)
-	}()
+	d.durable.Add(1)
+	d.eng.Go(func() { d.tier.Handle(msg) })
 }
 
 // durableRouter is the dispatcher as the durable tier's durable.Router.
@@ -64,39 +63,35 @@ func (r durableRouter) Resolve(msg jetstream.Msg, m *nats.Msg, name string) bool
 }
 
 func (r durableRouter) Decode(m *nats.Msg, capability string, submitted time.Time, seq uint64) (durable.Routing, *streams.Error) {
-	t, e := r.d.newTask(m, capability, submitted, true)
-	t.seq = seq
-	return durableTask{r.d, t}, e
+	t, e := r.d.eng.NewTask(m, capability, submitted, true)
+	t.SetSeq(seq)
+	return durableTask{r.d.eng, t}, e
 }
 
 // durableTask is a task from REACH_TASKS as the durable tier sees it
 // (durable.Routing).
 type durableTask struct {
-	d *Dispatcher
-	t *task
+	eng *engine.Engine
+	t   *engine.Task
 }
 
-func (dt durableTask) Task() durable.Task {
-	t := dt.t
-	return durable.Task{Owner: t.owner, RequestID: t.requestID, OrchID: t.orchID, ContentType: t.contentType,
-		Seq: t.seq, Node: t.node, Attempts: t.attempts}
-}
+func (dt durableTask) Task() durable.Task { return dt.t.Durable() }
 
-func (dt durableTask) Capability() string { return dt.t.capability }
+func (dt durableTask) Capability() string { return dt.t.Capability() }
 
-func (dt durableTask) Deadline() time.Time { return dt.t.deadline }
+func (dt durableTask) Deadline() time.Time { return dt.t.Deadline() }
 
-func (dt durableTask) SetDeadline(deadline time.Time) { dt.t.deadline = deadline }
+func (dt durableTask) SetDeadline(deadline time.Time) { dt.t.SetDeadline(deadline) }
 
-func (dt durableTask) Claimed(node string, attempts int) { dt.t.node, dt.t.attempts = node, attempts }
+func (dt durableTask) Claimed(node string, attempts int) { dt.t.Claimed(node, attempts) }
 
 func (dt durableTask) Route() (*nats.Msg, *streams.Error, bool) {
-	res, e := dt.d.routeWait(dt.t)
-	return res, e, dt.t.inDoubt
+	res, e := dt.eng.RouteWait(dt.t)
+	return res, e, dt.t.InDoubt()
 }
 
 func (dt durableTask) Record(submitted time.Time, outcome string, e *streams.Error) {
-	dt.d.recordEvent(dt.t, submitted, outcome, e)
+	dt.eng.Record(dt.t, submitted, outcome, e)
 }
 
 // startReplayer replays dead letters every DeadLetterRetryInterval.
@@ -115,7 +110,7 @@ func (d *Dispatcher) stopReplayer() {
 // capabilities it can route now, signed where the authorizer can sign.
 func (d *Dispatcher) replayer() *durable.Replayer {
 	r := &durable.Replayer{JS: d.js, Subjects: d.cfg.Subjects, Interval: d.cfg.DeadLetterRetryInterval,
-		Rate: d.cfg.DeadLetterReplayRate, Healthy: d.healthy, Replayed: func() { d.stats.replayed.Add(1) }, Log: d.log}
+		Rate: d.cfg.DeadLetterReplayRate, Healthy: d.healthy, Replayed: func() { d.replayed.Add(1) }, Log: d.log}
 	// The parked copy no longer proves its caller (auth.Authorizer signs).
 	if rs, ok := d.authorizer.(ReplaySigner); ok {
 		r.Options = []durable.ReplayOption{durable.ReplaySign(rs.SignReplay)}
@@ -132,7 +127,7 @@ func (d *Dispatcher) ReplayDeadLetters(ctx context.Context) (int, error) {
 }
 
 // healthy reports whether capability has a routable instance whose breaker
-// is closed.
+// is closed: the replayer resubmits its dead letters only then.
 func (d *Dispatcher) healthy(capability string) bool {
 	if d.Resolves(capability) {
 		return true // a workflow's run: its steps find their own instances
@@ -140,7 +135,7 @@ func (d *Dispatcher) healthy(capability string) bool {
 	rs := d.table.Candidates(capability)
 	now := time.Now()
 	for i := 0; i < rs.Len(); i++ {
-		if d.loads.Of(rs.Instances[i].ID).Breaker.Status(now).State == selection.BreakerClosed {
+		if d.eng.Load(rs.Instances[i].ID).Breaker.Status(now).State == selection.BreakerClosed {
 			return true
 		}
 	}

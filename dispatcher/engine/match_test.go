@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"fmt"
@@ -12,12 +12,12 @@ import (
 // A task's exclusions list at most the limit — the view's first, then what
 // its picks passed over — and count them all, however many the view holds.
 func TestExclusionsAreListedUpToTheLimitAndAllCounted(t *testing.T) {
-	d := &Dispatcher{}
+	d := &Engine{}
 	v := &selection.View{}
 	for i := range 9000 {
 		v.Excluded = append(v.Excluded, streams.Exclusion{Node: fmt.Sprint("n-", i), Reason: "labels"})
 	}
-	tk := &task{view: v, passed: []streams.Exclusion{{Node: "busy-1", Reason: "breaker open"}}}
+	tk := &Task{view: v, passed: []streams.Exclusion{{Node: "busy-1", Reason: "breaker open"}}}
 	list, total := d.exclusions(tk, false, events.ExcludedInEvents)
 	if total != 9001 || len(list) != events.ExcludedInEvents || list[0].Node != "n-0" || list[events.ExcludedInEvents-1].Node != fmt.Sprint("n-", events.ExcludedInEvents-1) {
 		t.Fatalf("exclusions: %d listed (%v), %d in all; want %d listed from n-0, 9001 in all", len(list), list, total, events.ExcludedInEvents)

@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"testing"
@@ -10,14 +10,14 @@ import (
 // Properties of the retry rule and the backoff bound.
 func TestRetryRuleProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		kind := outcome(rapid.IntRange(int(outcomeDone), int(outcomeUnreachable)).Draw(rt, "kind"))
+		kind := Outcome(rapid.IntRange(int(OutcomeDone), int(OutcomeUnreachable)).Draw(rt, "kind"))
 		retries := rapid.IntRange(0, 5).Draw(rt, "retries")
 		attempts := rapid.IntRange(1, 10).Draw(rt, "attempts")
 		budget := rapid.Float64Range(0, 10).Draw(rt, "budget")
 		spent := rapid.Float64Range(0, 10).Draw(rt, "spent")
 		got := mayRetry(kind, attempts, retries, spent, budget)
 		switch {
-		case kind == outcomeDone || kind == outcomeFinal:
+		case kind == OutcomeDone || kind == OutcomeFinal:
 			if got {
 				rt.Fatalf("retried a %v outcome (BIZ_REJECT, BAD_REQUEST and the like never are)", kind)
 			}

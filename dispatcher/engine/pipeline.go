@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"time"
@@ -13,8 +13,8 @@ import (
 // A task's path through a replica, stage by stage. Each stage is one file,
 // read in this order:
 //
-//  1. admit.go    — size and authorization of the reply subject, the
-//                   replica's in-flight cap and the caller's fair share
+//  1. admit.go    — the replica's in-flight cap and the caller's fair
+//                   share (the reply subject is checked by the entry)
 //  2. decode.go   — the request's headers and payload read once: ids,
 //                   content type, requirements, hops, timeouts, budget,
 //                   the caller proven (Authorizer)
@@ -26,53 +26,44 @@ import (
 //                   (queue.go)
 //  5. deliver.go  — the delivery, its ACK and call timers, its replies
 //                   (dispatcher/inbox), the hedge (hedge.go), cancellation
-//                   (cancel.go)
+//                   (cancel.go), a streamed task's chunks (stream.go)
 //  6. settle.go   — a delivery's outcome into breaker (shared with the
 //                   other replicas by dispatcher/breakers), load and
 //                   latency, the retry decision, the reply through the
-//                   outbound gate; a durable task's claimed outcome
-//                   (durable.Tier, which settle_durable.go routes for)
+//                   outbound gate (Conclude); a durable task's outcome
+//                   for durable.Tier, which the Dispatcher routes for
+//                   (RouteWait)
 //  7. record.go   — the event record, the counts; the span ends
 //                   (dispatcher/tracing)
+//
+// A task comes in by one of the Dispatcher's entries — its subscription to
+// reach.task (receive.go there), Call and Stream in process, OpenShared for
+// a broadcast, the durable consumer (durable.go there) — which admit it
+// (Admit), read it (NewTask) and Run it.
 //
 // Data flows one way: a stage reads what the earlier ones put on the task
 // and never calls back up, except that a retry (settle) runs the path again
 // from resolve.
 
-// A task has no goroutine of its own. The subscription callback starts it
-// (newTask, route, publish the delivery); the agent's replies, arriving on
+// A task has no goroutine of its own. Its entry — the Dispatcher's
+// subscription callback, Call or Stream — starts it (NewTask, Run: route,
+// publish the delivery); the agent's replies, arriving on
 // the inbox's goroutine, and per-delivery timers move it on; done runs once
 // with its outcome. Each delivery ends exactly once — by its result, an
 // error reply, its timer or its instance leaving — whichever claims it first.
 
-// handle starts one direct-tier task, which holds caller's in-flight slot;
-// answer replies to the caller.
-func (d *Dispatcher) handle(m *nats.Msg, caller string) {
-	start := time.Now()
-	t, e := d.newTask(m, d.cfg.Subjects.CapabilityFromTask(m.Subject), start, false)
-	t.start, t.done, t.caller = start, d.answer, caller
-	if e != nil {
-		d.answer(t, nil, e)
-		return
-	}
-	if streamed(m.Header, m.Reply, false) {
-		d.startRelay(t, d.publishToCaller(t), true)
-	}
-	d.run(t)
-}
-
-// run delivers t to the next instance, or ends it when no instance, retry
+// Run delivers t to the next instance, or ends it when no instance, retry
 // or time is left. While tasks of its capability wait for a slot, it
 // queues behind them.
-func (d *Dispatcher) run(t *task) {
+func (en *Engine) Run(t *Task) {
 	if e := t.stopped.Load(); e != nil {
 		t.done(t, nil, e)
 		return
 	}
 	if !t.started {
 		t.started = true
-		d.traceTask(t)
-		if e := d.start(t); e != nil {
+		en.TraceTask(t)
+		if e := en.start(t); e != nil {
 			t.done(t, nil, e)
 			return
 		}
@@ -81,60 +72,60 @@ func (d *Dispatcher) run(t *task) {
 		t.done(t, nil, streams.NewError(streams.CodeDeadlineExceeded, "overall deadline passed after %d attempts", t.attempts))
 		return
 	}
-	if q := d.waiting(t.queueKey()); q != nil && q.Len() > 0 && t.pol.QueueWait > 0 {
-		d.enqueue(q, t)
+	if q := en.waiting(t.queueKey()); q != nil && q.Len() > 0 && t.pol.QueueWait > 0 {
+		en.enqueue(q, t)
 		return
 	}
-	inst, probe, why := d.route(t)
-	d.proceed(t, inst, probe, why)
+	inst, probe, why := en.route(t)
+	en.proceed(t, inst, probe, why)
 }
 
 // proceed sends t to inst, which route picked (and reserved a slot of),
 // or acts on why route found none: wait for a slot, or end.
-func (d *Dispatcher) proceed(t *task, inst *registry.Instance, probe bool, why noRoute) {
+func (en *Engine) proceed(t *Task, inst *registry.Instance, probe bool, why NoRoute) {
 	switch {
 	case inst != nil:
 		t.mu.Lock()
 		t.attempts++
 		t.node = inst.ID
 		t.mu.Unlock()
-		d.send(t, inst, probe, false)
-	case why == routeFull && t.pol.QueueWait > 0:
-		d.enqueue(d.queueOf(t.queueKey()), t)
-	case why == routeFull:
+		en.send(t, inst, probe, false)
+	case why == RouteFull && t.pol.QueueWait > 0:
+		en.enqueue(en.queueOf(t.queueKey()), t)
+	case why == RouteFull:
 		t.attempts++ // a wait for capacity uses a retry too
-		d.retry(t, why.error(d, t), outcomeBusy)
-	case t.last != nil && (why == routeNoAgent || why == routeGone):
-		d.endUnrouted(t, why.error(d, t))
+		en.retry(t, why.Error(en, t), OutcomeBusy)
+	case t.last != nil && (why == RouteNoAgent || why == RouteGone):
+		en.endUnrouted(t, why.Error(en, t))
 	default:
-		t.done(t, nil, why.error(d, t))
+		t.done(t, nil, why.Error(en, t))
 	}
 }
 
 // route resolves t's candidates (resolve.go) and picks one (pick.go),
 // with a slot of it reserved; when none can take t now it says why.
-func (d *Dispatcher) route(t *task) (inst *registry.Instance, probe bool, why noRoute) {
-	rs, why := d.candidates(t)
+func (en *Engine) route(t *Task) (inst *registry.Instance, probe bool, why NoRoute) {
+	rs, why := en.candidates(t)
 	if rs == nil {
 		return nil, false, why
 	}
-	return d.pick(t, rs)
+	return en.pick(t, rs)
 }
 
-// routeWait runs t to its outcome and waits for it (the durable tier,
+// RouteWait runs t to its outcome and waits for it (the durable tier,
 // which has a goroutine per task anyway).
-func (d *Dispatcher) routeWait(t *task) (res *nats.Msg, e *streams.Error) {
+func (en *Engine) RouteWait(t *Task) (res *nats.Msg, e *streams.Error) {
 	done := make(chan struct{})
-	t.done = func(_ *task, r *nats.Msg, err *streams.Error) {
-		t.finish()
+	t.done = func(_ *Task, r *nats.Msg, err *streams.Error) {
+		t.Finish()
 		if err == nil {
-			d.scores.Remember(t.requestID, t.source, t.node)
+			en.scores.Remember(t.requestID, t.source, t.node)
 		}
 		tracing.End(t.span, err)
 		res, e = r, err
 		close(done)
 	}
-	d.run(t)
+	en.Run(t)
 	<-done
 	return res, e
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ type stream = relay.Stream[*delivery]
 
 // pinned returns the delivery t's stream is pinned to; nil when t is not
 // streamed or no chunk came yet. t.mu guards it.
-func (t *task) pinned() *delivery {
+func (t *Task) pinned() *delivery {
 	if t.relay == nil {
 		return nil
 	}
@@ -33,28 +33,22 @@ func (t *task) pinned() *delivery {
 	return dl
 }
 
-// streamed reports whether a task's chunks are relayed to its caller: a
-// direct-tier task whose caller sent Reach-Stream: 1 and waits for a reply.
-func streamed(h nats.Header, reply string, durable bool) bool {
-	return !durable && reply != "" && h.Get(streams.HeaderStream) == "1"
-}
-
-// startRelay makes t a streamed task whose messages go to sink, through a
+// StartRelay makes t a streamed task whose messages go to sink, through a
 // bounded queue; with inline, a sink that never waits (a NATS publish)
 // takes them at once.
-func (d *Dispatcher) startRelay(t *task, sink func(*nats.Msg), inline bool) {
+func (en *Engine) StartRelay(t *Task, sink func(*nats.Msg), inline bool) {
 	out := relay.Inline(sink)
 	if !inline {
-		out = relay.New(d.cfg.StreamBuffer, sink)
+		out = relay.New(en.cfg.StreamBuffer, sink)
 	}
 	t.relay = relay.NewStream[*delivery](out)
 }
 
 // onChunk handles one CHUNK reply to dl, on the inbox's goroutine.
-func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
+func (en *Engine) onChunk(dl *delivery, m *nats.Msg) {
 	t := dl.t
 	if id := m.Header.Get(streams.HeaderRequestID); id != "" && id != t.requestID {
-		d.stats.chunksDropped.Add(1)
+		en.stats.chunksDropped.Add(1)
 		return
 	}
 	// A chunk is progress: like PROCESSING it shows the agent alive. Once
@@ -63,7 +57,7 @@ func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
 	dl.mu.Lock()
 	if dl.over {
 		dl.mu.Unlock()
-		d.stats.chunksDropped.Add(1)
+		en.stats.chunksDropped.Add(1)
 		return
 	}
 	// The timer is not reset for every chunk (that costs more than the
@@ -72,7 +66,7 @@ func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
 	now := time.Now()
 	wait := t.pol.AckTimeout
 	if t.relay == nil {
-		wait = t.pol.CallTimeout(t.wish, d.hints.TimeoutHint(dl.inst.Entry()))
+		wait = en.CallTimeout(t, dl.inst)
 	}
 	dl.expires = now.Add(min(wait, t.deadline.Sub(now)))
 	if !dl.acked || dl.chunks == 0 {
@@ -83,7 +77,7 @@ func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
 	n := dl.chunks
 	dl.mu.Unlock()
 	if t.relay == nil { // the caller did not ask for the stream
-		d.stats.chunksDropped.Add(1)
+		en.stats.chunksDropped.Add(1)
 		return
 	}
 	t.mu.Lock()
@@ -96,51 +90,41 @@ func (d *Dispatcher) onChunk(dl *delivery, m *nats.Msg) {
 		t.mu.Unlock()
 		t.log.Debug().Str("node", dl.inst.ID).Msg("stream pinned")
 		for _, o := range losers {
-			d.cancelDelivery(o, streams.NewError(streams.CodeCancelled, "another delivery of the task streamed first"))
+			en.cancelDelivery(o, streams.NewError(streams.CodeCancelled, "another delivery of the task streamed first"))
 		}
 		t.mu.Lock()
 		ok = !t.ended // a cancel may have ended it meanwhile
 	}
 	if !ok { // over, or a hedge's loser
 		t.mu.Unlock()
-		d.stats.chunksDropped.Add(1)
+		en.stats.chunksDropped.Add(1)
 		return
 	}
 	// Relayed under t.mu, which settle takes to end the task: no chunk can
 	// follow the final message.
 	rt := relay.Route{Subject: t.req.Reply, RequestID: t.requestID, OrchID: t.orchID, Node: dl.inst.ID, ContentType: t.contentType}
-	err := t.relay.Relay(rt, m.Header, m.Data, n, d.nc.MaxPayload())
+	err := t.relay.Relay(rt, m.Header, m.Data, n, en.nc.MaxPayload())
 	t.mu.Unlock()
 	switch {
 	case err == nil:
-		d.stats.chunksRelayed.Add(1)
+		en.stats.chunksRelayed.Add(1)
 	case errors.Is(err, relay.ErrFull):
-		d.stats.streamsOverloaded.Add(1)
-		d.cancel(t, streams.NewError(streams.CodeOverloaded, "the caller did not read the stream: %d chunks waiting", d.cfg.StreamBuffer))
+		en.stats.streamsOverloaded.Add(1)
+		en.Cancel(t, streams.NewError(streams.CodeOverloaded, "the caller did not read the stream: %d chunks waiting", en.cfg.StreamBuffer))
 	case errors.Is(err, relay.ErrTooLarge):
-		d.end(dl, nil, nil, streams.NewError(streams.CodePayloadTooLarge, "chunk %d of %s: %v", n, dl.inst.ID, err), outcomeFinal)
+		en.end(dl, nil, nil, streams.NewError(streams.CodePayloadTooLarge, "chunk %d of %s: %v", n, dl.inst.ID, err), OutcomeFinal)
 	default:
-		d.end(dl, nil, nil, streams.NewError(streams.CodeInternal, "instance %s: %v", dl.inst.ID, err), outcomeFinal)
+		en.end(dl, nil, nil, streams.NewError(streams.CodeInternal, "instance %s: %v", dl.inst.ID, err), OutcomeFinal)
 	}
 }
 
-// finishRelay sends the final message of t's stream after its chunks;
+// FinishRelay sends the final message of t's stream after its chunks;
 // done runs once it is sent.
-func (d *Dispatcher) finishRelay(t *task, out *nats.Msg, done func()) {
+func (en *Engine) FinishRelay(t *Task, out *nats.Msg, done func()) {
 	if out != nil {
 		out.Subject = t.req.Reply
 	}
 	t.relay.Finish(out, done)
-}
-
-// publishToCaller is the sink of a streamed task from NATS: its caller's
-// reply subject.
-func (d *Dispatcher) publishToCaller(t *task) func(*nats.Msg) {
-	return func(m *nats.Msg) {
-		if err := d.nc.PublishMsg(m); err != nil {
-			t.log.Warn().Err(err).Str("status", m.Header.Get(streams.HeaderStatus)).Msg("stream message to caller failed")
-		}
-	}
 }
 
 // checkChunks reports whether a final result's Reach-Chunks agrees with

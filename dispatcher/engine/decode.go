@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"time"
@@ -17,32 +17,34 @@ import (
 // BAD_REQUEST (or LOOP_DETECTED, UNAUTHORIZED, DEADLINE_EXCEEDED) before
 // anything is resolved.
 
-// newTask reads a request's headers, filling in what the caller left out:
+// NewTask reads a request's headers, filling in what the caller left out:
 // the request id (a fresh UUID), the orchestration id (the request id) and
-// the deadline (defaultDeadline).
-func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, durable bool) (*task, *streams.Error) {
+// the deadline (defaultDeadline). The task starts at start; it is a
+// durable one with durable.
+func (en *Engine) NewTask(m *nats.Msg, capability string, start time.Time, durable bool) (*Task, *streams.Error) {
 	h := m.Header
 	if h == nil {
 		h = nats.Header{}
 		m.Header = h
 	}
-	t := &task{
+	t := &Task{
 		req:        m,
 		capability: capability,
 		affinity:   h.Get(streams.HeaderAffinityKey),
 		unicast:    h.Get(streams.HeaderAgent),
-		pol:        d.policy(capability),
+		pol:        en.Policy(capability),
+		start:      start,
 	}
 	defaultDeadline := start.Add(t.pol.Deadline)
 	if durable {
-		defaultDeadline = start.Add(d.cfg.DurableDeadline)
+		defaultDeadline = start.Add(en.cfg.DurableDeadline)
 	}
-	t.requestID, t.orchID = taskIDs(h)
+	t.requestID, t.orchID = TaskIDs(h)
 
 	ct, badPayload := streams.PayloadType(h, m.Data)
 	t.contentType = ct
-	t.log = taskLog{base: &d.log, t: t}
-	if e := d.readRequirements(t, h); e != nil {
+	t.log = TaskLog{base: &en.log, t: t}
+	if e := en.readRequirements(t, h); e != nil {
 		return t, e
 	}
 	if err := streams.ValidateCapability(t.capability); err != nil {
@@ -66,9 +68,9 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 	if err != nil {
 		return t, err
 	}
-	t.hops = int(min(hops, int64(d.cfg.MaxHops))) + 1
-	if hops >= int64(d.cfg.MaxHops) {
-		return t, streams.NewError(streams.CodeLoopDetected, "%s %d: one more hop exceeds the limit of %d", streams.HeaderHops, hops, d.cfg.MaxHops)
+	t.hops = int(min(hops, int64(en.cfg.MaxHops))) + 1
+	if hops >= int64(en.cfg.MaxHops) {
+		return t, streams.NewError(streams.CodeLoopDetected, "%s %d: one more hop exceeds the limit of %d", streams.HeaderHops, hops, en.cfg.MaxHops)
 	}
 	wish, err := streams.ParseCount(h, streams.HeaderTimeout)
 	if err != nil {
@@ -81,8 +83,8 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 	if t.visits, err = streams.ParseVisits(h); err != nil {
 		return t, err
 	}
-	if d.authorizer != nil {
-		if e := d.authorizer.Authorize(t.capability, m, durable); e != nil {
+	if en.hooks.Authorizer != nil {
+		if e := en.hooks.Authorizer.Authorize(t.capability, m, durable); e != nil {
 			return t, e
 		}
 		t.source = h.Get(streams.HeaderSource)
@@ -119,9 +121,9 @@ func (d *Dispatcher) newTask(m *nats.Msg, capability string, start time.Time, du
 	return t, nil
 }
 
-// taskIDs returns a request's id and orchestration id, filling in what the
+// TaskIDs returns a request's id and orchestration id, filling in what the
 // caller left out: a fresh UUID, and the request id.
-func taskIDs(h nats.Header) (requestID, orchID string) {
+func TaskIDs(h nats.Header) (requestID, orchID string) {
 	requestID, orchID = h.Get(streams.HeaderRequestID), h.Get(streams.HeaderOrchestrationID)
 	if requestID == "" {
 		requestID = streams.NewRequestID()
@@ -144,17 +146,17 @@ const maxRequirements = 1024
 
 // readRequirements sets t's requirement — the caller's Reach-Require over
 // its capability's default — and its preference, or says what is wrong.
-func (d *Dispatcher) readRequirements(t *task, h nats.Header) *streams.Error {
+func (en *Engine) readRequirements(t *Task, h nats.Header) *streams.Error {
 	need := t.pol.Require
 	if v := h.Get(streams.HeaderRequire); v != "" {
-		p, ok := d.requirements.Load(v)
+		p, ok := en.requirements.Load(v)
 		if !ok {
 			r, err := declare.ParseRequirement([]byte(v))
 			pr := &parsedRequirement{req: r}
 			if err != nil {
 				pr.err = streams.NewError(streams.CodeBadRequest, "header %s: %v", streams.HeaderRequire, err)
 			}
-			d.requirements.Store(v, pr)
+			en.requirements.Store(v, pr)
 			p = pr
 		}
 		pr := p.(*parsedRequirement)

@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"fmt"
@@ -14,15 +14,15 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// fairReplica is a Dispatcher with only what admit and free use.
-func fairReplica(t testing.TB, maxInFlight, fairShareAt int) *Dispatcher {
+// fairReplica is an Engine with only what admit and free use.
+func fairReplica(t testing.TB, maxInFlight, fairShareAt int) *Engine {
 	t.Helper()
 	cfg := config.Config{Name: "r", MaxInFlight: maxInFlight, FairShareAt: fairShareAt}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return &Dispatcher{cfg: cfg, fair: selection.NewFairShare(cfg.FairShareAt)}
+	return &Engine{cfg: cfg, fair: selection.NewFairShare(cfg.FairShareAt)}
 }
 
 // Each case admits its tasks in order, then releases those listed; what it
@@ -74,7 +74,7 @@ func TestFairShareAdmission(t *testing.T) {
 				refused := map[string]int{}
 				for _, tk := range takes {
 					for range tk.n {
-						if e := d.admit(tk.caller); e != nil {
+						if e := d.Admit(tk.caller); e != nil {
 							if e.Code != streams.CodeOverloaded {
 								t.Fatalf("%s: %v", tk.caller, e)
 							}
@@ -124,40 +124,40 @@ func TestFairShareAdmission(t *testing.T) {
 	}
 }
 
-// A refusal for the share names the caller, what it holds and its share,
+// A Refusal for the share names the caller, what it holds and its share,
 // and its reply says when to try again.
 func TestFairShareRefusalSaysWhy(t *testing.T) {
 	d := fairReplica(t, 20, 8)
 	for range 8 {
-		if e := d.admit("bob"); e != nil {
+		if e := d.Admit("bob"); e != nil {
 			t.Fatal(e)
 		}
 	}
-	if e := d.admit("alice"); e != nil {
+	if e := d.Admit("alice"); e != nil {
 		t.Fatal(e)
 	}
-	e := d.admit("bob")
+	e := d.Admit("bob")
 	if e == nil {
 		t.Fatal("bob admitted above its share")
 	}
 	if want := "caller bob holds 8 of the 9 tasks in flight, its share (above 8 tasks in flight, shared by the callers holding tasks) is 4"; !strings.Contains(e.Message, want) {
 		t.Fatalf("message %q lacks %q", e.Message, want)
 	}
-	if e := d.admit(""); e != nil {
+	if e := d.Admit(""); e != nil {
 		t.Fatal(e) // anonymous's first: share 8/3 = 2
 	}
-	if e := d.admit(""); e != nil {
+	if e := d.Admit(""); e != nil {
 		t.Fatal(e)
 	}
-	if e := d.admit(""); e == nil || !strings.Contains(e.Message, "caller anonymous holds 2 ") {
+	if e := d.Admit(""); e == nil || !strings.Contains(e.Message, "caller anonymous holds 2 ") {
 		t.Fatalf("anonymous's third: %v", e)
 	}
 	m := nats.NewMsg("reach.task.x")
-	out := refusal(m, e)
+	out := Refusal(m, e)
 	if out.Header.Get(headerRetryAfter) != "1" || out.Header.Get(streams.HeaderError) != string(streams.CodeOverloaded) {
-		t.Fatalf("refusal headers %v", out.Header)
+		t.Fatalf("Refusal headers %v", out.Header)
 	}
-	if out := refusal(m, streams.NewError(streams.CodeBadRequest, "x")); out.Header.Get(headerRetryAfter) != "" {
+	if out := Refusal(m, streams.NewError(streams.CodeBadRequest, "x")); out.Header.Get(headerRetryAfter) != "" {
 		t.Fatalf("BAD_REQUEST has a Retry-After: %v", out.Header)
 	}
 }
@@ -190,7 +190,7 @@ func TestFairShareConcurrent(t *testing.T) {
 					held = held[1:]
 					continue
 				}
-				if d.admit(caller) == nil {
+				if d.Admit(caller) == nil {
 					held = append(held, caller)
 				}
 				if d.inflight.Load() > 64 {
@@ -224,13 +224,13 @@ func BenchmarkAdmitRelease(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				caller := fmt.Sprintf("caller-%d", id.Add(1))
 				if holding {
-					if e := d.admit(caller); e != nil {
+					if e := d.Admit(caller); e != nil {
 						b.Fatal(e)
 					}
 					defer release(d, caller)
 				}
 				for pb.Next() {
-					if e := d.admit(caller); e != nil {
+					if e := d.Admit(caller); e != nil {
 						b.Fatal(e)
 					}
 					release(d, caller)
@@ -241,8 +241,8 @@ func BenchmarkAdmitRelease(b *testing.B) {
 }
 
 // release ends a task admitted for caller as the stages do: its slot
-// freed, then its end counted for Shutdown.
-func release(d *Dispatcher, caller string) {
-	d.free(caller)
+// Freed, then its end counted for Shutdown.
+func release(d *Engine, caller string) {
+	d.Free(caller)
 	d.tasks.Done()
 }

@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"time"
@@ -12,15 +12,16 @@ import (
 // counting model and handed to the observers (the Prometheus collectors);
 // its span ends with it (dispatcher/tracing).
 
-// recordEvent writes the feedback record of a finished task.
-func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *streams.Error) {
+// Record writes the feedback record of a finished task, which started at
+// start.
+func (en *Engine) Record(t *Task, start time.Time, outcome string, e *streams.Error) {
 	ev := events.Event{
 		RequestID: t.requestID, OrchestrationID: t.orchID, Capability: t.capability, Tier: "direct",
-		Dispatcher: d.cfg.Name, Status: string(streams.StatusFinished), Outcome: outcome, Node: t.node, Failed: t.triedIDs,
+		Dispatcher: en.cfg.Name, Status: string(streams.StatusFinished), Outcome: outcome, Node: t.node, Failed: t.triedIDs,
 		Attempts: t.attempts, Cost: t.spent, Start: start, LatencyMS: float64(time.Since(start).Microseconds()) / 1000,
 		ParentID: t.req.Header.Get(streams.HeaderParentID), Hedged: t.hedged, HedgeWon: t.hedgedWon, Source: t.req.Header.Get(streams.HeaderSource),
 	}
-	if ev.Unknown = d.served.Record(t.capability, t.node != "", e, func(c string) bool { return len(d.table.Offering(c)) > 0 || d.Resolves(c) }); e != nil {
+	if ev.Unknown = en.served.Record(t.capability, t.node != "", e, func(c string) bool { return len(en.table.Offering(c)) > 0 || en.Resolves(c) }); e != nil {
 		ev.Status, ev.Code, ev.Error = events.StatusOf(e), string(e.Code), events.ErrorText(e.Message)
 	}
 	if r := t.relay; r != nil { // the task has ended: its relay is settled
@@ -29,45 +30,45 @@ func (d *Dispatcher) recordEvent(t *task, start time.Time, outcome string, e *st
 			ev.FirstChunkMS = float64(r.First().Sub(start).Microseconds()) / 1000
 		}
 	}
-	if !d.records.Wanted() {
-		d.records.Count(&ev) // counted all the same
+	if !en.records.Wanted() {
+		en.records.Count(&ev) // counted all the same
 		return
 	}
 	if t.view != nil && (len(t.view.Excluded) > 0 || len(t.passed) > 0) {
-		ev.Excluded, ev.ExcludedTotal = d.exclusions(t, false, events.ExcludedInEvents)
+		ev.Excluded, ev.ExcludedTotal = en.exclusions(t, false, events.ExcludedInEvents)
 	}
-	if d.table != nil {
-		ev.Candidates = d.table.Candidates(t.capability).Len()
+	if en.table != nil {
+		ev.Candidates = en.table.Candidates(t.capability).Len()
 	}
 	if t.seq > 0 {
 		ev.Tier = "durable"
-		d.records.Publish(&ev, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
+		en.records.Publish(&ev, "event-"+t.requestID+"-"+t.req.Header.Get(streams.HeaderDLQCount))
 		return
 	}
-	d.records.Publish(&ev, "")
+	en.records.Publish(&ev, "")
 }
 
 // RecordEvent writes a feedback record that is not a task's own, such as
 // a fan-out's or a broadcast's, batched like the direct tier's records.
 // Dispatcher and Tier are filled in when empty. When the replica runs with
 // NoEvents and no observer it only counts it (Stats).
-func (d *Dispatcher) RecordEvent(ev events.Event) {
-	if !d.records.Wanted() {
-		d.records.Count(&ev)
+func (en *Engine) RecordEvent(ev events.Event) {
+	if !en.records.Wanted() {
+		en.records.Count(&ev)
 		return
 	}
 	if ev.Dispatcher == "" {
-		ev.Dispatcher = d.cfg.Name
+		ev.Dispatcher = en.cfg.Name
 	}
 	if ev.Tier == "" {
 		ev.Tier = "direct"
 	}
-	d.records.Publish(&ev, "")
+	en.records.Publish(&ev, "")
 }
 
 // observe hands a record to every observer.
-func (d *Dispatcher) observe(ev *events.Event) {
-	for _, o := range d.observers {
+func (en *Engine) observe(ev *events.Event) {
+	for _, o := range en.hooks.Observers {
 		o.Observed(ev)
 	}
 }

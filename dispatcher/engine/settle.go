@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"math/rand/v2"
@@ -8,7 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/dispatcher/events"
+	"github.com/agent-reach/agentreach/dispatcher/selection"
 	"github.com/agent-reach/agentreach/dispatcher/tracing"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
@@ -17,50 +19,42 @@ import (
 // Stage 6 of a task's path, settle: a delivery's outcome is counted in its
 // instance's breaker, penalty and latency; a retryable one sends the task
 // on (retry, back to resolve), any other ends it: the reply goes to the
-// caller through the outbound gate (answer, conclude), or a durable task's
-// outcome is claimed and stored (durable.Tier, settle_durable.go). Then record.
+// caller through the outbound gate (Conclude, then its entry: the
+// Dispatcher's answer, Call or Stream), or a durable task's
+// outcome is claimed and stored (durable.Tier, for which the Dispatcher
+// routes through RouteWait). Then record.
 
-// outcome classifies how one delivery ended.
-type outcome int
+// Outcome classifies how one delivery ended.
+type Outcome int
 
 const (
-	outcomeDone        outcome = iota // FINISHED
-	outcomeFinal                      // an error answer no retry can help
-	outcomeBusy                       // TARGET_BUSY
-	outcomeSlow                       // acknowledged, but no result in time
-	outcomeUnreachable                // no ACK, no subscription, gone, or a transport failure
+	OutcomeDone        Outcome = iota // FINISHED
+	OutcomeFinal                      // an error answer no retry can help
+	OutcomeBusy                       // TARGET_BUSY
+	OutcomeSlow                       // acknowledged, but no result in time
+	OutcomeUnreachable                // no ACK, no subscription, gone, or a transport failure
 )
 
 // retryable reports whether another delivery may help.
-func (o outcome) retryable() bool { return o >= outcomeBusy }
+func (o Outcome) retryable() bool { return o >= OutcomeBusy }
 
 // settle records a claimed delivery's outcome in its instance's breaker,
 // penalty and latency, and moves its task on. res is the result, last the
 // final reply (for its cost), e the error.
-func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind outcome) {
-	d.inbox.Close(dl.token)
+func (en *Engine) settle(dl *delivery, res, last *nats.Msg, e *streams.Error, kind Outcome) {
+	en.inbox.Close(dl.token)
 	tracing.End(dl.span, e)
-	t, load := dl.t, dl.load
-	load.Inflight.Add(-1)
+	t := dl.t
 	now := time.Now()
-	healthy := kind == outcomeDone || kind == outcomeBusy || kind == outcomeFinal && e.Code != streams.CodeInternal
-	if state, changed := load.Breaker.Record(now, healthy, dl.probe, t.pol.Breaker); changed {
-		d.breakers.Changed(dl.inst.ID, state)
+	took := time.Duration(-1)
+	if !dl.sent.IsZero() {
+		took = now.Sub(dl.sent)
 	}
-	if !healthy {
-		load.Penalize(d.cfg.Penalty, d.cfg.PenaltyDecay, now)
+	en.Count(dl.inst, dl.load, dl.probe, t.pol, kind, e, now, took)
+	if kind == OutcomeDone && took >= 0 && t.hedge != nil && dl.attempt == 1 && !t.hedgedSent() {
+		t.hedge.Latency.Observe(took) // a hedged first delivery was counted when the hedge went (sendHedge)
 	}
-	if !dl.sent.IsZero() && (kind == outcomeDone || kind == outcomeSlow) {
-		took := now.Sub(dl.sent)
-		load.Observe(took, now)
-		if kind == outcomeDone {
-			d.hints.Type(dl.inst.Entry().Type).Observe(took)
-			if t.hedge != nil && dl.attempt == 1 && !t.hedgedSent() {
-				t.hedge.Latency.Observe(took) // a hedged first delivery was counted when the hedge went (sendHedge)
-			}
-		}
-	}
-	defer d.freed(dl.inst)
+	defer en.Freed(dl.inst)
 	t.mu.Lock()
 	t.open = slices.DeleteFunc(t.open, func(o *delivery) bool { return o == dl })
 	if t.ended { // a hedged task's other delivery decided it: this one is moot
@@ -88,7 +82,7 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 		t.triedIDs = append(t.triedIDs, dl.inst.ID)
 		t.mu.Unlock()
 		t.log.Debug().Str("node", dl.inst.ID).Str("code", string(e.Code)).Str("error", e.Message).Msg("attempt failed")
-		d.retry(t, e, kind)
+		en.retry(t, e, kind)
 		return
 	}
 	t.ended = true
@@ -98,17 +92,39 @@ func (d *Dispatcher) settle(dl *delivery, res, last *nats.Msg, e *streams.Error,
 	t.open = nil
 	t.mu.Unlock()
 	for _, o := range losers {
-		d.cancelDelivery(o, streams.NewError(streams.CodeCancelled, "another delivery of the task answered first"))
+		en.cancelDelivery(o, streams.NewError(streams.CodeCancelled, "another delivery of the task answered first"))
 	}
 	t.done(t, res, e)
 }
 
-// freed hands a slot of inst that just came free to a waiting task.
-func (d *Dispatcher) freed(inst *registry.Instance) {
+// Count records how a delivery to inst ended — kind, e its error — in the
+// instance's breaker (probe: it was the breaker's probe), penalty and
+// latency (took since it was sent; negative when it never was), and gives
+// its slot (load's) back. Settle counts each delivery of a task so, and a
+// broadcast (dispatcher.Shared) each of its own.
+func (en *Engine) Count(inst *registry.Instance, load *selection.Load, probe bool, pol *config.Capability, kind Outcome, e *streams.Error, now time.Time, took time.Duration) {
+	load.Inflight.Add(-1)
+	healthy := kind == OutcomeDone || kind == OutcomeBusy || kind == OutcomeFinal && e.Code != streams.CodeInternal
+	if state, changed := load.Breaker.Record(now, healthy, probe, pol.Breaker); changed {
+		en.breakers.Changed(inst.ID, state)
+	}
+	if !healthy {
+		load.Penalize(en.cfg.Penalty, en.cfg.PenaltyDecay, now)
+	}
+	if took >= 0 && (kind == OutcomeDone || kind == OutcomeSlow) {
+		load.Observe(took, now)
+		if kind == OutcomeDone {
+			en.hints.Type(inst.Entry().Type).Observe(took)
+		}
+	}
+}
+
+// Freed hands a slot of inst that just came free to a waiting task.
+func (en *Engine) Freed(inst *registry.Instance) {
 	for _, c := range inst.Entry().Capabilities {
 		for _, key := range [2]string{c, unicastKey(c, inst.ID)} {
-			if q := d.waiting(key); q != nil && q.Len() > 0 {
-				d.pump(q)
+			if q := en.waiting(key); q != nil && q.Len() > 0 {
+				en.pump(q)
 			}
 		}
 	}
@@ -124,8 +140,8 @@ func costOf(m *nats.Msg) float64 {
 // retry follows a failed delivery (or a wait for capacity): t goes to the
 // next instance — at once when the last one was unreachable, after a
 // jittered backoff otherwise — or ends with the last error.
-func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
-	t.last, t.lastUnreachable = e, kind == outcomeUnreachable
+func (en *Engine) retry(t *Task, e *streams.Error, kind Outcome) {
+	t.last, t.lastUnreachable = e, kind == OutcomeUnreachable
 	retries := t.pol.Retries
 	if t.noRetry {
 		retries = 0
@@ -134,19 +150,19 @@ func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 		switch {
 		case t.budget > 0 && t.spent >= t.budget:
 			t.done(t, nil, streams.NewError(e.Code, "%s (cost budget %v spent: %v)", e.Message, t.budget, t.spent))
-		case kind == outcomeUnreachable:
-			d.endUnrouted(t, streams.NewError(streams.CodeNoAgent, "no instance of %s answered %d attempts", t.capability, t.attempts))
+		case kind == OutcomeUnreachable:
+			en.endUnrouted(t, streams.NewError(streams.CodeNoAgent, "no instance of %s answered %d attempts", t.capability, t.attempts))
 		default:
 			t.done(t, nil, e)
 		}
 		return
 	}
-	if kind == outcomeUnreachable {
-		d.stats.redirected.Add(1)
-		d.run(t)
+	if kind == OutcomeUnreachable {
+		en.stats.redirected.Add(1)
+		en.Run(t)
 		return
 	}
-	ceiling := backoffCeiling(d.cfg.BackoffBase, d.cfg.BackoffMax, t.attempts, time.Until(t.deadline))
+	ceiling := backoffCeiling(en.cfg.BackoffBase, en.cfg.BackoffMax, t.attempts, time.Until(t.deadline))
 	if ceiling <= 0 {
 		t.done(t, nil, e)
 		return
@@ -154,21 +170,21 @@ func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 	// The timer owns t until it fires, unless a cancel takes it first:
 	// whoever flips waiting back moves t on.
 	t.waiting.Store(true)
-	d.backoffs.Store(t, struct{}{})
+	en.backoffs.Store(t, struct{}{})
 	time.AfterFunc(time.Duration(rand.Int64N(int64(ceiling))+1), func() { // full jitter
 		if !t.waiting.CompareAndSwap(true, false) {
 			return // cancelled
 		}
-		d.backoffs.Delete(t)
+		en.backoffs.Delete(t)
 		if time.Until(t.deadline) <= 0 {
 			t.done(t, nil, t.last)
 			return
 		}
-		d.stats.redirected.Add(1)
-		d.run(t)
+		en.stats.redirected.Add(1)
+		en.Run(t)
 	})
 	if e := t.stopped.Load(); e != nil {
-		d.takeFromBackoff(t, e) // cancelled while the timer was armed
+		en.takeFromBackoff(t, e) // cancelled while the timer was armed
 	}
 }
 
@@ -176,7 +192,7 @@ func (d *Dispatcher) retry(t *task, e *streams.Error, kind outcome) {
 // timeout after ACK, an unreachable instance) is retried, while deliveries
 // so far (attempts) have not exceeded 1 + retries and the cost budget (if
 // any) is not spent.
-func mayRetry(kind outcome, attempts, retries int, spent, budget float64) bool {
+func mayRetry(kind Outcome, attempts, retries int, spent, budget float64) bool {
 	return kind.retryable() && attempts <= retries && (budget <= 0 || spent < budget)
 }
 
@@ -193,7 +209,7 @@ func backoffCeiling(base, limit time.Duration, attempts int, remaining time.Dura
 // started) ends NO_AGENT (noAgent, with t.last added), so it waits in the
 // stream for an instance — its idempotency key makes the later run safe —
 // instead of being dead-lettered for an outage. Any other ends with t.last.
-func (d *Dispatcher) endUnrouted(t *task, noAgent *streams.Error) {
+func (en *Engine) endUnrouted(t *Task, noAgent *streams.Error) {
 	if t.seq == 0 || !t.lastUnreachable {
 		t.done(t, nil, t.last)
 		return
@@ -202,46 +218,26 @@ func (d *Dispatcher) endUnrouted(t *task, noAgent *streams.Error) {
 	t.done(t, nil, noAgent)
 }
 
-// answer ends a direct-tier task: the result or the error to the caller,
-// and its feedback record.
-func (d *Dispatcher) answer(t *task, res *nats.Msg, e *streams.Error) {
-	if t.relay != nil {
-		out, _ := d.conclude(t, res, e)
-		d.free(t.caller)
-		d.finishRelay(t, out, d.tasks.Done)
-		return
-	}
-	defer d.tasks.Done()
-	out, e := d.conclude(t, res, e)
-	d.free(t.caller)
-	if out != nil {
-		out.Subject = t.req.Reply
-		if err := d.nc.PublishMsg(out); err != nil {
-			t.log.Warn().Err(err).Str("code", string(streams.CodeOf(e))).Msg("reply to caller failed")
-		}
-	}
-}
-
-// conclude ends a task that answers a caller (over NATS or in process):
+// Conclude ends a task that answers a caller (over NATS or in process):
 // it builds the reply the caller gets — the result with the dispatcher's
 // headers, or an error reply; nil when the agent answered the caller
 // itself — and counts, logs and records the outcome. The returned error
 // is the task's final one (a result too large for its headers becomes
 // PAYLOAD_TOO_LARGE).
-func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.Msg, *streams.Error) {
-	t.finish()
+func (en *Engine) Conclude(t *Task, res *nats.Msg, e *streams.Error) (*nats.Msg, *streams.Error) {
+	t.Finish()
 	var out *nats.Msg
 	if e == nil {
-		out, e = d.resultMsg(t, res)
+		out, e = en.resultMsg(t, res)
 	}
 	if e == nil {
-		d.scores.Remember(t.requestID, t.source, t.node)
+		en.scores.Remember(t.requestID, t.source, t.node)
 		t.log.Debug().Str("node", t.node).Int("attempts", t.attempts).Msg("task finished")
 	} else {
 		t.log.Debug().Str("code", string(e.Code)).Str("error", e.Message).Int("attempts", t.attempts).Msg("task failed")
-		out = errorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
+		out = ErrorMsg(t.contentType, t.requestID, t.orchID, e, t.errorHeaders()...)
 	}
-	d.recordEvent(t, t.start, events.OutcomeReply, e)
+	en.Record(t, t.start, events.OutcomeReply, e)
 	tracing.End(t.span, e)
 	return out, e
 }
@@ -249,7 +245,7 @@ func (d *Dispatcher) conclude(t *task, res *nats.Msg, e *streams.Error) (*nats.M
 // resultMsg returns an instance's result with the dispatcher's headers,
 // nil when the agent answered the caller itself, or PAYLOAD_TOO_LARGE when
 // the headers make it exceed the server's max_payload.
-func (d *Dispatcher) resultMsg(t *task, res *nats.Msg) (*nats.Msg, *streams.Error) {
+func (en *Engine) resultMsg(t *Task, res *nats.Msg) (*nats.Msg, *streams.Error) {
 	if res.Header.Get(streams.HeaderDirect) != "" {
 		return nil, nil // the agent answered the caller itself (onReply checked that it was offered)
 	}
@@ -268,7 +264,7 @@ func (d *Dispatcher) resultMsg(t *task, res *nats.Msg) (*nats.Msg, *streams.Erro
 	if out.Header.Get(streams.HeaderContentType) == "" {
 		out.Header.Set(streams.HeaderContentType, t.contentType) // results are in their request's type
 	}
-	if err := streams.CheckSize(out, d.nc.MaxPayload()); err != nil {
+	if err := streams.CheckSize(out, en.nc.MaxPayload()); err != nil {
 		return nil, streams.NewError(streams.CodePayloadTooLarge, "result of %s: %v", t.node, err)
 	}
 	return out, nil
@@ -277,7 +273,7 @@ func (d *Dispatcher) resultMsg(t *task, res *nats.Msg) (*nats.Msg, *streams.Erro
 // errorHeaders are the header pairs of t's error reply beyond the code:
 // the attempts (0 when nothing was delivered), the instance of the last
 // attempt, and whether its outcome is in doubt.
-func (t *task) errorHeaders() []string {
+func (t *Task) errorHeaders() []string {
 	h := []string{streams.HeaderAttempt, strconv.Itoa(t.attempts)}
 	if t.node != "" {
 		h = append(h, streams.HeaderNode, t.node)
@@ -291,9 +287,9 @@ func (t *task) errorHeaders() []string {
 	return h
 }
 
-// errorMsg builds an error reply in contentType (its subject left for the
+// ErrorMsg builds an error reply in contentType (its subject left for the
 // sender to set); kv are extra header pairs.
-func errorMsg(contentType, requestID, orchID string, e *streams.Error, kv ...string) *nats.Msg {
+func ErrorMsg(contentType, requestID, orchID string, e *streams.Error, kv ...string) *nats.Msg {
 	out := streams.ErrorReply("", contentType, requestID, e)
 	if orchID != "" {
 		out.Header.Set(streams.HeaderOrchestrationID, orchID)

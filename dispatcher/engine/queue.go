@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"time"
@@ -20,7 +20,7 @@ import (
 // queueKey names the queue t waits in: its capability's, or for a unicast
 // task (Reach-Agent) its capability's at that instance, so that it never
 // holds up tasks other instances could take.
-func (t *task) queueKey() string {
+func (t *Task) queueKey() string {
 	if t.unicast != "" {
 		return unicastKey(t.capability, t.unicast)
 	}
@@ -30,31 +30,31 @@ func (t *task) queueKey() string {
 func unicastKey(capability, instance string) string { return capability + "@" + instance }
 
 // waiting returns the queue named key, nil if there never was one.
-func (d *Dispatcher) waiting(key string) *selection.WaitQueue[*task] {
-	if q, ok := d.queues.Load(key); ok {
-		return q.(*selection.WaitQueue[*task])
+func (en *Engine) waiting(key string) *selection.WaitQueue[*Task] {
+	if q, ok := en.queues.Load(key); ok {
+		return q.(*selection.WaitQueue[*Task])
 	}
 	return nil
 }
 
-func (d *Dispatcher) queueOf(key string) *selection.WaitQueue[*task] {
-	return lookup(&d.queues, key, func() *selection.WaitQueue[*task] { return new(selection.WaitQueue[*task]) })
+func (en *Engine) queueOf(key string) *selection.WaitQueue[*Task] {
+	return lookup(&en.queues, key, func() *selection.WaitQueue[*Task] { return new(selection.WaitQueue[*Task]) })
 }
 
 // enqueue makes t wait in q for a free slot, then hands out what it can.
-func (d *Dispatcher) enqueue(q *selection.WaitQueue[*task], t *task) {
-	d.stats.queued.Add(1)
+func (en *Engine) enqueue(q *selection.WaitQueue[*Task], t *Task) {
+	en.stats.queued.Add(1)
 	wait := min(t.pol.QueueWait, time.Until(t.deadline))
-	q.Push(&t.wait, t, wait, func() { d.giveUp(q, t, wait) })
+	q.Push(&t.wait, t, wait, func() { en.giveUp(q, t, wait) })
 	if e := t.stopped.Load(); e != nil {
-		d.unqueue(q, t, e) // cancelled on its way into the queue
+		en.unqueue(q, t, e) // cancelled on its way into the queue
 		return
 	}
-	d.pump(q) // a slot may have come free since route looked
+	en.pump(q) // a slot may have come free since route looked
 }
 
 // unqueue ends t's wait with e, unless pump or giveUp took it first.
-func (d *Dispatcher) unqueue(q *selection.WaitQueue[*task], t *task, e *streams.Error) {
+func (en *Engine) unqueue(q *selection.WaitQueue[*Task], t *Task, e *streams.Error) {
 	if q.Take(&t.wait) {
 		t.done(t, nil, e)
 	}
@@ -62,24 +62,24 @@ func (d *Dispatcher) unqueue(q *selection.WaitQueue[*task], t *task, e *streams.
 
 // pump sends waiting tasks, oldest first, while an instance has a free
 // slot for them.
-func (d *Dispatcher) pump(q *selection.WaitQueue[*task]) {
+func (en *Engine) pump(q *selection.WaitQueue[*Task]) {
 	for q.Len() > 0 {
 		var inst *registry.Instance
 		var probe bool
-		var why noRoute
-		t, ok := q.Next(func(t *task) bool {
-			inst, probe, why = d.route(t)
-			return why != routeFull // still full: the next settle pumps again
+		var why NoRoute
+		t, ok := q.Next(func(t *Task) bool {
+			inst, probe, why = en.route(t)
+			return why != RouteFull // still full: the next settle pumps again
 		})
 		if !ok {
 			return
 		}
-		d.proceed(t, inst, probe, why)
+		en.proceed(t, inst, probe, why)
 	}
 }
 
 // giveUp ends t's wait for a slot, unless pump took it first.
-func (d *Dispatcher) giveUp(q *selection.WaitQueue[*task], t *task, waited time.Duration) {
+func (en *Engine) giveUp(q *selection.WaitQueue[*Task], t *Task, waited time.Duration) {
 	if !q.Take(&t.wait) {
 		return
 	}
@@ -96,12 +96,12 @@ func (d *Dispatcher) giveUp(q *selection.WaitQueue[*task], t *task, waited time.
 
 // pumpOnChange hands waiting tasks to instances as they join or change,
 // until done is closed.
-func (d *Dispatcher) pumpOnChange(done <-chan struct{}) {
+func (en *Engine) pumpOnChange(done <-chan struct{}) {
 	for {
-		changed := d.table.Changed()
-		d.queues.Range(func(_, q any) bool {
-			if q := q.(*selection.WaitQueue[*task]); q.Len() > 0 {
-				d.pump(q)
+		changed := en.table.Changed()
+		en.queues.Range(func(_, q any) bool {
+			if q := q.(*selection.WaitQueue[*Task]); q.Len() > 0 {
+				en.pump(q)
 			}
 			return true
 		})

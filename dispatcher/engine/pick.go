@@ -1,4 +1,4 @@
-package dispatcher
+package engine
 
 import (
 	"fmt"
@@ -23,9 +23,9 @@ import (
 // instances that are full (own in-flight at max_concurrent), whose breaker
 // refuses, or that this chain visited too often. When none is left it says
 // why.
-func (d *Dispatcher) pick(t *task, rs *registry.Routes) (inst *registry.Instance, probe bool, why noRoute) {
-	if !d.anyFree(rs) {
-		return nil, false, routeFull // the common answer while tasks wait: found cheaply
+func (en *Engine) pick(t *Task, rs *registry.Routes) (inst *registry.Instance, probe bool, why NoRoute) {
+	if !en.anyFree(rs) {
+		return nil, false, RouteFull // the common answer while tasks wait: found cheaply
 	}
 	name := t.pol.Strategy
 	var full, open, looped, slow int
@@ -34,15 +34,15 @@ func (d *Dispatcher) pick(t *task, rs *registry.Routes) (inst *registry.Instance
 	for _, retryTried := range []bool{false, true} {
 		t.retryTried, t.skipIDs = retryTried, t.skipIDs[:0]
 		for {
-			i := d.picker.Pick(name, t.capability, rs, t)
+			i := en.picker.Pick(name, t.capability, rs, t)
 			if i < 0 {
 				break
 			}
 			cand := rs.Instances[i]
-			l := d.loads.Of(cand.ID)
-			over, ms := t.tooSlow(l, now)
+			l := en.loads.Of(cand.ID)
+			over, ms := t.TooSlow(l, now)
 			switch {
-			case t.visitsOf(cand.ID) >= d.cfg.MaxVisits:
+			case t.VisitsOf(cand.ID) >= en.cfg.MaxVisits:
 				looped++
 			case l.Absent(cand):
 				// no subscription at this revision of its record: skipped
@@ -72,47 +72,47 @@ func (d *Dispatcher) pick(t *task, rs *registry.Routes) (inst *registry.Instance
 	}
 	switch {
 	case full > 0:
-		return nil, false, routeFull
+		return nil, false, RouteFull
 	case open > 0:
-		return nil, false, routeOpen
+		return nil, false, RouteOpen
 	case looped > 0:
-		return nil, false, routeLooped
+		return nil, false, RouteLooped
 	}
-	return nil, false, routeNoAgent // every one passed over (too slow, or refused the payload)
+	return nil, false, RouteNoAgent // every one passed over (too slow, or refused the payload)
 }
 
-// matching returns the instances of rs (a capability's candidates) that
+// Matching returns the instances of rs (a capability's candidates) that
 // qualify for t, from the cached view, and notes the view on t (for
 // NO_AGENT's excluded list and the event record).
-func (d *Dispatcher) matching(t *task, rs *registry.Routes) *registry.Routes {
-	v := d.viewOf(t, rs)
+func (en *Engine) Matching(t *Task, rs *registry.Routes) *registry.Routes {
+	v := en.viewOf(t, rs)
 	t.view = v
 	return v.Routes
 }
 
-func (d *Dispatcher) viewOf(t *task, rs *registry.Routes) *selection.View {
-	key := viewKey{routes: rs, version: d.catalog.Version(), need: t.needKey}
-	if v, ok := d.views.Load(key); ok {
+func (en *Engine) viewOf(t *Task, rs *registry.Routes) *selection.View {
+	key := viewKey{routes: rs, version: en.catalog.Version(), need: t.needKey}
+	if v, ok := en.views.Load(key); ok {
 		return v.(*selection.View)
 	}
-	v := selection.BuildView(d.catalog, t.capability, t.need, rs)
-	d.views.Store(key, v)
+	v := selection.BuildView(en.catalog, t.capability, t.need, rs)
+	en.views.Store(key, v)
 	return v
 }
 
 // anyFree reports whether some instance of rs has a free slot here.
-func (d *Dispatcher) anyFree(rs *registry.Routes) bool {
+func (en *Engine) anyFree(rs *registry.Routes) bool {
 	for _, inst := range rs.Instances {
-		if d.loads.Of(inst.ID).Inflight.Load() < int64(inst.Entry().MaxConcurrent) {
+		if en.loads.Of(inst.ID).Inflight.Load() < int64(inst.Entry().MaxConcurrent) {
 			return true
 		}
 	}
 	return false
 }
 
-// tooSlow reports, for a task with max_latency_ms, whether an instance's
+// TooSlow reports, for a task with max_latency_ms, whether an instance's
 // observed latency is over it (unknown latency passes).
-func (t *task) tooSlow(l *selection.Load, now time.Time) (bool, float64) {
+func (t *Task) TooSlow(l *selection.Load, now time.Time) (bool, float64) {
 	if t.need.MaxLatencyMS == nil {
 		return false, 0
 	}
@@ -122,8 +122,8 @@ func (t *task) tooSlow(l *selection.Load, now time.Time) (bool, float64) {
 
 // declaredCost is what inst's type declares one call of capability
 // costs, if it declares it.
-func (d *Dispatcher) declaredCost(inst *registry.Instance, capability string) (float64, bool) {
-	decl, ok := d.catalog.Lookup(inst.Entry().Type)
+func (en *Engine) declaredCost(inst *registry.Instance, capability string) (float64, bool) {
+	decl, ok := en.catalog.Lookup(inst.Entry().Type)
 	if !ok {
 		return 0, false
 	}
