@@ -17,13 +17,15 @@ import (
 // the body it came in or goes out in.
 type Raw []byte
 
+var errRawNotJSON = errors.New("streams: raw value is not JSON")
+
 // MarshalJSON writes r as it is; empty is null.
 func (r Raw) MarshalJSON() ([]byte, error) {
 	if len(r) == 0 {
 		return []byte("null"), nil
 	}
 	if !json.Valid(r) {
-		return nil, errors.New("streams: raw value is not JSON")
+		return nil, errRawNotJSON
 	}
 	return r, nil
 }

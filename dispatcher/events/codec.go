@@ -143,29 +143,36 @@ func Append(b []byte, ev *Event) []byte {
 	return append(b, "}\n"...)
 }
 
-// appendString appends s as a JSON string.
+// appendString appends s as a JSON string: the runs that need no escape
+// (most strings are one) are copied whole.
 func appendString(b []byte, s string) []byte {
 	if !utf8.ValidString(s) {
 		q, _ := json.Marshal(s) // replaces invalid bytes, as encoding/json does
 		return append(b, q...)
 	}
 	b = append(b, '"')
+	run := 0 // start of the bytes not appended yet
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[run:i]...)
+		run = i + 1
+		switch c {
+		case '"', '\\':
 			b = append(b, '\\', c)
-		case c == '\n':
+		case '\n':
 			b = append(b, '\\', 'n')
-		case c == '\r':
+		case '\r':
 			b = append(b, '\\', 'r')
-		case c == '\t':
+		case '\t':
 			b = append(b, '\\', 't')
-		case c < 0x20:
+		default:
 			b = append(b, `\u00`...)
 			b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
-		default:
-			b = append(b, c)
 		}
 	}
+	b = append(b, s[run:]...)
 	return append(b, '"')
 }

@@ -47,7 +47,10 @@ func (r *Recorder) Counts() Counts { return r.counts.Load() }
 func (r *Recorder) Publish(ev *Event, msgID string) {
 	r.Count(ev)
 	if r.observe != nil {
-		r.observe(ev)
+		// The observer sees a copy: handing it ev would move every record
+		// to the heap, observed or not.
+		seen := *ev
+		r.observe(&seen)
 	}
 	if r.off {
 		return

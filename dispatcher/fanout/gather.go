@@ -180,7 +180,7 @@ func rawValue(contentType string, m *nats.Msg) streams.Raw {
 // branch then reported PAYLOAD_TOO_LARGE, until it fits.
 func (r *Reply) encode(contentType string, maxPayload int64) ([]byte, error) {
 	for {
-		b, err := streams.Encode(contentType, r)
+		b, err := r.encodeOnce(contentType)
 		if err != nil {
 			return nil, err
 		}
@@ -199,6 +199,20 @@ func (r *Reply) encode(contentType string, maxPayload int64) ([]byte, error) {
 		r.Succeeded--
 		r.complete(r.mode, r.quorum)
 	}
+}
+
+// encodeOnce encodes the reply in contentType: JSON without reflection
+// (Aggregate.AppendJSON), a broadcast's aggregate holding a reply per
+// instance.
+func (r *Reply) encodeOnce(contentType string) ([]byte, error) {
+	if contentType != streams.ContentTypeJSON {
+		return streams.Encode(contentType, r)
+	}
+	b, err := r.AppendJSON(make([]byte, 0, 256+len(r.Replies)*128))
+	if err != nil {
+		return nil, streams.NewError(streams.CodeInternal, "encode JSON: %v", err)
+	}
+	return b, nil
 }
 
 // headerRoom is what the aggregate's headers may take of max_payload.

@@ -149,10 +149,17 @@ func (s *Service) broadcastShared(ctx context.Context, m *nats.Msg, p *parent, c
 }
 
 // publish sends every branch its delivery. One header map serves them all:
-// each publish encodes it before the next branch's values are set.
+// each publish encodes it before the next branch's values are written,
+// in place, into the same value slices.
 func (g *gather) publish() {
 	h := g.h
 	key := h.Get(streams.HeaderIdempotencyKey)
+	rid, visits := []string{""}, []string{""}
+	h[streams.HeaderRequestID], h[streams.HeaderVisits] = rid, visits
+	idem := []string{""}
+	if key != "" {
+		h[streams.HeaderIdempotencyKey] = idem
+	}
 	subjects := g.s.d.Config().Subjects
 	ack := g.sh.AckTimeout()
 	msg := &nats.Msg{Data: nil, Header: h}
@@ -168,10 +175,9 @@ func (g *gather) publish() {
 	for i := range g.br {
 		b := &g.br[i]
 		id := g.sh.Target(i)
-		h.Set(streams.HeaderRequestID, b.requestID)
-		h.Set(streams.HeaderVisits, g.sh.Visits(i))
+		rid[0], visits[0] = b.requestID, g.sh.Visits(i)
 		if key != "" { // each instance executes its part once
-			h.Set(streams.HeaderIdempotencyKey, key+"."+id)
+			idem[0] = key + "." + id
 		}
 		msg.Subject, msg.Reply, msg.Data = subjects.Agent(id), g.replySubject(i), g.data
 		g.mu.Lock()
@@ -347,17 +353,20 @@ func (g *gather) token(i int) (string, bool) {
 // its canonical decimal form, of a branch whose token (token(index)) is
 // the one given. Anything else is no branch's.
 func branchIndex(inbox, subject string, token func(int) (string, bool)) (int, bool) {
-	rest, ok := strings.CutPrefix(subject, inbox+".")
-	if !ok {
+	rest, ok := strings.CutPrefix(subject, inbox)
+	if !ok || len(rest) == 0 || rest[0] != '.' {
 		return 0, false
 	}
-	idx, tok, ok := strings.Cut(rest, ".")
-	if !ok || len(idx) == 0 || len(idx) > 6 {
+	idx, tok, ok := strings.Cut(rest[1:], ".")
+	if !ok || len(idx) == 0 || len(idx) > 6 || len(idx) > 1 && idx[0] == '0' {
 		return 0, false
 	}
-	i, err := strconv.Atoi(idx)
-	if err != nil || strconv.Itoa(i) != idx {
-		return 0, false
+	i := 0
+	for _, c := range []byte(idx) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		i = i*10 + int(c-'0')
 	}
 	want, ok := token(i)
 	if !ok || want == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(want)) != 1 {
@@ -464,7 +473,7 @@ func (g *gather) finish(gone bool) *Reply {
 	g.mu.Unlock()
 	n := len(g.br)
 	ct := g.sh.ContentType()
-	r := &Reply{Aggregate: streams.Aggregate{Expected: n, Replies: []streams.BranchReply{}, Missing: []streams.Missing{}}}
+	r := &Reply{Aggregate: streams.Aggregate{Expected: n, Replies: make([]streams.BranchReply, 0, n), Missing: []streams.Missing{}}}
 	for i := range g.br {
 		b := &g.br[i]
 		var out *nats.Msg
