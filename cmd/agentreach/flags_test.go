@@ -148,7 +148,7 @@ func TestHelp(t *testing.T) {
 
 // commandFlags lists the flags a command must document.
 func commandFlags(t *testing.T, name string) []string {
-	conn := []string{"server", "user", "password", "token", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level", "timeout"}
+	conn := []string{"server", "no-randomize", "user", "password", "token", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level", "timeout"}
 	switch name {
 	case "up":
 		return []string{"data-dir", "nats-listen", "max-payload", "http", "http-tls", "http-cert", "http-key", "sync-always", "demo", "auth", "tls", "tls-verify", "heartbeat", "instances", "slow-delay",

@@ -27,7 +27,9 @@ const ReconnectWait = 2 * time.Second
 // server or cluster: where it is, how to authenticate, and the common flags.
 type ConnFlags struct {
 	GlobalFlags
-	servers  string
+	servers string
+	// inOrder: dial --server's URLs in the order given, not shuffled.
+	inOrder  bool
 	User     string
 	Password string
 	Token    string
@@ -98,6 +100,7 @@ func (c *ConnFlags) Bounded(ctx context.Context) (context.Context, context.Cance
 // default and meaning.
 func (c *ConnFlags) Register(fs *flag.FlagSet, timeout time.Duration, timeoutUsage string) {
 	fs.StringVar(&c.servers, "server", defaultServer, "NATS server `urls`, comma-separated for a cluster")
+	fs.BoolVar(&c.inOrder, "no-randomize", false, "dial --server's URLs in the order given (the first one first, the others as fallbacks)\ninstead of in a random order: a dispatcher beside its own node")
 	fs.StringVar(&c.User, "user", "", "user `name` (with --password)")
 	fs.StringVar(&c.Password, "password", "", "`password` of --user (prefer the environment variable: flags show in ps)")
 	fs.StringVar(&c.Token, "token", "", "authentication `token`")
@@ -163,6 +166,9 @@ func (c *ConnFlags) Options(name string) ([]nats.Option, error) {
 			}
 			ev.Msg("NATS error")
 		}),
+	}
+	if c.inOrder {
+		opts = append(opts, nats.DontRandomize())
 	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
