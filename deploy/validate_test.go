@@ -53,7 +53,7 @@ var (
 	agentreachSubcommands = []string{"up", "dispatcher", "demo", "agents", "call", "auth", "policy"}
 	// Every flag can also come from AGENTREACH_<FLAG_NAME_UPPER_SNAKE>.
 	agentreachFlags = []string{"server", "creds", "creds-dir", "nkey", "tls-ca", "tls-cert", "tls-key",
-		"replicas", "heartbeat", "verifier", "dir", "seed-acl", "http", "http-cert", "http-key", "js-domain", "no-randomize"}
+		"replicas", "heartbeat", "verifier", "dir", "seed-acl", "http", "http-cert", "http-key", "js-domain", "no-randomize", "leaf-server"}
 	// The flags of up the image's ENV may set.
 	upFlags = []string{"data-dir", "nats-listen", "http", "http-tls", "http-cert", "http-key", "max-payload", "max-in-flight"}
 	// The role of the identity each subcommand runs as.
@@ -1262,6 +1262,11 @@ func TestComposeAgentreachServices(t *testing.T) {
 				}
 				if acl, ok := hostPath(svc, value("seed-acl")); !ok || acl != aclFile {
 					t.Errorf("auth sync --seed-acl %q is not deploy/%s", value("seed-acl"), aclFile)
+				}
+				// The leaf node server follows the store too: pushed to
+				// directly, since the hub's pushes do not reach it.
+				if u, err := url.Parse(value("leaf-server")); err != nil || u.Scheme != "tls" || u.Hostname() != leafService || u.Port() != "4222" {
+					t.Errorf("auth sync --leaf-server %q: want tls://%s:4222, or a revoked identity keeps its connection at the edge", value("leaf-server"), leafService)
 				}
 			}
 		})
