@@ -158,3 +158,24 @@ func (e *LeafEdge) ClientAs(name string, opts ...agentkit.ClientOption) *agentki
 	}
 	return c
 }
+
+// EdgeSiteACL lets the hub's caller (SecureCaller) and the edge's
+// (edge-caller) call echo, served at the edge.
+const EdgeSiteACL = `{"rules": [{"caller": "` + SecureCaller + `", "may_call": ["echo"]}, {"caller": "edge-caller", "may_call": ["echo"]}]}`
+
+// NewEdgeSite starts a hub (heartbeat 1 s, EdgeSiteACL), the agent identity
+// edge-echo-1 (type echo), the caller identity edge-caller and the leaf
+// link identity edge-1 carrying both, and a leaf node server linked to the
+// hub as edge-1: the operator's (rogue false) or an attacker's.
+func NewEdgeSite(tb testing.TB, rogue bool) (*SecureStack, *LeafEdge) {
+	tb.Helper()
+	port := natstest.FreePort(tb)
+	st := NewSecureLeafHub(tb, time.Second, EdgeSiteACL, port)
+	st.Identity(auth.Identity{Name: "edge-echo-1", Role: auth.RoleAgent, Type: "echo", Serves: []string{"echo"}})
+	st.Identity(auth.Identity{Name: "edge-caller", Role: auth.RoleCaller})
+	st.Identity(auth.Identity{Name: "edge-1", Role: auth.RoleLeaf, Carries: []string{"edge-echo-1", "edge-caller"}})
+	if rogue {
+		return st, st.StartRogueLeaf("edge-1", port)
+	}
+	return st, st.StartLeaf("edge-1", port)
+}

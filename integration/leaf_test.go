@@ -18,27 +18,6 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// leafACL lets the hub's caller and the edge's call echo, served at the
-// edge.
-const leafACL = `{"rules": [{"caller": "caller", "may_call": ["echo"]}, {"caller": "edge-caller", "may_call": ["echo"]}]}`
-
-// leafEdge starts a hub, the agent identity edge-echo-1 (type echo), the
-// caller identity edge-caller and the leaf link identity edge-1 carrying
-// both, and a leaf node server linked to the hub as edge-1: the
-// operator's (rogue false) or an attacker's.
-func leafEdge(t *testing.T, rogue bool) (*SecureStack, *LeafEdge) {
-	t.Helper()
-	port := natstest.FreePort(t)
-	st := NewSecureLeafHub(t, time.Second, leafACL, port)
-	st.Identity(auth.Identity{Name: "edge-echo-1", Role: auth.RoleAgent, Type: "echo", Serves: []string{"echo"}})
-	st.Identity(auth.Identity{Name: "edge-caller", Role: auth.RoleCaller})
-	st.Identity(auth.Identity{Name: "edge-1", Role: auth.RoleLeaf, Carries: []string{"edge-echo-1", "edge-caller"}})
-	if rogue {
-		return st, st.StartRogueLeaf("edge-1", port)
-	}
-	return st, st.StartLeaf("edge-1", port)
-}
-
 // TestAnAgentBehindALeafNodeServesTheHub: an agent connected to a leaf node
 // server, as its own identity, registers and heartbeats in the hub's
 // REACH_AGENTS, answers a call a dispatcher on the hub routes to it, and
@@ -46,7 +25,7 @@ func leafEdge(t *testing.T, rogue bool) (*SecureStack, *LeafEdge) {
 func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, edge := leafEdge(t, false)
+	st, edge := NewEdgeSite(t, false)
 	d := st.Dispatcher(config.Config{})
 	edge.Agent(agentkit.Config{ID: "edge-echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
@@ -82,7 +61,7 @@ func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 func TestACallerAtTheEdgeUsesTheHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, edge := leafEdge(t, false)
+	st, edge := NewEdgeSite(t, false)
 	d := st.Dispatcher(config.Config{})
 	edge.Agent(agentkit.Config{ID: "edge-echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
@@ -127,7 +106,7 @@ func TestACallerAtTheEdgeUsesTheHub(t *testing.T) {
 // started connects to it; a revoked one loses its connection there and
 // cannot connect again (the control: it could, just before).
 func TestTheHubsIdentitiesReachTheEdge(t *testing.T) {
-	st, edge := leafEdge(t, false)
+	st, edge := NewEdgeSite(t, false)
 	dial := func(name string) (*nats.Conn, error) {
 		o, err := auth.ConnectOptions(st.Store.CredsFile(name))
 		if err != nil {
@@ -176,7 +155,7 @@ func TestTheHubsIdentitiesReachTheEdge(t *testing.T) {
 func TestALeafLinkBoundsTheEdge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, edge := leafEdge(t, true)
+	st, edge := NewEdgeSite(t, true)
 	hub := st.Conn()
 	hubJS, err := jetstream.New(hub)
 	if err != nil {
