@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -69,8 +70,7 @@ type Syncer struct {
 	mu     sync.Mutex // one sync at a time
 	pushed string     // digest of the account JWT last pushed
 	token  string     // the account JWT last pushed, for a leaf added later
-	// leaves maps the system connection of each leaf node server it pushes
-	// to as well (AddLeaf) to the digest of the account JWT it confirmed.
+	// leaves: each leaf server's system connection (AddLeaf) → confirmed.
 	leaves  map[*nats.Conn]string
 	written map[string]string
 	synced  uint64 // store revision of the last complete sync
@@ -227,26 +227,28 @@ func (s *Syncer) Sync(ctx context.Context) error {
 // and returns that push's error; a leaf that did not confirm is pushed
 // again at every tick until it does (Sync returns the error meanwhile).
 func (s *Syncer) AddLeaf(ctx context.Context, sys *nats.Conn) error {
-	if sys == nil {
-		return errors.New("auth: AddLeaf needs a system connection")
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leaves[sys] = ""
 	return s.pushLeaves(ctx)
 }
 
-// leafPending reports whether a leaf server has not confirmed the account
-// JWT in force.
+// leafPending reports whether a leaf server lacks the account JWT.
 func (s *Syncer) leafPending() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, pushed := range s.leaves {
-		if pushed != s.pushed {
+	for sys, pushed := range s.leaves {
+		if pushed != s.confirmed(sys) {
 			return true
 		}
 	}
 	return false
+}
+
+// confirmed is what a push on sys confirms: the account JWT, until sys
+// reconnects (the leaf server restarted, maybe from an older config).
+func (s *Syncer) confirmed(sys *nats.Conn) string {
+	return s.pushed + "@" + strconv.FormatUint(sys.Stats().Reconnects, 10)
 }
 
 // pushLeaves pushes the hub's account JWT to the leaves without it.
@@ -256,7 +258,7 @@ func (s *Syncer) pushLeaves(ctx context.Context) error {
 	}
 	var errs []error
 	for sys, pushed := range s.leaves {
-		if pushed == s.pushed {
+		if pushed == s.confirmed(sys) {
 			continue
 		}
 		err := fmt.Errorf("%w: not connected (%v)", ErrPush, sys.Status()) // out of reach: holds up nothing else
@@ -267,7 +269,7 @@ func (s *Syncer) pushLeaves(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("leaf server %s: %w", sys.ConnectedUrlRedacted(), err))
 			continue
 		}
-		s.leaves[sys] = s.pushed
+		s.leaves[sys] = s.confirmed(sys)
 		s.log.Info().Str("server", sys.ConnectedUrlRedacted()).Msg("account JWT pushed to a leaf server")
 	}
 	return errors.Join(errs...)
