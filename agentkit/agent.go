@@ -87,8 +87,13 @@ type Config struct {
 
 // jetStream is the JetStream API on nc, in Config.JetStreamDomain.
 func (a *Agent) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
-	if a.cfg.JetStreamDomain != "" {
-		return jetstream.NewWithDomain(nc, a.cfg.JetStreamDomain)
+	return jetStreamIn(nc, a.cfg.JetStreamDomain)
+}
+
+// jetStreamIn is the JetStream API on nc in domain; empty: the server's own.
+func jetStreamIn(nc *nats.Conn, domain string) (jetstream.JetStream, error) {
+	if domain != "" {
+		return jetstream.NewWithDomain(nc, domain)
 	}
 	return jetstream.New(nc)
 }

@@ -23,6 +23,7 @@ const DefaultCallTimeout = 60 * time.Second
 type Client struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	jsDomain string
 	subjects streams.Subjects
 	source   string
 	ct       string
@@ -45,18 +46,25 @@ func WithJSON() ClientOption { return func(c *Client) { c.ct = streams.ContentTy
 // WithSubjects sets the subject prefix; zero means "reach".
 func WithSubjects(s streams.Subjects) ClientOption { return func(c *Client) { c.subjects = s } }
 
+// WithJetStreamDomain makes the client use the JetStream of domain, as
+// Config.JetStreamDomain does for an agent: a caller connected to a leaf
+// node server without JetStream sets the hub's ("hub", deploy/nats), so its
+// durable submissions and result reads go as $JS.hub.API.…, the only
+// JetStream requests that cross a leaf link. Empty: the server's own.
+func WithJetStreamDomain(domain string) ClientOption { return func(c *Client) { c.jsDomain = domain } }
+
 // NewClient returns a client on nc.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("agentkit: nil NATS connection")
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	c := &Client{nc: nc, js: js, ct: streams.ContentTypeMsgpack}
+	c := &Client{nc: nc, ct: streams.ContentTypeMsgpack}
 	for _, o := range opts {
 		o(c)
+	}
+	var err error
+	if c.js, err = jetStreamIn(nc, c.jsDomain); err != nil {
+		return nil, err
 	}
 	if err := c.checkSigner(); err != nil {
 		return nil, err

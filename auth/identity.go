@@ -25,9 +25,9 @@ const (
 	// agents, provisions and uses every bucket and stream. Operators use
 	// it for the CLI's administrative commands too.
 	RoleDispatcher Role = "dispatcher"
-	// RoleLeaf is the link of a leaf node server that carries agents at
-	// the edge to the hub cluster: what may cross the link is the union of
-	// what the agents it carries (Carries) may do, no more.
+	// RoleLeaf is the link of a leaf node server that carries agents and
+	// callers at the edge to the hub cluster: what may cross the link is
+	// the union of what the identities it carries (Carries) may do, no more.
 	RoleLeaf Role = "leaf"
 )
 
@@ -47,9 +47,9 @@ type Identity struct {
 	// '>' the rest, as NATS subjects) it may be routed and keep idempotency
 	// outcomes for. Empty means Type and Type.> (Grant).
 	Serves []string `json:"serves,omitempty"`
-	// Carries is a leaf link's list of the agent identities behind it:
-	// its permissions are the union of theirs (LeafPermissions). Empty for
-	// other roles.
+	// Carries is a leaf link's list of the agent and caller identities
+	// behind it: its permissions are the union of theirs
+	// (LeafPermissions). Empty for other roles.
 	Carries []string `json:"carries,omitempty"`
 	// PublicKey is the identity's user nkey ("U…"), bound to Name.
 	PublicKey string `json:"public_key"`
@@ -89,7 +89,7 @@ func (id Identity) validate() error {
 		return fmt.Errorf("%w: %v", ErrInvalidIdentity, err)
 	}
 	if len(id.Carries) > 0 && id.Role != RoleLeaf {
-		return fmt.Errorf("%w: %s %s: only a leaf link carries agents (--carries)", ErrInvalidIdentity, id.Role, id.Name)
+		return fmt.Errorf("%w: %s %s: only a leaf link carries agents and callers (--carries)", ErrInvalidIdentity, id.Role, id.Name)
 	}
 	if len(id.Carries) > MaxCarries {
 		return fmt.Errorf("%w: carries: %d agents, more than the %d allowed", ErrInvalidIdentity, len(id.Carries), MaxCarries)

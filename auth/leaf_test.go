@@ -11,13 +11,13 @@ import (
 	"github.com/agent-reach/agentreach/streams"
 )
 
-// TestLeafPermissions: a leaf link may do what the active agents it
-// carries may, JetStream only in the hub's domain, plus answering into the
-// dispatchers' inboxes; carrying nothing (or only revoked or unknown
-// names, or non-agents) it may do nothing; alone, Permissions gives a leaf
-// nothing either.
+// TestLeafPermissions: a leaf link may do what the active agents and
+// callers it carries may, JetStream only in the hub's domain, plus
+// answering into the dispatchers' inboxes when it carries an agent;
+// carrying nothing (or only revoked or unknown names, or dispatchers) it
+// may do nothing; alone, Permissions gives a leaf nothing either.
 func TestLeafPermissions(t *testing.T) {
-	acl, err := policy.ParseACL([]byte(`{"rules": [{"caller": "edge-a", "may_call": ["math.add"]}]}`))
+	acl, err := policy.ParseACL([]byte(`{"rules": [{"caller": "edge-a", "may_call": ["math.add"]}, {"caller": "web", "may_call": ["echo"]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestLeafPermissions(t *testing.T) {
 	d := Identity{Name: "dispatcher", Role: RoleDispatcher}
 	c := Identity{Name: "web", Role: RoleCaller}
 	all := []Identity{a, b, other, d, c}
-	link := Identity{Name: "edge-1", Role: RoleLeaf, Carries: []string{"edge-a", "edge-b", "web", "nobody"}}
+	link := Identity{Name: "edge-1", Role: RoleLeaf, Carries: []string{"edge-a", "edge-b", "nobody"}}
 
 	p := LeafPermissions(link, all, acl, subjects)
 	for _, want := range []string{"$JS.hub.API.$KV.REACH_AGENTS.edge-a", "$JS.hub.API.STREAM.INFO.KV_REACH_AGENTS",
@@ -59,13 +59,35 @@ func TestLeafPermissions(t *testing.T) {
 	}
 
 	for _, id := range []Identity{
-		{Name: "edge-2", Role: RoleLeaf, Carries: []string{"edge-b", "hub-x", "web", "dispatcher"}},
+		{Name: "edge-2", Role: RoleLeaf, Carries: []string{"edge-b", "hub-x", "dispatcher"}},
 		{Name: "edge-3", Role: RoleLeaf},
 	} {
 		p := LeafPermissions(id, all, acl, subjects)
 		if len(p.Pub.Allow)+len(p.Sub.Allow) != 0 || !slices.Equal(p.Pub.Deny, []string{">"}) || !slices.Equal(p.Sub.Deny, []string{">"}) {
-			t.Errorf("%s carries no active agent, yet may do %+v", id.Name, p)
+			t.Errorf("%s carries no active agent or caller, yet may do %+v", id.Name, p)
 		}
+	}
+
+	// A caller at the edge: its tasks, its replies and results, its
+	// results read in the hub's domain; no dispatcher inbox to answer into.
+	p = LeafPermissions(Identity{Name: "edge-4", Role: RoleLeaf, Carries: []string{"web"}}, all, acl, subjects)
+	for _, want := range []string{"reach.submit.echo", "reach.task.echo", "$JS.hub.API.DIRECT.GET.REACH_RESULTS.reach.result.web.>"} {
+		if !slices.Contains(p.Pub.Allow, want) {
+			t.Errorf("the link of a caller may not publish %s: %v", want, p.Pub.Allow)
+		}
+	}
+	for _, want := range []string{"_INBOX.web.>", "reach.result.web.>"} {
+		if !slices.Contains(p.Sub.Allow, want) {
+			t.Errorf("the link of a caller may not receive %s: %v", want, p.Sub.Allow)
+		}
+	}
+	for _, s := range p.Pub.Allow {
+		if strings.HasPrefix(s, "$JS.API.") || strings.HasPrefix(s, "_INBOX.") || strings.Contains(s, "edge-a") {
+			t.Errorf("the link of a caller may publish %s", s)
+		}
+	}
+	if !slices.Contains(p.Pub.Deny, "_INBOX.web.>") {
+		t.Errorf("the link of a caller may publish into its inbox: %v", p.Pub.Deny)
 	}
 	if p := Permissions(link, acl, subjects); len(p.Pub.Allow)+len(p.Sub.Allow) != 0 || !slices.Equal(p.Pub.Deny, []string{">"}) {
 		t.Errorf("Permissions gives a leaf %+v, want nothing (LeafPermissions says what)", p)

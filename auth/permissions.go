@@ -88,6 +88,8 @@ func Permissions(id Identity, acl *policy.ACL, subjects streams.Subjects) jwt.Pe
 		p.Pub.Allow.Add(inDomain(p.Pub.Allow)...)
 	case RoleCaller:
 		callerPermissions(&p, id, acl, subjects)
+		// A caller at the edge reads its results in the hub's domain too.
+		p.Pub.Allow.Add(inDomain(p.Pub.Allow)...)
 	case RoleLeaf:
 		// What a leaf link may do depends on the agents it carries:
 		// LeafPermissions. Alone it may do nothing.
@@ -133,12 +135,14 @@ func inDomain(subjects []string) []string {
 }
 
 // LeafPermissions returns the permissions of leaf link id, which carries
-// agents: the union of the Permissions of the agents it names that are
-// active agent identities among identities (others add nothing), in the
-// forms that cross a leaf link (JetStream only in HubDomain). Publish is
-// what the leaf node may send the hub, subscribe what the hub sends it.
+// agents and callers: the union of the Permissions of the identities it
+// names that are active agent or caller identities among identities
+// (others add nothing), in the forms that cross a leaf link (JetStream
+// only in HubDomain). Publish is what the leaf node may send the hub,
+// subscribe what the hub sends it.
 //
-// One addition: the inboxes of the dispatcher identities. An agent answers
+// One addition when it carries an agent: the inboxes of the dispatcher
+// identities. An agent answers
 // a delivery on its reply subject, under its dispatcher's inbox; on a
 // client connection allow_responses admits that one answer, but a hub
 // tells a leaf of no interest in a subject the link may not publish to, so
@@ -158,12 +162,12 @@ func LeafPermissions(id Identity, identities []Identity, acl *policy.ACL, subjec
 			list.Add(s)
 		}
 	}
-	carries := false
+	carriesAgent := false
 	for _, a := range identities {
-		if a.Role != RoleAgent || !a.Active() || !slices.Contains(id.Carries, a.Name) {
+		if (a.Role != RoleAgent && a.Role != RoleCaller) || !a.Active() || !slices.Contains(id.Carries, a.Name) {
 			continue
 		}
-		carries = true
+		carriesAgent = carriesAgent || a.Role == RoleAgent
 		ap := Permissions(a, acl, subjects)
 		for _, s := range ap.Pub.Allow {
 			if !strings.HasPrefix(s, "$JS.API.") && !strings.HasPrefix(s, "$KV.") {
@@ -179,7 +183,7 @@ func LeafPermissions(id Identity, identities []Identity, acl *policy.ACL, subjec
 		// Its inbox and delivery subject only the hub publishes to.
 		p.Pub.Deny.Add(InboxPrefix(a.Name)+".>", subjects.Agent(a.Name))
 	}
-	if carries {
+	if carriesAgent {
 		for _, d := range identities {
 			if d.Role == RoleDispatcher && d.Active() {
 				add(&p.Pub.Allow, InboxPrefix(d.Name)+".>")
@@ -187,7 +191,7 @@ func LeafPermissions(id Identity, identities []Identity, acl *policy.ACL, subjec
 		}
 	}
 	// An empty allow list allows everything: a link carrying no active
-	// agent may do nothing.
+	// agent or caller may do nothing.
 	if len(p.Pub.Allow) == 0 {
 		p.Pub.Deny = jwt.StringList{">"}
 	}

@@ -114,7 +114,7 @@ func TestPermissionsReadOnlyOwnResults(t *testing.T) {
 		}
 		for _, s := range p.Pub.Allow {
 			if strings.Contains(s, streams.StreamResults) && s != "$JS.API.DIRECT.GET.REACH_RESULTS."+own &&
-				(id.Role != RoleAgent || s != "$JS."+HubDomain+".API.DIRECT.GET.REACH_RESULTS."+own) {
+				s != "$JS."+HubDomain+".API.DIRECT.GET.REACH_RESULTS."+own {
 				t.Errorf("%s may publish to %s", id.Name, s)
 			}
 			if strings.HasPrefix(s, "reach.result.") {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -66,8 +67,11 @@ type Syncer struct {
 	cfg   SyncConfig
 	log   zerolog.Logger
 
-	mu      sync.Mutex // one sync at a time
-	pushed  string     // digest of the account JWT last pushed
+	mu     sync.Mutex // one sync at a time
+	pushed string     // digest of the account JWT last pushed
+	token  string     // the account JWT last pushed, for a leaf added later
+	// leaves: each leaf server's system connection (AddLeaf) → confirmed.
+	leaves  map[*nats.Conn]string
 	written map[string]string
 	synced  uint64 // store revision of the last complete sync
 	policy  uint64 // REACH_POLICY revision it read the ACL at
@@ -101,7 +105,7 @@ func NewSyncer(ctx context.Context, store *Store, sys, app *nats.Conn, cfg SyncC
 	if err != nil {
 		return nil, streams.OpenError("auth", streams.BucketPolicy, err)
 	}
-	s := &Syncer{store: store, sys: sys, kv: kv, cfg: cfg, log: zerolog.Nop(), written: map[string]string{}}
+	s := &Syncer{store: store, sys: sys, kv: kv, cfg: cfg, log: zerolog.Nop(), written: map[string]string{}, leaves: map[*nats.Conn]string{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -164,7 +168,7 @@ func (s *Syncer) loop(ctx context.Context) {
 			}
 			// A change that came while a sync ran closed no channel we
 			// held: compare revisions too.
-			if synced, policy := s.Synced(); s.store.Revision() == synced && s.pol.Revision() == policy && !failed {
+			if synced, policy := s.Synced(); s.store.Revision() == synced && s.pol.Revision() == policy && !failed && !s.leafPending() {
 				continue
 			}
 		}
@@ -199,17 +203,76 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		return err
 	}
 	if digest != s.pushed {
-		if err := s.push(ctx, token); err != nil {
+		if err := push(ctx, s.sys, token); err != nil {
 			return err
 		}
-		s.pushed = digest
+		s.pushed, s.token = digest, token
 		s.log.Info().Int("identities", len(ids)).Strs("acl_grants_for", grantedNames(acl, ids)).Msg("account JWT pushed")
 	}
 	if err := s.writeEntries(ctx, ids, false); err != nil {
 		return err
 	}
+	if err := s.pushLeaves(ctx); err != nil {
+		return err
+	}
 	s.synced, s.policy = revision, policy
 	return nil
+}
+
+// AddLeaf makes the syncer push every account JWT to a leaf node server
+// too, through sys (the system account's user, SystemCredsFile, connected
+// to it): its link carries the AGENTREACH account only, so the hub's pushes
+// do not reach it. Its resolver then follows the hub's: a revoked identity
+// is cut off there, a new one connects, the ACL holds. AddLeaf pushes now
+// and returns that push's error; a leaf that did not confirm is pushed
+// again at every tick until it does (Sync returns the error meanwhile).
+func (s *Syncer) AddLeaf(ctx context.Context, sys *nats.Conn) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaves[sys] = ""
+	return s.pushLeaves(ctx)
+}
+
+// leafPending reports whether a leaf server lacks the account JWT.
+func (s *Syncer) leafPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sys, pushed := range s.leaves {
+		if pushed != s.confirmed(sys) {
+			return true
+		}
+	}
+	return false
+}
+
+// confirmed is what a push on sys confirms: the account JWT, until sys
+// reconnects (the leaf server restarted, maybe from an older config).
+func (s *Syncer) confirmed(sys *nats.Conn) string {
+	return s.pushed + "@" + strconv.FormatUint(sys.Stats().Reconnects, 10)
+}
+
+// pushLeaves pushes the hub's account JWT to the leaves without it.
+func (s *Syncer) pushLeaves(ctx context.Context) error {
+	if s.token == "" {
+		return nil // nothing pushed to the hub yet: Sync will
+	}
+	var errs []error
+	for sys, pushed := range s.leaves {
+		if pushed == s.confirmed(sys) {
+			continue
+		}
+		err := fmt.Errorf("%w: not connected (%v)", ErrPush, sys.Status()) // out of reach: holds up nothing else
+		if sys.IsConnected() {
+			err = push(ctx, sys, s.token)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("leaf server %s: %w", sys.ConnectedUrlRedacted(), err))
+			continue
+		}
+		s.leaves[sys] = s.confirmed(sys)
+		s.log.Info().Str("server", sys.ConnectedUrlRedacted()).Msg("account JWT pushed to a leaf server")
+	}
+	return errors.Join(errs...)
 }
 
 // writeEntries writes the directory entries of the identities in force
@@ -236,9 +299,10 @@ func (s *Syncer) writeEntries(ctx context.Context, ids []Identity, active bool) 
 	return nil
 }
 
-// push sends an account JWT to the servers and waits for one to confirm.
-func (s *Syncer) push(ctx context.Context, token string) error {
-	m, err := s.sys.RequestWithContext(ctx, claimsUpdateSubject, []byte(token))
+// push sends an account JWT to the servers of sys and waits for one to
+// confirm.
+func push(ctx context.Context, sys *nats.Conn, token string) error {
+	m, err := sys.RequestWithContext(ctx, claimsUpdateSubject, []byte(token))
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrPush, claimsUpdateSubject, err)
 	}

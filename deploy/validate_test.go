@@ -53,7 +53,7 @@ var (
 	agentreachSubcommands = []string{"up", "dispatcher", "demo", "agents", "call", "auth", "policy"}
 	// Every flag can also come from AGENTREACH_<FLAG_NAME_UPPER_SNAKE>.
 	agentreachFlags = []string{"server", "creds", "creds-dir", "nkey", "tls-ca", "tls-cert", "tls-key",
-		"replicas", "heartbeat", "verifier", "dir", "seed-acl", "http", "http-cert", "http-key", "js-domain"}
+		"replicas", "heartbeat", "verifier", "dir", "seed-acl", "http", "http-cert", "http-key", "js-domain", "no-randomize", "leaf-server"}
 	// The flags of up the image's ENV may set.
 	upFlags = []string{"data-dir", "nats-listen", "http", "http-tls", "http-cert", "http-key", "max-payload", "max-in-flight"}
 	// The role of the identity each subcommand runs as.
@@ -812,7 +812,7 @@ func loadCompose(t *testing.T) (*types.Project, []string) {
 
 // TestComposeLoaderRefuses shows that the checks left to compose-go are
 // made: the shipped file with one change each — a service with neither
-// image nor build, a fixed container_name on the replicated dispatcher, a
+// image nor build, a fixed container_name on a replicated dispatcher, a
 // depends_on naming no service, an undeclared named volume — is refused by
 // the loader; the shipped file itself (the control) loads.
 func TestComposeLoaderRefuses(t *testing.T) {
@@ -834,7 +834,7 @@ func TestComposeLoaderRefuses(t *testing.T) {
 	}
 	for name, edit := range map[string][2]string{
 		"neither image nor build":       {"    image: natsio/nats-box:latest\n", ""},
-		"container_name on 2 replicas":  {"  dispatcher:\n", "  dispatcher:\n    container_name: dispatcher\n"},
+		"container_name on 2 replicas":  {"  dispatcher-1:\n", "  dispatcher-1:\n    container_name: dispatcher\n    deploy:\n      replicas: 2\n"},
 		"depends_on an unknown service": {"      auth-sync:\n        condition: service_started\n", "      auth-synk:\n        condition: service_started\n"},
 		"an undeclared volume":          {"      - nats-3-data:/data\n", "      - nats-4-data:/data\n"},
 	} {
@@ -902,7 +902,7 @@ func TestCompose(t *testing.T) {
 	if len(vars) > 0 {
 		t.Errorf("%s reads %v from the environment: the stack needs no secrets there (identities are credentials files)", composeFile, vars)
 	}
-	for _, want := range append(slices.Clone(natsNodes), "dispatcher", "demo", "auth-sync") {
+	for _, want := range append(slices.Clone(natsNodes), "dispatcher-1", "dispatcher-2", "dispatcher-3", leafService, "demo", "auth-sync") {
 		if _, ok := p.Services[want]; !ok {
 			t.Errorf("service %q is missing", want)
 		}
@@ -1104,6 +1104,8 @@ func TestComposeAgentreachServices(t *testing.T) {
 	g := setup(t)
 	p, _ := loadCompose(t)
 	heartbeats := map[string]string{}
+	// The node each dispatcher dials first: one dispatcher per node.
+	dispatcherNode := map[string]string{}
 	demoAgents := map[string]bool{}
 	for _, id := range g.store.Identities() {
 		if id.Role == auth.RoleAgent {
@@ -1158,6 +1160,7 @@ func TestComposeAgentreachServices(t *testing.T) {
 				t.Error("no --server / AGENTREACH_SERVER")
 			}
 			var hosts []string
+			first := ""
 			for _, s := range strings.Split(srv, ",") {
 				u, err := url.Parse(strings.TrimSpace(s))
 				if err != nil {
@@ -1174,6 +1177,9 @@ func TestComposeAgentreachServices(t *testing.T) {
 					t.Errorf("server URL %q: %s is not a NATS service", s, u.Hostname())
 				}
 				hosts = append(hosts, u.Hostname())
+			}
+			if len(hosts) > 0 {
+				first = hosts[0]
 			}
 			sort.Strings(hosts)
 			switch {
@@ -1233,10 +1239,18 @@ func TestComposeAgentreachServices(t *testing.T) {
 				} else if r != len(natsNodes) {
 					t.Errorf("dispatcher --replicas %d: use %d (R3 on a 3-node cluster)", r, len(natsNodes))
 				}
-				if svc.Deploy == nil || svc.Deploy.Replicas == nil || *svc.Deploy.Replicas < 2 {
-					t.Error("dispatcher deploy.replicas: want at least 2")
+				// Beside its own node: dials it first, the others only as
+				// fallbacks (not shuffled), and starts once it is healthy.
+				if !slices.Contains(args, "--no-randomize") && svcEnv["AGENTREACH_NO_RANDOMIZE"] != "true" {
+					t.Error("dispatcher without --no-randomize: it would dial a random node, not its own first")
 				}
-				// compose-go refuses container_name beside replicas > 1.
+				if other, dup := dispatcherNode[first]; dup {
+					t.Errorf("dispatchers %s and %s both dial %s first", other, name, first)
+				}
+				dispatcherNode[first] = name
+				if d, ok := svc.DependsOn[first]; !ok || d.Condition != types.ServiceConditionHealthy {
+					t.Errorf("dispatcher does not wait for its node %s to be healthy", first)
+				}
 				if v, ok := hostPath(svc, value("verifier")); !ok || filepath.Clean(g.source(v)) != filepath.Clean(g.store.VerifierFile()) {
 					t.Errorf("--verifier %q is not the store's verifier key: the dispatchers would not check Reach-Source or the ACL", value("verifier"))
 				}
@@ -1249,11 +1263,19 @@ func TestComposeAgentreachServices(t *testing.T) {
 				if acl, ok := hostPath(svc, value("seed-acl")); !ok || acl != aclFile {
 					t.Errorf("auth sync --seed-acl %q is not deploy/%s", value("seed-acl"), aclFile)
 				}
+				// The leaf node server follows the store too: pushed to
+				// directly, since the hub's pushes do not reach it.
+				if u, err := url.Parse(value("leaf-server")); err != nil || u.Scheme != "tls" || u.Hostname() != leafService || u.Port() != "4222" {
+					t.Errorf("auth sync --leaf-server %q: want tls://%s:4222, or a revoked identity keeps its connection at the edge", value("leaf-server"), leafService)
+				}
 			}
 		})
 	}
 	if seen == 0 {
 		t.Error("no agentreach services found")
+	}
+	if nodes := sortedKeys(dispatcherNode); !slices.Equal(nodes, natsNodes) {
+		t.Errorf("dispatchers dial %v first (%v), want one beside each node of %v", nodes, dispatcherNode, natsNodes)
 	}
 	for id, runs := range demoAgents {
 		if !runs {
@@ -1436,7 +1458,7 @@ func TestReadmeCommands(t *testing.T) {
 		"agentreach auth revoke",
 		"kv ls REACH_AGENTS",
 		"stream ls",
-		"--scale dispatcher=",
+		"--scale dispatcher-1=",
 		"sync_interval",
 	} {
 		if !strings.Contains(text, want) {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -21,10 +22,12 @@ import (
 
 // LeafEdge is a leaf node server at the edge of a SecureStack (the hub),
 // as deploy/nats/leaf.conf runs one: operator mode on the hub's identity
-// store (its account JWTs as they were when it started), TLS on its client
-// port, no JetStream of its own, and one remote to the hub's leafnode port
-// with the credentials of a leaf link identity. Agents connect to it as
-// their own identities and reach the hub's JetStream in auth.HubDomain.
+// store (its account JWTs as they were when it started, then as the
+// stack's syncer pushes them to it: auth sync --leaf-server), TLS on its
+// client port, no JetStream of its own, and one remote to the hub's
+// leafnode port with the credentials of a leaf link identity. Agents and
+// callers connect to it as their own identities and reach the hub's
+// JetStream in auth.HubDomain.
 type LeafEdge struct {
 	Hub    *SecureStack
 	Server *server.Server
@@ -43,9 +46,8 @@ func NewSecureLeafHub(tb testing.TB, hb time.Duration, acl string, leafPort int)
 }
 
 // StartLeaf starts a leaf node server linked to the hub (whose leafnode
-// port is leafPort) as leaf identity link, and waits until the link is up.
-// The identities its agents connect as must exist before: it loads the
-// account JWTs once.
+// port is leafPort) as leaf identity link, waits until the link is up, and
+// adds it to the servers the stack's syncer pushes the account JWT to.
 func (st *SecureStack) StartLeaf(link string, leafPort int) *LeafEdge {
 	st.T.Helper()
 	return st.startLeaf(link, leafPort, true)
@@ -92,7 +94,15 @@ func (st *SecureStack) startLeaf(link string, leafPort int, secure bool) *LeafEd
 		}
 		return nil
 	})
-	return &LeafEdge{Hub: st, Server: s}
+	e := &LeafEdge{Hub: st, Server: s}
+	if secure {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := st.syncer.AddLeaf(ctx, e.connFile(st.Store.SystemCredsFile())); err != nil {
+			st.T.Fatal(err)
+		}
+	}
+	return e
 }
 
 // accountOf is the account that issued the user in a credentials file.
@@ -115,7 +125,13 @@ func accountOf(creds string) (string, error) {
 // ConnAs opens a connection to the leaf server as identity name.
 func (e *LeafEdge) ConnAs(name string, opts ...nats.Option) *nats.Conn {
 	e.Hub.T.Helper()
-	o, err := auth.ConnectOptions(e.Hub.Store.CredsFile(name))
+	return e.connFile(e.Hub.Store.CredsFile(name), opts...)
+}
+
+// connFile opens a connection to the leaf server with the credentials file.
+func (e *LeafEdge) connFile(file string, opts ...nats.Option) *nats.Conn {
+	e.Hub.T.Helper()
+	o, err := auth.ConnectOptions(file)
 	if err != nil {
 		e.Hub.T.Fatal(err)
 	}
@@ -129,4 +145,37 @@ func (e *LeafEdge) Agent(cfg agentkit.Config, handlers map[string]agentkit.Handl
 	e.Hub.T.Helper()
 	cfg.JetStreamDomain = auth.HubDomain
 	return e.Hub.agentOn(e.ConnAs(cfg.ID), cfg, handlers)
+}
+
+// ClientAs returns a client of identity name (which must exist) on the leaf
+// server, signing its tasks and using the hub's JetStream.
+func (e *LeafEdge) ClientAs(name string, opts ...agentkit.ClientOption) *agentkit.Client {
+	e.Hub.T.Helper()
+	c, err := agentkit.NewClient(e.ConnAs(name), append(opts, agentkit.WithCredentials(e.Hub.Store.CredsFile(name)),
+		agentkit.WithJetStreamDomain(auth.HubDomain))...)
+	if err != nil {
+		e.Hub.T.Fatal(err)
+	}
+	return c
+}
+
+// EdgeSiteACL lets the hub's caller (SecureCaller) and the edge's
+// (edge-caller) call echo, served at the edge.
+const EdgeSiteACL = `{"rules": [{"caller": "` + SecureCaller + `", "may_call": ["echo"]}, {"caller": "edge-caller", "may_call": ["echo"]}]}`
+
+// NewEdgeSite starts a hub (heartbeat 1 s, EdgeSiteACL), the agent identity
+// edge-echo-1 (type echo), the caller identity edge-caller and the leaf
+// link identity edge-1 carrying both, and a leaf node server linked to the
+// hub as edge-1: the operator's (rogue false) or an attacker's.
+func NewEdgeSite(tb testing.TB, rogue bool) (*SecureStack, *LeafEdge) {
+	tb.Helper()
+	port := natstest.FreePort(tb)
+	st := NewSecureLeafHub(tb, time.Second, EdgeSiteACL, port)
+	st.Identity(auth.Identity{Name: "edge-echo-1", Role: auth.RoleAgent, Type: "echo", Serves: []string{"echo"}})
+	st.Identity(auth.Identity{Name: "edge-caller", Role: auth.RoleCaller})
+	st.Identity(auth.Identity{Name: "edge-1", Role: auth.RoleLeaf, Carries: []string{"edge-echo-1", "edge-caller"}})
+	if rogue {
+		return st, st.StartRogueLeaf("edge-1", port)
+	}
+	return st, st.StartLeaf("edge-1", port)
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,26 +14,9 @@ import (
 	"github.com/agent-reach/agentreach/auth"
 	"github.com/agent-reach/agentreach/dispatcher/config"
 	"github.com/agent-reach/agentreach/internal/natstest"
+	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/streams"
 )
-
-// leafACL lets the hub's caller call echo, served at the edge.
-const leafACL = `{"rules": [{"caller": "caller", "may_call": ["echo"]}]}`
-
-// leafEdge starts a hub, the agent identity edge-echo-1 (type echo) and
-// the leaf link identity edge-1 carrying it, and a leaf node server linked
-// to the hub as edge-1: the operator's (rogue false) or an attacker's.
-func leafEdge(t *testing.T, rogue bool) (*SecureStack, *LeafEdge) {
-	t.Helper()
-	port := natstest.FreePort(t)
-	st := NewSecureLeafHub(t, time.Second, leafACL, port)
-	st.Identity(auth.Identity{Name: "edge-echo-1", Role: auth.RoleAgent, Type: "echo", Serves: []string{"echo"}})
-	st.Identity(auth.Identity{Name: "edge-1", Role: auth.RoleLeaf, Carries: []string{"edge-echo-1"}})
-	if rogue {
-		return st, st.StartRogueLeaf("edge-1", port)
-	}
-	return st, st.StartLeaf("edge-1", port)
-}
 
 // TestAnAgentBehindALeafNodeServesTheHub: an agent connected to a leaf node
 // server, as its own identity, registers and heartbeats in the hub's
@@ -41,7 +25,7 @@ func leafEdge(t *testing.T, rogue bool) (*SecureStack, *LeafEdge) {
 func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, edge := leafEdge(t, false)
+	st, edge := NewEdgeSite(t, false)
 	d := st.Dispatcher(config.Config{})
 	edge.Agent(agentkit.Config{ID: "edge-echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
 	WaitRoutable(t, "echo", 1, d)
@@ -67,6 +51,98 @@ func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 	}
 }
 
+// TestACallerAtTheEdgeUsesTheHub: a caller connected to a leaf node server
+// as its own identity, in the hub's JetStream domain
+// (agentkit.WithJetStreamDomain), submits a durable task that the agent
+// at the edge serves, waits for its outcome and reads the stored result by
+// a direct get; the registry, read in the same domain over the link, lists
+// the agent. Without the domain the stored result is out of reach: the
+// direct get does not cross the link.
+func TestACallerAtTheEdgeUsesTheHub(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, edge := NewEdgeSite(t, false)
+	d := st.Dispatcher(config.Config{})
+	edge.Agent(agentkit.Config{ID: "edge-echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	WaitRoutable(t, "echo", 1, d)
+
+	c := edge.ClientAs("edge-caller")
+	res, err := c.SubmitAndWait(ctx, "echo", echoIn{Text: "from the edge"})
+	var out echoIn
+	if err != nil || res.Decode(&out) != nil || out.Text != "from the edge" {
+		t.Fatalf("a durable task from the edge: %+v %+v, %v", res, out, err)
+	}
+	stored, err := c.Result(ctx, res.RequestID)
+	if err != nil || stored.Decode(&out) != nil || out.Text != "from the edge" {
+		t.Fatalf("the stored result read from the edge: %+v, %v", stored, err)
+	}
+
+	// The registry through the link, in the hub's domain, as the agent
+	// identity at the edge (a caller may not read it, at the edge or not).
+	js, err := jetstream.NewWithDomain(edge.ConnAs("edge-echo-1"), auth.HubDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := registry.ListDirect(ctx, js)
+	if err != nil || len(entries) != 1 || entries[0].Record.ID != "edge-echo-1" {
+		t.Fatalf("the registry listed from the edge: %+v, %v", entries, err)
+	}
+
+	// Control: the same caller without the domain.
+	plain, err := agentkit.NewClient(edge.ConnAs("edge-caller"), agentkit.WithCredentials(st.Store.CredsFile("edge-caller")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer rcancel()
+	if got, err := plain.Result(rctx, res.RequestID); err == nil {
+		t.Fatalf("control: the result read from the edge without the hub's domain: %+v", got)
+	}
+}
+
+// TestTheHubsIdentitiesReachTheEdge: the syncer pushes the account JWT to
+// the leaf node server too (auth sync --leaf-server), so the edge follows
+// the store with no restart. An identity made after the leaf server
+// started connects to it; a revoked one loses its connection there and
+// cannot connect again (the control: it could, just before).
+func TestTheHubsIdentitiesReachTheEdge(t *testing.T) {
+	st, edge := NewEdgeSite(t, false)
+	dial := func(name string) (*nats.Conn, error) {
+		o, err := auth.ConnectOptions(st.Store.CredsFile(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nats.Connect(edge.Server.ClientURL(), append(append(st.ClientTLS(), o...), nats.MaxReconnects(0), nats.Timeout(2*time.Second))...)
+	}
+
+	st.Identity(auth.Identity{Name: "late-caller", Role: auth.RoleCaller})
+	late, err := dial("late-caller")
+	if err != nil {
+		t.Fatalf("an identity made after the leaf server started cannot connect to it: %v", err)
+	}
+	late.Close()
+
+	held := edge.ConnAs("edge-caller")
+	if again, err := dial("edge-caller"); err != nil {
+		t.Fatalf("control: edge-caller cannot connect to the leaf server before its revocation: %v", err)
+	} else {
+		again.Close()
+	}
+	st.Revoke("edge-caller")
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if held.IsConnected() {
+			return errors.New("the revoked caller's connection to the leaf server is still up")
+		}
+		return nil
+	})
+	if again, err := dial("edge-caller"); err == nil {
+		again.Close()
+		t.Fatal("the revoked caller connects to the leaf server")
+	} else if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("the revoked caller's connection: %v, want an authorization violation", err)
+	}
+}
+
 // TestALeafLinkBoundsTheEdge: the leaf link's permissions bound what the
 // whole edge can do. A client of a leaf server in an attacker's hands —
 // the link's credentials, no operator, anything allowed locally; its
@@ -79,7 +155,7 @@ func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 func TestALeafLinkBoundsTheEdge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, edge := leafEdge(t, true)
+	st, edge := NewEdgeSite(t, true)
 	hub := st.Conn()
 	hubJS, err := jetstream.New(hub)
 	if err != nil {

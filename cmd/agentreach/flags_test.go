@@ -148,7 +148,7 @@ func TestHelp(t *testing.T) {
 
 // commandFlags lists the flags a command must document.
 func commandFlags(t *testing.T, name string) []string {
-	conn := []string{"server", "user", "password", "token", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level", "timeout"}
+	conn := []string{"server", "no-randomize", "user", "password", "token", "creds", "nkey", "tls-ca", "tls-cert", "tls-key", "prefix", "log-level", "timeout"}
 	switch name {
 	case "up":
 		return []string{"data-dir", "nats-listen", "max-payload", "http", "http-tls", "http-cert", "http-key", "sync-always", "demo", "auth", "tls", "tls-verify", "heartbeat", "instances", "slow-delay",
@@ -158,23 +158,23 @@ func commandFlags(t *testing.T, name string) []string {
 		return append(conn, "replicas", "heartbeat", "provision", "verifier", "http", "http-tls", "http-cert", "http-key", "ack-timeout", "max-in-flight", "queue-wait", "relay-results", "handlers", "queue-group", "strategy", "capability-strategy", "name",
 			"retries", "write-retries", "writes", "capability-retries", "deadline", "dead-letter-retry-interval")
 	case "demo":
-		return append(conn, "instances", "slow-delay", "heartbeat", "creds-dir")
+		return append(conn, "instances", "slow-delay", "heartbeat", "creds-dir", "js-domain")
 	case "auth":
-		return append(conn, "dir", "type", "out", "hosts", "resolver-dir", "once", "seed-acl", "json")
+		return append(conn, "dir", "type", "out", "hosts", "resolver-dir", "once", "seed-acl", "leaf-server", "json")
 	case "agents":
-		return append(conn, "json")
+		return append(conn, "json", "js-domain")
 	case "mcp":
 		return append(conn, "url")
 	case "call":
-		return append(conn, "agent", "affinity-key", "header", "json")
+		return append(conn, "agent", "affinity-key", "header", "json", "js-domain")
 	case "submit":
-		return append(conn, "wait", "request-id", "header", "json")
+		return append(conn, "wait", "request-id", "header", "json", "js-domain")
 	case "broadcast":
-		return append(conn, "quorum", "header", "json")
+		return append(conn, "quorum", "header", "json", "js-domain")
 	case "fanout":
-		return append(conn, "header", "json")
+		return append(conn, "header", "json", "js-domain")
 	case "result":
-		return append(conn, "wait", "json")
+		return append(conn, "wait", "json", "js-domain")
 	case "dlq":
 		return append(conn, "json", "all", "new-deadline", "yes")
 	case "review":

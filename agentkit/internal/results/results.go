@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,12 +35,12 @@ func noDirectGet(ctx context.Context, js jetstream.JetStream, subject string, er
 var directGetHeaders = []string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"}
 
 // Last reads the last message REACH_RESULTS holds on subject, by a
-// direct get of that one subject ($JS.API.DIRECT.GET.REACH_RESULTS.<subject>)
-// on nc: the only read of the stream a caller's permissions allow, scoped
+// direct get of that one subject ($JS.API.DIRECT.GET.REACH_RESULTS.<subject>,
+// in js's domain $JS.<domain>.API.…) on nc: the only read of the stream a caller's permissions allow, scoped
 // to its own results. jetstream.ErrMsgNotFound when there is none; js
 // looks at the stream to explain a direct get nobody answers.
 func Last(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subject string) (*nats.Msg, error) {
-	resp, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+streams.StreamResults+"."+subject, nil)
+	resp, err := nc.RequestWithContext(ctx, apiPrefix(js)+"DIRECT.GET."+streams.StreamResults+"."+subject, nil)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, noDirectGet(ctx, js, subject, err)
@@ -57,4 +58,17 @@ func Last(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subject st
 		resp.Header.Del(k)
 	}
 	return &nats.Msg{Subject: subject, Header: resp.Header, Data: resp.Data}, nil
+}
+
+// apiPrefix is the JetStream API prefix js sends its requests under:
+// $JS.API., or $JS.<domain>.API. in a domain.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
 }

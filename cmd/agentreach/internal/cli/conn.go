@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/agent-reach/agentreach/auth"
@@ -27,7 +28,9 @@ const ReconnectWait = 2 * time.Second
 // server or cluster: where it is, how to authenticate, and the common flags.
 type ConnFlags struct {
 	GlobalFlags
-	servers  string
+	servers string
+	// inOrder: dial --server's URLs in the order given, not shuffled.
+	inOrder  bool
 	User     string
 	Password string
 	Token    string
@@ -37,6 +40,8 @@ type ConnFlags struct {
 	TLSCert  string
 	tlsKey   string
 	Timeout  time.Duration
+	// jsDomain is the JetStream domain of --js-domain (RegisterJSDomain).
+	jsDomain string
 
 	Log zerolog.Logger // connection events; set by the command before connect
 
@@ -98,6 +103,7 @@ func (c *ConnFlags) Bounded(ctx context.Context) (context.Context, context.Cance
 // default and meaning.
 func (c *ConnFlags) Register(fs *flag.FlagSet, timeout time.Duration, timeoutUsage string) {
 	fs.StringVar(&c.servers, "server", defaultServer, "NATS server `urls`, comma-separated for a cluster")
+	fs.BoolVar(&c.inOrder, "no-randomize", false, "dial --server's URLs in the order given (the first one first, the others as fallbacks)\ninstead of in a random order: a dispatcher beside its own node")
 	fs.StringVar(&c.User, "user", "", "user `name` (with --password)")
 	fs.StringVar(&c.Password, "password", "", "`password` of --user (prefer the environment variable: flags show in ps)")
 	fs.StringVar(&c.Token, "token", "", "authentication `token`")
@@ -108,6 +114,25 @@ func (c *ConnFlags) Register(fs *flag.FlagSet, timeout time.Duration, timeoutUsa
 	fs.StringVar(&c.tlsKey, "tls-key", "", "client private key `file` for mutual TLS (with --tls-cert)")
 	fs.DurationVar(&c.Timeout, "timeout", timeout, timeoutUsage)
 	c.GlobalFlags.Register(fs)
+}
+
+// RegisterJSDomain defines --js-domain, for the commands whose JetStream
+// requests follow it (JetStream): a caller or an agent connected to a leaf
+// node server without JetStream names the hub's domain.
+func (c *ConnFlags) RegisterJSDomain(fs *flag.FlagSet) {
+	fs.StringVar(&c.jsDomain, "js-domain", "",
+		"the hub's JetStream `domain` (\"hub\") when --server is a leaf node server without JetStream\n(deploy/nats/leaf.conf); empty: the server's own")
+}
+
+// JSDomain returns --js-domain: empty for the server's own JetStream.
+func (c *ConnFlags) JSDomain() string { return c.jsDomain }
+
+// JetStream returns the JetStream API on nc in --js-domain.
+func (c *ConnFlags) JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	if c.jsDomain != "" {
+		return jetstream.NewWithDomain(nc, c.jsDomain)
+	}
+	return jetstream.New(nc)
 }
 
 // Options returns the nats.Options of a connection called name. Files are
@@ -164,6 +189,9 @@ func (c *ConnFlags) Options(name string) ([]nats.Option, error) {
 			ev.Msg("NATS error")
 		}),
 	}
+	if c.inOrder {
+		opts = append(opts, nats.DontRandomize())
+	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
 	}
@@ -212,11 +240,17 @@ func (c *ConnFlags) serverList() string { return strings.Join(SplitList(c.server
 // connected it reconnects forever; only the first dial can fail, with a
 // CONNECT error.
 func (c *ConnFlags) Connect(name string) (*nats.Conn, error) {
+	return c.ConnectTo(name, c.serverList())
+}
+
+// ConnectTo opens a connection called name as Connect does, to servers
+// instead of --server, with extra options after the flags'.
+func (c *ConnFlags) ConnectTo(name, servers string, extra ...nats.Option) (*nats.Conn, error) {
 	opts, err := c.Options(name)
 	if err != nil {
 		return nil, WithCode(CodeConnect, err)
 	}
-	servers := c.serverList()
+	opts = append(opts, extra...)
 	if servers == "" {
 		return nil, WithCode(CodeConnect, errors.New("--server is empty"))
 	}

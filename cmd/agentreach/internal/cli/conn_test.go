@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agent-reach/agentreach/internal/natstest"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -73,5 +75,40 @@ func TestNotProvisionedTellsCausesApart(t *testing.T) {
 	c.denied.record("nats: permissions violation: Permissions Violation for Publish to \"$JS.API.STREAM.INFO.KV_REACH_AGENTS\"")
 	if o := ErrorObject(c.NotProvisioned(guess(context.Canceled), "bucket REACH_AGENTS")); o.Code != streams.CodeUnauthorized {
 		t.Errorf("refusal: %+v", o)
+	}
+}
+
+// TestNoRandomizeDialsTheFirstServer: with --no-randomize every connection
+// goes to the first URL of --server (a dispatcher's own node), the others
+// being fallbacks; shuffled, 16 connections would all land there with
+// probability 2^-16.
+func TestNoRandomizeDialsTheFirstServer(t *testing.T) {
+	first, second := natstest.RunServer(t), natstest.RunServer(t)
+	var c ConnFlags
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	c.Register(fs, 5*time.Second, "")
+	if err := fs.Parse([]string{"--server", first.ClientURL() + ", " + second.ClientURL(), "--no-randomize"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 16 {
+		nc, err := c.Connect("test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := nc.ConnectedUrl()
+		nc.Close()
+		if got != first.ClientURL() {
+			t.Fatalf("connected to %s, want the first of --server, %s", got, first.ClientURL())
+		}
+	}
+	first.Shutdown()
+	first.WaitForShutdown()
+	nc, err := c.Connect("test")
+	if err != nil {
+		t.Fatalf("the first server down: %v", err)
+	}
+	defer nc.Close()
+	if got := nc.ConnectedUrl(); got != second.ClientURL() {
+		t.Fatalf("the first server down: connected to %s, want the fallback %s", got, second.ClientURL())
 	}
 }

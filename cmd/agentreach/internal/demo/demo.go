@@ -43,7 +43,8 @@ type DemoFlags struct {
 	instances int
 	slowDelay time.Duration
 	// jsDomain is the hub's JetStream domain for agents behind a leaf
-	// node server (`demo --js-domain`); empty: the server's own.
+	// node server (`demo --js-domain`, a connection flag); empty: the
+	// server's own.
 	jsDomain string
 }
 
@@ -274,11 +275,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&credsDir, "creds-dir", "",
 			"with auth on: the `directory` of every agent's credentials, <instance id>.creds; the agents\n"+
 				"then have fixed ids (echo-1, echo-2, slow-1, math-1, story-1: `agentreach auth agent echo-1 --type echo` …)")
-		fs.StringVar(&df.jsDomain, "js-domain", "",
-			"the hub's JetStream `domain` (\"hub\") when --server is a leaf node server without JetStream\n(deploy/nats/leaf.conf); empty: the server's own")
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 10*time.Second, "bound on connecting and registering each agent")
+		conn.RegisterJSDomain(fs)
 	})
 	if code, ok := cl.ParseNoArgs(args, stdout, stderr); !ok {
 		return code
@@ -286,6 +286,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := df.Validate(); err != nil {
 		return cl.UsageError(stderr, "%v", err)
 	}
+	df.jsDomain = conn.JSDomain()
 	if credsDir != "" && conn.Creds != "" {
 		return cl.UsageError(stderr, "use either --creds-dir (one identity per agent) or --creds, not both")
 	}

@@ -43,6 +43,7 @@ func RunAgents(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 10*time.Second, "bound on connecting and reading the registry")
+		conn.RegisterJSDomain(fs)
 	})
 	if code, ok := cl.ParseNoArgs(args, stdout, stderr); !ok {
 		return code
@@ -76,7 +77,7 @@ func listAgents(ctx context.Context, conn *cli.ConnFlags) ([]registry.Entry, err
 	defer nc.Close()
 	ctx, cancel := conn.Bounded(ctx)
 	defer cancel()
-	js, err := jetstream.New(nc)
+	js, err := conn.JetStream(nc)
 	if err != nil {
 		return nil, err
 	}

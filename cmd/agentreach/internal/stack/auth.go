@@ -102,6 +102,7 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		once        bool
 		leaf        bool
 		seedACL     string
+		leafServers string
 	)
 	c.cl = cli.NewCmdline("auth", "agentreach auth [flags] init | agent NAME --type TYPE [--serves PATTERNS] | grant NAME --serves PATTERNS | caller NAME | dispatcher NAME | leaf NAME --carries AGENTS | ls | revoke NAME | token NAME | tls | server-config | sync", authAbout)
 	c.cl.Group("Flags", func(fs *flag.FlagSet) {
@@ -115,6 +116,7 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.BoolVar(&once, "once", false, "sync: push once and exit")
 		fs.BoolVar(&leaf, "leaf", false, "server-config: for a leaf node server: also the AGENTREACH account's key as AGENTREACH_ACCOUNT, which deploy/nats/leaf.conf's remote names")
 		fs.StringVar(&seedACL, "seed-acl", "", "sync: store this `file` (YAML or JSON) as the acl when REACH_POLICY has none yet")
+		fs.StringVar(&leafServers, "leaf-server", "", "sync: comma-separated `urls` of leaf node servers, one URL each, to push to as well (as the\nsystem account's user): their identities, revocations and ACL follow the hub's, no restart")
 		c.cl.JSONFlag(fs, &c.asJSON, `print JSON: the identity made or revoked, ls an array; a failure as {"error": …}`)
 	})
 	c.cl.Group("Connection flags (sync)", func(fs *flag.FlagSet) {
@@ -146,6 +148,8 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return c.cl.UsageError(stderr, "leaf: --carries is required: the agent identities behind the leaf node ('echo-edge-1,math-edge-1')")
 	case sub == "grant" && len(cli.SplitList(serves)) == 0:
 		return c.cl.UsageError(stderr, "grant: --serves is required: the capability patterns the agent may be routed ('risk.*,fraud.score')")
+	case leafServers != "" && sub != "sync":
+		return c.cl.UsageError(stderr, "--leaf-server: only for 'auth sync'")
 	case leaf && sub != "server-config":
 		return c.cl.UsageError(stderr, "--leaf: only for 'auth server-config'")
 	case sub == "tls" && out == "":
@@ -171,7 +175,7 @@ func RunAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.serverConfig(resolverDir, out, leaf, conn.Subjects())
 	case "sync":
 		conn.Log = conn.Logger(stderr)
-		err = c.sync(ctx, &conn, once, seedACL)
+		err = c.sync(ctx, &conn, once, seedACL, cli.SplitList(leafServers))
 	}
 	if errors.Is(err, auth.ErrInvalidIdentity) {
 		return c.cl.UsageError(stderr, "%v", err)
@@ -362,8 +366,11 @@ func (c *authCmd) serverConfig(resolverDir, out string, leaf bool, subjects stre
 // sync runs a Syncer against the servers of conn: the system account's
 // user of the store pushes, the dispatcher identity of --creds reads the ACL
 // and writes the identity directory. With seedACL, that file becomes the
-// acl when REACH_POLICY has none.
-func (c *authCmd) sync(ctx context.Context, conn *cli.ConnFlags, once bool, seedACL string) error {
+// acl when REACH_POLICY has none. Each of leaves is a leaf node server the
+// system account's user pushes to as well; one out of reach is retried,
+// and holds up neither the hub nor the others (with once, it fails the
+// command).
+func (c *authCmd) sync(ctx context.Context, conn *cli.ConnFlags, once bool, seedACL string, leaves []string) error {
 	s, err := c.open()
 	if err != nil {
 		return err
@@ -409,6 +416,19 @@ func (c *authCmd) sync(ctx context.Context, conn *cli.ConnFlags, once bool, seed
 		return err
 	}
 	defer syncer.Close()
+	for _, url := range leaves {
+		nc, err := sysConn.ConnectTo("agentreach-auth-sync-leaf", url, nats.RetryOnFailedConnect(true))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if err := syncer.AddLeaf(sctx, nc); err != nil {
+			if once {
+				return err
+			}
+			conn.Log.Warn().Err(err).Str("leaf_server", url).Msg("leaf server not synced yet; retrying")
+		}
+	}
 	if once {
 		rev, _ := syncer.Synced()
 		fmt.Fprintf(c.stdout, "synced revision %d of %s\n", rev, s.Dir())

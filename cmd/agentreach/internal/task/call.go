@@ -71,6 +71,7 @@ func RunCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 30*time.Second, "how long to wait for the result: the call's overall deadline (Reach-Deadline)")
+		conn.RegisterJSDomain(fs)
 	})
 	pos, code, ok := cl.Parse(args, stdout, stderr)
 	if !ok {
@@ -183,13 +184,13 @@ func openClient(ctx context.Context, conn *cli.ConnFlags, name string, stderr io
 		return nil, err
 	}
 	s := &session{nc: nc, conn: conn}
-	opts := []agentkit.ClientOption{agentkit.WithJSON(), agentkit.WithSubjects(conn.Subjects())}
+	opts := []agentkit.ClientOption{agentkit.WithJSON(), agentkit.WithSubjects(conn.Subjects()), agentkit.WithJetStreamDomain(conn.JSDomain())}
 	if conn.Signs() {
 		opts = append(opts, agentkit.WithCredentials(conn.Creds))
 	}
 	s.client, err = agentkit.NewClient(nc, opts...)
 	if err == nil {
-		s.js, err = jetstream.New(nc)
+		s.js, err = conn.JetStream(nc)
 	}
 	if err != nil {
 		nc.Close()

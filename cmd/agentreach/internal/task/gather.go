@@ -63,6 +63,7 @@ func RunBroadcast(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 30*time.Second, "how long to wait for the answers: the broadcast's overall deadline")
+		conn.RegisterJSDomain(fs)
 	})
 	pos, code, ok := cl.Parse(args, stdout, stderr)
 	if !ok {
@@ -101,6 +102,7 @@ func RunFanOut(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, 30*time.Second, "how long to wait for the answers: the fan-out's overall deadline")
+		conn.RegisterJSDomain(fs)
 	})
 	pos, code, ok := cl.Parse(args, stdout, stderr)
 	if !ok {

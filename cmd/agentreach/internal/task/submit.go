@@ -89,6 +89,7 @@ func RunSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, durableWait, "bound on connecting and submitting; with --wait also how long to wait for the outcome")
+		conn.RegisterJSDomain(fs)
 	})
 	pos, code, ok := cl.Parse(args, stdout, stderr)
 	if !ok {
@@ -148,6 +149,7 @@ func RunResult(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	})
 	cl.Group("Connection flags", func(fs *flag.FlagSet) {
 		conn.Register(fs, durableWait, "bound on connecting and reading; with --wait also how long to wait for the outcome")
+		conn.RegisterJSDomain(fs)
 	})
 	pos, code, ok := cl.Parse(args, stdout, stderr)
 	if !ok {
