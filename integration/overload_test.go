@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,6 +63,8 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 	// per-call timeout: a starved machine (a busy CI host) can make the
 	// 200 ms tasks that slow; it is no refusal and no unbounded growth.
 	var finished, overloaded, timedOut, other atomic.Int64
+	var othersMu sync.Mutex
+	others := map[string]int{} // what the other answers were: status and error code
 	inbox := nc.NewRespInbox()
 	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
 		switch {
@@ -75,6 +78,9 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 			timedOut.Add(1)
 		default:
 			other.Add(1)
+			othersMu.Lock()
+			others[m.Header.Get(streams.HeaderStatus)+" "+m.Header.Get(streams.HeaderError)]++
+			othersMu.Unlock()
 		}
 	})
 	if err != nil {
@@ -120,7 +126,9 @@ func TestOverloadIsRefusedAndMemoryStaysBounded(t *testing.T) {
 		finished.Load(), overloaded.Load(), timedOut.Load(), other.Load())
 	t.Logf("dispatcher RSS: %d kB at 10 s, %d kB at the end, peak %d kB (VmHWM)", rssAt10s, rssEnd, hwm)
 	if other.Load() != 0 {
-		t.Fatalf("%d answers were neither results, OVERLOADED nor TIMEOUT", other.Load())
+		othersMu.Lock()
+		defer othersMu.Unlock()
+		t.Fatalf("%d answers were neither results, OVERLOADED nor TIMEOUT: %v (status and error code: count)", other.Load(), others)
 	}
 	if overloaded.Load() < sent/2 {
 		t.Fatalf("only %d of %d refused at 10× the capacity", overloaded.Load(), sent)
