@@ -14,6 +14,7 @@ import subprocess
 from contextlib import contextmanager
 from typing import Iterator
 
+import nats
 import pytest
 from conftest import BINARY, Stack, poll, python, routed, running, unique
 
@@ -124,3 +125,45 @@ async def test_an_agent_rides_out_a_restart_of_its_server(caplog: pytest.LogCapt
         assert len(events("disconnected")[conn]) == len(events("reconnected")[conn]) == 1, conn
         said = [r.getMessage() for r in caplog.records if f"conn='{conn}'" in r.getMessage()]
         assert len(said) == len(attempts) + 2, f"{conn}: nothing but these events: {said}"
+
+
+class _Recorder:
+    """A stub NATS server's log: the subscriptions it had when it answered each PING."""
+
+    def __init__(self) -> None:
+        self.subs: list[str] = []
+        self.at_pong: list[list[str]] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b'INFO {"server_id":"stub","version":"2.12.0","proto":1,"headers":true,"max_payload":1048576}\r\n')
+        while line := await reader.readline():
+            op = line.split(b" ", 1)[0].strip().upper()
+            if op == b"SUB":
+                self.subs.append(line.split()[1].decode())
+            elif op == b"PING":
+                self.at_pong.append(list(self.subs))
+                writer.write(b"PONG\r\n")
+                await writer.drain()
+        writer.close()
+
+
+async def test_flush_returns_once_the_server_has_the_subscription():
+    """An agent puts its record once its subscription is at the server. nats-py's
+    flush writes its PING ahead of a SUB still in its pending buffer, so the
+    PONG can answer before the server has it (the control); agentreach's flush
+    returns only once the server had the subscription when it answered."""
+    rec = _Recorder()
+    server = await asyncio.start_server(rec.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+    try:
+        await nc.subscribe("reach.agent.control")
+        await nc.flush()
+        assert rec.at_pong[-1] == [], f"the control: nats-py's flush now waits for a pending SUB ({rec.at_pong})"
+        await nc.subscribe("reach.agent.a-1")
+        await agentreach._connection.flush(nc)
+        assert "reach.agent.a-1" in rec.at_pong[-1], rec.at_pong
+    finally:
+        await nc.close()
+        server.close()
+        await server.wait_closed()

@@ -118,3 +118,17 @@ async def dial(servers: Union[str, list[str]], *, name: str, timeout: float = DE
         raise
     events.dialling = False
     return nc
+
+
+async def flush(nc: NATS) -> None:
+    """Returns once the server has every command written on nc before the call.
+
+    nats-py's own flush writes its PING to the socket at once, ahead of the
+    commands still in its pending buffer: a SUB made just before waits there
+    for the flusher task, so the PONG can come back before the server has the
+    subscription (a dispatcher that then delivers gets no responders). The
+    flusher was woken before that first PING went out, so by the time its
+    PONG is read the pending commands are on the socket, and a second PING
+    follows them."""
+    await nc.flush()
+    await nc.flush()

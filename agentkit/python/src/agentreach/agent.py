@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from . import _wire as w
-from ._connection import dial
+from ._connection import dial, flush
 from ._heartbeat import Heartbeat
 from ._micro import Service
 from ._idempotency import ClaimFailed, Idempotency, InDoubt, Outcome
@@ -404,7 +404,7 @@ class Agent:
                                   self.capabilities)
             await self._micro.start(self._nc)
         self._sub = await self._nc.subscribe(f"{self.prefix}.agent.{self.id}", cb=self._deliver)
-        await self._nc.flush()  # the server has the subscription before any dispatcher sees the record
+        await flush(self._nc)  # the server has the subscription before any dispatcher sees the record
         await self._hb.put()
         self._hb.start()
         log.info("agent registered agent=%s capabilities=%s max_concurrent=%d heartbeat_ms=%d direct_results=%s",
@@ -486,7 +486,7 @@ class Agent:
                     t.cancel()
                 await asyncio.wait(late)
         try:
-            await self._nc.flush()  # every answer is out before the record goes
+            await flush(self._nc)  # every answer is out before the record goes
         except Exception as e:
             errors.append(f"flush the answers: {e!r}")
         try:
