@@ -100,11 +100,13 @@ func TestMinorityPartition(t *testing.T) {
 	net := newNetwork(t, 3)
 	scenarioOn(t, "minority partition", net, nil, func(s *stack) {
 		net.isolate(2)
+		s.tl.mark("node 3 cut off")
 		// The fault's length: long enough for the routes' pings (2 s × 3)
 		// to drop the dead routes and the minority's agent records to
 		// expire (3 heartbeats).
 		time.Sleep(20 * time.Second)
 		net.heal(2)
+		s.tl.mark("node 3 plugged in")
 	})
 }
 
@@ -117,9 +119,11 @@ func TestLeaderIsolation(t *testing.T) {
 	net := newNetwork(t, 3)
 	scenarioOn(t, "leader isolation", net, func(s *stack) { s.leadersTo(2) }, func(s *stack) {
 		net.isolate(2)
+		s.tl.mark("node 3 cut off")
 		// The fault's length, as the minority partition's.
 		time.Sleep(20 * time.Second)
 		net.heal(2)
+		s.tl.mark("node 3 plugged in")
 	})
 }
 
@@ -138,9 +142,11 @@ func TestFlappingLink(t *testing.T) {
 				time.Sleep(2 * time.Second)
 			}
 			net.isolate(2)
+			s.tl.mark("node 3 cut off")
 			// The outage's length.
 			time.Sleep(d)
 			net.heal(2)
+			s.tl.mark("node 3 plugged in")
 		}
 	})
 }
