@@ -101,7 +101,7 @@ func TestMinorityPartition(t *testing.T) {
 	scenarioOn(t, "minority partition", net, nil, func(s *stack) {
 		net.isolate(2)
 		s.tl.mark("node 3 cut off")
-		// The fault's length: long enough for the routes' pings (2 s × 3)
+		// The fault's length: long enough for the routes' pings (1 s × 2)
 		// to drop the dead routes and the minority's agent records to
 		// expire (3 heartbeats).
 		time.Sleep(20 * time.Second)
@@ -128,7 +128,7 @@ func TestLeaderIsolation(t *testing.T) {
 }
 
 // flaps are the flapping link's outages: some shorter than the routes'
-// ping budget (2 s × 3), some longer, with 2 s of link between them.
+// ping budget (1 s × 2), some longer, with 2 s of link between them.
 var flaps = []time.Duration{1 * time.Second, 3 * time.Second, 7 * time.Second, 2 * time.Second, 4 * time.Second}
 
 // TestFlappingLink takes node 3's link (its routes, and its dispatcher's
