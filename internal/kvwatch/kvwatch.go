@@ -429,6 +429,10 @@ func (w *watch) stalled(last uint64) bool {
 // store is unavailable.
 const directEvery = 500 * time.Millisecond
 
+// directTries is how many direct listings each listing asks for, keeping
+// the most current.
+const directTries = 3
+
 // readied closes ready once a first listing was handed over.
 func (w *watch) readied() {
 	if w.ready != nil {
@@ -450,13 +454,23 @@ func (w *watch) listDirect(ctx context.Context) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
 	defer cancel()
-	l, err := ListDirect(dctx, w.js, w.kv.Bucket())
-	seen := max(w.lastRev, w.directRev)
-	for try := 1; err == nil && l.LastSeq < seen && try < 3; try++ {
-		// A replica behind the one the watcher read from (cut off until
-		// now): ask again, another may answer.
-		l, err = ListDirect(dctx, w.js, w.kv.Bucket())
+	// Any replica may answer, and without a leader they stand at
+	// different points: the old leader applied what it committed, a
+	// follower may not have heard of the commit, a replica that was cut
+	// off is behind. Ask a few times and keep the most current answer.
+	var (
+		l   Listing
+		err error
+	)
+	for try := 0; try < directTries && dctx.Err() == nil; try++ {
+		m, merr := ListDirect(dctx, w.js, w.kv.Bucket())
+		if merr == nil && (try == 0 || err != nil || m.LastSeq > l.LastSeq) {
+			l, err = m, nil
+		} else if try == 0 {
+			err = merr
+		}
 	}
+	seen := max(w.lastRev, w.directRev)
 	switch {
 	case err != nil:
 		if !w.directNoted {
