@@ -158,3 +158,68 @@ func TestAWaiterAsksAgainWhenAReadIsLost(t *testing.T) {
 		}
 	}
 }
+
+// unavailable is the idempotency bucket without a leader: every create
+// fails "no responders" until answer is closed; failed says a create
+// failed.
+type unavailable struct {
+	jetstream.KeyValue
+	answer chan struct{}
+	failed chan string
+}
+
+func (k *unavailable) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	select {
+	case <-k.answer:
+		return k.KeyValue.Create(ctx, key, value, opts...)
+	default:
+	}
+	select {
+	case k.failed <- key:
+	default:
+	}
+	return 0, jetstream.ErrNoStreamResponse
+}
+
+// While the store does not answer, at most MaxRetrying claims are retried
+// (each holds its task's slot): a claim beyond them gives up at its first
+// unanswered create, and nothing of it is left in the bucket; the claim
+// retried executes once the store answers. Control: that claim was
+// retried, not refused.
+func TestClaimsRetriedAtOnceAreBounded(t *testing.T) {
+	kv, reg := idemStore(t)
+	down := &unavailable{KeyValue: kv, answer: make(chan struct{}), failed: make(chan string, 1)}
+	id := &Store{KV: down, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond,
+		MaxRetrying: 1, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		rec, err := id.Begin(ctx, "pay.charge.=.a", "req-a")
+		if rec != nil {
+			err = errors.New("a stored outcome, want to execute")
+		}
+		first <- err
+	}()
+	if key := <-down.failed; key != "pay.charge.=.a" {
+		t.Fatalf("the first failed create was for %q", key)
+	}
+	// The first claim is being retried: the second is refused at once.
+	_, err := id.Begin(ctx, "pay.charge.=.b", "req-b")
+	if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("the second claim: %v, want it refused (no responders)", err)
+	}
+	if _, ok := id.unsure.Load("pay.charge.=.b"); ok {
+		t.Fatal("the refused claim is unsure, though no stream took it")
+	}
+	close(down.answer)
+	if err := <-first; err != nil {
+		t.Fatalf("the retried claim: %v", err)
+	}
+	if _, err := kv.Get(ctx, "pay.charge.=.b"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the refused claim's key: %v, want none", err)
+	}
+	if n := id.retrying.Load(); n != 0 {
+		t.Fatalf("%d claims still counted as retried", n)
+	}
+}
