@@ -140,14 +140,14 @@ func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
 			}
 			return errClaimed
 		}
+		// No answer: the claim may or may not be stored (even "no
+		// responders" after the client's own retries: a chaos run found
+		// such a claim stored).
+		id.unsure.Store(key, struct{}{})
 		if !reserved {
 			if id.MaxRetrying > 0 && id.retrying.Add(1) > int64(id.MaxRetrying) {
 				id.retrying.Add(-1)
-				if !errors.Is(err, jetstream.ErrNoStreamResponse) {
-					// No answer at all: the claim may be stored.
-					id.unsure.Store(key, struct{}{})
-					go id.abandon(key)
-				} // else no stream took it ("no responders"): nothing stored
+				go id.abandon(key)
 				return fmt.Errorf("claim idempotency key: %w (%d claims already wait for the store)", err, id.MaxRetrying)
 			}
 			reserved = true
@@ -155,8 +155,6 @@ func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
 				defer id.retrying.Add(-1)
 			}
 		}
-		// No answer: the claim may or may not be stored.
-		id.unsure.Store(key, struct{}{})
 		id.Log.Warn().Err(err).Str("key", key).Msg("idempotency claim not answered; reading it back")
 		if id.adopt(rctx, key) {
 			return nil

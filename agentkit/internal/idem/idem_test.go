@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,6 +167,8 @@ type unavailable struct {
 	jetstream.KeyValue
 	answer chan struct{}
 	failed chan string
+	mu     sync.Mutex
+	tries  map[string]int // failed creates per key
 }
 
 func (k *unavailable) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
@@ -174,6 +177,9 @@ func (k *unavailable) Create(ctx context.Context, key string, value []byte, opts
 		return k.KeyValue.Create(ctx, key, value, opts...)
 	default:
 	}
+	k.mu.Lock()
+	k.tries[key]++
+	k.mu.Unlock()
 	select {
 	case k.failed <- key:
 	default:
@@ -183,12 +189,12 @@ func (k *unavailable) Create(ctx context.Context, key string, value []byte, opts
 
 // While the store does not answer, at most MaxRetrying claims are retried
 // (each holds its task's slot): a claim beyond them gives up at its first
-// unanswered create, and nothing of it is left in the bucket; the claim
-// retried executes once the store answers. Control: that claim was
-// retried, not refused.
+// unanswered create, and is looked after as one that may have been stored
+// (abandoned once the store answers); the claim retried executes once the
+// store answers. Control: that claim was retried, not refused.
 func TestClaimsRetriedAtOnceAreBounded(t *testing.T) {
 	kv, reg := idemStore(t)
-	down := &unavailable{KeyValue: kv, answer: make(chan struct{}), failed: make(chan string, 1)}
+	down := &unavailable{KeyValue: kv, answer: make(chan struct{}), failed: make(chan string, 1), tries: map[string]int{}}
 	id := &Store{KV: down, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond,
 		MaxRetrying: 1, Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -209,8 +215,14 @@ func TestClaimsRetriedAtOnceAreBounded(t *testing.T) {
 	if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("the second claim: %v, want it refused (no responders)", err)
 	}
-	if _, ok := id.unsure.Load("pay.charge.=.b"); ok {
-		t.Fatal("the refused claim is unsure, though no stream took it")
+	down.mu.Lock()
+	tries := down.tries["pay.charge.=.b"]
+	down.mu.Unlock()
+	if tries != 1 {
+		t.Fatalf("the refused claim was tried %d times, want once", tries)
+	}
+	if _, ok := id.unsure.Load("pay.charge.=.b"); !ok {
+		t.Fatal("the refused claim is not looked after, though it may have been stored")
 	}
 	close(down.answer)
 	if err := <-first; err != nil {
