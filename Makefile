@@ -55,7 +55,7 @@ go-test: tools chromium $(VENV)/.installed
 
 ## chaos: the chaos suite (integration/chaos, build tag chaos): a 3-node
 ## nats-server cluster of real processes with deploy/nats/common.conf's
-## settings (R3, sync_interval always, cluster ping_interval 2 s), two
+## settings (R3, sync_interval always, cluster ping_interval 1 s), two
 ## dispatcher processes, four agents and a steady durable and direct load,
 ## through a node bounce, a dispatcher SIGKILL and SIGSTOP, every agent
 ## killed together, and — in network namespaces, as root — a minority

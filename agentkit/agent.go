@@ -338,7 +338,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return streams.OpenError("agentkit", streams.BucketIdempotency, err)
 	}
-	a.idem = &idem.Store{KV: ikv, Reg: reg, Owner: a.id, Incarnation: a.incarn, Check: a.cfg.Heartbeat, Log: a.log}
+	// Half the slots at most wait on an unanswered claim: the other half
+	// still serve calls without an idempotency key while the bucket has
+	// no leader (4-9 s after a partition heals).
+	a.idem = &idem.Store{KV: ikv, Reg: reg, Owner: a.id, Incarnation: a.incarn, Check: a.cfg.Heartbeat, Log: a.log,
+		MaxRetrying: max(a.cfg.MaxConcurrent/2, 1)}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.workers = workers.New(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)

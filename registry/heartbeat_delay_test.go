@@ -5,30 +5,40 @@ import (
 	"time"
 )
 
-// A failed heartbeat put is retried with backoff that starts at a
-// twentieth of the interval, doubles, and stops at half an interval or one
-// second, whichever is less; every delay is drawn from the upper half of
-// its step.
+// A failed heartbeat put is retried after a delay drawn from the upper
+// half of a twentieth of the interval, kept between 50 and 250 ms, however
+// many puts failed before: no backoff, so a put lands within a fraction of
+// a second of the store answering again.
 func TestHeartbeatRetryDelayBounds(t *testing.T) {
 	for _, c := range []struct {
-		interval, first, limit time.Duration
+		interval, step time.Duration
 	}{
-		{5 * time.Second, 250 * time.Millisecond, time.Second},
-		{30 * time.Second, time.Second, time.Second},
-		{time.Second, 50 * time.Millisecond, 500 * time.Millisecond},
-		{200 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond},
-		{20 * time.Millisecond, 50 * time.Millisecond, 50 * time.Millisecond},
+		{5 * time.Second, 250 * time.Millisecond},
+		{30 * time.Second, 250 * time.Millisecond},
+		{2 * time.Second, 100 * time.Millisecond},
+		{time.Second, 50 * time.Millisecond},
+		{20 * time.Millisecond, 50 * time.Millisecond},
 	} {
 		h := &Heartbeat{interval: c.interval}
-		step := c.first
-		for n := 1; n <= 12; n++ {
-			for range 50 {
-				d := h.retryDelay(n)
-				if d < step/2 || d >= step {
-					t.Fatalf("interval %v, failure %d: delay %v outside [%v, %v)", c.interval, n, d, step/2, step)
-				}
+		for range 500 {
+			if d := h.retryDelay(); d < c.step/2 || d >= c.step {
+				t.Fatalf("interval %v: delay %v outside [%v, %v)", c.interval, d, c.step/2, c.step)
 			}
-			step = min(2*step, c.limit)
+		}
+	}
+}
+
+// A put is bounded to a fifth of the interval, between 250 ms and 1 s.
+func TestHeartbeatPutTimeoutBounds(t *testing.T) {
+	for _, c := range []struct{ interval, want time.Duration }{
+		{30 * time.Second, time.Second},
+		{5 * time.Second, time.Second},
+		{2 * time.Second, 400 * time.Millisecond},
+		{200 * time.Millisecond, 250 * time.Millisecond},
+	} {
+		h := &Heartbeat{interval: c.interval}
+		if got := h.putTimeout(); got != c.want {
+			t.Errorf("interval %v: put timeout %v, want %v", c.interval, got, c.want)
 		}
 	}
 }

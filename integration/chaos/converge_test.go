@@ -64,6 +64,7 @@ func (s *stack) converge(bound time.Duration) (convergence, error) {
 			err := p.fn(ctx)
 			cancel()
 			now := time.Now()
+			s.noteProbe(p.name, err)
 			if err == nil {
 				return now.Sub(start), nil
 			}
@@ -107,7 +108,9 @@ func (s *stack) converge(bound time.Duration) (convergence, error) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 				defer cancel()
-				if err := p.fn(ctx); err != nil {
+				err := p.fn(ctx)
+				s.noteProbe(p.name, err)
+				if err != nil {
 					mu.Lock()
 					ok = false
 					c.last[p.name] = fmt.Sprintf("confirming at %v: %v", time.Since(start).Round(time.Millisecond), err)

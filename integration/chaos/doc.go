@@ -1,6 +1,6 @@
 // Package chaos is the chaos suite (issue 26, DESIGN.md §6.5 and §7): a
 // 3-node nats-server cluster of real child processes with the shipped
-// settings (R3, sync_interval always, cluster ping_interval 2 s), two
+// settings (R3, sync_interval always, cluster ping_interval 1 s), two
 // dispatcher processes on different nodes, agents that record every
 // execution per idempotency key, a steady durable and direct load, and a
 // ledger — accepted, lost, doubled, executed twice, time to converge —

@@ -230,7 +230,7 @@ func (n *node) healthy() error {
 
 // cluster is three nats-server processes with deploy/nats/common.conf's
 // settings where they apply on loopback: R3 JetStream with sync_interval
-// always in the hub's domain, cluster ping_interval 2 s and ping_max 3.
+// always in the hub's domain, cluster ping_interval 1 s and ping_max 2.
 // TLS, operator mode and the leaf node listener are left out: they change
 // nothing the faults exercise.
 type cluster struct {
@@ -255,8 +255,8 @@ cluster {
   name: agentreach
   listen: %s:%d
   routes: [%s]
-  ping_interval: "2s"
-  ping_max: 3
+  ping_interval: "1s"
+  ping_max: 2
 }
 # Everyone without credentials is "app", in an account of its own with
 # JetStream; the system account is there for the JetStream meta group's

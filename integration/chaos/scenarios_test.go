@@ -100,11 +100,13 @@ func TestMinorityPartition(t *testing.T) {
 	net := newNetwork(t, 3)
 	scenarioOn(t, "minority partition", net, nil, func(s *stack) {
 		net.isolate(2)
-		// The fault's length: long enough for the routes' pings (2 s × 3)
+		s.tl.mark("node 3 cut off")
+		// The fault's length: long enough for the routes' pings (1 s × 2)
 		// to drop the dead routes and the minority's agent records to
 		// expire (3 heartbeats).
 		time.Sleep(20 * time.Second)
 		net.heal(2)
+		s.tl.mark("node 3 plugged in")
 	})
 }
 
@@ -117,14 +119,16 @@ func TestLeaderIsolation(t *testing.T) {
 	net := newNetwork(t, 3)
 	scenarioOn(t, "leader isolation", net, func(s *stack) { s.leadersTo(2) }, func(s *stack) {
 		net.isolate(2)
+		s.tl.mark("node 3 cut off")
 		// The fault's length, as the minority partition's.
 		time.Sleep(20 * time.Second)
 		net.heal(2)
+		s.tl.mark("node 3 plugged in")
 	})
 }
 
 // flaps are the flapping link's outages: some shorter than the routes'
-// ping budget (2 s × 3), some longer, with 2 s of link between them.
+// ping budget (1 s × 2), some longer, with 2 s of link between them.
 var flaps = []time.Duration{1 * time.Second, 3 * time.Second, 7 * time.Second, 2 * time.Second, 4 * time.Second}
 
 // TestFlappingLink takes node 3's link (its routes, and its dispatcher's
@@ -138,9 +142,11 @@ func TestFlappingLink(t *testing.T) {
 				time.Sleep(2 * time.Second)
 			}
 			net.isolate(2)
+			s.tl.mark("node 3 cut off")
 			// The outage's length.
 			time.Sleep(d)
 			net.heal(2)
+			s.tl.mark("node 3 plugged in")
 		}
 	})
 }

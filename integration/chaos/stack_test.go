@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ type stack struct {
 	nc          *nats.Conn
 	js          jetstream.JetStream
 	client      *agentkit.Client
+	// tl, while a scenario's fault runs and the stack converges after it,
+	// records the probes' answers beside the cluster's state.
+	tl *timeline
 }
 
 // newStack starts the cluster on loopback, two dispatcher processes on
@@ -611,6 +615,7 @@ func (l *load) ledger(f *figures) (doubledIDs []string) {
 		t.Logf("  lost: %s", strings.Join(first(lost, 10), ", "))
 		l.s.outcomeStreams()
 		l.s.taskStream()
+		l.s.dumpDispatchers()
 	}
 	f.completed, f.deadLettered, f.inReview = len(o.Completed), len(o.DeadLettered), len(o.InReview)
 	ids := map[string]int{}
@@ -648,14 +653,18 @@ func scenarioOn(t *testing.T, name string, net *network, prepare, fault func(s *
 	waitCalls(t, l, 160)
 	steadyFrom := l.firstCall()
 	faultAt, callsAtFault := time.Now(), l.made()
+	s.tl = s.startTimeline()
 	fault(s)
 	healed := time.Now()
+	s.tl.mark("healed")
 	conv, cerr := s.converge(convergeBound)
 	convergedAt := healed.Add(conv.total)
 	// Load after the convergence: 200 calls, and at least until 10 s after
 	// the fault began, for the throughput in those 10 s.
 	waitCalls(t, l, max(l.made()+200, callsAtFault+400))
 	l.halt()
+	s.tl.print(healed)
+	s.tl = nil
 	var f figures
 	f.converge = conv
 	var why map[string]int
@@ -796,4 +805,19 @@ func (s *stack) taskStream() {
 		s.t.Logf("  consumer %s: delivered stream seq %d, ack floor stream seq %d, pending %d, ack pending %d, redelivered %d, waiting %d, leader %q",
 			c.Name, c.Delivered.Stream, c.AckFloor.Stream, c.NumPending, c.NumAckPending, c.NumRedelivered, c.NumWaiting, leader)
 	}
+}
+
+// dumpDispatchers makes every running dispatcher print its goroutines
+// (SIGQUIT; it exits) into its log: where a task that has no outcome is
+// held.
+func (s *stack) dumpDispatchers() {
+	for _, d := range s.dispatchers {
+		d.mu.Lock()
+		cmd := d.cmd
+		d.mu.Unlock()
+		if cmd != nil {
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+		}
+	}
+	s.t.Logf("  the dispatchers' goroutines are in their logs (SIGQUIT)")
 }

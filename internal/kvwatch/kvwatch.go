@@ -15,9 +15,10 @@
 // undelivered for a probe interval, before it counts as stalled; the
 // watcher's updates that listing covers are then skipped.
 //
-// The store is probed every probe interval (a STREAM.INFO of the bucket's
-// stream, answered by its leader; a replicated stream whose leader does not
-// hear a majority of its group counts as unavailable): a handler that implements Observer hears
+// The store is probed every probe interval, and four times as often while
+// it fails to answer (a STREAM.INFO of the bucket's stream, answered by its
+// leader; a replicated stream whose leader does not hear a majority of its
+// group counts as unavailable): a handler that implements Observer hears
 // whether the store is reachable, which a registry table uses to tell an
 // agent that stopped heartbeating from a store that could not take its
 // heartbeats.
@@ -69,9 +70,11 @@ type Options struct {
 	// Reconcile is how often the watcher is re-created with a full
 	// listing even when nothing went wrong; default 30 s.
 	Reconcile time.Duration
-	// Probe is how often the store is probed; default 1 s, negative: never.
+	// Probe is how often the store is probed, four times as often while
+	// it fails to answer; default 1 s, negative: never.
 	Probe time.Duration
-	// ProbeTimeout bounds one probe; default 2 s.
+	// ProbeTimeout bounds one probe; default 2 s (at most half a probe
+	// interval while the store fails to answer).
 	ProbeTimeout time.Duration
 	// StallAfter is how long the watcher may leave undelivered a message
 	// the stream held at a probe before it counts as stalled; default 3
@@ -172,26 +175,44 @@ type probe struct {
 	err  error
 }
 
+// probeLoop probes every probe interval and, while the store fails to
+// answer, every quarter interval with each probe bounded to half an
+// interval: a STREAM.INFO sent while the stream has no leader is never
+// answered, and waiting out the full probe timeout on it left a table
+// seconds behind a leader elected meanwhile.
 func (w *watch) probeLoop(ctx context.Context) {
-	t := time.NewTicker(w.opts.Probe)
-	defer t.Stop()
+	send := func(p probe) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case w.probes <- p:
+			return true
+		}
+	}
+	next := w.opts.Probe
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(next):
 		}
-		p := w.probeOnce(ctx)
-		select {
-		case <-ctx.Done():
+		timeout := w.opts.ProbeTimeout
+		if next < w.opts.Probe {
+			timeout = min(timeout, max(w.opts.Probe/2, 100*time.Millisecond))
+		}
+		p := w.probeOnce(ctx, timeout)
+		if !send(p) {
 			return
-		case w.probes <- p:
+		}
+		next = w.opts.Probe
+		if p.err != nil {
+			next = w.opts.Probe / 4
 		}
 	}
 }
 
-func (w *watch) probeOnce(ctx context.Context) probe {
-	pctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
+func (w *watch) probeOnce(ctx context.Context, timeout time.Duration) probe {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := w.kv.Status(pctx)
 	if err != nil {
@@ -281,7 +302,7 @@ func (w *watch) once(ctx context.Context) error {
 	// to it is in the listing or gone, so it is not waited for.
 	var floor uint64
 	if w.opts.Probe > 0 {
-		if p := w.probeOnce(ctx); p.err == nil {
+		if p := w.probeOnce(ctx, w.opts.ProbeTimeout); p.err == nil {
 			floor = p.last
 		}
 	}
@@ -408,6 +429,10 @@ func (w *watch) stalled(last uint64) bool {
 // store is unavailable.
 const directEvery = 500 * time.Millisecond
 
+// directTries is how many direct listings each listing asks for, keeping
+// the most current.
+const directTries = 3
+
 // readied closes ready once a first listing was handed over.
 func (w *watch) readied() {
 	if w.ready != nil {
@@ -429,13 +454,23 @@ func (w *watch) listDirect(ctx context.Context) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, w.opts.ProbeTimeout)
 	defer cancel()
-	l, err := ListDirect(dctx, w.js, w.kv.Bucket())
-	seen := max(w.lastRev, w.directRev)
-	for try := 1; err == nil && l.LastSeq < seen && try < 3; try++ {
-		// A replica behind the one the watcher read from (cut off until
-		// now): ask again, another may answer.
-		l, err = ListDirect(dctx, w.js, w.kv.Bucket())
+	// Any replica may answer, and without a leader they stand at
+	// different points: the old leader applied what it committed, a
+	// follower may not have heard of the commit, a replica that was cut
+	// off is behind. Ask a few times and keep the most current answer.
+	var (
+		l   Listing
+		err error
+	)
+	for try := 0; try < directTries && dctx.Err() == nil; try++ {
+		m, merr := ListDirect(dctx, w.js, w.kv.Bucket())
+		if merr == nil && (try == 0 || err != nil || m.LastSeq > l.LastSeq) {
+			l, err = m, nil
+		} else if try == 0 {
+			err = merr
+		}
 	}
+	seen := max(w.lastRev, w.directRev)
 	switch {
 	case err != nil:
 		if !w.directNoted {

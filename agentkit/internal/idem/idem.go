@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,7 +50,14 @@ type Store struct {
 	Owner       string
 	Incarnation string        // this run of the owner (registry.Record.Incarnation)
 	Check       time.Duration // how often a waiter checks the owner is alive
+	// MaxRetrying bounds the claims retried at once while the store does
+	// not answer (0: no bound); a claim beyond it gives up at its first
+	// unanswered create. Each one retried holds its task's slot for up to
+	// claimRetry, so without a bound a store without a leader takes every
+	// slot of the agent, and calls that need no claim are refused too.
+	MaxRetrying int
 	Log         zerolog.Logger
+	retrying    atomic.Int64
 	// executing holds the keys this instance claims, has claimed and not
 	// settled, or is releasing: a claim of its own that is not in here
 	// lost its outcome. It is also the per-key lock of this instance: one
@@ -117,6 +125,7 @@ func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
 	rctx, cancel := context.WithTimeout(ctx, claimRetry)
 	defer cancel()
 	wait := 50 * time.Millisecond
+	reserved := false // counted in retrying
 	for {
 		actx, acancel := context.WithTimeout(rctx, 2*time.Second)
 		_, err := id.KV.Create(actx, key, claim)
@@ -131,8 +140,21 @@ func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
 			}
 			return errClaimed
 		}
-		// No answer: the claim may or may not be stored.
+		// No answer: the claim may or may not be stored (even "no
+		// responders" after the client's own retries: a chaos run found
+		// such a claim stored).
 		id.unsure.Store(key, struct{}{})
+		if !reserved {
+			if id.MaxRetrying > 0 && id.retrying.Add(1) > int64(id.MaxRetrying) {
+				id.retrying.Add(-1)
+				go id.abandon(key)
+				return fmt.Errorf("claim idempotency key: %w (%d claims already wait for the store)", err, id.MaxRetrying)
+			}
+			reserved = true
+			if id.MaxRetrying > 0 {
+				defer id.retrying.Add(-1)
+			}
+		}
 		id.Log.Warn().Err(err).Str("key", key).Msg("idempotency claim not answered; reading it back")
 		if id.adopt(rctx, key) {
 			return nil

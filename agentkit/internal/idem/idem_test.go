@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -156,5 +157,81 @@ func TestAWaiterAsksAgainWhenAReadIsLost(t *testing.T) {
 		if n := lossy.lose.Load(); n > 0 {
 			t.Fatalf("%d reads lost: %d never asked", lost, n)
 		}
+	}
+}
+
+// unavailable is the idempotency bucket without a leader: every create
+// fails "no responders" until answer is closed; failed says a create
+// failed.
+type unavailable struct {
+	jetstream.KeyValue
+	answer chan struct{}
+	failed chan string
+	mu     sync.Mutex
+	tries  map[string]int // failed creates per key
+}
+
+func (k *unavailable) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	select {
+	case <-k.answer:
+		return k.KeyValue.Create(ctx, key, value, opts...)
+	default:
+	}
+	k.mu.Lock()
+	k.tries[key]++
+	k.mu.Unlock()
+	select {
+	case k.failed <- key:
+	default:
+	}
+	return 0, jetstream.ErrNoStreamResponse
+}
+
+// While the store does not answer, at most MaxRetrying claims are retried
+// (each holds its task's slot): a claim beyond them gives up at its first
+// unanswered create, and is looked after as one that may have been stored
+// (abandoned once the store answers); the claim retried executes once the
+// store answers. Control: that claim was retried, not refused.
+func TestClaimsRetriedAtOnceAreBounded(t *testing.T) {
+	kv, reg := idemStore(t)
+	down := &unavailable{KeyValue: kv, answer: make(chan struct{}), failed: make(chan string, 1), tries: map[string]int{}}
+	id := &Store{KV: down, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond,
+		MaxRetrying: 1, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		rec, err := id.Begin(ctx, "pay.charge.=.a", "req-a")
+		if rec != nil {
+			err = errors.New("a stored outcome, want to execute")
+		}
+		first <- err
+	}()
+	if key := <-down.failed; key != "pay.charge.=.a" {
+		t.Fatalf("the first failed create was for %q", key)
+	}
+	// The first claim is being retried: the second is refused at once.
+	_, err := id.Begin(ctx, "pay.charge.=.b", "req-b")
+	if err == nil || !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("the second claim: %v, want it refused (no responders)", err)
+	}
+	down.mu.Lock()
+	tries := down.tries["pay.charge.=.b"]
+	down.mu.Unlock()
+	if tries != 1 {
+		t.Fatalf("the refused claim was tried %d times, want once", tries)
+	}
+	if _, ok := id.unsure.Load("pay.charge.=.b"); !ok {
+		t.Fatal("the refused claim is not looked after, though it may have been stored")
+	}
+	close(down.answer)
+	if err := <-first; err != nil {
+		t.Fatalf("the retried claim: %v", err)
+	}
+	if _, err := kv.Get(ctx, "pay.charge.=.b"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the refused claim's key: %v, want none", err)
+	}
+	if n := id.retrying.Load(); n != 0 {
+		t.Fatalf("%d claims still counted as retried", n)
 	}
 }
