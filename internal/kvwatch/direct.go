@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agent-reach/agentreach/streams"
 )
 
 // ErrDirectUnsupported is ListDirect's error when the bucket's stream
@@ -56,7 +58,7 @@ func ListDirect(ctx context.Context, js jetstream.JetStream, bucket string) (Lis
 		return Listing{}, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(apiPrefix(js)+"DIRECT.GET.KV_"+bucket, inbox, req); err != nil {
+	if err := nc.PublishRequest(streams.APIPrefix(js)+"DIRECT.GET.KV_"+bucket, inbox, req); err != nil {
 		return Listing{}, err
 	}
 	l := Listing{Entries: map[string]jetstream.KeyValueEntry{}}
@@ -99,18 +101,6 @@ func ListDirect(ctx context.Context, js jetstream.JetStream, bucket string) (Lis
 			l.Entries[e.key] = e
 		}
 	}
-}
-
-// apiPrefix is the JetStream API prefix js sends requests under.
-func apiPrefix(js jetstream.JetStream) string {
-	o := js.Options()
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "."
-	}
-	return jetstream.DefaultAPIPrefix
 }
 
 // directEntry decodes one message of a batched direct get.

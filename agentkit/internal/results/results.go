@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,7 +39,7 @@ var directGetHeaders = []string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", 
 // to its own results. jetstream.ErrMsgNotFound when there is none; js
 // looks at the stream to explain a direct get nobody answers.
 func Last(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subject string) (*nats.Msg, error) {
-	resp, err := nc.RequestWithContext(ctx, apiPrefix(js)+"DIRECT.GET."+streams.StreamResults+"."+subject, nil)
+	resp, err := nc.RequestWithContext(ctx, streams.APIPrefix(js)+"DIRECT.GET."+streams.StreamResults+"."+subject, nil)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, noDirectGet(ctx, js, subject, err)
@@ -58,17 +57,4 @@ func Last(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, subject st
 		resp.Header.Del(k)
 	}
 	return &nats.Msg{Subject: subject, Header: resp.Header, Data: resp.Data}, nil
-}
-
-// apiPrefix is the JetStream API prefix js sends its requests under:
-// $JS.API., or $JS.<domain>.API. in a domain.
-func apiPrefix(js jetstream.JetStream) string {
-	o := js.Options()
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "."
-	}
-	return jetstream.DefaultAPIPrefix
 }
