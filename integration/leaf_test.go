@@ -25,10 +25,7 @@ import (
 func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, edge := NewEdgeSite(t, false)
-	d := st.Dispatcher(config.Config{})
-	edge.Agent(agentkit.Config{ID: "edge-echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
-	WaitRoutable(t, "echo", 1, d)
+	st, _ := edgeEcho(t)
 
 	js, err := jetstream.New(st.Conn())
 	if err != nil {
@@ -61,10 +58,7 @@ func TestAnAgentBehindALeafNodeServesTheHub(t *testing.T) {
 func TestACallerAtTheEdgeUsesTheHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, edge := NewEdgeSite(t, false)
-	d := st.Dispatcher(config.Config{})
-	edge.Agent(agentkit.Config{ID: "edge-echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
-	WaitRoutable(t, "echo", 1, d)
+	st, edge := edgeEcho(t)
 
 	c := edge.ClientAs("edge-caller")
 	res, err := c.SubmitAndWait(ctx, "echo", echoIn{Text: "from the edge"})
@@ -316,4 +310,15 @@ func receive(t *testing.T, ch <-chan *nats.Msg) *nats.Msg {
 		t.Fatal("nothing received in 10 s")
 		return nil
 	}
+}
+
+// edgeEcho is an edge site (NewEdgeSite) whose agent edge-echo-1 serves
+// echo at the leaf and is routable by a dispatcher at the hub.
+func edgeEcho(t *testing.T) (*SecureStack, *LeafEdge) {
+	t.Helper()
+	st, edge := NewEdgeSite(t, false)
+	d := st.Dispatcher(config.Config{})
+	edge.Agent(agentkit.Config{ID: "edge-echo-1", Type: "echo"}, map[string]agentkit.Handler{"echo": echoHandler()})
+	WaitRoutable(t, "echo", 1, d)
+	return st, edge
 }
