@@ -200,16 +200,29 @@ func (id *Store) mine(rec Record) bool {
 // looked after, to delete it once the store answers again.
 const abandonFor = time.Minute
 
+// errHeld says a task of this instance holds a key that abandon looks
+// after.
+var errHeld = errors.New("a task of this instance holds the key")
+
 // abandon deletes key's claim of this run whose create got no answer,
-// once the store answers — unless a task of this instance took the key
-// meanwhile (it adopts the claim). Without it, the claim would make every
-// later attempt wait for this live instance, which is not executing it.
+// once the store answers — unless a task of this instance adopted it
+// meanwhile. Without it, the claim would make every later attempt at
+// another instance wait for this live one, which is not executing it,
+// until the task's deadline (a durable task's is an hour), its
+// PROCESSING keeping the dispatcher's delivery alive.
 func (id *Store) abandon(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonFor)
 	defer cancel()
 	err := retryKV(ctx, func(ctx context.Context) error {
 		if _, busy := id.executing.LoadOrStore(key, struct{}{}); busy {
-			return nil // a task of this instance holds the key: it adopts or waits
+			if _, ok := id.unsure.Load(key); !ok {
+				return nil // adopted by the task holding it
+			}
+			// Its holder may let go without adopting the claim — the task
+			// that started this abandon and has yet to drop the key, or one
+			// whose own create or read back went unanswered — so look again.
+			id.Log.Debug().Str("key", key).Msg("idempotency claim whose create got no answer: a task of this instance holds the key; looking again")
+			return errHeld
 		}
 		defer id.executing.Delete(key)
 		if _, ok := id.unsure.Load(key); !ok {

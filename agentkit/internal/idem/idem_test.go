@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,9 +89,9 @@ func TestAnUnansweredClaimIsAbandoned(t *testing.T) {
 		if _, err := kv.Create(ctx, key, claim); err != nil {
 			t.Fatal(err)
 		}
-		id.unsure.Store(key, struct{}{})
 	}
-	id.executing.Store("pay.charge.=.held", struct{}{}) // a task of this instance holds it
+	id.unsure.Store("pay.charge.=.left", struct{}{})
+	id.executing.Store("pay.charge.=.held", struct{}{}) // a task of this instance holds it, adopted (no longer unsure)
 	id.abandon("pay.charge.=.left")
 	id.abandon("pay.charge.=.held")
 	if _, err := kv.Get(ctx, "pay.charge.=.left"); !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -101,6 +102,67 @@ func TestAnUnansweredClaimIsAbandoned(t *testing.T) {
 	}
 	if _, ok := id.unsure.Load("pay.charge.=.left"); ok {
 		t.Fatal("the abandoned claim is still unsure")
+	}
+}
+
+// lineSignal is a log that closes seen at the first line containing
+// want.
+type lineSignal struct {
+	want string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (w *lineSignal) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// An unanswered claim whose key a task of this instance holds when abandon
+// first looks — the task that gave up on it and started abandon has yet
+// to let go of the key, or its own create went unanswered too — is
+// deleted once that task lets go without adopting it. Abandon used to
+// leave it then, so a later attempt at another instance waited for this
+// live one, which was not executing it, until the task's deadline (an
+// hour for a durable task), its PROCESSING keeping the dispatcher's
+// delivery alive: the chaos runs' durable tasks held in routeWait.
+// Control: the other instance's attempt then executes.
+func TestAnUnansweredClaimIsAbandonedOnceItsHolderLetsGo(t *testing.T) {
+	kv, reg := idemStore(t)
+	looked := &lineSignal{want: "a task of this instance holds the key", seen: make(chan struct{})}
+	id := &Store{KV: kv, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond,
+		Log: zerolog.New(looked).Level(zerolog.DebugLevel)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const key = "pay.charge.=.k1"
+	claim, _ := msgpack.Marshal(&Record{State: StatePending, Owner: id.Owner, Incarnation: id.Incarnation, RequestID: "req-1"})
+	if _, err := kv.Create(ctx, key, claim); err != nil {
+		t.Fatal(err)
+	}
+	id.unsure.Store(key, struct{}{})
+	id.executing.Store(key, struct{}{}) // the task that gave up on the claim still holds the key
+	done := make(chan struct{})
+	go func() {
+		id.abandon(key)
+		close(done)
+	}()
+	select {
+	case <-looked.seen:
+		id.executing.Delete(key) // it lets go, without adopting the claim
+	case <-done: // abandon gave up on the held key without looking again
+	}
+	<-done
+	if _, err := kv.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the claim once its holder let go: %v, want it deleted", err)
+	}
+	if _, ok := id.unsure.Load(key); ok {
+		t.Fatal("the abandoned claim is still unsure")
+	}
+	w2 := &Store{KV: kv, Reg: reg, Owner: "w2", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
+	if rec, err := w2.Begin(ctx, key, "req-2"); rec != nil || err != nil {
+		t.Fatalf("another instance's attempt: %+v %v, want to execute", rec, err)
 	}
 }
 
