@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -203,6 +204,50 @@ func (tl *timeline) print(heal time.Time) {
 	tl.s.t.Logf("2 s before the heal:%s\ntimeline around the heal:%s", before.String(), b.String())
 }
 
+// election is the last leaderless spell of stream's group that began
+// after heal and ended by until, as the timeline saw it: from when most
+// nodes saw no leader to when every node saw one again, each measured from
+// heal. A cut-off node's groups campaign while alone and come back with a
+// higher term; the leader they meet steps down, and nats-server (no
+// pre-vote, elections 4–9 s) elects the next one only after its election
+// timeout: while it does, no write lands and a replica that had not heard
+// of the last commit before the stepdown stays behind.
+func (tl *timeline) election(stream string, heal, until time.Time) (from, to time.Duration, ok bool) {
+	tl.mu.Lock()
+	events := slices.Clone(tl.events)
+	tl.mu.Unlock()
+	sort.SliceStable(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
+	suffix := " sees " + stream + " led by"
+	view := map[string]string{}
+	nodes := len(tl.s.c.nodes)
+	var began time.Time
+	for _, e := range events {
+		if e.at.After(until) {
+			break
+		}
+		source, state, found := strings.Cut(e.what, ": ")
+		node, isView := strings.CutSuffix(source, suffix)
+		if !found || !isView {
+			continue
+		}
+		view[node] = state
+		none := 0
+		for _, v := range view {
+			if v == "none" {
+				none++
+			}
+		}
+		switch {
+		case began.IsZero() && 2*none > nodes && e.at.After(heal):
+			began = e.at
+		case !began.IsZero() && none == 0 && len(view) == nodes:
+			from, to, ok = began.Sub(heal), e.at.Sub(heal), true
+			began = time.Time{}
+		}
+	}
+	return from, to, ok
+}
+
 // noteProbe records a probe's answer in the scenario's timeline, if one
 // runs.
 func (s *stack) noteProbe(name string, err error) {
@@ -214,4 +259,53 @@ func (s *stack) noteProbe(name string, err error) {
 		state = "fails: " + err.Error()
 	}
 	s.tl.note("probe "+name, state)
+}
+
+// TestTimelineElection checks how a scenario tells NATS's election after a
+// heal apart from a late convergence, on a timeline written by hand: the
+// stepdown (most nodes without a leader) must begin after the heal, and
+// one node alone without a leader (the cut-off node catching up) is not
+// an election.
+func TestTimelineElection(t *testing.T) {
+	heal := time.Now()
+	at := func(ms int) time.Time { return heal.Add(time.Duration(ms) * time.Millisecond) }
+	tl := &timeline{s: &stack{c: &cluster{nodes: []*node{{name: "n1"}, {name: "n2"}, {name: "n3"}}}}}
+	views := func(events ...event) {
+		tl.events = append([]event{
+			{at(-9000), "n1 sees KV_REACH_AGENTS led by: n2"},
+			{at(-9000), "n2 sees KV_REACH_AGENTS led by: n2"},
+			{at(-9000), "n3 sees KV_REACH_AGENTS led by: n2"},
+		}, events...)
+	}
+	views(
+		event{at(40), "n3 sees KV_REACH_AGENTS led by: none"},
+		event{at(1785), "n2 sees KV_REACH_AGENTS led by: none"},
+		event{at(1800), "n2 sees REACH_TASKS led by: none"},
+		event{at(6385), "n1 sees KV_REACH_AGENTS led by: none"},
+		event{at(6485), "n1 sees KV_REACH_AGENTS led by: n1"},
+		event{at(6485), "n2 sees KV_REACH_AGENTS led by: n1"},
+		event{at(6487), "n3 sees KV_REACH_AGENTS led by: n1"},
+	)
+	if from, to, ok := tl.election("KV_REACH_AGENTS", heal, at(6700)); !ok || from != 1785*time.Millisecond || to != 6487*time.Millisecond {
+		t.Errorf("a stepdown after the heal: election %v–%v (%v), want 1.785s–6.487s", from, to, ok)
+	}
+	if _, _, ok := tl.election("KV_REACH_AGENTS", heal, at(6000)); ok {
+		t.Error("an election not over by the convergence counted")
+	}
+	views(
+		event{at(40), "n3 sees KV_REACH_AGENTS led by: none"},
+		event{at(1600), "n3 sees KV_REACH_AGENTS led by: n2"},
+	)
+	if from, to, ok := tl.election("KV_REACH_AGENTS", heal, at(6700)); ok {
+		t.Errorf("the cut-off node catching up counted as an election, %v–%v", from, to)
+	}
+	views(
+		event{at(-5000), "n1 sees KV_REACH_AGENTS led by: none"},
+		event{at(-5000), "n2 sees KV_REACH_AGENTS led by: none"},
+		event{at(900), "n1 sees KV_REACH_AGENTS led by: n1"},
+		event{at(900), "n2 sees KV_REACH_AGENTS led by: n1"},
+	)
+	if from, to, ok := tl.election("KV_REACH_AGENTS", heal, at(6700)); ok {
+		t.Errorf("an election under way before the heal counted, %v–%v", from, to)
+	}
 }
