@@ -367,6 +367,28 @@ func (c *cluster) urls(first int) []string {
 	return u
 }
 
+// jszStreams is what the suite reads of a node's
+// /jsz?accounts=true&streams=true: the meta leader, and each stream's
+// leader and state as the node's replica holds it.
+type jszStreams struct {
+	Meta struct {
+		Leader string `json:"leader"`
+	} `json:"meta_cluster"`
+	Accounts []struct {
+		Streams []struct {
+			Name    string `json:"name"`
+			Cluster struct {
+				Leader string `json:"leader"`
+			} `json:"cluster"`
+			State struct {
+				Msgs     uint64 `json:"messages"`
+				FirstSeq uint64 `json:"first_seq"`
+				LastSeq  uint64 `json:"last_seq"`
+			} `json:"state"`
+		} `json:"stream_detail"`
+	} `json:"account_details"`
+}
+
 // streamViews is how each node sees the named streams: its replica's
 // messages and sequences and the leader it knows, from its /jsz. A ledger
 // that finds tasks without an outcome prints it, to tell a failed read from
@@ -380,21 +402,7 @@ func (c *cluster) streamViews(names ...string) []string {
 			out = append(out, fmt.Sprintf("%s: %v", n.name, err))
 			continue
 		}
-		var jsz struct {
-			Accounts []struct {
-				Streams []struct {
-					Name    string `json:"name"`
-					Cluster struct {
-						Leader string `json:"leader"`
-					} `json:"cluster"`
-					State struct {
-						Msgs     uint64 `json:"messages"`
-						FirstSeq uint64 `json:"first_seq"`
-						LastSeq  uint64 `json:"last_seq"`
-					} `json:"state"`
-				} `json:"stream_detail"`
-			} `json:"account_details"`
-		}
+		var jsz jszStreams
 		err = json.NewDecoder(resp.Body).Decode(&jsz)
 		resp.Body.Close()
 		if err != nil {

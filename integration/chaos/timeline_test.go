@@ -128,19 +128,7 @@ func (tl *timeline) routes(i int) {
 // leaders notes the meta leader and each stream's leader as node i sees
 // them.
 func (tl *timeline) leaders(i int) {
-	var jsz struct {
-		Meta struct {
-			Leader string `json:"leader"`
-		} `json:"meta_cluster"`
-		Accounts []struct {
-			Streams []struct {
-				Name    string `json:"name"`
-				Cluster struct {
-					Leader string `json:"leader"`
-				} `json:"cluster"`
-			} `json:"stream_detail"`
-		} `json:"account_details"`
-	}
+	var jsz jszStreams
 	name := tl.s.c.nodes[i].name
 	if err := tl.get(i, "/jsz?accounts=true&streams=true", &jsz); err != nil {
 		tl.note(name+" leaders", "unreadable")
