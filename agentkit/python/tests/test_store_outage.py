@@ -1,6 +1,7 @@
 """Riding out a store that does not answer, as agentkit does: a failed
-heartbeat is retried within a fraction of a second, and a reconnect puts
-the record at once.
+heartbeat is retried within a fraction of a second, a reconnect puts the
+record at once, and keyed calls waiting on an unanswered claim hold half
+the slots at most.
 
 A store without a leader answers nothing; here a bucket's stream is
 deleted for a while, so each request to it fails at once with "no
@@ -16,15 +17,18 @@ import logging
 import re
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import nats
 import pytest
-from conftest import Stack, poll, running, unique
+from conftest import Direct, Replies, Stack, poll, running, unique
 from nats.js import JetStreamContext
 
 import agentreach._connection
-from agentreach import Agent
+from agentreach import Agent, Context
+
+FINAL = ("FINISHED", "FAILED", "TIMEOUT")
+
 
 @pytest.fixture(scope="module")
 def outage_stack() -> Iterator[Stack]:
@@ -119,3 +123,59 @@ async def test_a_reconnect_puts_the_record_before_its_next_beat(monkeypatch: pyt
             assert time.monotonic() - started < interval, "inconclusive: the restart took a whole interval"
     finally:
         stack.stop()
+
+
+def answered(r: Replies) -> bool:
+    return any(s in FINAL for s in r.statuses())
+
+
+async def test_half_the_slots_at_most_wait_on_an_unanswered_claim(outage_stack: Stack) -> None:
+    """While REACH_IDEMPOTENCY answers nothing, keyed calls on all 4 slots:
+    2 wait for the store (PROCESSING meanwhile), the other 2 are answered
+    TARGET_BUSY at once, naming their key, and a call without a key is
+    still served. Once the store is back the 2 waiting run, once each, and
+    a refused key runs when asked again: nothing ran under it."""
+    cap, plain = unique("claimbound.write"), unique("claimbound.echo")
+    agent = Agent(outage_stack.url, type="claimbound", max_concurrent=4)
+    runs: dict[str, int] = {}
+
+    @agent.handler(cap)
+    async def write(ctx: Context, p: Any) -> dict[str, int]:
+        key = ctx.idempotency_key
+        runs[key] = runs.get(key, 0) + 1
+        return {"n": runs[key]}
+
+    agent.handle(plain, lambda ctx, p: p)
+    nc = await nats.connect(outage_stack.url, name="pytest outage")
+    try:
+        js = nc.jetstream()
+        d = Direct(nc, agent.id)
+        async with running(agent):
+            async with stream_gone(js, "KV_REACH_IDEMPOTENCY"):
+                calls = {k: await d.deliver(cap, b"{}", extra={"Reach-Idempotency-Key": k})
+                         for k in ("k1", "k2", "k3", "k4")}
+                await poll(lambda: asyncio.sleep(0, sum(map(answered, calls.values())) >= 2),
+                           "keyed calls answered at once")
+                busy = {k for k, r in calls.items() if answered(r)}
+                waiting = set(calls) - busy
+                assert len(busy) == 2, f"answered at once: {sorted(busy)}, want exactly half"
+                for k in busy:
+                    m = await calls[k].final()
+                    assert m.headers.get("Reach-Error") == "TARGET_BUSY", m.headers
+                    message = json.loads(m.data)["message"]
+                    assert f"idempotency key {k!r}" in message and "2 claims already wait for the store" in message
+                await poll(lambda: asyncio.sleep(0, all("PROCESSING" in calls[k].statuses() for k in waiting)),
+                           "PROCESSING from the calls waiting on the store")
+                m = await (await d.deliver(plain, b'"still served"')).final()
+                assert m.headers.get("Reach-Status") == "FINISHED" and json.loads(m.data) == "still served"
+                assert not any(answered(calls[k]) for k in waiting), "the waiting calls still wait"
+            for k in waiting:
+                m = await calls[k].final()
+                assert m.headers.get("Reach-Status") == "FINISHED" and json.loads(m.data) == {"n": 1}, m.headers
+            assert runs == {k: 1 for k in waiting}
+            k = min(busy)
+            m = await (await d.deliver(cap, b"{}", extra={"Reach-Idempotency-Key": k})).final()
+            assert m.headers.get("Reach-Status") == "FINISHED" and json.loads(m.data) == {"n": 1}, m.headers
+            assert agent._idem is not None and agent._idem._retrying == 0
+    finally:
+        await nc.close()
