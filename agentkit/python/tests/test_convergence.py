@@ -1,5 +1,6 @@
 """Riding out a store outage: a failed heartbeat is retried soon with
-jitter, and an outcome being stored keeps the caller informed."""
+jitter, and an outcome being stored keeps the caller informed (the
+outage itself: test_store_outage.py)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,23 @@ import asyncio
 from typing import Any
 
 import agentreach.agent as agent_mod
-from agentreach._heartbeat import retry_delay
+from agentreach._heartbeat import put_timeout, retry_delay
 
 
-def test_heartbeat_retry_is_soon_and_jittered() -> None:
-    interval = 5.0
-    first = [retry_delay(interval, 1) for _ in range(200)]
-    # A twentieth of the interval, drawn from its upper half.
-    assert all(0.125 <= d <= 0.25 for d in first), (min(first), max(first))
-    assert len(set(first)) > 100  # not all the same: agents do not retry together
-    later = [retry_delay(interval, n) for n in range(1, 30)]
-    assert all(d <= interval / 2 for d in later)  # never a whole interval late
-    assert retry_delay(0.1, 1) >= 0.025  # at least 50 ms, from its upper half
+def test_heartbeat_retry_delay_bounds() -> None:
+    """A failed put is retried after a delay drawn from the upper half of a
+    twentieth of the interval, kept between 50 and 250 ms, as agentkit's
+    (registry.TestHeartbeatRetryDelayBounds): no backoff."""
+    for interval, step in ((5.0, 0.25), (30.0, 0.25), (2.0, 0.1), (1.0, 0.05), (0.02, 0.05)):
+        delays = [retry_delay(interval) for _ in range(500)]
+        assert all(step / 2 <= d < step for d in delays), (interval, min(delays), max(delays))
+        assert len(set(delays)) > 100  # not all the same: agents do not retry together
+
+
+def test_heartbeat_put_timeout_bounds() -> None:
+    """A put is bounded to a fifth of the interval, between 250 ms and 1 s."""
+    for interval, want in ((30.0, 1.0), (5.0, 1.0), (2.0, 0.4), (0.2, 0.25)):
+        assert put_timeout(interval) == want, interval
 
 
 class _Ctx:

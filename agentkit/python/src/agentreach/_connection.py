@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Union
+from typing import Any, Awaitable, Callable, Optional, Union
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -42,10 +42,11 @@ class _Events:
     """_Events logs what happens to one connection, one line per event, and
     stops its first dial after one failure per server."""
 
-    def __init__(self, nc: NATS, name: str, servers: int):
+    def __init__(self, nc: NATS, name: str, servers: int, on_reconnect: Optional[Callable[[], Awaitable[None]]]):
         self.nc = nc
         self.name = name
         self.servers = servers
+        self.on_reconnect = on_reconnect
         self.dialling = True
         self.failures: list[str] = []  # the first dial's, one per server tried
         self.lost = ""  # why the connection was lost, for the disconnected line
@@ -77,6 +78,8 @@ class _Events:
         log.info("nats reconnected conn=%r server=%s after %d failed attempts", self.name,
                  url.geturl() if url else "", self.attempt)
         self.attempt = 0
+        if self.on_reconnect is not None:
+            await self.on_reconnect()
 
 
 def server_list(servers: Union[str, list[str]]) -> list[str]:
@@ -86,11 +89,12 @@ def server_list(servers: Union[str, list[str]]) -> list[str]:
 
 
 async def dial(servers: Union[str, list[str]], *, name: str, timeout: float = DEFAULT_CONNECT_TIMEOUT,
-               **options: Any) -> NATS:
+               reconnected: Optional[Callable[[], Awaitable[None]]] = None, **options: Any) -> NATS:
     """Connects to servers (a URL, a comma-separated list or a list),
     trying each once, all within timeout seconds; raises ConnectError.
     options are nats-py's connect options (credentials, TLS, inbox prefix);
-    the connection's callbacks, reconnect policy and name are set here."""
+    the connection's callbacks, reconnect policy and name are set here.
+    reconnected, if given, is awaited after each reconnect is logged."""
     urls = server_list(servers)
     shown = ",".join(urls)
     if not urls:
@@ -98,7 +102,7 @@ async def dial(servers: Union[str, list[str]], *, name: str, timeout: float = DE
     if timeout <= 0:
         raise ConnectError(f"connect to {shown}: the connect timeout must be positive, got {timeout!r}")
     nc = NATS()
-    events = _Events(nc, name, len(urls))
+    events = _Events(nc, name, len(urls), reconnected)
     try:
         await asyncio.wait_for(
             nc.connect(urls, name=name, allow_reconnect=True, max_reconnect_attempts=-1,

@@ -4,6 +4,12 @@ It runs its own event loop on its own thread with its own NATS connection,
 so neither task traffic nor handlers that hold the agent's event loop (CPU
 work in an ``async def``) delay it: the thread needs only the interpreter's
 lock, which Python hands round every few milliseconds.
+
+As agentkit's (registry/heartbeat.go): a put that fails is retried after a
+jittered fraction of a second (retry_delay) rather than a whole interval
+later, and after a reconnect the record is put again within a jittered
+quarter interval, so a record that expired while the store was unavailable
+is back within moments of the store answering.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ class Heartbeat:
         self._nc: Optional[NATS] = None
         self._kv: Any = None
         self._lock: Optional[asyncio.Lock] = None
+        self._due = 0.0  # loop time of the next beat
+        self._moved: Optional[asyncio.Event] = None  # set when a reconnect moves _due
         self._beat: Optional[asyncio.Task[None]] = None
         self._closed = False
         self.heartbeat_ms = 0
@@ -64,7 +72,8 @@ class Heartbeat:
 
     async def _open(self) -> int:
         self._lock = asyncio.Lock()
-        self._nc = await dial(self._servers, **self._connect)
+        self._moved = asyncio.Event()
+        self._nc = await dial(self._servers, reconnected=self._reconnected, **self._connect)
         js = self._nc.jetstream()
         try:
             self._kv = await js.key_value(BUCKET_AGENTS)
@@ -100,41 +109,60 @@ class Heartbeat:
         self._beat = self._loop.create_task(self._run())
 
     async def _run(self) -> None:
+        assert self._moved is not None
         interval = self.heartbeat_ms / 1000.0
-        # A put is bounded by half an interval (0.25 to 2 s): one the store
-        # dropped (no leader) is retried well before the record's TTL.
-        put_timeout = min(max(interval / 2, 0.25), 2.0)
-        due = self._loop.time() + interval
+        self._due = self._loop.time() + interval
         failed = 0  # puts failed in a row
         while True:
-            await asyncio.sleep(max(0.0, due - self._loop.time()))
+            left = self._due - self._loop.time()
+            if left > 0:
+                self._moved.clear()
+                try:
+                    await asyncio.wait_for(self._moved.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
+                continue
             assert self._nc is not None
             ok = False
+            err: Optional[Exception] = None  # the failed put's; none while disconnected
             if not self._nc.is_connected:  # reconnecting: the connection logs each attempt
                 self.failures += 1
             else:
                 try:
-                    await asyncio.wait_for(self._put(), put_timeout)
+                    await asyncio.wait_for(self._put(), put_timeout(interval))
                     ok = True
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
                     self.failures += 1
-                    if failed == 0:
-                        log.warning("heartbeat failed agent=%s error=%r", self._id, e)
+                    err = e
             now = self._loop.time()
             if ok:
                 if failed:
                     log.info("heartbeat stored again agent=%s failed_puts=%d", self._id, failed)
                 failed = 0
-                due += interval
-                if due < now:  # stalled past a beat: put again at once, then on the interval
-                    due = now
-            else:
-                # Not a whole interval later: soon, with jitter, so agents
-                # that failed together do not retry together.
-                failed += 1
-                due = now + retry_delay(interval, failed)
+                self._due += interval
+                if self._due < now:  # stalled past a beat: put again at once, then on the interval
+                    self._due = now
+                continue
+            failed += 1
+            delay = retry_delay(interval)
+            if err is not None:  # the first of a run of failures is a warning, the next ones detail
+                log.log(logging.WARNING if failed == 1 else logging.DEBUG,
+                        "heartbeat failed agent=%s failures=%d retry_in=%.3fs error=%r",
+                        self._id, failed, delay, err)
+            self._due = now + delay
+
+    async def _reconnected(self) -> None:
+        """Puts the record within a random share of a quarter interval (at
+        most 1 s) of a reconnect: every agent of a restarted server
+        reconnects at once, and each puts then, not all together and not a
+        whole interval late (its record may have expired meanwhile)."""
+        assert self._moved is not None
+        if not self.heartbeat_ms:  # still opening: the first beat is the put at start
+            return
+        self._due = self._loop.time() + random.random() * min(self.heartbeat_ms / 4000.0, 1.0)
+        self._moved.set()
 
     async def stop(self, delete: bool) -> None:
         """Stops beating and, with delete, deletes the record (a KV delete)."""
@@ -175,14 +203,31 @@ class Heartbeat:
             await self._nc.close()
 
 
-def retry_delay(interval: float, failed: int) -> float:
-    """The wait before the next put after ``failed`` failed ones in a row:
-    from a twentieth of the interval (at least 50 ms) doubling up to half an
-    interval, drawn at random from the upper half of it."""
-    d = max(interval / 20, 0.05)
-    for _ in range(1, failed):
-        if d >= interval / 2:
-            break
-        d *= 2
-    d = min(d, max(interval / 2, 0.05))
-    return d / 2 + random.random() * d / 2
+def put_timeout(interval: float) -> float:
+    """Bounds one put: a fifth of the interval, between 250 ms and 1 s, so a
+    put lost on a connection that stalled (a route waiting on TCP
+    retransmission after a link came back) is sent again within a second."""
+    return min(max(interval / 5, 0.25), 1.0)
+
+
+def retry_step(interval: float) -> float:
+    """A twentieth of the interval, between 50 and 250 ms: at most four puts
+    a second while the store takes none (a store without a leader answers
+    each at once, "no responders")."""
+    return min(max(interval / 20, 0.05), 0.25)
+
+
+def retry_delay(interval: float) -> float:
+    """The wait before the next put after failed ones: drawn at random from
+    the upper half of retry_step, so agents that failed together do not
+    retry together.
+
+    It does not back off. After a partition heals, a JetStream group whose
+    replica was cut off has its leader step down within about a second, and
+    the next leader comes only after NATS's election timeout (4-9 s): an
+    agent whose record expired gets it back at once only if a put lands in
+    that first second, which a retry every 125-250 ms does and a backoff to
+    a second mostly does not (docs/operations.md, the chaos suite's
+    minority partition)."""
+    step = retry_step(interval)
+    return step / 2 + random.random() * step / 2

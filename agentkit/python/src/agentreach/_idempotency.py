@@ -5,7 +5,9 @@ request_id}`` (msgpack), executed, and its outcome stored as ``{state: done,
 owner, incarnation, request_id, content_type, data, error, cost}`` before
 the reply; a key claimed already is polled with KV gets until its outcome is
 stored, then replayed. A create that gets no answer is retried and read
-back: a claim of this run that nothing executed under is the task's.
+back: a claim of this run that nothing executed under is the task's. At
+most max_retrying claims are retried at once; one beyond them is refused at
+its first unanswered create (ClaimFailed).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ class Outcome:
 class Idempotency:
     """Idempotency executes each key at most once across every instance."""
 
-    def __init__(self, kv: Any, agents: Any, owner: str, check: float, incarnation: str = ""):
+    def __init__(self, kv: Any, agents: Any, owner: str, check: float, incarnation: str = "",
+                 max_retrying: int = 0):
         self._kv = kv
         self._agents = agents
         self.owner = owner
@@ -91,6 +94,13 @@ class Idempotency:
         # nothing ran under it, so this instance may take it or delete it.
         self._unsure: set[str] = set()
         self._abandons: set[asyncio.Task[None]] = set()
+        # Bounds the claims retried at once while the store does not answer
+        # (0: no bound). Each one retried holds its task's slot for up to
+        # CLAIM_RETRY, so without a bound a store without a leader takes
+        # every slot of the agent, and calls that need no claim are refused
+        # too.
+        self.max_retrying = max_retrying
+        self._retrying = 0  # claims retried now
 
     async def begin(self, key: str, request_id: str, deadline: float,
                     progress: Callable[[], None]) -> Optional[Outcome]:
@@ -121,32 +131,52 @@ class Idempotency:
         another execution holds it. A create that gets no answer is retried
         for CLAIM_RETRY seconds, reading the key back after each (it may have
         been stored), with PROCESSING every PROGRESS_EVERY seconds; then
-        ClaimFailed, and the claim is deleted once the store answers."""
+        ClaimFailed, and the claim is deleted once the store answers. A
+        claim beyond max_retrying retried at once gets ClaimFailed at its
+        first unanswered create, and is looked after the same way."""
         end = time.monotonic() + CLAIM_RETRY
         last_progress = time.monotonic()
         wait = 0.05
-        while True:
-            try:
-                await asyncio.wait_for(self._kv.create(key, claim, validate_keys=False), 2.0)
-                self._unsure.discard(key)
-                return True
-            except nats.js.errors.KeyWrongLastSequenceError:
-                return await self._adopt(key)
-            except Exception as e:
-                err = e
-            self._unsure.add(key)  # no answer: it may be stored
-            if await self._adopt(key):
-                return True
-            if time.monotonic() + wait > end:
-                task = asyncio.ensure_future(self._abandon(key))
-                self._abandons.add(task)
-                task.add_done_callback(self._abandons.discard)
-                raise ClaimFailed(f"claim: {err!r}") from err
-            await asyncio.sleep(wait)
-            wait = min(2 * wait, 1.0)
-            if time.monotonic() - last_progress >= PROGRESS_EVERY:
-                last_progress = time.monotonic()
-                progress()
+        reserved = False  # counted in retrying
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._kv.create(key, claim, validate_keys=False), 2.0)
+                    self._unsure.discard(key)
+                    return True
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    return await self._adopt(key)
+                except Exception as e:
+                    err = e
+                # No answer: it may be stored, even after "no responders"
+                # (a chaos run found such a claim stored).
+                self._unsure.add(key)
+                if not reserved:
+                    if self.max_retrying and self._retrying >= self.max_retrying:
+                        self._look_after(key)
+                        raise ClaimFailed(f"claim: {err!r} ({self.max_retrying} claims already wait for the store)") \
+                            from err
+                    reserved = True
+                    self._retrying += 1
+                if await self._adopt(key):
+                    return True
+                if time.monotonic() + wait > end:
+                    self._look_after(key)
+                    raise ClaimFailed(f"claim: {err!r}") from err
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, 1.0)
+                if time.monotonic() - last_progress >= PROGRESS_EVERY:
+                    last_progress = time.monotonic()
+                    progress()
+        finally:
+            if reserved:
+                self._retrying -= 1
+
+    def _look_after(self, key: str) -> None:
+        """Starts deleting key's unanswered claim once the store answers (_abandon)."""
+        task = asyncio.ensure_future(self._abandon(key))
+        self._abandons.add(task)
+        task.add_done_callback(self._abandons.discard)
 
     def _mine(self, rec: Outcome) -> bool:
         return rec.state == PENDING and rec.owner == self.owner and rec.incarnation == self.incarnation

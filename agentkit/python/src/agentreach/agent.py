@@ -388,7 +388,11 @@ class Agent:
             agents_kv = await js.key_value(w.BUCKET_AGENTS)
         except nats.js.errors.NotFoundError as e:
             raise RuntimeError(f"the {w.BUCKET_IDEMPOTENCY} bucket is missing (is the topology provisioned?)") from e
-        self._idem = Idempotency(idem_kv, agents_kv, self.id, heartbeat_ms / 1000.0, self.incarnation)
+        # Half the slots at most wait on an unanswered claim: the other half
+        # still serve calls without an idempotency key while the bucket has
+        # no leader (4-9 s after a partition heals).
+        self._idem = Idempotency(idem_kv, agents_kv, self.id, heartbeat_ms / 1000.0, self.incarnation,
+                                 max_retrying=max(self.max_concurrent // 2, 1))
         if decl is not None:
             caps = await js.key_value(w.BUCKET_CAPS)
             await caps.put(self.type, json.dumps(decl).encode())
