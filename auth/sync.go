@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/agent-reach/agentreach/internal/failrun"
 	"github.com/agent-reach/agentreach/registry"
 	"github.com/agent-reach/agentreach/registry/policy"
 	"github.com/agent-reach/agentreach/streams"
@@ -88,12 +90,8 @@ func NewSyncer(ctx context.Context, store *Store, sys, app *nats.Conn, cfg SyncC
 	if store == nil || sys == nil || app == nil {
 		return nil, errors.New("auth: NewSyncer needs a store, a system connection and an application connection")
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultSyncInterval
-	}
-	if cfg.PushTimeout == 0 {
-		cfg.PushTimeout = DefaultPushTimeout
-	}
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultSyncInterval)
+	cfg.PushTimeout = cmp.Or(cfg.PushTimeout, DefaultPushTimeout)
 	if cfg.Interval < 0 || cfg.PushTimeout < 0 {
 		return nil, fmt.Errorf("auth: SyncConfig: Interval %v and PushTimeout %v must be positive", cfg.Interval, cfg.PushTimeout)
 	}
@@ -154,7 +152,7 @@ func (s *Syncer) loop(ctx context.Context) {
 	defer close(s.done)
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
-	failed := false
+	var failures failrun.Run
 	for {
 		changed := s.pol.Changed()
 		select {
@@ -163,20 +161,22 @@ func (s *Syncer) loop(ctx context.Context) {
 		case <-changed:
 		case <-tick.C:
 			if _, err := s.store.Reload(); err != nil {
-				s.log.Error().Err(err).Msg("identity store unreadable")
+				failures.Fail(&s.log, zerolog.ErrorLevel).Err(err).Msg("identity store unreadable")
 				continue
 			}
 			// A change that came while a sync ran closed no channel we
 			// held: compare revisions too.
-			if synced, policy := s.Synced(); s.store.Revision() == synced && s.pol.Revision() == policy && !failed && !s.leafPending() {
+			if synced, policy := s.Synced(); s.store.Revision() == synced && s.pol.Revision() == policy && !failures.Failing() && !s.leafPending() {
 				continue
 			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, s.cfg.PushTimeout)
 		err := s.Sync(sctx)
 		cancel()
-		if failed = err != nil; failed && ctx.Err() == nil {
-			s.log.Error().Err(err).Msg("identities not synced; retrying")
+		if err != nil && ctx.Err() == nil {
+			failures.Fail(&s.log, zerolog.ErrorLevel).Err(err).Msg("identities not synced; retrying")
+		} else if n := failures.Succeeded(); err == nil && n > 0 {
+			s.log.Info().Int("failed_syncs", n).Msg("identities synced again")
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/agent-reach/agentreach/internal/failrun"
 )
 
 // Heartbeat keeps one agent record alive by putting it every interval from a
@@ -72,7 +74,7 @@ func (h *Heartbeat) loop(ctx context.Context) {
 	defer h.reg.nc.RemoveStatusListener(reconnected)
 	next := time.NewTimer(h.interval)
 	defer next.Stop()
-	failures := 0
+	var failures failrun.Run
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,20 +95,14 @@ func (h *Heartbeat) loop(ctx context.Context) {
 			return
 		}
 		if err == nil {
-			if failures > 0 {
-				h.log.Info().Int("failed_puts", failures).Msg("heartbeat stored again")
+			if n := failures.Succeeded(); n > 0 {
+				h.log.Info().Int("failed_puts", n).Msg("heartbeat stored again")
 			}
-			failures = 0
 			next.Reset(h.interval)
 			continue
 		}
-		failures++
 		retry := h.retryDelay()
-		ev := h.log.Debug()
-		if failures == 1 {
-			ev = h.log.Warn()
-		}
-		ev.Err(err).Int("failures", failures).Dur("retry_in", retry).Msg("heartbeat failed")
+		failures.Fail(&h.log, zerolog.WarnLevel).Err(err).Dur("retry_in", retry).Msg("heartbeat failed")
 		next.Reset(retry)
 	}
 }
