@@ -341,9 +341,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	// Half the slots at most wait on an unanswered claim: the other half
 	// still serve calls without an idempotency key while the bucket has
 	// no leader (4-9 s after a partition heals).
-	a.idem = &idem.Store{KV: ikv, Reg: reg, Owner: a.id, Incarnation: a.incarn, Check: a.cfg.Heartbeat, Log: a.log,
-		MaxRetrying: max(a.cfg.MaxConcurrent/2, 1)}
 	a.ctx, a.stop = context.WithCancel(context.Background())
+	a.idem = &idem.Store{KV: ikv, Reg: reg, Owner: a.id, Incarnation: a.incarn, Check: a.cfg.Heartbeat, Log: a.log,
+		MaxRetrying: max(a.cfg.MaxConcurrent/2, 1), Done: a.ctx.Done()}
 	a.workers = workers.New(func(j job) { a.run(j.h, j.req) }, a.ctx.Done())
 	a.replyPrefix = replyPrefix(ctx, a.nc)
 	if !a.cfg.NoServiceDiscovery {

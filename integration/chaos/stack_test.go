@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/agent-reach/agentreach/agentkit"
 	"github.com/agent-reach/agentreach/dispatcher"
@@ -148,6 +149,7 @@ type agents struct {
 	// ids and the files where they record each execution's key.
 	childIDs []string
 	records  []string
+	children []*proc
 }
 
 // startChild runs an agent as a child process (this test binary, in the
@@ -163,6 +165,7 @@ func (a *agents) startChild(dir, id, ns string, urls []string) {
 		envChildRecord+"="+rec, self, "-test.run=^$")
 	p.ns = ns
 	p.start()
+	a.children = append(a.children, p)
 	a.childIDs = append(a.childIDs, id)
 	a.records = append(a.records, rec)
 }
@@ -615,7 +618,7 @@ func (l *load) ledger(f *figures) (doubledIDs []string) {
 		t.Logf("  lost: %s", strings.Join(first(lost, 10), ", "))
 		l.s.outcomeStreams()
 		l.s.taskStream()
-		l.s.dumpDispatchers()
+		l.s.dumpProcesses()
 	}
 	f.completed, f.deadLettered, f.inReview = len(o.Completed), len(o.DeadLettered), len(o.InReview)
 	ids := map[string]int{}
@@ -801,7 +804,9 @@ func (s *stack) taskStream() {
 	s.t.Logf("  %s holds %d messages, sequences %d–%d", streams.StreamTasks, info.State.Msgs, info.State.FirstSeq, info.State.LastSeq)
 	if info.State.Msgs > 0 {
 		if m, err := st.GetMsg(ctx, info.State.FirstSeq); err == nil {
-			s.t.Logf("  its first, %d: subject %s, request id %s", m.Sequence, m.Subject, m.Header.Get(streams.HeaderRequestID))
+			key := m.Header.Get(streams.HeaderIdempotencyKey)
+			s.t.Logf("  its first, %d: subject %s, request id %s, idempotency key %s", m.Sequence, m.Subject, m.Header.Get(streams.HeaderRequestID), key)
+			s.idempotencyRecord(ctx, capability+".chaos-client."+key)
 		}
 	}
 	for c := range st.ListConsumers(ctx).Info() {
@@ -814,17 +819,39 @@ func (s *stack) taskStream() {
 	}
 }
 
-// dumpDispatchers makes every running dispatcher print its goroutines
-// (SIGQUIT; it exits) into its log: where a task that has no outcome is
-// held.
-func (s *stack) dumpDispatchers() {
-	for _, d := range s.dispatchers {
-		d.mu.Lock()
-		cmd := d.cmd
-		d.mu.Unlock()
+// idempotencyRecord logs key's record in REACH_IDEMPOTENCY: who claimed a
+// lost task, and whether its outcome was stored.
+func (s *stack) idempotencyRecord(ctx context.Context, key string) {
+	kv, err := s.js.KeyValue(ctx, streams.BucketIdempotency)
+	if err != nil {
+		s.t.Logf("  %s: %v", streams.BucketIdempotency, err)
+		return
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		s.t.Logf("  %s %s: %v", streams.BucketIdempotency, key, err)
+		return
+	}
+	var rec map[string]any
+	if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
+		s.t.Logf("  %s %s: %v", streams.BucketIdempotency, key, err)
+		return
+	}
+	delete(rec, "data")
+	s.t.Logf("  %s %s, revision %d, written %v: %v", streams.BucketIdempotency, key, e.Revision(), e.Created().Format(time.RFC3339Nano), rec)
+}
+
+// dumpProcesses makes every running dispatcher and child agent print its
+// goroutines (SIGQUIT; it exits) into its log: where a task that has no
+// outcome is held.
+func (s *stack) dumpProcesses() {
+	for _, p := range append(slices.Clone(s.dispatchers), s.agents.children...) {
+		p.mu.Lock()
+		cmd := p.cmd
+		p.mu.Unlock()
 		if cmd != nil {
 			_ = cmd.Process.Signal(syscall.SIGQUIT)
 		}
 	}
-	s.t.Logf("  the dispatchers' goroutines are in their logs (SIGQUIT)")
+	s.t.Logf("  the goroutines of the dispatchers and of the agents in child processes are in their logs (SIGQUIT)")
 }

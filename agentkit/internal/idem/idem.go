@@ -56,8 +56,12 @@ type Store struct {
 	// claimRetry, so without a bound a store without a leader takes every
 	// slot of the agent, and calls that need no claim are refused too.
 	MaxRetrying int
-	Log         zerolog.Logger
-	retrying    atomic.Int64
+	// Done ends the looking after of unanswered claims (abandon): the
+	// agent's stop. Until then an unanswered claim is looked after however
+	// long the store stays unavailable; nil bounds it to abandonFor.
+	Done     <-chan struct{}
+	Log      zerolog.Logger
+	retrying atomic.Int64
 	// executing holds the keys this instance claims, has claimed and not
 	// settled, or is releasing: a claim of its own that is not in here
 	// lost its outcome. It is also the per-key lock of this instance: one
@@ -67,6 +71,8 @@ type Store struct {
 	// it may have been stored. Nothing ran under such a claim, so this
 	// instance may take it as its own (reconcile) or delete it (abandon).
 	unsure sync.Map
+	// abandoning holds the keys an abandon looks after: one per key.
+	abandoning sync.Map
 }
 
 // ErrInDoubt is returned when the instance executing a key died before
@@ -109,6 +115,10 @@ func (id *Store) Begin(ctx context.Context, key, requestID string) (*Record, err
 		// its outcome.
 		rec, err := id.wait(ctx, key)
 		if rec != nil || err != nil {
+			// A claim of this run whose create got no answer, not
+			// adopted (the wait ended first): deleted once the store
+			// answers, or every later attempt waits for this live owner.
+			id.lookAfter(key)
 			return rec, err
 		}
 		// The claim was released (the owner gave the task back): try again.
@@ -147,7 +157,7 @@ func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
 		if !reserved {
 			if id.MaxRetrying > 0 && id.retrying.Add(1) > int64(id.MaxRetrying) {
 				id.retrying.Add(-1)
-				go id.abandon(key)
+				id.lookAfter(key)
 				return fmt.Errorf("claim idempotency key: %w (%d claims already wait for the store)", err, id.MaxRetrying)
 			}
 			reserved = true
@@ -161,7 +171,7 @@ func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
 		}
 		select {
 		case <-rctx.Done():
-			go id.abandon(key)
+			id.lookAfter(key)
 			return fmt.Errorf("claim idempotency key: %w", err)
 		case <-time.After(wait):
 		}
@@ -197,8 +207,41 @@ func (id *Store) mine(rec Record) bool {
 }
 
 // abandonFor bounds how long a claim whose create got no answer is
-// looked after, to delete it once the store answers again.
+// looked after, to delete it once the store answers again, by a Store
+// without Done.
 const abandonFor = time.Minute
+
+// lookAfterContext is an abandon's: until Done, or for abandonFor
+// without it.
+func (id *Store) lookAfterContext() (context.Context, context.CancelFunc) {
+	if id.Done == nil {
+		return context.WithTimeout(context.Background(), abandonFor)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-id.Done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// lookAfter starts an abandon of key if a create of this run got no
+// answer (unsure) and no abandon looks after it yet.
+func (id *Store) lookAfter(key string) {
+	if _, ok := id.unsure.Load(key); !ok {
+		return
+	}
+	if _, looked := id.abandoning.LoadOrStore(key, struct{}{}); looked {
+		return
+	}
+	go func() {
+		defer id.abandoning.Delete(key)
+		id.abandon(key)
+	}()
+}
 
 // errHeld says a task of this instance holds a key that abandon looks
 // after.
@@ -211,7 +254,7 @@ var errHeld = errors.New("a task of this instance holds the key")
 // until the task's deadline (a durable task's is an hour), its
 // PROCESSING keeping the dispatcher's delivery alive.
 func (id *Store) abandon(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), abandonFor)
+	ctx, cancel := id.lookAfterContext()
 	defer cancel()
 	err := retryKV(ctx, func(ctx context.Context) error {
 		if _, busy := id.executing.LoadOrStore(key, struct{}{}); busy {

@@ -166,6 +166,49 @@ func TestAnUnansweredClaimIsAbandonedOnceItsHolderLetsGo(t *testing.T) {
 	}
 }
 
+// A task that ends waiting on a key while a claim of this run, whose
+// create got no answer, is still not adopted — its deadline came first —
+// leaves that claim to an abandon, which deletes it once the key is free.
+// Nothing looked after it before: the claim stayed pending under a live
+// owner that was not executing it, and another instance's attempt waited
+// for it until the task's deadline. Control: that attempt then executes.
+func TestAWaitThatEndsLeavesAnUnadoptedClaimToAbandon(t *testing.T) {
+	kv, reg := idemStore(t)
+	done := make(chan struct{})
+	defer close(done)
+	id := &Store{KV: kv, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 50 * time.Millisecond,
+		Done: done, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const key = "pay.charge.=.k2"
+	claim, _ := msgpack.Marshal(&Record{State: StatePending, Owner: id.Owner, Incarnation: id.Incarnation, RequestID: "req-1"})
+	if _, err := kv.Create(ctx, key, claim); err != nil {
+		t.Fatal(err)
+	}
+	id.unsure.Store(key, struct{}{})
+	id.executing.Store(key, struct{}{}) // another task of this instance holds the key
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer wcancel()
+	if rec, err := id.Begin(wctx, key, "req-2"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a task waiting past its deadline: %+v %v, want its deadline", rec, err)
+	}
+	id.executing.Delete(key) // the holder lets go, without adopting the claim
+	for {
+		_, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the claim no task adopted: %v, want it deleted", err)
+		}
+		time.Sleep(20 * time.Millisecond) // the pace of the polls
+	}
+	w2 := &Store{KV: kv, Reg: reg, Owner: "w2", Incarnation: NewIncarnation(), Check: 50 * time.Millisecond, Log: zerolog.Nop()}
+	if rec, err := w2.Begin(ctx, key, "req-3"); rec != nil || err != nil {
+		t.Fatalf("another instance's attempt: %+v %v, want to execute", rec, err)
+	}
+}
+
 // unansweredGets is the idempotency bucket with its next reads lost: each
 // waits, unanswered, until its context ends — a request sent on a link
 // that went down.
