@@ -94,6 +94,7 @@ class Idempotency:
         # nothing ran under it, so this instance may take it or delete it.
         self._unsure: set[str] = set()
         self._abandons: set[asyncio.Task[None]] = set()
+        self._abandoning: set[str] = set()  # the keys an abandon looks after, one each
         # Bounds the claims retried at once while the store does not answer
         # (0: no bound). Each one retried holds its task's slot for up to
         # CLAIM_RETRY, so without a bound a store without a leader takes
@@ -121,7 +122,15 @@ class Idempotency:
                 if mine:
                     return None
                 self._executing.discard(key)
-            stored = await self._wait(key, deadline, progress)
+            try:
+                stored = await self._wait(key, deadline, progress)
+            except BaseException:
+                # A claim of this run whose create got no answer, not adopted
+                # (the wait ended first): deleted once the store answers, or
+                # every later attempt waits for this live owner.
+                if key in self._unsure:
+                    self._look_after(key)
+                raise
             if stored is not None:
                 return stored
             # The claim was given back without an outcome: claim it again.
@@ -173,10 +182,15 @@ class Idempotency:
                 self._retrying -= 1
 
     def _look_after(self, key: str) -> None:
-        """Starts deleting key's unanswered claim once the store answers (_abandon)."""
+        """Starts deleting key's unanswered claim once the store answers
+        (_abandon), unless an abandon already looks after it."""
+        if key in self._abandoning:
+            return
+        self._abandoning.add(key)
         task = asyncio.ensure_future(self._abandon(key))
         self._abandons.add(task)
         task.add_done_callback(self._abandons.discard)
+        task.add_done_callback(lambda _: self._abandoning.discard(key))
 
     def _mine(self, rec: Outcome) -> bool:
         return rec.state == PENDING and rec.owner == self.owner and rec.incarnation == self.incarnation

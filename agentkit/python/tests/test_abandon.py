@@ -1,0 +1,45 @@
+"""An unanswered claim that no task took is deleted once the store answers,
+also when the task that met it ended waiting first (its deadline came):
+otherwise the claim stays pending under a live owner that is not executing
+it, and every later attempt at another instance waits for it until the
+task's deadline, its PROCESSING keeping the delivery alive."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+import pytest
+from conftest import Stack, poll, unique
+
+from agentreach._idempotency import PENDING, Idempotency, Outcome
+
+
+async def test_a_wait_that_ends_leaves_an_unadopted_claim_to_abandon(stack: Stack) -> None:
+    nc = await nats.connect(stack.url, name="pytest abandon")
+    try:
+        js = nc.jetstream()
+        kv, agents = await js.key_value("REACH_IDEMPOTENCY"), await js.key_value("REACH_AGENTS")
+        w1 = Idempotency(kv, agents, "w1", 0.05, incarnation="run-1")
+        key = unique("pay.charge") + ".=.k2"
+        claim = Outcome(request_id="req-1", owner="w1", incarnation="run-1", state=PENDING).pack()
+        await kv.create(key, claim, validate_keys=False)
+        w1._unsure.add(key)  # its create got no answer, though it was stored
+        w1._executing.add(key)  # another task of this instance holds the key
+        with pytest.raises(asyncio.TimeoutError):
+            await w1.begin(key, "req-2", time.time() + 0.2, lambda: None)
+        w1._executing.discard(key)  # the holder lets go, without taking the claim
+
+        async def gone() -> bool:
+            try:
+                await kv.get(key, validate_keys=False)
+            except nats.js.errors.KeyNotFoundError:
+                return True
+            return False
+
+        await poll(gone, "the claim no task took deleted")
+        w2 = Idempotency(kv, agents, "w2", 0.05, incarnation="run-2")
+        assert await w2.begin(key, "req-3", time.time() + 5, lambda: None) is None, "another instance executes"
+    finally:
+        await nc.close()
