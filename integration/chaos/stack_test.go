@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -854,4 +855,13 @@ func (s *stack) dumpProcesses() {
 		}
 	}
 	s.t.Logf("  the goroutines of the dispatchers and of the agents in child processes are in their logs (SIGQUIT)")
+	// The agents in this process: every goroutine in agentkit's task
+	// path (a task waiting on a claim, or sending PROCESSING).
+	buf := make([]byte, 16<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "agentkit.(*Agent).run") || strings.Contains(g, "idem.(*Store)") {
+			s.t.Logf("  in this process:\n%s", g)
+		}
+	}
 }

@@ -153,7 +153,7 @@ func (id *Store) claim(ctx context.Context, key string, claim []byte) error {
 		// No answer: the claim may or may not be stored (even "no
 		// responders" after the client's own retries: a chaos run found
 		// such a claim stored).
-		id.unsure.Store(key, struct{}{})
+		id.unsure.Store(key, claim)
 		if !reserved {
 			if id.MaxRetrying > 0 && id.retrying.Add(1) > int64(id.MaxRetrying) {
 				id.retrying.Add(-1)
@@ -274,8 +274,7 @@ func (id *Store) abandon(key string) {
 		e, err := id.KV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			id.unsure.Delete(key)
-			return nil
+			return id.confirmFree(ctx, key)
 		case err != nil:
 			return err
 		}
@@ -293,6 +292,34 @@ func (id *Store) abandon(key string) {
 	if err != nil {
 		id.Log.Warn().Err(err).Str("key", key).Msg("idempotency claim whose create got no answer may be left pending")
 	}
+}
+
+// errBehind says a read found no claim the store holds: the replica that
+// answered is behind its leader.
+var errBehind = errors.New("the replica read is behind its leader")
+
+// confirmFree settles an unanswered claim that a read did not find. A read
+// is a direct get, which any replica answers, also one that has not yet
+// applied a create its leader took just before stepping down: that claim
+// is committed by the next leader, after the read. Only the leader can say
+// the key is free, so the claim is created again: stored, it is this
+// run's and is deleted at once; refused as existing, the read was behind
+// and abandon looks again.
+func (id *Store) confirmFree(ctx context.Context, key string) error {
+	claim, _ := id.unsure.Load(key)
+	b, _ := claim.([]byte)
+	rev, err := id.KV.Create(ctx, key, b)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return errBehind
+	case err != nil:
+		return err
+	}
+	if err := id.KV.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		return err // looked at again: the claim read back is this run's
+	}
+	id.unsure.Delete(key)
+	return nil
 }
 
 // Polling a pending claim (wait): the first look after pollFirst, each

@@ -90,7 +90,7 @@ func TestAnUnansweredClaimIsAbandoned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	id.unsure.Store("pay.charge.=.left", struct{}{})
+	id.unsure.Store("pay.charge.=.left", claim)
 	id.executing.Store("pay.charge.=.held", struct{}{}) // a task of this instance holds it, adopted (no longer unsure)
 	id.abandon("pay.charge.=.left")
 	id.abandon("pay.charge.=.held")
@@ -141,7 +141,7 @@ func TestAnUnansweredClaimIsAbandonedOnceItsHolderLetsGo(t *testing.T) {
 	if _, err := kv.Create(ctx, key, claim); err != nil {
 		t.Fatal(err)
 	}
-	id.unsure.Store(key, struct{}{})
+	id.unsure.Store(key, claim)
 	id.executing.Store(key, struct{}{}) // the task that gave up on the claim still holds the key
 	done := make(chan struct{})
 	go func() {
@@ -185,7 +185,7 @@ func TestAWaitThatEndsLeavesAnUnadoptedClaimToAbandon(t *testing.T) {
 	if _, err := kv.Create(ctx, key, claim); err != nil {
 		t.Fatal(err)
 	}
-	id.unsure.Store(key, struct{}{})
+	id.unsure.Store(key, claim)
 	id.executing.Store(key, struct{}{}) // another task of this instance holds the key
 	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer wcancel()
@@ -206,6 +206,52 @@ func TestAWaitThatEndsLeavesAnUnadoptedClaimToAbandon(t *testing.T) {
 	w2 := &Store{KV: kv, Reg: reg, Owner: "w2", Incarnation: NewIncarnation(), Check: 50 * time.Millisecond, Log: zerolog.Nop()}
 	if rec, err := w2.Begin(ctx, key, "req-3"); rec != nil || err != nil {
 		t.Fatalf("another instance's attempt: %+v %v, want to execute", rec, err)
+	}
+}
+
+// behindGets is the idempotency bucket read through a replica that has not
+// applied the last writes yet: its next reads find nothing.
+type behindGets struct {
+	jetstream.KeyValue
+	behind atomic.Int64
+}
+
+func (k *behindGets) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.behind.Add(-1) >= 0 {
+		return nil, jetstream.ErrKeyNotFound
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// An unanswered claim that a read does not find — a replica behind its
+// leader answered: the leader that took the create stepped down before
+// the replica heard of the commit — is not taken as never stored: abandon
+// asks the leader (a create) and deletes the claim once it is found. It
+// used to conclude there was nothing to delete, and the claim, committed by
+// the next leader, stayed pending under this live owner (a chaos run's
+// leader isolation lost a durable task so). Control: a key that is free
+// indeed is left free.
+func TestAnUnansweredClaimAReplicaDoesNotHoldYetIsAbandoned(t *testing.T) {
+	kv, reg := idemStore(t)
+	behind := &behindGets{KeyValue: kv}
+	id := &Store{KV: behind, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 500 * time.Millisecond, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	claim, _ := msgpack.Marshal(&Record{State: StatePending, Owner: id.Owner, Incarnation: id.Incarnation, RequestID: "req-1"})
+	const key, free = "pay.charge.=.k3", "pay.charge.=.k4"
+	if _, err := kv.Create(ctx, key, claim); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{key, free} {
+		id.unsure.Store(k, claim)
+		behind.behind.Store(1)
+		id.abandon(k)
+		if _, ok := id.unsure.Load(k); ok {
+			t.Fatalf("%s: still unsure after abandon", k)
+		}
+		if _, err := kv.Get(ctx, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("%s after abandon: %v, want no claim", k, err)
+		}
 	}
 }
 

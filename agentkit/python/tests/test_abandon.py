@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import nats
 import pytest
@@ -25,7 +26,7 @@ async def test_a_wait_that_ends_leaves_an_unadopted_claim_to_abandon(stack: Stac
         key = unique("pay.charge") + ".=.k2"
         claim = Outcome(request_id="req-1", owner="w1", incarnation="run-1", state=PENDING).pack()
         await kv.create(key, claim, validate_keys=False)
-        w1._unsure.add(key)  # its create got no answer, though it was stored
+        w1._unsure[key] = claim  # its create got no answer, though it was stored
         w1._executing.add(key)  # another task of this instance holds the key
         with pytest.raises(asyncio.TimeoutError):
             await w1.begin(key, "req-2", time.time() + 0.2, lambda: None)
@@ -41,5 +42,47 @@ async def test_a_wait_that_ends_leaves_an_unadopted_claim_to_abandon(stack: Stac
         await poll(gone, "the claim no task took deleted")
         w2 = Idempotency(kv, agents, "w2", 0.05, incarnation="run-2")
         assert await w2.begin(key, "req-3", time.time() + 5, lambda: None) is None, "another instance executes"
+    finally:
+        await nc.close()
+
+
+class BehindGets:
+    """The idempotency bucket read through a replica that has not applied
+    the last writes yet: its next `behind` reads find nothing."""
+
+    def __init__(self, kv: Any, behind: int) -> None:
+        self._kv, self.behind = kv, behind
+
+    async def get(self, key: str, **kw: Any) -> Any:
+        if self.behind > 0:
+            self.behind -= 1
+            raise nats.js.errors.KeyNotFoundError()
+        return await self._kv.get(key, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+
+async def test_an_unanswered_claim_a_replica_does_not_hold_yet_is_abandoned(stack: Stack) -> None:
+    """A read that does not find the claim (a replica behind its leader
+    answered) is not taken as the claim never stored: abandon asks the
+    leader with a create and deletes the claim once it is found. Control: a
+    key that is free indeed is left free."""
+    nc = await nats.connect(stack.url, name="pytest abandon")
+    try:
+        js = nc.jetstream()
+        kv, agents = await js.key_value("REACH_IDEMPOTENCY"), await js.key_value("REACH_AGENTS")
+        behind = BehindGets(kv, 0)
+        w1 = Idempotency(behind, agents, "w1", 0.05, incarnation="run-1")
+        key, free = unique("pay.charge") + ".=.k3", unique("pay.charge") + ".=.k4"
+        claim = Outcome(request_id="req-1", owner="w1", incarnation="run-1", state=PENDING).pack()
+        await kv.create(key, claim, validate_keys=False)
+        for k in (key, free):
+            w1._unsure[k] = claim
+            behind.behind = 1
+            await w1._abandon(k)
+            assert k not in w1._unsure, k
+            with pytest.raises(nats.js.errors.KeyNotFoundError):
+                await kv.get(k, validate_keys=False)
     finally:
         await nc.close()

@@ -92,7 +92,7 @@ class Idempotency:
         self._executing: set[str] = set()
         # The keys whose claim create got no answer: it may be stored, and
         # nothing ran under it, so this instance may take it or delete it.
-        self._unsure: set[str] = set()
+        self._unsure: dict[str, bytes] = {}  # each with the claim that got no answer
         self._abandons: set[asyncio.Task[None]] = set()
         self._abandoning: set[str] = set()  # the keys an abandon looks after, one each
         # Bounds the claims retried at once while the store does not answer
@@ -151,7 +151,7 @@ class Idempotency:
             while True:
                 try:
                     await asyncio.wait_for(self._kv.create(key, claim, validate_keys=False), 2.0)
-                    self._unsure.discard(key)
+                    self._unsure.pop(key, None)
                     return True
                 except nats.js.errors.KeyWrongLastSequenceError:
                     return await self._adopt(key)
@@ -159,7 +159,7 @@ class Idempotency:
                     err = e
                 # No answer: it may be stored, even after "no responders"
                 # (a chaos run found such a claim stored).
-                self._unsure.add(key)
+                self._unsure[key] = claim
                 if not reserved:
                     if self.max_retrying and self._retrying >= self.max_retrying:
                         self._look_after(key)
@@ -208,7 +208,7 @@ class Idempotency:
             return False
         if not self._mine(rec):
             return False
-        self._unsure.discard(key)
+        self._unsure.pop(key, None)
         return True
 
     async def _abandon(self, key: str) -> None:
@@ -223,11 +223,21 @@ class Idempotency:
                     entry = await asyncio.wait_for(self._kv.get(key, validate_keys=False), 2.0)
                     if self._mine(Outcome.unpack(entry.value or b"")):
                         await asyncio.wait_for(self._kv.delete(key, last=entry.revision, validate_keys=False), 2.0)
-                    self._unsure.discard(key)
+                    self._unsure.pop(key, None)
                     return
                 except nats.js.errors.KeyNotFoundError:
-                    self._unsure.discard(key)
-                    return
+                    # A read is a direct get, which a replica answers, also
+                    # one that has not applied a create its leader took just
+                    # before stepping down (the next leader commits it after
+                    # the read). Only the leader can say the key is free: the
+                    # claim is created again and, stored, deleted at once.
+                    try:
+                        rev = await asyncio.wait_for(self._kv.create(key, self._unsure[key], validate_keys=False), 2.0)
+                        await asyncio.wait_for(self._kv.delete(key, last=rev, validate_keys=False), 2.0)
+                        self._unsure.pop(key, None)
+                        return
+                    except Exception:
+                        pass  # it exists (the read was behind) or no answer: look again
                 except Exception:
                     pass
                 finally:
