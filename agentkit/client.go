@@ -53,7 +53,13 @@ func WithSubjects(s streams.Subjects) ClientOption { return func(c *Client) { c.
 // JetStream requests that cross a leaf link. Empty: the server's own.
 func WithJetStreamDomain(domain string) ClientOption { return func(c *Client) { c.jsDomain = domain } }
 
-// NewClient returns a client on nc.
+// NewClient returns a client on nc. A request whose publish the server
+// refuses for want of permission ends UNAUTHORIZED at once, naming the
+// subject: the server says so only to nc's async error handler, so the
+// first Client on nc hooks in after the handler nc has, which still sees
+// every error. Set a handler of your own before NewClient: one set later
+// with nc.SetErrorHandler replaces the hook, and such calls wait for
+// their deadline again.
 func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if nc == nil {
 		return nil, errors.New("agentkit: nil NATS connection")
@@ -69,7 +75,7 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	if err := c.checkSigner(); err != nil {
 		return nil, err
 	}
-	c.requests = requester.New(nc, c.signer != nil, c.cancel)
+	c.requests = requester.New(nc, c.cancel)
 	return c, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agent-reach/agentreach/agentkit/internal/requester"
 	"github.com/agent-reach/agentreach/streams"
 )
 
@@ -98,12 +99,18 @@ func (c *Client) Stream(ctx context.Context, capability string, payload any, opt
 			return
 		}
 		defer func() { _ = sub.Unsubscribe() }()
+		ctx, stop := c.requests.Guard(ctx, m.Subject)
+		defer stop()
 		if err := c.nc.PublishMsg(m); err != nil {
 			yield(nil, err)
 			return
 		}
 		for {
 			reply, err := sub.NextMsgWithContext(ctx)
+			if refused := requester.Refused(ctx, "stream of "+capability); err != nil && refused != nil {
+				yield(nil, refused) // it never reached a dispatcher: nothing to cancel
+				return
+			}
 			if err != nil {
 				c.cancel(id) // nobody reads the stream now
 				code := streams.CodeCancelled

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agent-reach/agentreach/agentkit/internal/requester"
 	"github.com/agent-reach/agentreach/agentkit/internal/results"
 	"github.com/agent-reach/agentreach/streams"
 )
@@ -65,6 +66,8 @@ func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (st
 	// Nats-Msg-Id, so one stored although its answer was lost is not
 	// stored twice. Only a stream that does not exist is "run provisioning".
 	var missing error // the publish's error when REACH_TASKS does not exist
+	ctx, stop := c.requests.Guard(ctx, m.Subject)
+	defer stop()
 	err = streams.RetryUnavailable(ctx, func(ctx context.Context) error {
 		_, err := c.js.PublishMsg(ctx, m)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
@@ -75,6 +78,9 @@ func (c *Client) submit(ctx context.Context, capability string, m *nats.Msg) (st
 		}
 		return err
 	})
+	if refused := requester.Refused(ctx, "submit "+capability); err != nil && refused != nil {
+		return id, refused
+	}
 	switch {
 	case streams.IsBufferFull(err):
 		return id, streams.NewError(streams.CodeOverloaded, "the durable buffer of %s is full; try again later", capability)
