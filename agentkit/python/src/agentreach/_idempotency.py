@@ -25,7 +25,6 @@ PENDING = "pending"
 DONE = "done"
 SETTLE_TIMEOUT = 30.0  # seconds an outcome is retried into the bucket
 CLAIM_RETRY = 10.0  # seconds a claim that gets no answer is retried and read back
-ABANDON_FOR = 60.0  # seconds an unanswered claim nobody took is looked after, to delete it
 PROGRESS_EVERY = 1.0  # seconds between PROCESSING while a claim is retried
 POLL_FIRST = 0.02  # seconds before the first look at a pending claim, doubling
 POLL_MAX = 0.25  # up to this
@@ -192,6 +191,13 @@ class Idempotency:
         task.add_done_callback(self._abandons.discard)
         task.add_done_callback(lambda _: self._abandoning.discard(key))
 
+    async def close(self) -> None:
+        """Stops looking after unanswered claims (the agent stops)."""
+        for task in list(self._abandons):
+            task.cancel()
+        if self._abandons:
+            await asyncio.wait(set(self._abandons))
+
     def _mine(self, rec: Outcome) -> bool:
         return rec.state == PENDING and rec.owner == self.owner and rec.incarnation == self.incarnation
 
@@ -213,10 +219,10 @@ class Idempotency:
 
     async def _abandon(self, key: str) -> None:
         """Deletes key's unanswered claim of this run once the store answers,
-        unless a task of this instance took the key meanwhile."""
-        end = time.monotonic() + ABANDON_FOR
+        unless a task of this instance took the key meanwhile; it looks after
+        it until the agent stops (close), however long the store is away."""
         wait = 0.05
-        while key in self._unsure and time.monotonic() < end:
+        while key in self._unsure:
             if key not in self._executing:
                 self._executing.add(key)
                 try:

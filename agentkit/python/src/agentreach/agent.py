@@ -503,6 +503,8 @@ class Agent:
             raise RuntimeError("drain: " + "; ".join(errors))
 
     async def _close(self) -> None:
+        if self._idem is not None:
+            await self._idem.close()
         if self._hb is not None:
             await self._hb.close()
         if self._executor is not None:
