@@ -635,7 +635,7 @@ func (a *Agent) settle(key string, req *Request, m *nats.Msg) {
 		err = a.idem.Release(ctx, key)
 	}
 	if err != nil {
-		a.log.Error().Err(err).Str("request_id", req.RequestID).Str("key", key).Msg("idempotency outcome not recorded")
+		a.log.Error().Err(err).Str("request_id", req.RequestID).Str("key", key).Msg("idempotency outcome not recorded yet; retried until the store answers")
 	}
 }
 

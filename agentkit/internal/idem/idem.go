@@ -211,7 +211,8 @@ func (id *Store) mine(rec Record) bool {
 // without Done.
 const abandonFor = time.Minute
 
-// lookAfterContext is an abandon's: until Done, or for abandonFor
+// lookAfterContext bounds what is looked after in the background (an
+// abandon, a late outcome): until Done, or for abandonFor
 // without it.
 func (id *Store) lookAfterContext() (context.Context, context.CancelFunc) {
 	if id.Done == nil {
@@ -426,19 +427,41 @@ func Decode(b []byte) (Record, error) {
 // Release gives a claim back without an outcome (the task never ran), so a
 // retry may execute it.
 func (id *Store) Release(ctx context.Context, key string) error {
-	defer id.executing.Delete(key)
-	return retryKV(ctx, func(ctx context.Context) error { return id.KV.Delete(ctx, key) })
+	return id.settle(ctx, key, "released", func(ctx context.Context) error { return id.KV.Delete(ctx, key) })
 }
 
 // Save records the outcome of key for replay.
 func (id *Store) Save(ctx context.Context, key string, rec *Record) error {
-	defer id.executing.Delete(key)
 	rec.State, rec.Owner, rec.Incarnation = StateDone, id.Owner, id.Incarnation
 	b, err := msgpack.Marshal(rec)
 	if err != nil {
+		id.executing.Delete(key)
 		return err
 	}
-	return retryKV(ctx, func(ctx context.Context) error { _, err := id.KV.Put(ctx, key, b); return err })
+	return id.settle(ctx, key, "stored", func(ctx context.Context) error { _, err := id.KV.Put(ctx, key, b); return err })
+}
+
+// settle runs op, key's outcome or release, until it succeeds or ctx ends.
+// If ctx ends first, a Store with Done keeps trying in the background until
+// the agent stops, still holding key: a task of this instance waits for it
+// instead of taking the key for in doubt, and another instance's wait on
+// this live owner ends once the store answers — not at its task's deadline
+// (an hour for a durable task).
+func (id *Store) settle(ctx context.Context, key, what string, op func(context.Context) error) error {
+	err := retryKV(ctx, op)
+	if err == nil || id.Done == nil {
+		id.executing.Delete(key)
+		return err
+	}
+	go func() {
+		defer id.executing.Delete(key)
+		lctx, cancel := id.lookAfterContext()
+		defer cancel()
+		if err := retryKV(lctx, op); err == nil {
+			id.Log.Info().Str("key", key).Msg("idempotency outcome " + what + " late")
+		}
+	}()
+	return err
 }
 
 // retryKV runs op until it succeeds or ctx ends, backing off from 50 ms to

@@ -255,6 +255,75 @@ func TestAnUnansweredClaimAReplicaDoesNotHoldYetIsAbandoned(t *testing.T) {
 	}
 }
 
+// refusedPuts is the idempotency bucket while it refuses writes: each put
+// fails at once, as without a leader.
+type refusedPuts struct {
+	jetstream.KeyValue
+	down atomic.Bool
+}
+
+func (k *refusedPuts) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	if k.down.Load() {
+		return 0, jetstream.ErrNoStreamResponse
+	}
+	return k.KeyValue.Put(ctx, key, value)
+}
+
+// An outcome the store did not take within the settling bound is stored
+// once the store answers again, the key held meanwhile: the claim does not
+// stay pending under this live owner, which every other instance's attempt
+// would wait for until its task's deadline, and a task of this instance
+// waits for the outcome instead of taking the key for in doubt. Control:
+// before the store answers, the claim is pending and the key held.
+func TestAnOutcomeNotStoredInTimeIsStoredOnceTheStoreAnswers(t *testing.T) {
+	kv, reg := idemStore(t)
+	puts := &refusedPuts{KeyValue: kv}
+	done := make(chan struct{})
+	defer close(done)
+	id := &Store{KV: puts, Reg: reg, Owner: "w1", Incarnation: NewIncarnation(), Check: 50 * time.Millisecond, Done: done, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const key = "pay.charge.=.k5"
+	if rec, err := id.Begin(ctx, key, "req-1"); rec != nil || err != nil {
+		t.Fatalf("begin: %+v %v, want to execute", rec, err)
+	}
+	puts.down.Store(true)
+	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer scancel()
+	if err := id.Save(sctx, key, &Record{RequestID: "req-1", Data: []byte(`"paid"`)}); err == nil {
+		t.Fatal("a save the store refused: nil error")
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := Decode(e.Value()); rec.State != StatePending {
+		t.Fatalf("the claim while the store refuses: %+v, want pending", rec)
+	}
+	if _, held := id.executing.Load(key); !held {
+		t.Fatal("the key was let go before its outcome was stored")
+	}
+	puts.down.Store(false)
+	for {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ := Decode(e.Value()); rec.State == StateDone {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the outcome not stored once the store answered")
+		}
+		time.Sleep(20 * time.Millisecond) // the pace of the polls
+	}
+	w2 := &Store{KV: kv, Reg: reg, Owner: "w2", Incarnation: NewIncarnation(), Check: 50 * time.Millisecond, Log: zerolog.Nop()}
+	rec, err := w2.Begin(ctx, key, "req-2")
+	if err != nil || rec == nil || string(rec.Data) != `"paid"` {
+		t.Fatalf("another instance's attempt: %+v %v, want the stored outcome", rec, err)
+	}
+}
+
 // unansweredGets is the idempotency bucket with its next reads lost: each
 // waits, unanswered, until its context ends — a request sent on a link
 // that went down.
