@@ -14,7 +14,8 @@ import nats
 import pytest
 from conftest import Stack, poll, unique
 
-from agentreach._idempotency import PENDING, Idempotency, Outcome
+import agentreach._idempotency
+from agentreach._idempotency import DONE, PENDING, Idempotency, Outcome
 
 
 async def test_a_wait_that_ends_leaves_an_unadopted_claim_to_abandon(stack: Stack) -> None:
@@ -84,5 +85,52 @@ async def test_an_unanswered_claim_a_replica_does_not_hold_yet_is_abandoned(stac
             assert k not in w1._unsure, k
             with pytest.raises(nats.js.errors.KeyNotFoundError):
                 await kv.get(k, validate_keys=False)
+    finally:
+        await nc.close()
+
+
+class RefusedPuts:
+    """The idempotency bucket while it refuses writes (no leader)."""
+
+    def __init__(self, kv: Any) -> None:
+        self._kv, self.down = kv, False
+
+    async def put(self, key: str, value: bytes, **kw: Any) -> Any:
+        if self.down:
+            raise nats.js.errors.ServiceUnavailableError()
+        return await self._kv.put(key, value, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+
+async def test_an_outcome_not_stored_in_time_is_stored_once_the_store_answers(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outcome the store did not take within the settling bound is stored
+    once it answers again, the key held meanwhile: the claim does not stay
+    pending under this live owner. Control: before the store answers, the
+    claim is pending and the key held."""
+    monkeypatch.setattr(agentreach._idempotency, "SETTLE_TIMEOUT", 0.2)
+    nc = await nats.connect(stack.url, name="pytest settle")
+    try:
+        js = nc.jetstream()
+        kv, agents = await js.key_value("REACH_IDEMPOTENCY"), await js.key_value("REACH_AGENTS")
+        puts = RefusedPuts(kv)
+        w1 = Idempotency(puts, agents, "w1", 0.05, incarnation="run-1")
+        key = unique("pay.charge") + ".=.k5"
+        assert await w1.begin(key, "req-1", time.time() + 5, lambda: None) is None
+        puts.down = True
+        with pytest.raises(Exception):
+            await w1.store(key, Outcome(request_id="req-1", data=b'"paid"'))
+        assert Outcome.unpack((await kv.get(key, validate_keys=False)).value or b"").state == PENDING
+        assert key in w1._executing, "the key was let go before its outcome was stored"
+        puts.down = False
+
+        async def stored() -> bool:
+            return Outcome.unpack((await kv.get(key, validate_keys=False)).value or b"").state == DONE
+
+        await poll(stored, "the outcome stored once the store answered")
+        await poll(lambda: asyncio.sleep(0, key not in w1._executing), "the key let go")
+        await w1.close()
     finally:
         await nc.close()

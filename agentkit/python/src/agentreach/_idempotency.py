@@ -92,7 +92,7 @@ class Idempotency:
         # The keys whose claim create got no answer: it may be stored, and
         # nothing ran under it, so this instance may take it or delete it.
         self._unsure: dict[str, bytes] = {}  # each with the claim that got no answer
-        self._abandons: set[asyncio.Task[None]] = set()
+        self._abandons: set[asyncio.Task[None]] = set()  # what is looked after in the background, until close
         self._abandoning: set[str] = set()  # the keys an abandon looks after, one each
         # Bounds the claims retried at once while the store does not answer
         # (0: no bound). Each one retried holds its task's slot for up to
@@ -315,18 +315,43 @@ class Idempotency:
         return False
 
     async def store(self, key: str, outcome: Outcome) -> None:
-        """Records key's outcome for replay, retrying for up to 30 s."""
+        """Records key's outcome for replay, retrying for up to 30 s (then in
+        the background, _settle)."""
         outcome.state, outcome.owner, outcome.incarnation = DONE, self.owner, self.incarnation
         b = outcome.pack()
-        try:
-            await _retry(lambda: self._kv.put(key, b, validate_keys=False))
-        finally:
-            self._executing.discard(key)
+        await self._settle(key, lambda: self._kv.put(key, b, validate_keys=False))
 
     async def release(self, key: str) -> None:
         """Gives a claim back without an outcome, so a retry executes it."""
+        await self._settle(key, lambda: self._kv.delete(key, validate_keys=False))
+
+    async def _settle(self, key: str, op: Callable[[], Awaitable[Any]]) -> None:
+        """Runs op, key's outcome or release, for up to SETTLE_TIMEOUT; if the
+        store has not taken it by then, raises and keeps trying in the
+        background until the agent stops (close), still holding key: a task
+        of this instance waits for it instead of taking the key for in doubt,
+        and another instance's wait on this live owner ends once the store
+        answers, not at its task's deadline."""
         try:
-            await _retry(lambda: self._kv.delete(key, validate_keys=False))
+            await _retry(op)
+        except BaseException:
+            task = asyncio.ensure_future(self._settle_late(key, op))
+            self._abandons.add(task)
+            task.add_done_callback(self._abandons.discard)
+            raise
+        self._executing.discard(key)
+
+    async def _settle_late(self, key: str, op: Callable[[], Awaitable[Any]]) -> None:
+        wait = 0.05
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(op(), 2.0)
+                    return
+                except Exception:
+                    pass
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, 1.0)
         finally:
             self._executing.discard(key)
 

@@ -704,8 +704,8 @@ class Agent:
             else:
                 await self._idem.release(key)
         except Exception as e:
-            log.error("idempotency outcome not recorded agent=%s request_id=%s key=%s error=%r",
-                      self.id, ctx.request_id, key, e)
+            log.error("idempotency outcome not recorded yet, retried until the store answers "
+                      "agent=%s request_id=%s key=%s error=%r", self.id, ctx.request_id, key, e)
         finally:
             informer.cancel()
 
