@@ -130,11 +130,15 @@ $(NATS):
 
 ## chromium: Debian's chromium (/usr/bin/chromium) for the dashboard's browser
 ## test, installed with apt-get when missing (as root, as CI runs); quiet when
-## it is there. Without it the test fails saying so: it never skips.
+## it is there. Without it the test fails saying so: it never skips. apt-get
+## waits up to 10 minutes for another's dpkg lock (two test runs at once on a
+## fresh machine) instead of failing at once; a list update that fails still
+## lets the install try with the lists there are.
+APT_LOCK := -o DPkg::Lock::Timeout=600
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "chromium: installing Debian's chromium for the dashboard test (apt-get)"; \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		{ apt-get $(APT_LOCK) update -qq || true; DEBIAN_FRONTEND=noninteractive apt-get $(APT_LOCK) install -y -qq chromium >/dev/null; } || \
 		{ echo "chromium: could not install it; the dashboard test needs /usr/bin/chromium (or AGENTREACH_CHROMIUM)"; exit 1; }; }
 
 vet:
