@@ -56,9 +56,11 @@ type Store struct {
 	// claimRetry, so without a bound a store without a leader takes every
 	// slot of the agent, and calls that need no claim are refused too.
 	MaxRetrying int
-	// Done ends the looking after of unanswered claims (abandon): the
-	// agent's stop. Until then an unanswered claim is looked after however
-	// long the store stays unavailable; nil bounds it to abandonFor.
+	// Done ends what is looked after in the background — unanswered
+	// claims (abandon), outcomes not stored in time (settle): the agent's
+	// stop. Until then each is looked after however long the store stays
+	// unavailable; nil bounds an abandon to abandonFor and settles nothing
+	// late.
 	Done     <-chan struct{}
 	Log      zerolog.Logger
 	retrying atomic.Int64
