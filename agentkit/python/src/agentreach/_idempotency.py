@@ -92,7 +92,7 @@ class Idempotency:
         # The keys whose claim create got no answer: it may be stored, and
         # nothing ran under it, so this instance may take it or delete it.
         self._unsure: dict[str, bytes] = {}  # each with the claim that got no answer
-        self._abandons: set[asyncio.Task[None]] = set()  # what is looked after in the background, until close
+        self._background: set[asyncio.Task[None]] = set()  # abandons and late settles, until close
         self._abandoning: set[str] = set()  # the keys an abandon looks after, one each
         # Bounds the claims retried at once while the store does not answer
         # (0: no bound). Each one retried holds its task's slot for up to
@@ -186,17 +186,22 @@ class Idempotency:
         if key in self._abandoning:
             return
         self._abandoning.add(key)
-        task = asyncio.ensure_future(self._abandon(key))
-        self._abandons.add(task)
-        task.add_done_callback(self._abandons.discard)
-        task.add_done_callback(lambda _: self._abandoning.discard(key))
+        self._in_background(self._abandon(key)).add_done_callback(lambda _: self._abandoning.discard(key))
+
+    def _in_background(self, work: Awaitable[None]) -> asyncio.Future[None]:
+        """Runs work until it ends or close cancels it."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def close(self) -> None:
-        """Stops looking after unanswered claims (the agent stops)."""
-        for task in list(self._abandons):
+        """Stops what is looked after in the background: unanswered claims,
+        outcomes not stored in time (the agent stops)."""
+        for task in list(self._background):
             task.cancel()
-        if self._abandons:
-            await asyncio.wait(set(self._abandons))
+        if self._background:
+            await asyncio.wait(set(self._background))
 
     def _mine(self, rec: Outcome) -> bool:
         return rec.state == PENDING and rec.owner == self.owner and rec.incarnation == self.incarnation
@@ -335,9 +340,7 @@ class Idempotency:
         try:
             await _retry(op)
         except BaseException:
-            task = asyncio.ensure_future(self._settle_late(key, op))
-            self._abandons.add(task)
-            task.add_done_callback(self._abandons.discard)
+            self._in_background(self._settle_late(key, op))
             raise
         self._executing.discard(key)
 
